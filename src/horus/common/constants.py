@@ -1,0 +1,70 @@
+"""Every name Horus shares with Kubernetes or Prometheus, in one place.
+
+Components talk only through Kubernetes objects (as in HAMi), so an annotation key or resource
+name spelled twice would be a protocol bug waiting to happen. Anything that appears on the wire
+(API group, resource names, annotation keys, metric names, labels) must be defined here and
+imported everywhere else. The values follow ``shared/DESIGN.md``.
+"""
+
+from typing import Final
+
+# --- Custom resource -------------------------------------------------------------------------
+API_GROUP: Final = "horus.io"
+API_VERSION: Final = "v1alpha1"
+API_GROUP_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
+DLJOB_KIND: Final = "DLJob"
+DLJOB_PLURAL: Final = "dljobs"
+DLJOB_SINGULAR: Final = "dljob"
+DLJOB_SHORT_NAME: Final = "dlj"
+DLJOB_CRD_NAME: Final = f"{DLJOB_PLURAL}.{API_GROUP}"
+
+# --- Scheduling ------------------------------------------------------------------------------
+SCHEDULER_NAME: Final = "horus-scheduler"
+
+# --- Extended resources advertised by the device plugin --------------------------------------
+RESOURCE_GPU_CORE: Final = f"{API_GROUP}/gpu-core"  # percent of one GPU's compute
+RESOURCE_GPU_MEMORY: Final = f"{API_GROUP}/gpu-memory"  # MiB
+GPU_CORE_UNITS_PER_GPU: Final = 100
+
+# --- Annotations -----------------------------------------------------------------------------
+ANNOTATION_GPU_INVENTORY: Final = f"{API_GROUP}/gpu-inventory"  # node: JSON list of GPUs
+ANNOTATION_GPU_ASSIGNMENT: Final = f"{API_GROUP}/gpu-assignment"  # pod: chosen GPU and share
+ANNOTATION_PREDICTED: Final = f"{API_GROUP}/predicted"  # pod: predicted util/memory/version
+ANNOTATION_GRAPH_PROFILE: Final = f"{API_GROUP}/graph-profile"  # plain pod: its model profile
+
+# --- Labels ----------------------------------------------------------------------------------
+LABEL_GPU_NODE: Final = f"{API_GROUP}/gpu-node"  # "true" on nodes that carry Horus GPUs
+LABEL_GPU_MODEL: Final = f"{API_GROUP}/gpu-model"
+LABEL_DLJOB_NAME: Final = f"{API_GROUP}/dljob"
+LABEL_REPLICA_INDEX: Final = f"{API_GROUP}/replica-index"
+
+# --- kwok (simulated nodes for the local control plane and tests) -----------------------------
+KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
+KWOK_NODE_ANNOTATION_VALUE: Final = "fake"
+KWOK_NODE_TYPE_LABEL: Final = "type"
+KWOK_NODE_TYPE_VALUE: Final = "kwok"
+
+# --- GPU health as written in the inventory ----------------------------------------------------
+GPU_HEALTHY: Final = "Healthy"
+GPU_UNHEALTHY: Final = "Unhealthy"
+
+# --- Prometheus ------------------------------------------------------------------------------
+METRIC_PREFIX: Final = "horus_"
+METRIC_GPU_UTILIZATION: Final = "horus_gpu_utilization_ratio"
+METRIC_GPU_MEMORY_USED: Final = "horus_gpu_memory_used_bytes"
+METRIC_GPU_MEMORY_TOTAL: Final = "horus_gpu_memory_total_bytes"
+METRIC_POD_GPU_MEMORY_USED: Final = "horus_pod_gpu_memory_used_bytes"
+METRIC_POD_GPU_CORE_SHARE: Final = "horus_pod_gpu_core_share_ratio"
+METRIC_POD_GPU_MEMORY_LIMIT: Final = "horus_pod_gpu_memory_limit_bytes"
+METRIC_POD_PREDICTED_UTIL: Final = "horus_pod_predicted_gpu_utilization_ratio"
+METRIC_POD_OBSERVED_UTIL: Final = "horus_pod_observed_gpu_utilization_ratio"
+METRIC_ENFORCEMENT_EVICTIONS: Final = "horus_enforcement_evictions"  # client adds _total
+METRIC_QUEUE_LENGTH: Final = "horus_queue_length"
+METRIC_SCHEDULING_DECISIONS: Final = "horus_scheduling_decisions"  # client adds _total
+METRIC_SCHEDULING_FAILURES: Final = "horus_scheduling_failures"  # client adds _total
+METRIC_DECISION_LATENCY: Final = "horus_scheduling_decision_duration_seconds"
+METRIC_DLJOB_PHASE: Final = "horus_dljobs"
+METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
+
+# --- Environment variables handed to containers by the device plugin -----------------------------
+ENV_PREFIX: Final = "HORUS_"

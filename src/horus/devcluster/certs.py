@@ -1,0 +1,150 @@
+"""Certificates, keys and tokens for a throw-away local control plane, generated on the fly.
+
+ECDSA P-256 keys keep generation instant. The CA signs the apiserver's serving certificate;
+the service-account key pair lets the apiserver issue and verify tokens (so RBAC and
+``kubectl auth can-i --as=system:serviceaccount:…`` behave as in a real cluster); static
+bearer tokens authenticate the admin and each control-plane component as its own user.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range; never contacted
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Paths of the generated files and the bearer tokens, by user."""
+
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    sa_public_key: Path
+    sa_private_key: Path
+    token_file: Path
+    tokens: dict[str, str]
+
+
+# user name -> groups. The component users are the ones Kubernetes' bootstrap RBAC policy knows.
+USERS: dict[str, list[str]] = {
+    "horus-admin": ["system:masters"],
+    "system:kube-controller-manager": [],
+    "system:kube-scheduler": [],
+    "kwok": ["system:masters"],
+}
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    path.chmod(0o600)
+
+
+def generate(directory: Path) -> Credentials:
+    """Create a fresh CA, serving certificate, service-account keys and tokens in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365))
+
+    ca_key = _key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "horus-local-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    srv_key = _key()
+    names: list[x509.GeneralName] = [
+        x509.DNSName(n)
+        for n in (
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        )
+    ]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", SERVICE_IP)]
+    srv_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(srv_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    sa_key = _key()
+    creds = Credentials(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        sa_public_key=directory / "sa.pub",
+        sa_private_key=directory / "sa.key",
+        token_file=directory / "tokens.csv",
+        tokens={user: secrets.token_hex(24) for user in USERS},
+    )
+    _write(creds.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write(creds.serving_cert, srv_cert.public_bytes(serialization.Encoding.PEM))
+    _write(creds.serving_key, _pem_key(srv_key))
+    _write(creds.sa_private_key, _pem_key(sa_key))
+    _write(
+        creds.sa_public_key,
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+    lines = []
+    for i, (user, groups) in enumerate(USERS.items()):
+        group_field = f',"{",".join(groups)}"' if groups else ""
+        lines.append(f"{creds.tokens[user]},{user},uid-{i}{group_field}")
+    _write(creds.token_file, ("\n".join(lines) + "\n").encode())
+    return creds

@@ -1,0 +1,387 @@
+"""Start, inspect and stop one local control plane: etcd, apiserver, controller-manager,
+scheduler and kwok, each a child process on 127.0.0.1 with its own free port.
+
+Everything of one cluster lives in one private folder (``HORUS_CLUSTER_DIR``, default
+``~/.local/state/horus/cluster``): certificates, kubeconfigs, etcd data, logs, and
+``state.json`` with the PIDs and ports. ``down`` stops exactly the processes recorded there
+(after checking each PID still runs the binary that was started, so a recycled PID is never
+killed) and removes the folder. ``up`` refuses to start a second copy in the same folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from horus.common.errors import ClusterError
+from horus.devcluster import binaries, certs
+
+STATE_FILE = "state.json"
+ADMIN_KUBECONFIG = "kubeconfig"
+SERVICE_CIDR = "10.96.0.0/16"
+COMPONENT_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def default_dir() -> Path:
+    env = os.environ.get("HORUS_CLUSTER_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".local" / "state" / "horus" / "cluster"
+
+
+@dataclass
+class Process:
+    name: str
+    pid: int
+    binary: str
+    log: str
+
+
+@dataclass
+class ClusterState:
+    """What ``up`` started; enough for ``status`` and ``down`` in another process."""
+
+    directory: str
+    server: str
+    kubeconfig: str
+    ports: dict[str, int]
+    bin_dir: str
+    processes: list[Process] = field(default_factory=list)
+    token: str = ""
+
+    def save(self) -> None:
+        path = Path(self.directory) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState | None:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            return None
+        raw = json.loads(path.read_text())
+        raw["processes"] = [Process(**p) for p in raw.get("processes", [])]
+        return cls(**raw)
+
+    def ca_file(self) -> Path:
+        return Path(self.directory) / "pki" / "ca.crt"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _running_binary(pid: int) -> str | None:
+    """The executable a live PID runs, or None when the PID is gone (zombies count as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return None
+        return os.readlink(f"/proc/{pid}/exe")
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+        return None
+
+
+def process_alive(proc: Process) -> bool:
+    exe = _running_binary(proc.pid)
+    return exe is not None and os.path.realpath(proc.binary) == exe.removesuffix(" (deleted)")
+
+
+def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "horus-local",
+                "cluster": {"server": server, "certificate-authority": str(ca_file)},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "horus-local", "context": {"cluster": "horus-local", "user": user}}],
+        "current-context": "horus-local",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+
+
+def _scheduler_config(kubeconfig: Path, extra: dict[str, Any] | None) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+    }
+    if extra:
+        cfg.update(extra)
+    return cfg
+
+
+class LocalCluster:
+    """One local control plane rooted at ``directory``."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = (directory or default_dir()).resolve()
+
+    # ------------------------------------------------------------------ queries
+    def state(self) -> ClusterState | None:
+        return ClusterState.load(self.directory)
+
+    def kubeconfig(self) -> Path:
+        return self.directory / ADMIN_KUBECONFIG
+
+    def readyz(self, state: ClusterState, timeout: float = 3.0) -> bool:
+        ctx = ssl.create_default_context(cafile=str(state.ca_file()))
+        req = urllib.request.Request(
+            f"{state.server}/readyz", headers={"Authorization": f"Bearer {state.token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return False
+
+    def status(self) -> dict[str, Any]:
+        """Which of our processes run, and whether the apiserver is ready."""
+        state = self.state()
+        if state is None:
+            return {"up": False, "directory": str(self.directory)}
+        procs = {p.name: {"pid": p.pid, "running": process_alive(p)} for p in state.processes}
+        return {
+            "up": True,
+            "directory": state.directory,
+            "server": state.server,
+            "kubeconfig": state.kubeconfig,
+            "ready": self.readyz(state),
+            "processes": procs,
+        }
+
+    # ------------------------------------------------------------------ up
+    def up(
+        self,
+        timeout: float = 120.0,
+        scheduler_config: dict[str, Any] | None = None,
+    ) -> ClusterState:
+        """Start every component and wait for ``/readyz``; refuses when already up."""
+        existing = self.state()
+        if existing is not None:
+            alive = [p.name for p in existing.processes if process_alive(p)]
+            if alive:
+                raise ClusterError(
+                    f"a local cluster is already up in {self.directory} (running: "
+                    f"{', '.join(alive)}); use it with KUBECONFIG={existing.kubeconfig}, or "
+                    "run 'horus dev cluster down' first"
+                )
+            # Leftovers of a cluster whose processes all died (e.g. after a reboot).
+            self._remove_directory()
+
+        bin_dir = binaries.ensure_binaries()
+        etcd = binaries.etcd_binary()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)
+        creds = certs.generate(self.directory / "pki")
+        ports = {
+            name: _free_port()
+            for name in (
+                "etcd",
+                "etcd-peer",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kwok",
+            )
+        }
+        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
+        kubeconfigs = {}
+        for user, filename in (
+            ("horus-admin", ADMIN_KUBECONFIG),
+            ("system:kube-controller-manager", "controller-manager.kubeconfig"),
+            ("system:kube-scheduler", "scheduler.kubeconfig"),
+            ("kwok", "kwok.kubeconfig"),
+        ):
+            path = self.directory / filename
+            write_kubeconfig(path, server, creds.ca_cert, creds.tokens[user], user)
+            kubeconfigs[user] = path
+        sched_cfg = self.directory / "scheduler-config.yaml"
+        sched_cfg.write_text(
+            yaml.safe_dump(
+                _scheduler_config(kubeconfigs["system:kube-scheduler"], scheduler_config)
+            )
+        )
+
+        state = ClusterState(
+            directory=str(self.directory),
+            server=server,
+            kubeconfig=str(self.kubeconfig()),
+            ports=ports,
+            bin_dir=str(bin_dir),
+            token=creds.tokens["horus-admin"],
+        )
+        state.save()
+        d = self.directory
+        commands: dict[str, list[str]] = {
+            "etcd": [
+                str(etcd),
+                "--name=horus",
+                f"--data-dir={d / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
+                f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
+                f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+                f"--initial-cluster=horus=http://127.0.0.1:{ports['etcd-peer']}",
+                "--quota-backend-bytes=4294967296",
+                "--auto-compaction-retention=1",
+                "--logger=zap",
+                "--log-level=warn",
+            ],
+            "kube-apiserver": [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['kube-apiserver']}",
+                f"--tls-cert-file={creds.serving_cert}",
+                f"--tls-private-key-file={creds.serving_key}",
+                f"--client-ca-file={creds.ca_cert}",
+                f"--token-auth-file={creds.token_file}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={creds.sa_public_key}",
+                f"--service-account-signing-key-file={creds.sa_private_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                # The "kubernetes" Service's endpoints may not be a loopback address.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--event-ttl=1h",
+                "--v=1",
+            ],
+            "kube-controller-manager": [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfigs['system:kube-controller-manager']}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kube-controller-manager']}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={creds.sa_private_key}",
+                f"--root-ca-file={creds.ca_cert}",
+                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+                "--profiling=false",
+                "--v=1",
+            ],
+            "kube-scheduler": [
+                str(bin_dir / "kube-scheduler"),
+                f"--config={sched_cfg}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kube-scheduler']}",
+                "--profiling=false",
+                "--v=1",
+            ],
+            "kwok": [
+                str(bin_dir / "kwok"),
+                f"--kubeconfig={kubeconfigs['kwok']}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.0.0.1",
+            ],
+        }
+        try:
+            for name in COMPONENT_ORDER:
+                self._start(state, name, commands[name])
+                if name == "etcd":
+                    self._wait_port(state, name, ports["etcd"], timeout)
+                elif name == "kube-apiserver":
+                    self._wait_ready(state, timeout)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        return state
+
+    def _start(self, state: ClusterState, name: str, argv: list[str]) -> None:
+        log = self.directory / "logs" / f"{name}.log"
+        log.parent.mkdir(exist_ok=True)
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.directory,
+            )
+        state.processes.append(Process(name=name, pid=proc.pid, binary=argv[0], log=str(log)))
+        state.save()
+
+    def _check_alive(self, state: ClusterState) -> None:
+        for p in state.processes:
+            if not process_alive(p):
+                tail = Path(p.log).read_text(errors="replace").splitlines()[-15:]
+                raise ClusterError(
+                    f"{p.name} exited while the cluster was starting; last lines of {p.log}:\n"
+                    + "\n".join(tail)
+                )
+
+    def _wait_port(self, state: ClusterState, name: str, port: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive(state)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise ClusterError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+    def _wait_ready(self, state: ClusterState, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive(state)
+            if self.readyz(state, timeout=2):
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"kube-apiserver was not ready within {timeout:.0f}s; see "
+            f"{self.directory / 'logs' / 'kube-apiserver.log'}"
+        )
+
+    # ------------------------------------------------------------------ down
+    def down(self, quiet: bool = False, grace: float = 15.0) -> bool:
+        """Stop our processes (newest first) and remove the folder; False when nothing ran."""
+        state = self.state()
+        if state is None:
+            if self.directory.exists() and not quiet:
+                self._remove_directory()
+            return False
+        for proc in reversed(state.processes):
+            if process_alive(proc):
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in reversed(state.processes):
+            while process_alive(proc) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if process_alive(proc):
+                os.kill(proc.pid, signal.SIGKILL)
+                while process_alive(proc):
+                    time.sleep(0.05)
+        self._remove_directory()
+        return True
+
+    def _remove_directory(self) -> None:
+        subprocess.run(["rm", "-rf", str(self.directory)], check=False)

@@ -1,0 +1,1 @@
+"""Trace-driven, event-driven cluster simulator on top of :mod:`horus.scheduler`."""

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds (once per version) the binaries of the local control plane and prints the folder that
+# holds them:
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  from k8s.io/kubernetes (go.mod)
+#   kwok                                                              sigs.k8s.io/kwok/cmd/kwok
+#   helm                                                              helm.sh/helm/v3/cmd/helm
+# etcd comes from Debian's etcd-server package (see docs/decisions.md).
+# Cache: ${HORUS_CACHE_DIR:-~/.cache/horus}/bin/k8s-<version>/ ; a binary already there is reused,
+# so only the first build on a machine pays. Progress goes to stderr, the folder to stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/versions.env"
+
+fail() { echo "build.sh: step '$1' failed: $2" >&2; exit 1; }
+
+k8s_version=$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v1\./ {print $2; exit}' "$here/go.mod")
+[[ -n $k8s_version ]] || k8s_version=$(sed -n 's/^require k8s.io\/kubernetes \(v1\.[0-9.]*\)$/\1/p' "$here/go.mod")
+[[ -n $k8s_version ]] || fail "read Kubernetes version" "no 'k8s.io/kubernetes v1.x.y' requirement in $here/go.mod"
+[[ $k8s_version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || fail "read Kubernetes version" "odd version '$k8s_version' in go.mod"
+minor=${BASH_REMATCH[1]}
+
+cache=${HORUS_CACHE_DIR:-$HOME/.cache/horus}
+out="$cache/bin/k8s-$k8s_version-kwok-$KWOK_VERSION-helm-$HELM_VERSION"
+mkdir -p "$out"
+
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+need_go() {
+  command -v go >/dev/null 2>&1 || fail "find Go toolchain" \
+    "no 'go' on PATH, and $out lacks $1. Install Go >= 1.24 (Debian: apt-get install golang-go) and retry."
+}
+
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  [[ -x $out/$b ]] && continue
+  need_go "$b"
+  echo "build.sh: building $b $k8s_version (first time on this machine; minutes) ..." >&2
+  (cd "$here" && go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "./cmd/$b") \
+    || fail "go build $b" "see the compiler output above; 'go env' and network access to the Go module proxy are needed"
+  mv "$out/$b.tmp" "$out/$b"
+done
+for spec in "kwok sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "helm helm.sh/helm/v3/cmd/helm@$HELM_VERSION"; do
+  set -- $spec
+  [[ -x $out/$1 ]] && continue
+  need_go "$1"
+  echo "build.sh: go install $2 ..." >&2
+  tmp=$(mktemp -d)
+  GOBIN=$tmp GOFLAGS= go install -trimpath -ldflags "-s -w" "$2" \
+    || { rm -rf "$tmp"; fail "go install $2" "see the output above"; }
+  mv "$tmp/$1" "$out/$1"; rm -rf "$tmp"
+done
+echo "$out"
