@@ -68,3 +68,33 @@ METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
 
 # --- Environment variables handed to containers by the device plugin -----------------------------
 ENV_PREFIX: Final = "HORUS_"
+
+# --- DLJob spec and status values (the CRD in manifests/crds and horus.api.dljob agree) -------
+DLJOB_PHASE_PENDING: Final = "Pending"  # accepted, not yet validated/predicted
+DLJOB_PHASE_QUEUED: Final = "Queued"  # waiting for capacity; status.reason says why
+DLJOB_PHASE_SCHEDULED: Final = "Scheduled"  # every replica has a GPU and a bound pod
+DLJOB_PHASE_RUNNING: Final = "Running"
+DLJOB_PHASE_SUCCEEDED: Final = "Succeeded"
+DLJOB_PHASE_FAILED: Final = "Failed"
+DLJOB_PHASES: Final = (
+    DLJOB_PHASE_PENDING,
+    DLJOB_PHASE_QUEUED,
+    DLJOB_PHASE_SCHEDULED,
+    DLJOB_PHASE_RUNNING,
+    DLJOB_PHASE_SUCCEEDED,
+    DLJOB_PHASE_FAILED,
+)
+GPU_MODE_AUTO: Final = "auto"  # share sized from the prediction
+GPU_MODE_EXPLICIT: Final = "explicit"  # share given as corePercent + memoryMiB
+GPU_MODES: Final = (GPU_MODE_AUTO, GPU_MODE_EXPLICIT)
+# Largest GPU memory any request may name (1 TiB): the apiserver rejects more outright; the
+# operator then refuses a request larger than every node's GPU with a reason.
+MAX_GPU_MEMORY_MIB: Final = 1_048_576
+MAX_DLJOB_REPLICAS: Final = 1024
+MAX_GPUS_PER_REPLICA: Final = 16
+DLJOB_PRIORITY_MIN: Final = -1000
+DLJOB_PRIORITY_MAX: Final = 1000
+DLJOB_MAX_NAME_LENGTH: Final = 63  # the name is a label value (horus.io/dljob) on its pods
+DEFAULT_QUEUE: Final = "default"
+PROFILE_CONFIGMAP_DEFAULT_KEY: Final = "profile.json"
+MAX_PROFILE_FEATURES: Final = 256
