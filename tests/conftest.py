@@ -1,0 +1,80 @@
+"""Shared pytest fixtures.
+
+``cluster`` brings one real local control plane (etcd, kube-apiserver, controller-manager,
+kube-scheduler, kwok — see ``horus.devcluster``) up once per test session, in a private
+folder, and tears it down at the end. Tests under ``tests/integration`` and ``tests/e2e`` are
+marked automatically; unit tests never touch it. Set ``HORUS_TEST_CLUSTER_DIR`` to keep the
+cluster's folder somewhere you can inspect.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from horus.devcluster.cluster import ClusterState, LocalCluster
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("unit", "integration", "e2e"):
+            item.add_marker(getattr(pytest.mark, parts[1]))
+
+
+@dataclass
+class RunningCluster:
+    """Handle on the session's control plane."""
+
+    local: LocalCluster
+    state: ClusterState
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.state.kubeconfig
+
+    @property
+    def bin_dir(self) -> Path:
+        return Path(self.state.bin_dir)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KUBECONFIG": self.kubeconfig,
+            "PATH": f"{self.bin_dir}:{os.environ['PATH']}",
+        }
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.bin_dir / "kubectl"), *args], env=self.env(), input=input,
+            capture_output=True, text=True, timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
+    def api_client(self) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=self.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[RunningCluster]:
+    keep = os.environ.get("HORUS_TEST_CLUSTER_DIR")
+    folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="horus-test-cluster-")) / "c"
+    local = LocalCluster(folder)
+    state = local.up(timeout=180)
+    try:
+        yield RunningCluster(local, state)
+    finally:
+        local.down()
