@@ -1,0 +1,731 @@
+"""The DLJob custom resource as typed values: spec, status, and ``parse_dljob``.
+
+``manifests/crds/horus.io_dljobs.yaml`` makes the apiserver reject malformed DLJobs; this module
+repeats its key checks so the operator, the simulator and unit tests see the *same* errors,
+with the same field paths, without a cluster — and adds what a schema cannot say (container
+names unique, no container asking for GPU resources itself, no Horus-owned labels or
+annotations in the template, finite feature values). Errors are
+:class:`~horus.common.errors.ValidationError` naming the field path, e.g.
+``spec.gpu.corePercent: must be 1..100, got 150``.
+
+The operator reads a DLJob with :func:`parse_dljob`, resolves a ``configMapRef`` profile with
+:func:`parse_profile_document`, and writes status with :meth:`DLJobStatus.to_json`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+from horus.api._fields import (
+    as_number,
+    read_int,
+    read_number,
+    read_str,
+    reject_unknown,
+    require_object,
+    type_name,
+)
+from horus.api.assignment import GpuAssignment, PredictedUsage, parse_predicted
+from horus.common.constants import (
+    ANNOTATION_GPU_ASSIGNMENT,
+    ANNOTATION_PREDICTED,
+    API_GROUP_VERSION,
+    DEFAULT_QUEUE,
+    DLJOB_KIND,
+    DLJOB_MAX_NAME_LENGTH,
+    DLJOB_PHASES,
+    DLJOB_PRIORITY_MAX,
+    DLJOB_PRIORITY_MIN,
+    GPU_CORE_UNITS_PER_GPU,
+    GPU_MODE_AUTO,
+    GPU_MODE_EXPLICIT,
+    GPU_MODES,
+    LABEL_DLJOB_NAME,
+    LABEL_REPLICA_INDEX,
+    MAX_DLJOB_REPLICAS,
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPUS_PER_REPLICA,
+    MAX_PROFILE_FEATURES,
+    PROFILE_CONFIGMAP_DEFAULT_KEY,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    SCHEDULER_NAME,
+)
+from horus.common.errors import ValidationError
+
+__all__ = [
+    "ConfigMapProfileRef",
+    "DLJob",
+    "DLJobSpec",
+    "DLJobStatus",
+    "GpuRequest",
+    "InlineProfile",
+    "JobCondition",
+    "ObservedUsage",
+    "Placement",
+    "ProfileSource",
+    "format_time",
+    "parse_dljob",
+    "parse_dljob_spec",
+    "parse_dljob_status",
+    "parse_profile_document",
+]
+
+# The same patterns as the CRD (Kubernetes' DNS-1123 label/subdomain, ConfigMap key, feature).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_FEATURE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_CONDITION_REASON = re.compile(r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?)?$")
+_MAX_FEATURE_NAME = 128
+_MAX_CONTAINERS = 32
+_RESTART_POLICIES = ("Never", "OnFailure")
+_DEFAULT_RESTART_POLICY = "Never"
+_CONDITION_STATUSES = ("True", "False", "Unknown")
+# GPU resources Horus sets on the pods itself; a container naming them would double-count.
+_OWNED_RESOURCES = (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, "nvidia.com/gpu")
+_OWNED_LABELS = (LABEL_DLJOB_NAME, LABEL_REPLICA_INDEX)
+_OWNED_ANNOTATIONS = (ANNOTATION_GPU_ASSIGNMENT, ANNOTATION_PREDICTED)
+
+
+# --- spec -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InlineProfile:
+    """A model's graph profile: what ``horus profile`` prints (and a ConfigMap may hold)."""
+
+    model: str
+    batch_size: int
+    features: Mapping[str, float]
+    schema_version: int = 1
+    family: str = ""
+
+
+@dataclass(frozen=True)
+class ConfigMapProfileRef:
+    """A profile stored as JSON under ``key`` of ConfigMap ``name`` in the job's namespace."""
+
+    name: str
+    key: str = PROFILE_CONFIGMAP_DEFAULT_KEY
+
+
+ProfileSource = InlineProfile | ConfigMapProfileRef
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """The share of each GPU a replica asks for: sized by Horus (auto) or given explicitly."""
+
+    mode: str = GPU_MODE_AUTO
+    core_percent: int | None = None  # 1..100, only with mode explicit
+    memory_mib: int | None = None  # 1..MAX_GPU_MEMORY_MIB, only with mode explicit
+
+    @property
+    def explicit(self) -> bool:
+        return self.mode == GPU_MODE_EXPLICIT
+
+
+@dataclass(frozen=True)
+class DLJobSpec:
+    """What the user asked for. ``template`` is the raw core/v1 PodTemplateSpec."""
+
+    template: Mapping[str, Any]
+    profile: ProfileSource
+    replicas: int = 1
+    gpus_per_replica: int = 1
+    gpu: GpuRequest = field(default_factory=GpuRequest)
+    priority: int = 0
+    queue: str = DEFAULT_QUEUE
+
+    @property
+    def restart_policy(self) -> str:
+        """The pods' restartPolicy: the template's, or Never (a job's pods must end)."""
+        spec = self.template.get("spec", {})
+        policy = spec.get("restartPolicy") if isinstance(spec, dict) else None
+        return policy if isinstance(policy, str) else _DEFAULT_RESTART_POLICY
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one replica runs: one entry per replica and GPU in ``status.placements``."""
+
+    replica: int
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    core_percent: int
+    memory_mib: int
+    pod: str | None = None
+
+    @classmethod
+    def from_assignment(
+        cls, assignment: GpuAssignment, replica: int, pod: str | None = None
+    ) -> Placement:
+        return cls(
+            replica=replica,
+            node=assignment.node,
+            gpu_uuid=assignment.gpu_uuid,
+            gpu_index=assignment.gpu_index,
+            core_percent=assignment.core_percent,
+            memory_mib=assignment.memory_mib,
+            pod=pod,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"replica": self.replica}
+        if self.pod is not None:
+            out["pod"] = self.pod
+        out.update(
+            node=self.node,
+            gpuUUID=self.gpu_uuid,
+            gpuIndex=self.gpu_index,
+            corePercent=self.core_percent,
+            memoryMiB=self.memory_mib,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class ObservedUsage:
+    """Measured GPU use of the job, written by the node agent."""
+
+    util: float | None = None  # percent of the GPU's compute
+    memory_mib: float | None = None
+    sampled_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.util is not None:
+            out["util"] = self.util
+        if self.memory_mib is not None:
+            out["memoryMiB"] = self.memory_mib
+        if self.sampled_at is not None:
+            out["sampledAt"] = format_time(self.sampled_at)
+        return out
+
+
+@dataclass(frozen=True)
+class JobCondition:
+    """A metav1.Condition-shaped entry of ``status.conditions``."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "status": self.status}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.message:
+            out["message"] = self.message
+        if self.last_transition_time is not None:
+            out["lastTransitionTime"] = format_time(self.last_transition_time)
+        if self.observed_generation is not None:
+            out["observedGeneration"] = self.observed_generation
+        return out
+
+
+@dataclass(frozen=True)
+class DLJobStatus:
+    """What Horus reports about a DLJob. A new object has the empty status (phase None)."""
+
+    phase: str | None = None
+    reason: str = ""
+    message: str = ""
+    observed_generation: int | None = None
+    placements: tuple[Placement, ...] = ()
+    predicted: PredictedUsage | None = None
+    observed: ObservedUsage | None = None
+    conditions: tuple[JobCondition, ...] = ()
+    queued_time: datetime | None = None
+    scheduled_time: datetime | None = None
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+
+    def condition(self, type_: str) -> JobCondition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``status`` object for a status-subresource patch (unset fields left out)."""
+        out: dict[str, Any] = {}
+        if self.phase is not None:
+            out["phase"] = self.phase
+        if self.reason:
+            out["reason"] = self.reason
+        if self.message:
+            out["message"] = self.message
+        if self.observed_generation is not None:
+            out["observedGeneration"] = self.observed_generation
+        if self.placements:
+            out["placements"] = [p.to_json() for p in self.placements]
+        if self.predicted is not None:
+            out["predicted"] = self.predicted.to_json()
+        if self.observed is not None:
+            out["observed"] = self.observed.to_json()
+        if self.conditions:
+            out["conditions"] = [c.to_json() for c in self.conditions]
+        for key, value in (
+            ("queuedTime", self.queued_time),
+            ("scheduledTime", self.scheduled_time),
+            ("startTime", self.start_time),
+            ("completionTime", self.completion_time),
+        ):
+            if value is not None:
+                out[key] = format_time(value)
+        return out
+
+
+@dataclass(frozen=True)
+class DLJob:
+    """One DLJob object: identity, spec and status."""
+
+    name: str
+    namespace: str
+    spec: DLJobSpec
+    status: DLJobStatus = field(default_factory=DLJobStatus)
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the job's identity in queues, logs and events."""
+        return f"{self.namespace}/{self.name}"
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+def parse_dljob(obj: Mapping[str, Any]) -> DLJob:
+    """Validate a DLJob object (as the apiserver or kopf hands it over) and type it.
+
+    Raises :class:`ValidationError` naming the field path of the first problem found.
+    """
+    raw = require_object(dict(obj), "DLJob")
+    api_version, kind = raw.get("apiVersion"), raw.get("kind")
+    if api_version is not None and api_version != API_GROUP_VERSION:
+        raise ValidationError(f"apiVersion: must be {API_GROUP_VERSION}, got {api_version!r}")
+    if kind is not None and kind != DLJOB_KIND:
+        raise ValidationError(f"kind: must be {DLJOB_KIND}, got {kind!r}")
+    unknown = sorted(set(raw) - {"apiVersion", "kind", "metadata", "spec", "status"})
+    if unknown:
+        raise ValidationError(f"{', '.join(unknown)}: unknown top-level field(s)")
+    meta = require_object(raw.get("metadata", {}), "metadata")
+    name = read_str(meta, "name", "metadata", max_length=253)
+    if len(name) > DLJOB_MAX_NAME_LENGTH:
+        raise ValidationError(
+            f"metadata.name: must be at most {DLJOB_MAX_NAME_LENGTH} characters (it becomes "
+            f"the {LABEL_DLJOB_NAME} label of the job's pods), got {len(name)}"
+        )
+    if not _DNS_SUBDOMAIN.match(name):
+        raise ValidationError(
+            f"metadata.name: must be a DNS-1123 subdomain (lower-case letters, digits, '-', "
+            f"'.'), got {name!r}"
+        )
+    namespace = read_str(meta, "namespace", "metadata", max_length=63, default="default")
+    generation = read_int(meta, "generation", "metadata", lo=0, default=0)
+    if "spec" not in raw:
+        raise ValidationError("spec: required")
+    spec = parse_dljob_spec(raw["spec"])
+    status_raw = raw.get("status")
+    status = DLJobStatus() if status_raw is None else parse_dljob_status(status_raw)
+    return DLJob(
+        name=name,
+        namespace=namespace,
+        spec=spec,
+        status=status,
+        uid=str(meta.get("uid", "")),
+        generation=generation,
+        resource_version=str(meta.get("resourceVersion", "")),
+    )
+
+
+_SPEC_KEYS = ("template", "replicas", "gpusPerReplica", "profile", "gpu", "priority", "queue")
+
+
+def parse_dljob_spec(value: object, path: str = "spec") -> DLJobSpec:
+    """Validate and type a DLJob ``spec`` (defaults as the CRD applies them)."""
+    raw = require_object(value, path)
+    reject_unknown(raw, _SPEC_KEYS, path)
+    if "template" not in raw:
+        raise ValidationError(f"{path}.template: required (the pod template of each replica)")
+    template = _parse_template(raw["template"], f"{path}.template")
+    replicas = read_int(raw, "replicas", path, lo=1, hi=MAX_DLJOB_REPLICAS, default=1)
+    gpus = read_int(raw, "gpusPerReplica", path, lo=1, hi=MAX_GPUS_PER_REPLICA, default=1)
+    if "profile" not in raw:
+        raise ValidationError(
+            f"{path}.profile: required (paste `horus profile` output, or use configMapRef)"
+        )
+    profile = _parse_profile(raw["profile"], f"{path}.profile")
+    gpu = _parse_gpu(raw.get("gpu", {"mode": GPU_MODE_AUTO}), f"{path}.gpu")
+    priority = read_int(
+        raw, "priority", path, lo=DLJOB_PRIORITY_MIN, hi=DLJOB_PRIORITY_MAX, default=0
+    )
+    queue = read_str(raw, "queue", path, max_length=63, default=DEFAULT_QUEUE)
+    if not _DNS_LABEL.match(queue):
+        raise ValidationError(
+            f"{path}.queue: must be a DNS-1123 label (lower-case letters, digits, '-'), "
+            f"got {queue!r}"
+        )
+    return DLJobSpec(
+        template=template,
+        profile=profile,
+        replicas=replicas,
+        gpus_per_replica=gpus,
+        gpu=gpu,
+        priority=priority,
+        queue=queue,
+    )
+
+
+def _parse_template(value: object, path: str) -> dict[str, Any]:
+    template = require_object(value, path)
+    reject_unknown(template, ("metadata", "spec"), path)
+    meta = require_object(template.get("metadata", {}), f"{path}.metadata")
+    for kind, owned in (("labels", _OWNED_LABELS), ("annotations", _OWNED_ANNOTATIONS)):
+        entries = require_object(meta.get(kind, {}), f"{path}.metadata.{kind}")
+        for key, val in entries.items():
+            if not isinstance(val, str):
+                raise ValidationError(
+                    f"{path}.metadata.{kind}.{key}: must be a string, got {type_name(val)} {val!r}"
+                )
+            if key in owned:
+                raise ValidationError(
+                    f"{path}.metadata.{kind}.{key}: is set by Horus; remove it from the template"
+                )
+    if "spec" not in template:
+        raise ValidationError(f"{path}.spec: required")
+    spec = require_object(template["spec"], f"{path}.spec")
+    spath = f"{path}.spec"
+    if "nodeName" in spec:
+        raise ValidationError(f"{spath}.nodeName: must not be set: Horus chooses the node")
+    if "schedulerName" in spec and spec["schedulerName"] != SCHEDULER_NAME:
+        raise ValidationError(
+            f"{spath}.schedulerName: must be empty or {SCHEDULER_NAME}: Horus places DLJob "
+            f"pods itself, got {spec['schedulerName']!r}"
+        )
+    if "restartPolicy" in spec and spec["restartPolicy"] not in _RESTART_POLICIES:
+        raise ValidationError(
+            f"{spath}.restartPolicy: must be one of {', '.join(_RESTART_POLICIES)} (a job's "
+            f"pods must end), got {spec['restartPolicy']!r}"
+        )
+    if "containers" not in spec:
+        raise ValidationError(f"{spath}.containers: required")
+    containers = spec["containers"]
+    if not isinstance(containers, list):
+        raise ValidationError(f"{spath}.containers: must be a list, got {type_name(containers)}")
+    if not 1 <= len(containers) <= _MAX_CONTAINERS:
+        raise ValidationError(
+            f"{spath}.containers: must have 1..{_MAX_CONTAINERS} entries, got {len(containers)}"
+        )
+    seen: set[str] = set()
+    for i, item in enumerate(containers):
+        cpath = f"{spath}.containers[{i}]"
+        container = require_object(item, cpath)
+        cname = read_str(container, "name", cpath, max_length=63)
+        read_str(container, "image", cpath, max_length=4096)
+        if cname in seen:
+            raise ValidationError(f"{cpath}.name: duplicate container name {cname!r}")
+        seen.add(cname)
+        _check_container_resources(container, cpath)
+    return template
+
+
+def _check_container_resources(container: dict[str, Any], cpath: str) -> None:
+    resources = require_object(container.get("resources", {}), f"{cpath}.resources")
+    for kind in ("requests", "limits"):
+        entries = require_object(resources.get(kind, {}), f"{cpath}.resources.{kind}")
+        for name in _OWNED_RESOURCES:
+            if name in entries:
+                raise ValidationError(
+                    f"{cpath}.resources.{kind}.{name}: must not be set: Horus requests GPU "
+                    f"resources for each replica from spec.gpu"
+                )
+
+
+_PROFILE_INLINE_KEYS = ("model", "batchSize", "schemaVersion", "family", "features")
+_PROFILE_KEYS = (*_PROFILE_INLINE_KEYS, "configMapRef")
+
+
+def _parse_profile(value: object, path: str) -> ProfileSource:
+    raw = require_object(value, path)
+    reject_unknown(raw, _PROFILE_KEYS, path)
+    has_features, has_ref = "features" in raw, "configMapRef" in raw
+    if has_features and has_ref:
+        raise ValidationError(
+            f"{path}.configMapRef: set only one of features (inline profile) or configMapRef, "
+            f"not both"
+        )
+    if has_ref:
+        inline = sorted(k for k in _PROFILE_INLINE_KEYS if k in raw)
+        if inline:
+            raise ValidationError(
+                f"{path}.configMapRef: with configMapRef the whole profile comes from the "
+                f"ConfigMap: do not also set {', '.join(inline)}"
+            )
+        return _parse_configmap_ref(raw["configMapRef"], f"{path}.configMapRef")
+    if not has_features:
+        raise ValidationError(
+            f"{path}: set one of features (inline profile from `horus profile`) or configMapRef"
+        )
+    return _parse_inline_profile(raw, path)
+
+
+def _parse_configmap_ref(value: object, path: str) -> ConfigMapProfileRef:
+    raw = require_object(value, path)
+    reject_unknown(raw, ("name", "key"), path)
+    name = read_str(raw, "name", path, max_length=253)
+    if not _DNS_SUBDOMAIN.match(name):
+        raise ValidationError(f"{path}.name: must be a DNS-1123 subdomain, got {name!r}")
+    key = read_str(raw, "key", path, max_length=253, default=PROFILE_CONFIGMAP_DEFAULT_KEY)
+    if not _CONFIGMAP_KEY.match(key):
+        raise ValidationError(
+            f"{path}.key: must consist of letters, digits, '-', '_' or '.', got {key!r}"
+        )
+    return ConfigMapProfileRef(name=name, key=key)
+
+
+def _parse_inline_profile(raw: dict[str, Any], path: str) -> InlineProfile:
+    if "model" not in raw:
+        raise ValidationError(f"{path}.model: an inline profile needs model alongside features")
+    if "batchSize" not in raw:
+        raise ValidationError(
+            f"{path}.batchSize: an inline profile needs batchSize alongside features"
+        )
+    model = read_str(raw, "model", path, max_length=253)
+    batch = read_int(raw, "batchSize", path, lo=1, hi=1_048_576)
+    schema_version = read_int(raw, "schemaVersion", path, lo=1, hi=1000, default=1)
+    family = read_str(raw, "family", path, max_length=253, default="", allow_empty=True)
+    fpath = f"{path}.features"
+    features_raw = require_object(raw["features"], fpath)
+    if not 1 <= len(features_raw) <= MAX_PROFILE_FEATURES:
+        raise ValidationError(
+            f"{fpath}: must have 1..{MAX_PROFILE_FEATURES} entries, got {len(features_raw)}"
+        )
+    features: dict[str, float] = {}
+    for key, val in features_raw.items():
+        if len(key) > _MAX_FEATURE_NAME or not _FEATURE_NAME.match(key):
+            raise ValidationError(
+                f"{fpath}: feature name {key!r} must match {_FEATURE_NAME.pattern} and be at "
+                f"most {_MAX_FEATURE_NAME} characters"
+            )
+        features[key] = as_number(val, f"{fpath}.{key}")
+    return InlineProfile(
+        model=model,
+        batch_size=batch,
+        features=features,
+        schema_version=schema_version,
+        family=family,
+    )
+
+
+def parse_profile_document(text: str, where: str = "profile") -> InlineProfile:
+    """Parse a profile document (the JSON ``horus profile`` writes, or YAML) from a ConfigMap.
+
+    ``where`` names the source in errors, e.g. ``configmap ns/resnet50-profile[profile.json]``.
+    """
+    try:
+        raw = yaml.safe_load(text)  # JSON is YAML; one parser accepts both
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
+    obj = require_object(raw, where)
+    reject_unknown(obj, _PROFILE_INLINE_KEYS, where)
+    if "features" not in obj:
+        raise ValidationError(f"{where}.features: required")
+    return _parse_inline_profile(obj, where)
+
+
+def _parse_gpu(value: object, path: str) -> GpuRequest:
+    raw = require_object(value, path)
+    reject_unknown(raw, ("mode", "corePercent", "memoryMiB"), path)
+    mode = raw.get("mode", GPU_MODE_AUTO)
+    if mode not in GPU_MODES:
+        raise ValidationError(f"{path}.mode: must be one of {', '.join(GPU_MODES)}, got {mode!r}")
+    core = (
+        read_int(raw, "corePercent", path, lo=1, hi=GPU_CORE_UNITS_PER_GPU)
+        if "corePercent" in raw
+        else None
+    )
+    memory = (
+        read_int(raw, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB)
+        if "memoryMiB" in raw
+        else None
+    )
+    if mode == GPU_MODE_EXPLICIT:
+        if core is None:
+            raise ValidationError(f"{path}.corePercent: mode explicit needs corePercent (1..100)")
+        if memory is None:
+            raise ValidationError(f"{path}.memoryMiB: mode explicit needs memoryMiB")
+    else:
+        for key, given in (("corePercent", core), ("memoryMiB", memory)):
+            if given is not None:
+                raise ValidationError(
+                    f"{path}.{key}: must not be set with mode auto (Horus sizes the share); "
+                    f"use mode explicit"
+                )
+    return GpuRequest(mode=str(mode), core_percent=core, memory_mib=memory)
+
+
+# --- status parsing ---------------------------------------------------------------------------
+
+_STATUS_KEYS = (
+    "phase",
+    "reason",
+    "message",
+    "observedGeneration",
+    "placements",
+    "predicted",
+    "observed",
+    "conditions",
+    "queuedTime",
+    "scheduledTime",
+    "startTime",
+    "completionTime",
+)
+_PLACEMENT_KEYS = ("replica", "pod", "node", "gpuUUID", "gpuIndex", "corePercent", "memoryMiB")
+
+
+def parse_dljob_status(value: object, path: str = "status") -> DLJobStatus:
+    """Validate and type a DLJob ``status`` (as the operator wrote it)."""
+    raw = require_object(value, path)
+    reject_unknown(raw, _STATUS_KEYS, path)
+    phase = raw.get("phase")
+    if phase is not None and phase not in DLJOB_PHASES:
+        raise ValidationError(
+            f"{path}.phase: must be one of {', '.join(DLJOB_PHASES)}, got {phase!r}"
+        )
+    placements_raw = raw.get("placements", [])
+    if not isinstance(placements_raw, list):
+        raise ValidationError(f"{path}.placements: must be a list, got {type_name(placements_raw)}")
+    placements = tuple(
+        _parse_placement(p, f"{path}.placements[{i}]") for i, p in enumerate(placements_raw)
+    )
+    predicted = (
+        parse_predicted(require_object(raw["predicted"], f"{path}.predicted"), f"{path}.predicted")
+        if "predicted" in raw
+        else None
+    )
+    observed = _parse_observed(raw["observed"], f"{path}.observed") if "observed" in raw else None
+    conditions_raw = raw.get("conditions", [])
+    if not isinstance(conditions_raw, list):
+        raise ValidationError(f"{path}.conditions: must be a list, got {type_name(conditions_raw)}")
+    conditions = tuple(
+        _parse_condition(c, f"{path}.conditions[{i}]") for i, c in enumerate(conditions_raw)
+    )
+    types = [c.type for c in conditions]
+    if len(set(types)) != len(types):
+        raise ValidationError(f"{path}.conditions: duplicate condition type in {types}")
+    return DLJobStatus(
+        phase=phase,
+        reason=read_str(raw, "reason", path, max_length=128, default="", allow_empty=True),
+        message=read_str(raw, "message", path, max_length=4096, default="", allow_empty=True),
+        observed_generation=(
+            read_int(raw, "observedGeneration", path, lo=0) if "observedGeneration" in raw else None
+        ),
+        placements=placements,
+        predicted=predicted,
+        observed=observed,
+        conditions=conditions,
+        queued_time=_read_time(raw, "queuedTime", path),
+        scheduled_time=_read_time(raw, "scheduledTime", path),
+        start_time=_read_time(raw, "startTime", path),
+        completion_time=_read_time(raw, "completionTime", path),
+    )
+
+
+def _parse_placement(value: object, path: str) -> Placement:
+    raw = require_object(value, path)
+    reject_unknown(raw, _PLACEMENT_KEYS, path)
+    return Placement(
+        replica=read_int(raw, "replica", path, lo=0, hi=MAX_DLJOB_REPLICAS - 1),
+        node=read_str(raw, "node", path, max_length=253),
+        gpu_uuid=read_str(raw, "gpuUUID", path, max_length=128),
+        gpu_index=read_int(raw, "gpuIndex", path, lo=0, hi=1023),
+        core_percent=read_int(raw, "corePercent", path, lo=1, hi=GPU_CORE_UNITS_PER_GPU),
+        memory_mib=read_int(raw, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB),
+        pod=read_str(raw, "pod", path, max_length=253) if "pod" in raw else None,
+    )
+
+
+def _parse_observed(value: object, path: str) -> ObservedUsage:
+    raw = require_object(value, path)
+    reject_unknown(raw, ("util", "memoryMiB", "sampledAt"), path)
+    return ObservedUsage(
+        util=read_number(raw, "util", path, lo=0.0, hi=100.0) if "util" in raw else None,
+        memory_mib=(
+            read_number(raw, "memoryMiB", path, lo=0.0, hi=float(MAX_GPU_MEMORY_MIB))
+            if "memoryMiB" in raw
+            else None
+        ),
+        sampled_at=_read_time(raw, "sampledAt", path),
+    )
+
+
+def _parse_condition(value: object, path: str) -> JobCondition:
+    raw = require_object(value, path)
+    reject_unknown(
+        raw,
+        ("type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"),
+        path,
+    )
+    status = raw.get("status")
+    if status not in _CONDITION_STATUSES:
+        raise ValidationError(
+            f"{path}.status: must be one of {', '.join(_CONDITION_STATUSES)}, got {status!r}"
+        )
+    reason = read_str(raw, "reason", path, max_length=1024, default="", allow_empty=True)
+    if not _CONDITION_REASON.match(reason):
+        raise ValidationError(
+            f"{path}.reason: must be CamelCase letters, digits, '_', ',' or ':', got {reason!r}"
+        )
+    return JobCondition(
+        type=read_str(raw, "type", path, max_length=316),
+        status=str(status),
+        reason=reason,
+        message=read_str(raw, "message", path, max_length=32768, default="", allow_empty=True),
+        last_transition_time=_read_time(raw, "lastTransitionTime", path),
+        observed_generation=(
+            read_int(raw, "observedGeneration", path, lo=0) if "observedGeneration" in raw else None
+        ),
+    )
+
+
+def _read_time(raw: dict[str, Any], key: str, path: str) -> datetime | None:
+    if key not in raw:
+        return None
+    value = raw[key]
+    where = f"{path}.{key}"
+    if isinstance(value, datetime):  # YAML loaders may already have parsed it
+        stamp = value
+    elif isinstance(value, str):
+        try:
+            stamp = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(
+                f"{where}: must be an RFC 3339 time like 2024-05-01T12:00:00Z, got {value!r}"
+            ) from None
+    else:
+        raise ValidationError(f"{where}: must be an RFC 3339 time string, got {type_name(value)}")
+    if stamp.tzinfo is None:
+        raise ValidationError(f"{where}: must carry a time zone (e.g. a trailing Z), got {value!r}")
+    return stamp
+
+
+def format_time(stamp: datetime) -> str:
+    """RFC 3339 in UTC with a trailing Z, second precision — as Kubernetes writes times."""
+    if stamp.tzinfo is None:
+        raise ValidationError(f"time {stamp.isoformat()} has no time zone")
+    return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
