@@ -46,6 +46,7 @@ from horus.common.constants import (
     GPU_MODE_AUTO,
     GPU_MODE_EXPLICIT,
     GPU_MODES,
+    GRAPH_PROFILE_KIND,
     LABEL_DLJOB_NAME,
     LABEL_REPLICA_INDEX,
     MAX_DLJOB_REPLICAS,
@@ -106,6 +107,22 @@ class InlineProfile:
     features: Mapping[str, float]
     schema_version: int = 1
     family: str = ""
+
+    def to_document(self) -> dict[str, Any]:
+        """The profile as the document ``horus profile`` writes (``kind: GraphProfile``).
+
+        The operator hands this to ``horus.predictor.schema.profile_from_dict``, which checks
+        the schema version and the required features the predictor needs.
+        """
+        return {
+            "apiVersion": API_GROUP_VERSION,
+            "kind": GRAPH_PROFILE_KIND,
+            "schemaVersion": self.schema_version,
+            "model": self.model,
+            "family": self.family,
+            "batchSize": self.batch_size,
+            "features": dict(self.features),
+        }
 
 
 @dataclass(frozen=True)
@@ -533,7 +550,7 @@ def _parse_inline_profile(raw: dict[str, Any], path: str) -> InlineProfile:
 
 
 def parse_profile_document(text: str, where: str = "profile") -> InlineProfile:
-    """Parse a profile document (the JSON ``horus profile`` writes, or YAML) from a ConfigMap.
+    """Parse a profile document (the YAML ``horus profile`` writes, or JSON) from a ConfigMap.
 
     ``where`` names the source in errors, e.g. ``configmap ns/resnet50-profile[profile.json]``.
     """
@@ -542,7 +559,13 @@ def parse_profile_document(text: str, where: str = "profile") -> InlineProfile:
     except yaml.YAMLError as exc:
         raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
     obj = require_object(raw, where)
-    reject_unknown(obj, _PROFILE_INLINE_KEYS, where)
+    reject_unknown(obj, ("apiVersion", "kind", *_PROFILE_INLINE_KEYS), where)
+    if obj.get("apiVersion", API_GROUP_VERSION) != API_GROUP_VERSION:
+        raise ValidationError(
+            f"{where}.apiVersion: must be {API_GROUP_VERSION}, got {obj['apiVersion']!r}"
+        )
+    if obj.get("kind", GRAPH_PROFILE_KIND) != GRAPH_PROFILE_KIND:
+        raise ValidationError(f"{where}.kind: must be {GRAPH_PROFILE_KIND}, got {obj['kind']!r}")
     if "features" not in obj:
         raise ValidationError(f"{where}.features: required")
     return _parse_inline_profile(obj, where)

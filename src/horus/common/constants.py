@@ -98,3 +98,4 @@ DLJOB_MAX_NAME_LENGTH: Final = 63  # the name is a label value (horus.io/dljob) 
 DEFAULT_QUEUE: Final = "default"
 PROFILE_CONFIGMAP_DEFAULT_KEY: Final = "profile.json"
 MAX_PROFILE_FEATURES: Final = 256
+GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
