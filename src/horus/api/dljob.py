@@ -127,7 +127,7 @@ class InlineProfile:
 
 @dataclass(frozen=True)
 class ConfigMapProfileRef:
-    """A profile stored as JSON under ``key`` of ConfigMap ``name`` in the job's namespace."""
+    """A profile document (`horus profile` output) stored under ``key`` of ConfigMap ``name`` in the job's namespace."""
 
     name: str
     key: str = PROFILE_CONFIGMAP_DEFAULT_KEY

@@ -96,6 +96,6 @@ DLJOB_PRIORITY_MIN: Final = -1000
 DLJOB_PRIORITY_MAX: Final = 1000
 DLJOB_MAX_NAME_LENGTH: Final = 63  # the name is a label value (horus.io/dljob) on its pods
 DEFAULT_QUEUE: Final = "default"
-PROFILE_CONFIGMAP_DEFAULT_KEY: Final = "profile.json"
+PROFILE_CONFIGMAP_DEFAULT_KEY: Final = "profile.yaml"  # `horus profile` output (YAML or JSON)
 MAX_PROFILE_FEATURES: Final = 256
 GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
