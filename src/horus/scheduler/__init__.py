@@ -1,2 +1,44 @@
 """The pure placement core: cluster state, GPU scoring policies, queue. No Kubernetes imports,
-so the operator, the scheduler extender and the simulator call it unchanged."""
+so the operator, the scheduler extender and the simulator call it unchanged.
+
+Public API (see ``docs/scheduler.md``)::
+
+    state = ClusterState.from_inventory({"node-1": [GpuDevice(...), ...]})
+    state.add_job(job_request, shares, prediction)        # what already runs
+    sched = Scheduler(policy="horus", predictor=predictor)
+    result = sched.schedule(state, [job_request, ...], now=time.time())
+    result.placed   -> Placement (replicas → GpuShare: node, GPU index/UUID, core %, MiB)
+    result.refused  -> Refusal (job, reason, code)
+"""
+
+from horus.scheduler.policies import POLICY_NAMES, Policy, get_policy
+from horus.scheduler.queue import JobQueue
+from horus.scheduler.scheduler import Scheduler
+from horus.scheduler.state import ClusterState
+from horus.scheduler.types import (
+    GpuShare,
+    GpuView,
+    JobRequest,
+    Placement,
+    Refusal,
+    ReplicaPlacement,
+    ScheduleResult,
+    SchedulerSettings,
+)
+
+__all__ = [
+    "POLICY_NAMES",
+    "ClusterState",
+    "GpuShare",
+    "GpuView",
+    "JobQueue",
+    "JobRequest",
+    "Placement",
+    "Policy",
+    "Refusal",
+    "ReplicaPlacement",
+    "ScheduleResult",
+    "Scheduler",
+    "SchedulerSettings",
+    "get_policy",
+]

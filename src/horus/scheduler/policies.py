@@ -1,0 +1,278 @@
+"""GPU scoring policies behind one interface, selectable by name.
+
+A policy answers three questions for a job and the vector of all GPUs: how big a share the
+job gets (core %, memory MiB), which GPUs it may go on (a boolean mask on top of the common
+memory/core/health filter), and how good each allowed GPU is (a score; higher is better).
+The scheduler does the rest (gangs, queue, reasons), identically for every policy, so a
+comparison between policies compares only these decisions.
+
+* ``exclusive`` — one job per GPU, first fit: what a plain ``nvidia.com/gpu: 1`` cluster does.
+* ``binpack`` / ``spread`` — HAMi-style scores on core and memory usage after placement
+  (HAMi ``pkg/scheduler/policy``: binpack prefers the fullest GPU, spread the emptiest).
+  Auto-sized jobs request their predicted upper-quantile utilisation and memory.
+* ``horus-original`` — the thesis prototype's cost, reimplemented faithfully:
+  G. Yeung, D. Borowiec, R. Yang, A. Friday, R. Harper, P. Garraghan, "Horus: Interference-
+  Aware and Prediction-Based Scheduling in Deep Learning Systems", IEEE TPDS 33(1), 2022, and
+  G. Yeung's PhD thesis (Lancaster University, 2022); prototype source
+  github.com/matthewygf/GPUSchedule, ``core/scheduling/horus.py`` (``horus_score``: cost =
+  1.3·mem_cost + util_cost/100 + running_tasks, util_cost = |cur + pred − 100|, ×1.6 when
+  the sum exceeds 100) and ``infra/device.py`` (``can_fit``: at most 3 tasks per GPU, 500 MiB
+  memory headroom). Its queue is a min-heap on predicted utilisation with look-ahead 5.
+* ``horus`` — ours: the GPU that maximises predicted cluster throughput, i.e. the rise in the
+  sum of normalised speeds of the new job and the jobs it joins (pairwise interference model;
+  for three or more jobs the pairwise speeds multiply), subject to memory fit at the upper
+  quantile, a cap on summed predicted utilisation and a floor on every job's speed.
+* ``oracle`` — ``horus`` driven by the measured pair tables instead of the predictor (the
+  simulator passes a ground-truth pair-speed source): an upper reference, not deployable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from horus.common.constants import GPU_CORE_UNITS_PER_GPU
+from horus.common.errors import ConfigError
+from horus.predictor.interface import ResourcePrediction
+from horus.scheduler.state import BoolArray, ClusterState, FloatArray, IntArray
+from horus.scheduler.types import JobRequest, SchedulerSettings
+
+#: ``speed(kind_a, kind_b, gpu_model)``: normalised speed of a job of ``kind_a`` sharing a GPU
+#: with one of ``kind_b``.
+PairSpeed = Callable[[str, str, str], float]
+
+
+@dataclass
+class ScoreContext:
+    """Everything a policy may look at to score one job on every GPU."""
+
+    state: ClusterState
+    job: JobRequest
+    mem_need: IntArray  # per GPU: memory MiB the job would get there
+    core_need: IntArray  # per GPU: core % the job would get there
+    util_need: FloatArray  # per GPU: predicted mean utilisation of the job there
+    settings: SchedulerSettings
+    pair_speed: PairSpeed
+    # Filled by the interference-aware policies for reasons/placements:
+    best_gain: float = math.nan
+    best_gain_gpu: int = -1
+    worst_speed: float = math.nan
+
+
+class Policy:
+    """Base policy: first fit on the common filter. Subclasses override the hooks."""
+
+    name = "base"
+    #: Jobs that may share one GPU; ``None`` means ``settings.max_jobs_per_gpu``.
+    max_jobs: int | None = None
+    #: Memory that must stay free on a GPU after placement (MiB).
+    memory_headroom_mib = 0
+    #: Backfill look-ahead; ``None`` means ``settings.backfill_depth``.
+    lookahead: int | None = None
+    #: The job gets the whole GPU (core 100 %, all memory).
+    whole_gpu = False
+
+    def max_jobs_per_gpu(self, settings: SchedulerSettings) -> int:
+        return settings.max_jobs_per_gpu if self.max_jobs is None else self.max_jobs
+
+    def core_share(
+        self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
+    ) -> int:
+        """Core % an auto-sized job gets (explicit requests are honoured by the caller)."""
+        return _clamp_core(pred.util_upper, settings)
+
+    def memory_share(self, job: JobRequest, pred: ResourcePrediction) -> int:
+        """Memory MiB an auto-sized job gets: the upper quantile of its prediction."""
+        return max(1, math.ceil(pred.memory_mib_upper))
+
+    def queue_key(self, job: JobRequest, pred: ResourcePrediction | None) -> tuple[float, ...]:
+        """Order of the queue: higher priority first, then FIFO by submit time."""
+        return (-job.priority, job.submit_time)
+
+    def refine(self, ctx: ScoreContext, mask: BoolArray) -> BoolArray:
+        """Policy-specific filter on top of the common one (default: none)."""
+        return mask
+
+    def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
+        """Score of every GPU (only entries where ``mask`` holds matter); default first fit."""
+        return -np.arange(ctx.state.gpu_count, dtype=np.float64)
+
+
+def _clamp_core(util: float, settings: SchedulerSettings) -> int:
+    return int(min(GPU_CORE_UNITS_PER_GPU, max(settings.min_core_percent, math.ceil(util))))
+
+
+class Exclusive(Policy):
+    """One job per GPU, FIFO, first fit (lowest node, lowest index)."""
+
+    name = "exclusive"
+    max_jobs = 1
+    whole_gpu = True
+
+    def core_share(
+        self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
+    ) -> int:
+        return GPU_CORE_UNITS_PER_GPU
+
+
+class Binpack(Policy):
+    """HAMi-style binpack: the GPU whose core and memory use after placement is highest."""
+
+    name = "binpack"
+    sign = 1.0
+
+    def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
+        st = ctx.state
+        core = (st.core_used + ctx.core_need) / GPU_CORE_UNITS_PER_GPU
+        mem = (st.mem_used + ctx.mem_need) / st.mem_total
+        return np.asarray(self.sign * (core + mem), dtype=np.float64)
+
+
+class Spread(Binpack):
+    """HAMi-style spread: the GPU whose core and memory use after placement is lowest."""
+
+    name = "spread"
+    sign = -1.0
+
+
+class HorusOriginal(Policy):
+    """The thesis prototype's cost (see the module docstring for the source).
+
+    cost = 1.3·mem_cost + util_cost/100 + running_tasks with mem_cost the memory fraction in
+    use after placement and util_cost = |current_util + predicted_util − 100|, multiplied by
+    1.6 when the sum exceeds 100; the lowest cost wins. ``can_fit``: fewer than 3 tasks and
+    more than 500 MiB left. The prototype uses the job's *maximum* predicted utilisation and
+    memory (our upper quantile) and the GPU's current utilisation (our summed means). It has
+    no core shares; we give each job 33 % so that three always fit the 100 % accounting.
+    """
+
+    name = "horus-original"
+    max_jobs = 3
+    memory_headroom_mib = 500
+    lookahead = 5
+    UTIL_COST = 1.6
+    MEM_COST = 1.3
+
+    def core_share(
+        self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
+    ) -> int:
+        return GPU_CORE_UNITS_PER_GPU // 3
+
+    def queue_key(self, job: JobRequest, pred: ResourcePrediction | None) -> tuple[float, ...]:
+        util = pred.util_upper if pred is not None else 0.0
+        return (-job.priority, util, job.submit_time)
+
+    def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
+        st = ctx.state
+        mem_cost = (st.mem_used + ctx.mem_need) / st.mem_total
+        over = st.util_sum + ctx.util_need - 100.0
+        util_cost = np.where(over > 0, np.abs(over) * self.UTIL_COST, np.abs(over))
+        cost = mem_cost * self.MEM_COST + util_cost / 100.0 + st.njobs
+        return np.asarray(-cost, dtype=np.float64)
+
+
+class Horus(Policy):
+    """Maximise the predicted rise in summed normalised speed on the chosen GPU."""
+
+    name = "horus"
+
+    def __init__(self) -> None:
+        # (kind, gpu model, signature) -> (gain, new job's speed, slowest resident after)
+        self._gain_cache: dict[tuple[str, str, tuple[str, ...]], tuple[float, float, float]] = {}
+
+    def core_share(
+        self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
+    ) -> int:
+        # Scaled so that "summed core ≤ 100" is exactly "summed predicted util ≤ util_cap".
+        return _clamp_core(pred.util_mean * GPU_CORE_UNITS_PER_GPU / settings.util_cap, settings)
+
+    def gain(
+        self, kind: str, model: str, sig: tuple[str, ...], pair_speed: PairSpeed
+    ) -> tuple[float, float, float]:
+        """(gain, new job speed, slowest resident speed after) for joining ``sig``.
+
+        Speeds of three or more co-runners are the product of pairwise speeds (documented
+        fallback: only pairs were measured).
+        """
+        key = (kind, model, sig)
+        hit = self._gain_cache.get(key)
+        if hit is not None:
+            return hit
+        before = 0.0
+        after = 0.0
+        slowest = 1.0
+        new_speed = 1.0
+        for i, r in enumerate(sig):
+            s = 1.0
+            for j, o in enumerate(sig):
+                if i != j:
+                    s *= pair_speed(r, o, model)
+            before += s
+            s_after = s * pair_speed(r, kind, model)
+            after += s_after
+            slowest = min(slowest, s_after)
+            new_speed *= pair_speed(kind, r, model)
+        after += new_speed
+        result = (after - before, new_speed, slowest)
+        self._gain_cache[key] = result
+        return result
+
+    def refine(self, ctx: ScoreContext, mask: BoolArray) -> BoolArray:
+        st = ctx.state
+        return mask & (st.util_sum + ctx.util_need <= ctx.settings.util_cap + 1e-9)
+
+    def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
+        st = ctx.state
+        cand = np.unique(st.sig_id[mask] * len(st.models) + st.model_of[mask])
+        table = np.full(len(st.signatures) * len(st.models), -np.inf)
+        best_gain, best_key, worst = -np.inf, -1, math.nan
+        for key in cand.tolist():
+            sid, mid = divmod(int(key), len(st.models))
+            sig = st.signatures[sid]
+            gain, new_speed, slowest = self.gain(ctx.job.kind, st.models[mid], sig, ctx.pair_speed)
+            if gain > best_gain:
+                best_gain, best_key, worst = gain, key, min(new_speed, slowest)
+            if sig and (
+                gain < ctx.settings.min_gain
+                or new_speed < ctx.settings.min_speed
+                or slowest < ctx.settings.min_speed
+            ):
+                continue
+            table[key] = gain
+        if best_key >= 0:
+            ctx.best_gain, ctx.worst_speed = best_gain, worst
+            hits = np.nonzero(mask & (st.sig_id * len(st.models) + st.model_of == best_key))[0]
+            ctx.best_gain_gpu = int(hits[0]) if len(hits) else -1
+        score = table[st.sig_id * len(st.models) + st.model_of]
+        # Among equal gains prefer the fuller GPU (keeps idle GPUs whole for big gangs).
+        return np.asarray(score + 1e-3 * st.core_used / GPU_CORE_UNITS_PER_GPU, dtype=np.float64)
+
+
+class Oracle(Horus):
+    """``horus`` with the true pair speeds (the scheduler is given a ground-truth source)."""
+
+    name = "oracle"
+
+
+POLICIES: dict[str, type[Policy]] = {
+    "exclusive": Exclusive,
+    "binpack": Binpack,
+    "spread": Spread,
+    "horus-original": HorusOriginal,
+    "horus": Horus,
+    "oracle": Oracle,
+}
+POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+
+
+def get_policy(name: str) -> Policy:
+    """A fresh policy by name; unknown names are a :class:`ConfigError` listing the known."""
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ConfigError(
+            f"unknown scheduling policy {name!r}; choose one of {', '.join(POLICY_NAMES)}"
+        ) from None

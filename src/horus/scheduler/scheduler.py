@@ -1,0 +1,499 @@
+"""The scheduler: turns a queue of jobs into placements, or into reasons a person can read.
+
+One code path for every policy: predict (cached per job kind and GPU model), filter GPUs on
+health, model, memory, core and job slots, let the policy refine and score, then place the
+gang all-or-nothing. When a job does not fit, the filters are replayed to find the first one
+that rules it out, and the refusal says which, with numbers and the best candidate GPU —
+"pods pending with no reason" is a top complaint about existing GPU schedulers.
+
+Queue discipline (:meth:`Scheduler.schedule`): jobs are tried in the policy's order
+(priority, then FIFO). After the first job that does not fit, at most ``backfill_depth`` more
+are tried (backfill). If a blocked job has waited longer than ``starvation_seconds``, nothing
+behind it is placed until it is: waiting is bounded, small jobs cannot starve a large one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from horus.common.constants import GPU_CORE_UNITS_PER_GPU
+from horus.common.errors import ValidationError
+from horus.predictor.interface import Predictor, ResourcePrediction
+from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy
+from horus.scheduler.queue import JobQueue
+from horus.scheduler.state import BoolArray, ClusterState, FloatArray
+from horus.scheduler.types import (
+    GpuShare,
+    JobRequest,
+    Placement,
+    Refusal,
+    ReplicaPlacement,
+    ScheduleResult,
+    SchedulerSettings,
+)
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+@dataclass
+class _Attempt:
+    placement: Placement | None
+    refusal: Refusal | None
+
+
+class Scheduler:
+    """Places jobs on a :class:`ClusterState` with one policy.
+
+    ``predictor`` supplies resource predictions (unless a job carries its own) and, for the
+    interference-aware policies, pairwise speeds. ``pair_speed`` overrides the predictor's
+    pair speeds — the simulator passes the measured tables for ``oracle``.
+    """
+
+    def __init__(
+        self,
+        policy: str | Policy = "horus",
+        predictor: Predictor | None = None,
+        settings: SchedulerSettings | None = None,
+        pair_speed: PairSpeed | None = None,
+    ) -> None:
+        self.policy = get_policy(policy) if isinstance(policy, str) else policy
+        self.predictor = predictor
+        self.settings = settings or SchedulerSettings()
+        self._pair_override = pair_speed
+        self._pred_cache: dict[tuple[str, str], ResourcePrediction] = {}
+        self._pair_cache: dict[tuple[str, str, str], float] = {}
+        self._profiles: dict[str, JobRequest] = {}
+        self._queue_model: str | None = None
+
+    # --- predictions ----------------------------------------------------------------------
+    def predict(self, job: JobRequest, gpu_model: str) -> ResourcePrediction:
+        """The job's prediction on ``gpu_model`` (its own if it carries one; cached by kind)."""
+        if job.prediction is not None:
+            return job.prediction
+        key = (job.kind, gpu_model)
+        hit = self._pred_cache.get(key)
+        if hit is None:
+            if self.predictor is None:
+                raise ValidationError(
+                    f"job {job.name} carries no prediction and the scheduler has no predictor"
+                )
+            hit = self.predictor.predict(job.profile, gpu_model)
+            self._pred_cache[key] = hit
+        return hit
+
+    def pair_speed(self, kind: str, other: str, gpu_model: str) -> float:
+        """Predicted normalised speed of ``kind`` next to ``other`` (cached)."""
+        key = (kind, other, gpu_model)
+        hit = self._pair_cache.get(key)
+        if hit is None:
+            if self._pair_override is not None:
+                hit = self._pair_override(kind, other, gpu_model)
+            else:
+                if self.predictor is None:
+                    raise ValidationError("policy needs pair speeds but there is no predictor")
+                a, b = self._profiles.get(kind), self._profiles.get(other)
+                if a is None or b is None:
+                    raise ValidationError(f"no profile known for job kind {kind!r} or {other!r}")
+                hit = self.predictor.pair_speed(a.profile, b.profile, gpu_model)
+            hit = float(min(1.0, max(0.0, hit)))
+            self._pair_cache[key] = hit
+        return hit
+
+    def remember(self, job: JobRequest) -> None:
+        """Record ``job``'s profile under its kind (needed to ask the predictor about pairs)."""
+        self._profiles.setdefault(job.kind, job)
+
+    def queue_key(self, job: JobRequest) -> tuple[float, ...]:
+        """The job's position key in this policy's queue order."""
+        pred = job.prediction
+        if pred is None and self._queue_model is not None and self.predictor is not None:
+            pred = self.predict(job, self._queue_model)
+        return self.policy.queue_key(job, pred)
+
+    def new_queue(
+        self, state: ClusterState | None = None, jobs: Iterable[JobRequest] = ()
+    ) -> JobQueue:
+        """An empty queue ordered the way this policy wants, filled with ``jobs``.
+
+        ``state`` tells which GPU model predictions used for ordering refer to (its first).
+        """
+        if state is not None and state.models:
+            self._queue_model = state.models[0]
+        q = JobQueue(self.queue_key)
+        for job in jobs:
+            self.remember(job)
+            q.push(job)
+        return q
+
+    # --- one job --------------------------------------------------------------------------
+    def place(self, state: ClusterState, job: JobRequest) -> Placement | Refusal:
+        """Try to place one job now; on success the placement is applied to ``state``."""
+        attempt = self._attempt(state, job, explain=True)
+        if attempt.placement is not None:
+            state.apply(job, attempt.placement)
+            return attempt.placement
+        assert attempt.refusal is not None
+        return attempt.refusal
+
+    def check_possible(self, state: ClusterState, job: JobRequest) -> str | None:
+        """Why ``job`` can never run on this cluster (even empty), or None when it could."""
+        ok_model = self._model_mask(state, job)
+        usable = state.healthy & ok_model
+        if job.gpu_count > int(usable.sum()):
+            where = f" of model {', '.join(job.gpu_models)}" if job.gpu_models else ""
+            return (
+                f"needs {job.gpu_count} GPUs ({job.replicas} replica(s) × "
+                f"{job.gpus_per_replica}) but the cluster has {int(usable.sum())} healthy GPUs{where}"
+            )
+        if job.gpus_per_replica > 1:
+            per_node = np.bincount(state.node_of[usable], minlength=len(state.node_names))
+            if int(per_node.max(initial=0)) < job.gpus_per_replica:
+                return (
+                    f"needs {job.gpus_per_replica} GPUs on one node per replica but no node has "
+                    f"more than {int(per_node.max(initial=0))} healthy GPUs"
+                )
+        for m, model in enumerate(state.models):
+            if not np.any(usable & (state.model_of == m)):
+                continue
+            pred = self.predict(job, model)
+            mem = job.memory_mib or math.ceil(pred.memory_mib_upper)
+            cap = int(state.mem_total[usable & (state.model_of == m)].max())
+            if mem + self.policy.memory_headroom_mib <= cap:
+                return None
+        return (
+            f"needs {_gib(job.memory_mib or self.predict(job, state.models[0]).memory_mib_upper)} "
+            f"per GPU but the largest GPU has {_gib(int(state.mem_total.max(initial=0)))}"
+        )
+
+    def _model_mask(self, state: ClusterState, job: JobRequest) -> BoolArray:
+        if not job.gpu_models:
+            return np.ones(state.gpu_count, dtype=np.bool_)
+        ok = [m in job.gpu_models for m in state.models]
+        return np.asarray(np.array(ok, dtype=np.bool_)[state.model_of], dtype=np.bool_)
+
+    def _attempt(self, state: ClusterState, job: JobRequest, explain: bool) -> _Attempt:
+        st, pol, cfg = state, self.policy, self.settings
+        self.remember(job)
+        n_models = len(st.models)
+        preds = [self.predict(job, m) for m in st.models]
+        if pol.whole_gpu:
+            mem_by_model = np.array([math.ceil(p.memory_mib_upper) for p in preds], dtype=np.int64)
+            core_by_model = np.full(n_models, GPU_CORE_UNITS_PER_GPU, dtype=np.int64)
+        else:
+            mem_by_model = np.array(
+                [job.memory_mib or pol.memory_share(job, p) for p in preds], dtype=np.int64
+            )
+            core_by_model = np.array(
+                [job.core_percent or pol.core_share(job, p, cfg) for p in preds], dtype=np.int64
+            )
+        util_by_model = np.array([p.util_mean for p in preds], dtype=np.float64)
+        mem_need = mem_by_model[st.model_of]
+        core_need = core_by_model[st.model_of]
+        util_need = util_by_model[st.model_of]
+        max_jobs = pol.max_jobs_per_gpu(cfg)
+
+        usable = st.healthy & self._model_mask(st, job) if job.gpu_models else st.healthy
+        mem_ok = st.mem_used + mem_need + pol.memory_headroom_mib <= st.mem_total
+        core_ok = st.core_used + core_need <= GPU_CORE_UNITS_PER_GPU
+        slots_ok = st.njobs < max_jobs
+        mask = usable & mem_ok & core_ok & slots_ok
+        ctx = ScoreContext(st, job, mem_need, core_need, util_need, cfg, self.pair_speed)
+        need = job.gpu_count
+        if int(np.count_nonzero(mask)) >= need:
+            mask = pol.refine(ctx, mask)
+        if int(np.count_nonzero(mask)) >= need:
+            score = pol.score(ctx, mask)
+            mask = mask & np.isfinite(score)
+            chosen = self._choose(st, job, mask, score) if np.count_nonzero(mask) >= need else None
+            if chosen is not None:
+                return _Attempt(self._placement(st, job, chosen, ctx, preds), None)
+        if not explain:
+            return _Attempt(None, Refusal(job.name, "", "unplaced"))
+        return _Attempt(None, self._explain(st, job, ctx, usable, mem_ok, core_ok, slots_ok, mask))
+
+    def _choose(
+        self, st: ClusterState, job: JobRequest, mask: BoolArray, score: FloatArray
+    ) -> list[list[int]] | None:
+        """GPUs per replica (all-or-nothing), best score first; None when the gang won't fit."""
+        k, reps = job.gpus_per_replica, job.replicas
+        idx = np.nonzero(mask)[0]
+        if k == 1:
+            if len(idx) < reps:
+                return None
+            s = score[idx]
+            if reps == 1:
+                return [[int(idx[int(np.argmax(s))])]]
+            # stable: best score first, lowest GPU number among ties
+            order = np.lexsort((idx, -s))[:reps]
+            return [[int(idx[i])] for i in order]
+        avail = mask.copy()
+        out: list[list[int]] = []
+        for _ in range(reps):
+            idx = np.nonzero(avail)[0]
+            if len(idx) < k:
+                return None
+            nodes = st.node_of[idx]
+            order = np.lexsort((idx, -score[idx], nodes))
+            idx, nodes = idx[order], nodes[order]
+            starts = np.r_[0, np.nonzero(np.diff(nodes))[0] + 1]
+            counts = np.diff(np.r_[starts, len(idx)])
+            rank = np.arange(len(idx)) - np.repeat(starts, counts)
+            top = rank < k
+            node_sum = np.bincount(
+                nodes[top], weights=score[idx[top]], minlength=len(st.node_names)
+            )
+            node_cnt = np.bincount(nodes[top], minlength=len(st.node_names))
+            node_sum[node_cnt < k] = -np.inf
+            best = int(np.argmax(node_sum))
+            if not np.isfinite(node_sum[best]):
+                return None
+            gpus = [int(g) for g in idx[top & (nodes == best)]]
+            out.append(gpus)
+            avail[gpus] = False
+        return out
+
+    def _placement(
+        self,
+        st: ClusterState,
+        job: JobRequest,
+        chosen: list[list[int]],
+        ctx: ScoreContext,
+        preds: list[ResourcePrediction],
+    ) -> Placement:
+        replicas = []
+        speed, gain = 1.0, 0.0
+        for r, gpus in enumerate(chosen):
+            shares = []
+            for g in gpus:
+                mem = int(st.mem_total[g]) if self.policy.whole_gpu else int(ctx.mem_need[g])
+                shares.append(
+                    GpuShare(
+                        node=st.node_names[int(st.node_of[g])],
+                        gpu_index=st.gpu_index[g],
+                        gpu_uuid=st.gpu_uuid[g],
+                        core_percent=int(ctx.core_need[g]),
+                        memory_mib=mem,
+                    )
+                )
+                s, gn = self._predicted_effect(st, job, g)
+                speed, gain = min(speed, s), gain + gn
+            replicas.append(ReplicaPlacement(r, shares[0].node, tuple(shares)))
+        pred = preds[int(st.model_of[chosen[0][0]])]
+        return Placement(
+            job=job.name,
+            replicas=tuple(replicas),
+            policy=self.policy.name,
+            prediction=pred,
+            predicted_speed=speed,
+            predicted_gain=gain,
+        )
+
+    def _predicted_effect(self, st: ClusterState, job: JobRequest, g: int) -> tuple[float, float]:
+        """(new job's predicted speed, summed-speed gain) on GPU ``g``; (1, 1) when alone."""
+        sig = st.signatures[int(st.sig_id[g])]
+        if not sig:
+            return 1.0, 1.0
+        if self._pair_override is None and self.predictor is None:
+            return math.nan, math.nan
+        model = st.gpu_model[g]
+        speed = 1.0
+        for o in sig:
+            speed *= self.pair_speed(job.kind, o, model)
+        before = after = 0.0
+        for i, r in enumerate(sig):
+            s = 1.0
+            for j, o in enumerate(sig):
+                if i != j:
+                    s *= self.pair_speed(r, o, model)
+            before += s
+            after += s * self.pair_speed(r, job.kind, model)
+        return speed, after + speed - before
+
+    # --- reasons --------------------------------------------------------------------------
+    def _explain(
+        self,
+        st: ClusterState,
+        job: JobRequest,
+        ctx: ScoreContext,
+        usable: BoolArray,
+        mem_ok: BoolArray,
+        core_ok: BoolArray,
+        slots_ok: BoolArray,
+        final: BoolArray,
+    ) -> Refusal:
+        need = job.gpu_count
+        n_usable = int(np.count_nonzero(usable))
+        why = self.check_possible(st, job)
+        if why is not None:
+            return Refusal(job.name, why, "impossible")
+        if need > n_usable:
+            return Refusal(
+                job.name,
+                f"needs {need} GPUs but only {n_usable} are healthy right now",
+                "impossible",
+            )
+        plural = f"{need} GPUs" if need > 1 else "a GPU"
+        if self.policy.whole_gpu:
+            idle = int(np.count_nonzero(usable & (st.njobs == 0)))
+            return Refusal(
+                job.name,
+                f"no idle GPU for {plural}: {idle} of {n_usable} healthy GPUs are idle "
+                f"(policy {self.policy.name} runs one job per GPU)",
+                "busy",
+            )
+        stage = usable & mem_ok
+        if int(np.count_nonzero(stage)) < need:
+            free = np.where(
+                usable, st.mem_total - st.mem_used - self.policy.memory_headroom_mib, -1
+            )
+            best = int(np.argmax(free))
+            want = int(ctx.mem_need[best])
+            extra = (
+                f" (+{self.policy.memory_headroom_mib} MiB headroom)"
+                if self.policy.memory_headroom_mib
+                else ""
+            )
+            head = (
+                f"no GPU with {_gib(want)}{extra} free"
+                if need == 1
+                else f"only {int(np.count_nonzero(stage))} GPUs have {_gib(want)}{extra} free, needs {need}"
+            )
+            return Refusal(
+                job.name,
+                f"{head}; best candidate {st.label(best)} has {_gib(max(0, int(free[best])))}",
+                "memory",
+            )
+        stage2 = stage & slots_ok
+        if int(np.count_nonzero(stage2)) < need:
+            return Refusal(
+                job.name,
+                f"every GPU with {_gib(int(ctx.mem_need.max()))} free already runs "
+                f"{self.policy.max_jobs_per_gpu(self.settings)} jobs (the most per GPU)",
+                "slots",
+            )
+        stage3 = stage2 & core_ok
+        if int(np.count_nonzero(stage3)) < need:
+            free = np.where(stage2, GPU_CORE_UNITS_PER_GPU - st.core_used, -1)
+            best = int(np.argmax(free))
+            return Refusal(
+                job.name,
+                f"no GPU with {int(ctx.core_need[best])}% core free for {plural} among those with "
+                f"enough memory; best candidate {st.label(best)} has {int(free[best])}% free",
+                "core",
+            )
+        if int(np.count_nonzero(final)) < need and self.policy.name in ("horus", "oracle"):
+            if math.isnan(ctx.best_gain):
+                util = float(ctx.util_need.max())
+                return Refusal(
+                    job.name,
+                    f"every GPU with room would exceed the summed-utilisation cap of "
+                    f"{self.settings.util_cap:.0f}% (job predicted at {util:.0f}%)",
+                    "core",
+                )
+            where = st.label(ctx.best_gain_gpu) if ctx.best_gain_gpu >= 0 else "none"
+            return Refusal(
+                job.name,
+                f"sharing would not pay: the best candidate {where} gains "
+                f"{ctx.best_gain:.2f} in summed speed (needs ≥ {self.settings.min_gain:.2f}) "
+                f"and its slowest job would run at {ctx.worst_speed:.2f}× "
+                f"(needs ≥ {self.settings.min_speed:.2f}×); waiting for a better GPU",
+                "interference",
+            )
+        if job.gpus_per_replica > 1 or job.replicas > 1:
+            per_node = np.bincount(st.node_of[final], minlength=len(st.node_names))
+            best = int(np.argmax(per_node))
+            return Refusal(
+                job.name,
+                f"gang of {job.replicas} replica(s) × {job.gpus_per_replica} GPU(s) on one node "
+                f"each does not fit: {int(np.count_nonzero(final))} suitable GPUs, at most "
+                f"{int(per_node[best])} on one node ({st.node_names[best]})",
+                "gang",
+            )
+        return Refusal(
+            job.name, f"no suitable GPU for {plural} under policy {self.policy.name}", "core"
+        )
+
+    # --- the queue ------------------------------------------------------------------------
+    def schedule(
+        self,
+        state: ClusterState,
+        queue: JobQueue | Iterable[JobRequest],
+        now: float | None = None,
+        explain: bool = True,
+    ) -> ScheduleResult:
+        """One scheduling pass over ``queue``; placements are applied to ``state``.
+
+        A :class:`JobQueue` made by :meth:`new_queue` loses the jobs that were placed; any
+        other iterable is ordered by the policy first. ``now`` (seconds, same clock as the
+        jobs' ``submit_time``) enables the starvation guard. With ``explain=False`` refusals
+        carry no reason (the simulator's fast path).
+        """
+        q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
+        depth = (
+            self.policy.lookahead
+            if self.policy.lookahead is not None
+            else self.settings.backfill_depth
+        )
+        placed: list[Placement] = []
+        refused: list[Refusal] = []
+        failed_shapes: dict[tuple[object, ...], Refusal] = {}
+        blocked = 0
+        barrier: JobRequest | None = None
+        for pos, job in enumerate(q):
+            if barrier is not None or blocked > depth:
+                if not explain:
+                    break
+                if barrier is not None:
+                    reason = (
+                        f"held back: the older job {barrier.name} has waited longer than "
+                        f"{self.settings.starvation_seconds:.0f} s and goes first"
+                    )
+                    refused.append(Refusal(job.name, reason, "held"))
+                else:
+                    refused.append(
+                        Refusal(
+                            job.name,
+                            f"waiting in queue at position {pos + 1}; this pass tried "
+                            f"{depth} jobs behind the first blocked one",
+                            "queued",
+                        )
+                    )
+                continue
+            shape = (
+                job.kind,
+                job.replicas,
+                job.gpus_per_replica,
+                job.core_percent,
+                job.memory_mib,
+                job.gpu_models,
+                job.prediction,
+            )
+            hit = failed_shapes.get(shape)
+            if hit is not None:
+                refused.append(Refusal(job.name, hit.reason, hit.code))
+                blocked += 1
+                continue
+            attempt = self._attempt(state, job, explain)
+            if attempt.placement is not None:
+                state.apply(job, attempt.placement)
+                q.remove(job.name)
+                placed.append(attempt.placement)
+                continue
+            assert attempt.refusal is not None
+            failed_shapes[shape] = attempt.refusal
+            refused.append(attempt.refusal)
+            blocked += 1
+            if (
+                blocked == 1
+                and now is not None
+                and now - job.submit_time > self.settings.starvation_seconds
+                and attempt.refusal.code != "impossible"
+            ):
+                barrier = job
+        return ScheduleResult(tuple(placed), tuple(refused))

@@ -1,0 +1,223 @@
+"""The values that go in and out of the placement core — its stable, public vocabulary.
+
+The operator (live cluster), the scheduler extender and the simulator all speak these types,
+so they are plain frozen dataclasses with no Kubernetes in them. A :class:`JobRequest` goes in;
+a :class:`Placement` (where each replica runs, with its core % and memory MiB per GPU) or a
+:class:`Refusal` (a sentence a person can act on) comes out. :class:`SchedulerSettings` holds
+every tunable knob, each documented where it is declared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from horus.common.constants import GPU_CORE_UNITS_PER_GPU
+from horus.common.errors import ValidationError
+from horus.predictor.interface import GraphProfile, ResourcePrediction
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job asking for GPUs: what it is, how much of it there is, and how urgent it is.
+
+    ``replicas × gpus_per_replica`` GPUs are placed all-or-nothing (a gang); the GPUs of one
+    replica always lie on one node (one pod), different replicas may use different nodes.
+    ``core_percent``/``memory_mib`` left as ``None`` mean *auto*: the policy derives the share
+    from the prediction (memory at the upper quantile). ``prediction`` may be given when the
+    caller already has it (e.g. from the ``horus.io/predicted`` annotation); otherwise the
+    scheduler asks its predictor once per (job kind, GPU model) and caches the answer.
+    ``kind`` names the job's model configuration for caching pairwise slowdowns; jobs of one
+    kind must have the same profile. ``gpu_models`` restricts placement to those GPU models.
+    """
+
+    name: str
+    profile: GraphProfile
+    replicas: int = 1
+    gpus_per_replica: int = 1
+    core_percent: int | None = None
+    memory_mib: int | None = None
+    priority: int = 0
+    submit_time: float = 0.0
+    prediction: ResourcePrediction | None = None
+    kind: str = ""
+    gpu_models: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValidationError("job name must not be empty")
+        if self.replicas < 1:
+            raise ValidationError(f"job {self.name}: replicas must be >= 1, got {self.replicas}")
+        if self.gpus_per_replica < 1:
+            raise ValidationError(
+                f"job {self.name}: gpusPerReplica must be >= 1, got {self.gpus_per_replica}"
+            )
+        if self.core_percent is not None and not 1 <= self.core_percent <= GPU_CORE_UNITS_PER_GPU:
+            raise ValidationError(
+                f"job {self.name}: core percent must be 1..100 or auto, got {self.core_percent}"
+            )
+        if self.memory_mib is not None and self.memory_mib <= 0:
+            raise ValidationError(f"job {self.name}: memory MiB must be > 0, got {self.memory_mib}")
+        if not self.kind:
+            object.__setattr__(self, "kind", f"{self.profile.model}@{self.profile.batch_size}")
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the whole gang needs."""
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """The part of one GPU given to one replica of a job."""
+
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    core_percent: int
+    memory_mib: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``horus.io/gpu-assignment`` form of this share."""
+        return {
+            "node": self.node,
+            "gpuIndex": self.gpu_index,
+            "gpuUUID": self.gpu_uuid,
+            "corePercent": self.core_percent,
+            "memoryMiB": self.memory_mib,
+        }
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    """Where replica ``replica`` (one pod) of a job runs: one node, one or more GPU shares."""
+
+    replica: int
+    node: str
+    gpus: tuple[GpuShare, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``horus.io/gpu-assignment`` annotation value for this replica's pod."""
+        return {
+            "node": self.node,
+            "replica": self.replica,
+            "gpus": [g.to_json() for g in self.gpus],
+        }
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A successful decision: the gang's replicas and what the policy expected of it.
+
+    ``predicted_speed`` is the job's predicted normalised speed (1 = as fast as alone) given
+    the jobs it joins; ``predicted_gain`` the predicted change of summed normalised speed
+    of all jobs on the chosen GPUs (only meaningful for the interference-aware policies).
+    """
+
+    job: str
+    replicas: tuple[ReplicaPlacement, ...]
+    policy: str
+    prediction: ResourcePrediction
+    predicted_speed: float = 1.0
+    predicted_gain: float = 1.0
+
+    @property
+    def shares(self) -> tuple[GpuShare, ...]:
+        """Every GPU share of the gang, replica by replica."""
+        return tuple(g for r in self.replicas for g in r.gpus)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A job that could not be placed now, and why, in words a person can act on.
+
+    ``code`` is a short machine-readable category: ``impossible`` (can never fit this
+    cluster), ``memory``, ``core``, ``slots`` (max jobs per GPU), ``interference`` (sharing
+    would cost more than it gains), ``busy`` (no idle GPU), ``gang`` (not all replicas fit),
+    ``held`` (held back so an older job is not starved), ``queued`` (not examined this pass).
+    """
+
+    job: str
+    reason: str
+    code: str
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """The outcome of one scheduling pass: what was placed and why the rest was not."""
+
+    placed: tuple[Placement, ...]
+    refused: tuple[Refusal, ...]
+
+    def reason_for(self, job: str) -> str | None:
+        """The refusal reason of ``job``, or None when it was placed or not in the queue."""
+        for r in self.refused:
+            if r.job == job:
+                return r.reason
+        return None
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """Tunable knobs of the placement core (section ``scheduler`` in the config file).
+
+    Defaults are what the benchmarks in ``docs/scheduler.md`` were measured with.
+    """
+
+    #: ``horus``/``oracle``: cap on the summed predicted mean utilisation (%) of one GPU.
+    #: Above 100 deliberately overcommits compute: the measured pair tables show that many
+    #: pairs whose utilisations sum past 100 still finish more work together than apart.
+    util_cap: float = 200.0
+    #: ``horus``/``oracle``: share a GPU only when the predicted summed normalised speed of
+    #: all jobs on it rises by at least this much (an idle GPU gives a gain of 1.0).
+    min_gain: float = 0.2
+    #: ``horus``/``oracle``: never place a job where any job on the GPU is predicted to run
+    #: slower than this fraction of its solo speed.
+    min_speed: float = 0.5
+    #: Most jobs that may share one GPU (``horus``, ``binpack``, ``spread``).
+    max_jobs_per_gpu: int = 3
+    #: Smallest core share given to an auto-sized job on a shared GPU.
+    min_core_percent: int = 5
+    #: How many jobs behind the first blocked one a pass still tries (backfill depth).
+    backfill_depth: int = 64
+    #: A blocked job that has waited longer than this (seconds) stops all backfilling behind
+    #: it until it is placed, so small jobs can never starve a large one (bounded waiting).
+    starvation_seconds: float = 6 * 3600.0
+
+    def __post_init__(self) -> None:
+        if self.util_cap <= 0:
+            raise ValidationError(f"util_cap must be > 0, got {self.util_cap}")
+        if self.max_jobs_per_gpu < 1:
+            raise ValidationError(f"max_jobs_per_gpu must be >= 1, got {self.max_jobs_per_gpu}")
+        if not 0 <= self.min_speed <= 1:
+            raise ValidationError(f"min_speed must be in [0, 1], got {self.min_speed}")
+        if not 1 <= self.min_core_percent <= GPU_CORE_UNITS_PER_GPU:
+            raise ValidationError(f"min_core_percent must be 1..100, got {self.min_core_percent}")
+        if self.backfill_depth < 0:
+            raise ValidationError(f"backfill_depth must be >= 0, got {self.backfill_depth}")
+        if self.starvation_seconds <= 0:
+            raise ValidationError(f"starvation_seconds must be > 0, got {self.starvation_seconds}")
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """A read-only snapshot of one GPU and what runs on it (for reasons, metrics, tests)."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    healthy: bool
+    memory_used_mib: int
+    core_used_percent: int
+    util_sum: float
+    jobs: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def memory_free_mib(self) -> int:
+        return self.memory_mib - self.memory_used_mib
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/gpu-{self.index}"

@@ -1,0 +1,186 @@
+"""Every policy on small hand-made clusters where the right answer is obvious."""
+
+from __future__ import annotations
+
+import pytest
+from sched_helpers import TablePredictor, cluster, job
+
+from horus.common.errors import ConfigError
+from horus.scheduler import POLICY_NAMES, Placement, Refusal, Scheduler, SchedulerSettings
+
+pytestmark = pytest.mark.unit
+
+PRED = TablePredictor(
+    {
+        "heavy": (60.0, 15000.0),  # two of these do not fit one 24 GiB GPU
+        "light": (20.0, 2000.0),
+        "hot": (95.0, 3000.0),
+        "cool": (30.0, 3000.0),
+        "huge": (50.0, 40960.0),
+    },
+    pairs={
+        ("light", "hot"): 0.55,
+        ("hot", "light"): 0.7,
+        ("light", "cool"): 0.97,
+        ("cool", "light"): 0.95,
+    },
+)
+
+
+def gpu_of(p: Placement | Refusal) -> str:
+    assert isinstance(p, Placement), p
+    s = p.shares[0]
+    return f"{s.node}/gpu-{s.gpu_index}"
+
+
+@pytest.mark.parametrize("policy", ["binpack", "horus", "horus-original", "oracle"])
+def test_two_memory_heavy_jobs_never_share(policy: str) -> None:
+    state = cluster(1, 2)
+    sched = Scheduler(policy, PRED)
+    a = sched.place(state, job("a", "heavy"))
+    b = sched.place(state, job("b", "heavy"))
+    assert gpu_of(a) != gpu_of(b)
+
+
+def test_light_job_joins_gpu_with_least_slowdown() -> None:
+    state = cluster(1, 2)
+    sched = Scheduler("horus", PRED)
+    assert gpu_of(sched.place(state, job("h", "hot"))) == "node-0/gpu-0"
+    assert gpu_of(sched.place(state, job("c", "cool"))) == "node-0/gpu-1"
+    # Both GPUs busy: the light job goes where the predicted slowdown is least (next to "cool").
+    p = sched.place(state, job("l", "light"))
+    assert gpu_of(p) == "node-0/gpu-1"
+    assert isinstance(p, Placement)
+    assert p.predicted_speed == pytest.approx(0.97)
+    assert p.predicted_gain == pytest.approx(0.97 + 0.95 - 1.0)
+
+
+def test_horus_prefers_idle_gpu_and_refuses_bad_sharing() -> None:
+    state = cluster(1, 1)
+    sched = Scheduler("horus", PRED, SchedulerSettings(min_gain=0.3))
+    sched.place(state, job("h", "hot"))
+    r = sched.place(state, job("l", "light"))
+    assert isinstance(r, Refusal)
+    assert r.code == "interference"
+    assert "node-0/gpu-0" in r.reason and "0.25" in r.reason
+
+
+def test_exclusive_one_job_per_gpu_fifo() -> None:
+    state = cluster(1, 2)
+    sched = Scheduler("exclusive", PRED)
+    res = sched.schedule(state, [job("a", "light", 0), job("b", "light", 1), job("c", "light", 2)])
+    assert [p.job for p in res.placed] == ["a", "b"]
+    assert res.placed[0].shares[0].core_percent == 100
+    assert res.placed[0].shares[0].memory_mib == 24576
+    assert res.refused[0].job == "c" and res.refused[0].code == "busy"
+    assert "0 of 2 healthy GPUs are idle" in res.refused[0].reason
+
+
+def test_binpack_packs_and_spread_spreads() -> None:
+    for policy, same in (("binpack", True), ("spread", False)):
+        state = cluster(1, 2)
+        sched = Scheduler(policy, PRED)
+        a, b = sched.place(state, job("a", "light")), sched.place(state, job("b", "light"))
+        assert (gpu_of(a) == gpu_of(b)) is same, policy
+
+
+def test_horus_original_cost_prefers_idle_gpu_and_caps_three() -> None:
+    state = cluster(1, 1)
+    sched = Scheduler("horus-original", PRED)
+    names = [f"j{i}" for i in range(4)]
+    res = sched.schedule(state, [job(n, "light", i) for i, n in enumerate(names)])
+    assert len(res.placed) == 3
+    assert res.refused[0].code == "slots"
+    assert "already runs 3 jobs" in res.refused[0].reason
+
+
+def test_horus_original_queue_orders_by_predicted_util() -> None:
+    state = cluster(1, 4)
+    sched = Scheduler("horus-original", PRED)
+    res = sched.schedule(state, [job("hot", "hot", 0), job("cool", "cool", 1)])
+    assert [p.job for p in res.placed] == ["cool", "hot"]
+
+
+def test_memory_refusal_names_best_candidate() -> None:
+    state = cluster(2, 1, memory_mib=32768)
+    sched = Scheduler("binpack", PRED)
+    sched.place(state, job("a", "light"))
+    r = sched.place(state, job("big", "heavy", memory_mib=40960))
+    assert isinstance(r, Refusal)
+    assert r.code == "impossible"  # 40 GiB never fits a 32 GiB GPU
+    r2 = sched.place(state, job("h2", "heavy", memory_mib=31000))
+    assert isinstance(r2, Placement)
+    r3 = sched.place(state, job("h3", "heavy", memory_mib=31000))
+    assert isinstance(r3, Refusal) and r3.code == "memory"
+    assert r3.reason.startswith("no GPU with 30.3 GiB free; best candidate node-")
+    assert "has 29.9 GiB" in r3.reason
+
+
+def test_impossible_jobs_are_named() -> None:
+    state = cluster(1, 2)
+    sched = Scheduler("horus", PRED)
+    r = sched.place(state, job("g", "light", replicas=3))
+    assert isinstance(r, Refusal) and r.code == "impossible"
+    assert "needs 3 GPUs" in r.reason and "2 healthy GPUs" in r.reason
+    assert sched.check_possible(state, job("x", "huge")) is not None
+
+
+def test_gang_all_or_nothing() -> None:
+    state = cluster(2, 2)
+    sched = Scheduler("exclusive", PRED)
+    sched.place(state, job("a", "light"))
+    r = sched.place(state, job("g", "light", replicas=2, gpus_per_replica=2))
+    assert isinstance(r, Refusal)
+    assert state.njobs.sum() == 1  # nothing partially placed
+    state.release("a")
+    p = sched.place(state, job("g", "light", replicas=2, gpus_per_replica=2))
+    assert isinstance(p, Placement)
+    assert {r.node for r in p.replicas} == {"node-0", "node-1"}
+    assert all(len({s.node for s in r.gpus}) == 1 for r in p.replicas)
+
+
+def test_unknown_policy_is_clear() -> None:
+    with pytest.raises(ConfigError, match=r"unknown scheduling policy 'best'.*exclusive"):
+        Scheduler("best", PRED)
+    assert set(POLICY_NAMES) == {
+        "exclusive",
+        "binpack",
+        "spread",
+        "horus-original",
+        "horus",
+        "oracle",
+    }
+
+
+def test_starvation_guard_holds_back_backfill() -> None:
+    state = cluster(1, 2)
+    sched = Scheduler("exclusive", PRED, SchedulerSettings(starvation_seconds=100))
+    sched.place(state, job("running", "light"))
+    big = job("big", "light", 0.0, replicas=2)
+    small = job("small", "light", 1.0)
+    res = sched.schedule(state, [big, small], now=50.0)
+    assert [p.job for p in res.placed] == ["small"]  # backfill is fine while big is young
+    state.release("small")
+    res = sched.schedule(state, [big, job("small2", "light", 2.0)], now=500.0)
+    assert res.placed == ()
+    assert res.reason_for("small2") is not None and "held back" in str(res.reason_for("small2"))
+
+
+def test_priority_goes_first() -> None:
+    state = cluster(1, 1)
+    sched = Scheduler("exclusive", PRED)
+    res = sched.schedule(state, [job("low", "light", 0), job("high", "light", 5, priority=10)])
+    assert [p.job for p in res.placed] == ["high"]
+
+
+def test_assignment_json_and_add_job_roundtrip() -> None:
+    state = cluster(1, 2)
+    sched = Scheduler("horus", PRED)
+    j = job("a", "cool")
+    p = sched.place(state, j)
+    assert isinstance(p, Placement)
+    doc = p.replicas[0].to_json()
+    assert doc["gpus"][0]["gpuUUID"].startswith("GPU-") and doc["gpus"][0]["memoryMiB"] > 0
+    rebuilt = cluster(1, 2)
+    rebuilt.add_job(j, p.shares, p.prediction)
+    assert rebuilt.view(0).jobs == state.view(0).jobs
