@@ -15,7 +15,7 @@ behind it is placed until it is: waiting is bounded, small jobs cannot starve a 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -426,13 +426,15 @@ class Scheduler:
         queue: JobQueue | Iterable[JobRequest],
         now: float | None = None,
         explain: bool = True,
+        only: Collection[str] | None = None,
     ) -> ScheduleResult:
         """One scheduling pass over ``queue``; placements are applied to ``state``.
 
         A :class:`JobQueue` made by :meth:`new_queue` loses the jobs that were placed; any
         other iterable is ordered by the policy first. ``now`` (seconds, same clock as the
         jobs' ``submit_time``) enables the starvation guard. With ``explain=False`` refusals
-        carry no reason (the simulator's fast path).
+        carry no reason (the simulator's fast path). ``only`` restricts the pass to those job
+        names, for a caller that knows the others already failed against an unchanged state.
         """
         q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
         depth = (
@@ -446,6 +448,8 @@ class Scheduler:
         blocked = 0
         barrier: JobRequest | None = None
         for pos, job in enumerate(q):
+            if only is not None and job.name not in only:
+                continue
             if barrier is not None or blocked > depth:
                 if not explain:
                     break

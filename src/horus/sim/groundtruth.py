@@ -1,0 +1,229 @@
+"""Ground truth for the simulator: measured job types and measured pairwise co-location speeds.
+
+The simulator must not learn its physics from the predictor it evaluates, so a job's progress
+rate comes only from these measured tables (``../shared/data``, see each ``PROVENANCE.md``):
+
+* ``lucid`` — Lucid (ASPLOS '23, S-Lab License 1.0, non-commercial): 66 isolated job
+  configurations (model, batch size, AMP) with utilisation and memory, and 1,388 measured
+  pairs with each job's normalised speed. GPU: RTX 3090, 24 GiB (the data README does not
+  state it; peak pair memory 20,970 MiB fits a 24 GB card).
+* ``gavel`` — Gavel (OSDI '20, MIT): 26 job types with isolated throughput and pairwise
+  co-located throughput on V100 (also P100, K80), scale factor 1. No utilisation or memory
+  was measured, so those come from the predictor (the simulator's utilisation metric says so).
+
+Documented choices (never tuned to a policy):
+
+* Measured speeds above 1.0 (21 % of Lucid rows, measurement noise per its analyzer) are
+  clipped to 1.0: sharing never makes a job faster than running alone.
+* **Fallback for an unmeasured pair** (Gavel's ``[0, 0]`` entries, Lucid pairs not profiled):
+  a multiplicative model, ``s(a|b) = sens(a) · aggr(b) / mean`` clipped to [0.05, 1], where
+  ``sens(a)`` is a's mean measured speed over all its partners, ``aggr(b)`` the mean measured
+  speed of every job next to b, and ``mean`` the mean of all measured speeds; a job with no
+  measurement uses ``mean`` for its term. Both orders of a measured pair are measured.
+* Three or more jobs on one GPU: a job's speed is the product of its pairwise speeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from horus.common.errors import ValidationError
+from horus.predictor.interface import GraphProfile
+
+#: ``$HORUS_DATA_DIR`` or ``../shared/data`` next to the repository checkout.
+DEFAULT_DATA_DIR = Path(
+    os.environ.get("HORUS_DATA_DIR") or Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+)
+SOURCES = ("lucid", "gavel")
+
+
+@dataclass(frozen=True)
+class JobType:
+    """One measured job configuration."""
+
+    kind: str  # unique key, e.g. "lucid:ResNet18/bs64/amp0" or "gavel:ResNet-50 (batch size 64)"
+    model: str
+    batch_size: int
+    amp: bool = False
+    util: float | None = None  # measured solo utilisation %, when measured
+    memory_mib: float | None = None  # measured solo memory, when measured
+    throughput: float | None = None  # solo steps/s (Gavel), for step-count traces
+
+    @property
+    def profile(self) -> GraphProfile:
+        """A minimal profile; the simulator swaps in the predictor catalog's when present."""
+        name = f"{self.model}-amp" if self.amp else self.model
+        return GraphProfile(model=name, batch_size=self.batch_size, family=self.model)
+
+
+@dataclass
+class GroundTruth:
+    """Measured job types of one GPU model and their pairwise speeds (with the fallback)."""
+
+    source: str
+    gpu_model: str
+    gpu_memory_mib: int
+    types: list[JobType]
+    measured: dict[tuple[str, str], float] = field(default_factory=dict)
+    profiles: dict[str, GraphProfile] = field(default_factory=dict)
+    #: Gavel: solo steps/s per (job type, GPUs) — step counts in traces become durations.
+    throughputs: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.types:
+            raise ValidationError(f"ground truth {self.source}: no job types")
+        self.by_kind = {t.kind: t for t in self.types}
+        sens: dict[str, list[float]] = defaultdict(list)
+        aggr: dict[str, list[float]] = defaultdict(list)
+        for (a, b), s in self.measured.items():
+            sens[a].append(s)
+            aggr[b].append(s)
+        values = list(self.measured.values())
+        self.mean_speed = sum(values) / len(values) if values else 1.0
+        self._sens = {k: sum(v) / len(v) for k, v in sens.items()}
+        self._aggr = {k: sum(v) / len(v) for k, v in aggr.items()}
+        self._cache: dict[tuple[str, str], float] = {}
+
+    @property
+    def kinds(self) -> list[str]:
+        return [t.kind for t in self.types]
+
+    def profile(self, kind: str) -> GraphProfile:
+        return self.profiles.get(kind) or self.by_kind[kind].profile
+
+    def is_measured(self, a: str, b: str) -> bool:
+        return (a, b) in self.measured
+
+    def speed(self, a: str, b: str, gpu_model: str = "") -> float:
+        """Normalised speed of a job of kind ``a`` sharing a GPU with one of kind ``b``."""
+        key = (a, b)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.measured.get(key)
+            if hit is None:
+                m = self.mean_speed
+                hit = self._sens.get(a, m) * self._aggr.get(b, m) / m
+                hit = min(1.0, max(0.05, hit))
+            self._cache[key] = hit
+        return hit
+
+    def coverage(self) -> float:
+        """Fraction of ordered kind pairs that were measured."""
+        n = len(self.types)
+        return len(self.measured) / (n * n)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        raise ValidationError(f"measured data file {path} does not exist; pass --data-dir")
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _float(row: dict[str, str], col: str, where: str) -> float:
+    try:
+        value = float(row[col])
+    except (KeyError, ValueError):
+        raise ValidationError(f"{where}: column {col!r} is not a number: {row.get(col)!r}") from None
+    if math.isnan(value):
+        raise ValidationError(f"{where}: column {col!r} is NaN")
+    return value
+
+
+def lucid_kind(model: str, batch: int, amp: int) -> str:
+    return f"lucid:{model}/bs{batch}/amp{amp}"
+
+
+def load_lucid(data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
+    """Lucid's single-job profiles and measured pairs (RTX 3090, 24 GiB)."""
+    single = _read_csv(data_dir / "lucid" / "single_data.csv")
+    types: dict[str, JobType] = {}
+    for i, row in enumerate(single, start=2):
+        where = f"lucid/single_data.csv line {i}"
+        batch, amp = int(_float(row, "batchsize", where)), int(_float(row, "amp", where))
+        kind = lucid_kind(row["model"], batch, amp)
+        types[kind] = JobType(
+            kind=kind,
+            model=row["model"],
+            batch_size=batch,
+            amp=bool(amp),
+            util=_float(row, "gpu_util", where),
+            memory_mib=_float(row, "gmem", where),
+        )
+    measured: dict[tuple[str, str], float] = {}
+    for i, row in enumerate(_read_csv(data_dir / "lucid" / "colocate_info.csv"), start=2):
+        where = f"lucid/colocate_info.csv line {i}"
+        a = lucid_kind(row["model1"], int(_float(row, "batchsize1", where)), int(_float(row, "amp1", where)))
+        b = lucid_kind(row["model2"], int(_float(row, "batchsize2", where)), int(_float(row, "amp2", where)))
+        if a not in types or b not in types:
+            raise ValidationError(f"{where}: pair {a} / {b} has no single-job profile")
+        measured[(a, b)] = min(1.0, _float(row, "speed1", where))
+        measured[(b, a)] = min(1.0, _float(row, "speed2", where))
+    # Only job types that appear in at least one measured pair are used by traces.
+    paired = {a for a, _ in measured}
+    kept = [t for k, t in sorted(types.items()) if k in paired]
+    return GroundTruth("lucid", "RTX3090", 24576, kept, measured)
+
+
+def gavel_kind(job_type: str) -> str:
+    return f"gavel:{job_type}"
+
+
+def _gavel_model_batch(job_type: str) -> tuple[str, int]:
+    if "(batch size " in job_type:
+        name, rest = job_type.split(" (batch size ", 1)
+        return name, int(rest.rstrip(")"))
+    return job_type, 1
+
+
+def load_gavel(data_dir: Path = DEFAULT_DATA_DIR, worker: str = "v100") -> GroundTruth:
+    """Gavel's measured throughputs on ``worker`` (v100, p100, k80), scale factor 1."""
+    memory = {"v100": 16384, "p100": 16384, "k80": 12288}
+    if worker not in memory:
+        raise ValidationError(f"unknown Gavel worker type {worker!r}; use v100, p100 or k80")
+    iso_rows = _read_csv(data_dir / "gavel" / "derived_isolated_throughputs.csv")
+    throughput: dict[tuple[str, int], float] = {}
+    for i, row in enumerate(iso_rows, start=2):
+        if row["source_file"] != "simulation_throughputs.json" or row["worker_type"] != worker:
+            continue
+        where = f"gavel/derived_isolated_throughputs.csv line {i}"
+        throughput[(row["job_type"], int(_float(row, "scale_factor", where)))] = _float(
+            row, "isolated_throughput", where
+        )
+    types: dict[str, JobType] = {}
+    for (jt, sf), tput in sorted(throughput.items()):
+        if sf != 1:
+            continue
+        model, batch = _gavel_model_batch(jt)
+        types[gavel_kind(jt)] = JobType(gavel_kind(jt), model, batch, throughput=tput)
+    measured: dict[tuple[str, str], float] = {}
+    for i, row in enumerate(_read_csv(data_dir / "gavel" / "derived_colocation_pairs.csv"), start=2):
+        if (
+            row["source_file"] != "simulation_throughputs.json"
+            or row["worker_type"] != worker
+            or row["scale_factor_a"] != "1"
+            or row["scale_factor_b"] != "1"
+        ):
+            continue
+        where = f"gavel/derived_colocation_pairs.csv line {i}"
+        s = _float(row, "normalized_throughput_a", where)
+        if s <= 0:  # [0, 0]: infeasible or unmeasured → fallback
+            continue
+        measured[(gavel_kind(row["job_type_a"]), gavel_kind(row["job_type_b"]))] = min(1.0, s)
+    return GroundTruth(
+        "gavel", worker.upper(), memory[worker], list(types.values()), measured, {}, throughput
+    )
+
+
+def load_truth(source: str, data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
+    """``lucid`` or ``gavel`` (V100); unknown names are a clear error."""
+    if source == "lucid":
+        return load_lucid(data_dir)
+    if source == "gavel":
+        return load_gavel(data_dir)
+    raise ValidationError(f"unknown ground truth {source!r}; choose one of {', '.join(SOURCES)}")
