@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "horus.operator.commands",
     "horus.deviceplugin.commands",
     "horus.agent.commands",
+    "horus.predictor.commands",
 ]
 
 

@@ -1,0 +1,213 @@
+"""``horus profile``, ``horus predict`` and ``horus predictor train|build-tables|card``.
+
+Registration imports nothing heavy: torch is imported only inside ``horus profile`` and
+``horus predictor build-tables`` (the ``[profile]`` extra), scikit-learn only inside
+``horus predictor train``; ``horus predict`` needs neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from horus.common.errors import ValidationError
+
+
+def register(sub: Any) -> None:
+    prof = sub.add_parser(
+        "profile",
+        help="write the graph profile of a PyTorch model (needs the [profile] extra)",
+        description=(
+            "Builds the model on PyTorch's meta device (no GPU, no weights), runs one training "
+            "step's forward and backward pass and writes its features as a versioned YAML "
+            "profile to put into a DLJob. Either --model package.module:factory with "
+            "--input-shape, or --zoo NAME (see --list-zoo)."
+        ),
+    )
+    what = prof.add_mutually_exclusive_group()
+    what.add_argument("--model", help="package.module:factory returning an nn.Module")
+    what.add_argument("--zoo", help="a reference-zoo model, e.g. resnet50")
+    what.add_argument("--list-zoo", action="store_true", help="list the reference zoo and exit")
+    prof.add_argument("--input-shape", help="one sample's shape without batch, e.g. 3,224,224")
+    prof.add_argument("--input-dtype", default="float32", choices=["float32", "long"])
+    prof.add_argument("--batch-size", type=int, help="training batch size")
+    prof.add_argument("--amp", action="store_true", help="automatic mixed precision")
+    prof.add_argument("--optimizer", default=None, help="adam (default), adamw, sgd, none")
+    prof.add_argument("--family", default="", help="architecture family label")
+    prof.add_argument("-o", "--output", type=Path, help="write the YAML here (default: stdout)")
+    prof.set_defaults(handler=_profile)
+
+    pred = sub.add_parser(
+        "predict",
+        help="predict GPU utilisation and memory of a profiled job",
+        description=(
+            "Prints the predicted utilisation (%%) and peak memory (MiB) of the job alone on "
+            "a GPU, with their calibrated 90%% upper bounds; with --with, also the normalised "
+            "speed of each job when the two share the GPU."
+        ),
+    )
+    pred.add_argument("profile", type=Path, help="profile YAML written by 'horus profile'")
+    pred.add_argument("--gpu", default=os.environ.get("HORUS_PREDICT_GPU", "A100"),
+                      help="GPU model (env HORUS_PREDICT_GPU; default A100)")
+    pred.add_argument("--with", dest="other", type=Path, help="a second profile sharing the GPU")
+    pred.add_argument("--model-file", type=Path, default=None,
+                      help="predictor artifact (default: the shipped one)")
+    pred.add_argument("--json", action="store_true", help="machine-readable output")
+    pred.set_defaults(handler=_predict)
+
+    p = sub.add_parser("predictor", help="train and inspect the predictor model")
+    psub = p.add_subparsers(dest="predictor_command", metavar="ACTION", required=True)
+    train = psub.add_parser(
+        "train",
+        help="train the predictor artifact (deterministic)",
+        description=(
+            "Trains the utilisation, memory and interference models from the shipped feature "
+            "tables. Default: GPUMemNet (CC BY 4.0) + Gavel (MIT) only, as shipped. "
+            "--with-lucid DIR adds Lucid's measurements (S-Lab License 1.0, NON-COMMERCIAL use "
+            "only) for a model you train for yourself; --extra-rows adds rows observed in your "
+            "cluster."
+        ),
+    )
+    train.add_argument("-o", "--output", type=Path, default=None,
+                       help="artifact path (default: the packaged model-default.json)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--with-lucid", type=Path, default=None, metavar="DIR",
+                       help="Lucid data folder (single_data.csv, colocate_info.csv)")
+    train.add_argument("--extra-rows", type=Path, default=None, metavar="CSV",
+                       help="observed rows: profile features + gpu, util, memory_mib")
+    train.set_defaults(handler=_train)
+    tables = psub.add_parser(
+        "build-tables",
+        help="recompute the shipped feature tables from the measured data (needs torch)",
+    )
+    tables.add_argument("--data-dir", type=Path, required=True,
+                        help="folder with gavel/, gpumemnet/ and (optionally) lucid/")
+    tables.add_argument("--out-dir", type=Path, default=None)
+    tables.set_defaults(handler=_build_tables)
+    card = psub.add_parser("card", help="print the model card of an artifact")
+    card.add_argument("--model-file", type=Path, default=None)
+    card.set_defaults(handler=_card)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ValidationError(
+            "horus profile needs PyTorch: pip install 'horus[profile]'"
+        ) from exc
+    from horus.predictor.schema import dump_profile
+    from horus.predictor.zoo import ZOO, profile_zoo
+
+    if args.list_zoo:
+        for e in ZOO.values():
+            print(f"{e.name:<20} {e.family:<15} input {','.join(map(str, e.input_shape))}  {e.note}")
+        return 0
+    if args.batch_size is None or args.batch_size < 1:
+        raise ValidationError("--batch-size must be a positive integer")
+    if args.zoo:
+        profile = profile_zoo(args.zoo, args.batch_size, amp=args.amp, optimizer=args.optimizer)
+    elif args.model:
+        from horus.predictor.features import parse_input_shape, profile_factory
+
+        if not args.input_shape:
+            raise ValidationError("--model needs --input-shape (one sample, e.g. 3,224,224)")
+        profile = profile_factory(
+            args.model,
+            parse_input_shape(args.input_shape),
+            args.batch_size,
+            amp=args.amp,
+            optimizer=args.optimizer or "adam",
+            input_dtype=args.input_dtype,
+            family=args.family,
+        )
+    else:
+        raise ValidationError("give --model package.module:factory or --zoo NAME (--list-zoo)")
+    text = dump_profile(profile, args.output)
+    if args.output is None:
+        print(text, end="")
+    else:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from horus.predictor.model import load_default_predictor, load_predictor
+
+    return load_predictor(args.model_file) if args.model_file else load_default_predictor()
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from horus.predictor.schema import load_profile
+
+    profile = load_profile(args.profile)
+    predictor = _load(args)
+    r = predictor.predict(profile, args.gpu)
+    out: dict[str, Any] = {
+        "model": profile.model,
+        "gpu": args.gpu,
+        "util_percent": round(r.util_mean, 1),
+        "util_upper": round(r.util_upper, 1),
+        "memory_mib": round(r.memory_mib_mean),
+        "memory_mib_upper": round(r.memory_mib_upper),
+        "quantile": r.quantile,
+        "low_confidence": r.low_confidence,
+        "model_version": r.model_version,
+    }
+    if args.other is not None:
+        other = load_profile(args.other)
+        out["with"] = other.model
+        out["speed"] = round(predictor.pair_speed(profile, other, args.gpu), 3)
+        out["speed_other"] = round(predictor.pair_speed(other, profile, args.gpu), 3)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    q = int(round(r.quantile * 100))
+    print(f"{profile.model} (batch {profile.batch_size}) on {args.gpu}:")
+    print(f"  GPU utilisation  {r.util_mean:6.1f} %    (p{q} upper {r.util_upper:6.1f} %)")
+    print(f"  peak GPU memory  {r.memory_mib_mean:8.0f} MiB (p{q} upper {r.memory_mib_upper:8.0f} MiB)")
+    if r.low_confidence:
+        print("  LOW CONFIDENCE: features lie outside the training data; intervals widened")
+    if args.other is not None:
+        print(f"  sharing with {out['with']}: speed {out['speed']:.3f}x, theirs {out['speed_other']:.3f}x")
+    print(f"  model {r.model_version}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    import time
+
+    from horus.predictor.model import DEFAULT_ARTIFACT
+    from horus.predictor.train import save_artifact, train_artifact
+
+    if args.with_lucid is not None and args.output is None:
+        raise ValidationError(
+            "a model trained --with-lucid uses non-commercial data and must not replace the "
+            "shipped artifact: give -o PATH"
+        )
+    start = time.monotonic()
+    artifact = train_artifact(seed=args.seed, include_lucid=args.with_lucid, extra_rows=args.extra_rows)
+    path = args.output or DEFAULT_ARTIFACT
+    digest = save_artifact(artifact, path)
+    print(f"wrote {path} ({artifact['version']}, sha256 {digest[:16]}…) in {time.monotonic() - start:.0f} s")
+    for k, v in artifact["card"]["metrics_heldout_family"].items():
+        print(f"  {k}: {v}")
+    return 0
+
+
+def _build_tables(args: argparse.Namespace) -> int:
+    from horus.predictor.tables import DATA_DIR, build_tables
+
+    counts = build_tables(args.data_dir, args.out_dir or DATA_DIR)
+    for name, n in counts.items():
+        print(f"{name}: {n} rows")
+    return 0
+
+
+def _card(args: argparse.Namespace) -> int:
+    p = _load(args)
+    print(json.dumps({"version": p.version, **dict(p.card)}, indent=2))
+    return 0

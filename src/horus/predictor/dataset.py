@@ -1,0 +1,198 @@
+"""Model inputs: turning a profile and a GPU into a numeric row, and loading the training tables.
+
+Why derived features: raw FLOPs and bytes span ten orders of magnitude, and what drives GPU
+utilisation is less the amount of work than how it meets the GPU — time the step would take at
+peak FLOP/s versus at peak memory bandwidth, work per sample, arithmetic intensity. So every
+size is log-scaled and a few roofline-style terms are added (each documented in
+:data:`DERIVED`). The same function builds the row at training and at prediction time, so the
+two cannot drift apart.
+
+Feature sets (all in the same benchmark run): ``full`` (everything below), ``thesis`` (the
+thesis prototype's set: FLOPs, parameters, conv/linear/activation/other counts, batch and input
+size) and ``flops`` (FLOPs only).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from horus.predictor.gpus import DATASET_GPUS, GpuSpec, gpu_spec
+from horus.predictor.schema import FAMILIES, FEATURE_NAMES, thesis_features
+from horus.predictor.tables import DATA_DIR
+
+_LOG = (
+    "batch_size",
+    "input_elems",
+    "params",
+    "param_bytes",
+    "optimizer_bytes",
+    "activation_bytes",
+    "input_bytes",
+    "fwd_flops",
+    "bwd_flops",
+    "depth",
+    "layers",
+)
+
+# Derived terms (name → meaning).
+DERIVED: dict[str, str] = {
+    "log_flops_per_sample": "ln(1 + (fwd+bwd FLOPs) / batch)",
+    "log_act_per_sample": "ln(1 + activation bytes / batch)",
+    "log_intensity": "ln((fwd+bwd FLOPs) / (activation + 3 x parameter bytes)): arithmetic intensity",
+    "log_compute_ms": "ln(1 + step FLOPs / peak FP32 FLOP/s in ms): compute-bound step time",
+    "log_memory_ms": "ln(1 + (2 x activation + 4 x parameter bytes) / bandwidth in ms)",
+    "compute_vs_memory": "log_compute_ms - log_memory_ms",
+    "est_memory_mib": "(weights + gradients + optimizer + activations + input) / MiB",
+    "est_memory_frac": "est_memory_mib / GPU memory",
+}
+
+
+def full_feature_names() -> list[str]:
+    names = [f"log_{k}" for k in _LOG]
+    names += ["amp"]
+    names += [f"share_{f}" for f in FAMILIES]
+    names += [f"log_count_{f}" for f in FAMILIES]
+    names += list(DERIVED)
+    names += ["gpu_fp32_tflops", "gpu_mem_bw_gbs", "gpu_mem_gib"]
+    return names
+
+
+FULL = full_feature_names()
+THESIS = [
+    "log_fwd_flops",
+    "log_params",
+    "log_count_conv",
+    "log_count_matmul",
+    "log_count_elementwise",
+    "log_count_other",
+    "log_batch_size",
+    "log_input_elems",
+]
+FLOPS_ONLY = ["log_fwd_flops"]
+FEATURE_SETS: dict[str, list[str]] = {"full": FULL, "thesis": THESIS, "flops": FLOPS_ONLY}
+
+
+def row_features(features: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
+    """All model inputs (``full`` plus the thesis extras) of one profile on one GPU."""
+    f = {k: float(features.get(k, 0.0)) for k in FEATURE_NAMES}
+    out: dict[str, float] = {f"log_{k}": math.log1p(max(f[k], 0.0)) for k in _LOG}
+    out["amp"] = f["amp"]
+    for fam in FAMILIES:
+        out[f"share_{fam}"] = f[f"share_{fam}"]
+        out[f"log_count_{fam}"] = math.log1p(f[f"count_{fam}"])
+    batch = max(f["batch_size"], 1.0)
+    flops = f["fwd_flops"] + f["bwd_flops"]
+    out["log_flops_per_sample"] = math.log1p(flops / batch)
+    out["log_act_per_sample"] = math.log1p(f["activation_bytes"] / batch)
+    out["log_intensity"] = math.log((flops + 1.0) / (f["activation_bytes"] + 3 * f["param_bytes"] + 1.0))
+    compute_ms = flops / (gpu.fp32_tflops * 1e12) * 1e3
+    memory_ms = (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
+    out["log_compute_ms"] = math.log1p(compute_ms)
+    out["log_memory_ms"] = math.log1p(memory_ms)
+    out["compute_vs_memory"] = out["log_compute_ms"] - out["log_memory_ms"]
+    est = (2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]) / 2**20
+    out["est_memory_mib"] = est
+    out["est_memory_frac"] = est / gpu.memory_mib
+    out.update(gpu.features())
+    th = thesis_features(f)
+    out["log_count_other"] = math.log1p(th["count_other"])
+    return out
+
+
+def matrix(rows: Sequence[Mapping[str, float]], names: Sequence[str]) -> np.ndarray:
+    return np.array([[r[n] for n in names] for r in rows], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class SingleTable:
+    """Isolated-job rows: model inputs, targets and the group for held-out evaluation."""
+
+    rows: list[dict[str, float]]
+    util: np.ndarray  # NaN where not measured
+    memory_mib: np.ndarray  # NaN where not measured
+    family: list[str]  # architecture family (GPUMemNet) or model (Lucid)
+    source: list[str]
+
+
+def _gpu_for(source_key: str) -> GpuSpec:
+    return gpu_spec(DATASET_GPUS.get(source_key, source_key))
+
+
+def load_gpumemnet(data_dir: Path = DATA_DIR) -> SingleTable:
+    rows, util, mem, fam, src = [], [], [], [], []
+    gpu = _gpu_for("gpumemnet")
+    with (data_dir / "gpumemnet.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            feats = {k: float(r[k]) for k in FEATURE_NAMES}
+            rows.append(row_features(feats, gpu))
+            util.append(float(r["util"]) if r["util"] not in ("", None) else math.nan)
+            mem.append(float(r["memory_mib"]))
+            fam.append(r["family"])
+            src.append(r["source"])
+    return SingleTable(rows, np.array(util), np.array(mem), fam, src)
+
+
+def load_lucid_single(lucid_dir: Path) -> SingleTable:
+    """Lucid's isolated profiles (non-commercial data: evaluation and user-trained models)."""
+    from horus.predictor.catalog import job_type
+
+    rows, util, mem, fam, src = [], [], [], [], []
+    gpu = _gpu_for("lucid")
+    with (lucid_dir / "single_data.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            jt = job_type("lucid", r["model"], int(r["batchsize"]), r["amp"] == "1")
+            rows.append(row_features(jt.profile.features, gpu))
+            util.append(float(r["gpu_util"]))
+            mem.append(float(r["gmem"]))
+            fam.append(r["model"])
+            src.append("lucid")
+    return SingleTable(rows, np.array(util), np.array(mem), fam, src)
+
+
+def load_extra_rows(path: Path) -> SingleTable:
+    """Rows observed in the user's cluster: profile features, ``gpu``, ``util``, ``memory_mib``.
+
+    The sharing agent writes these; any profile feature missing from a row is an error naming it.
+    """
+    from horus.common.errors import ValidationError
+
+    rows, util, mem, fam, src = [], [], [], [], []
+    try:
+        fh = path.open()
+    except OSError as exc:
+        raise ValidationError(f"cannot read extra rows {path}: {exc.strerror or exc}") from exc
+    with fh:
+        reader = csv.DictReader(fh)
+        need = {"gpu", "util", "memory_mib", *FEATURE_NAMES}
+        missing = sorted(need - set(reader.fieldnames or []))
+        if missing:
+            raise ValidationError(f"{path}: missing columns {', '.join(missing)}")
+        for i, r in enumerate(reader, start=2):
+            try:
+                feats = {k: float(r[k]) for k in FEATURE_NAMES}
+                u = float(r["util"]) if r["util"] else math.nan
+                m = float(r["memory_mib"]) if r["memory_mib"] else math.nan
+            except ValueError as exc:
+                raise ValidationError(f"{path}:{i}: not a number: {exc}") from exc
+            rows.append(row_features(feats, gpu_spec(r["gpu"])))
+            util.append(u)
+            mem.append(m)
+            fam.append(r.get("family") or r.get("model") or "observed")
+            src.append("observed")
+    return SingleTable(rows, np.array(util), np.array(mem), fam, src)
+
+
+def concat(tables: Sequence[SingleTable]) -> SingleTable:
+    return SingleTable(
+        [r for t in tables for r in t.rows],
+        np.concatenate([t.util for t in tables]),
+        np.concatenate([t.memory_mib for t in tables]),
+        [f for t in tables for f in t.family],
+        [s for t in tables for s in t.source],
+    )

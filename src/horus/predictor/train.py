@@ -1,0 +1,277 @@
+"""Deterministic training of the predictor artifact from the shipped feature tables.
+
+Why these choices (measured in ``benchmarks/predictor.py``, see ``docs/predictor.md``):
+
+* **Learner**: scikit-learn ``GradientBoostingRegressor`` (squared error, 300 trees of depth 4,
+  learning rate 0.05, row subsampling 0.8, fixed ``random_state``). Boosted trees handle the
+  mix of log-sizes, shares and counts without scaling, and export to plain arrays
+  (:mod:`horus.predictor.trees`). Same seed and same tables → byte-identical artifact.
+* **Targets**: utilisation in percent; memory as ln(MiB) (errors are relative, MAPE is judged).
+* **Upper quantile**: cross-conformal — fit on all but one *family* (grouped K-fold), collect the
+  held-out residuals, take their ``quantile`` (0.9) as the upper offset. The interval is thus
+  calibrated against unseen architectures, which is what a scheduler meets.
+* **Pairs**: the interference head predicts job A's normalised speed next to job B from both
+  jobs' features, both jobs' *predicted* util/memory (from the heads above, as at serving
+  time) and the GPU.
+
+Data and licences: the default artifact uses only GPUMemNet (CC BY 4.0) and Gavel (MIT).
+``include_lucid`` adds Lucid (S-Lab 1.0, non-commercial) for a model a user trains for their
+own non-commercial use (``horus predictor train --with-lucid DIR -o model.json``); it is never
+shipped. ``extra_rows`` adds rows observed in the user's own cluster (online-learning hook).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from horus.common.errors import ValidationError
+from horus.predictor.catalog import job_type, measured_job_types
+from horus.predictor.dataset import (
+    FULL,
+    SingleTable,
+    concat,
+    load_extra_rows,
+    load_gpumemnet,
+    load_lucid_single,
+    row_features,
+)
+from horus.predictor.gpus import DATASET_GPUS, GpuSpec, gpu_spec
+from horus.predictor.model import (
+    ARTIFACT_FORMAT,
+    PAIR_FEATURES,
+    RANGE_FEATURES,
+    Head,
+    artifact_digest,
+    pair_row,
+)
+from horus.predictor.tables import DATA_DIR
+from horus.predictor.trees import TreeEnsemble
+
+QUANTILE = 0.9
+GBR_PARAMS: dict[str, Any] = {
+    "n_estimators": 300,
+    "max_depth": 4,
+    "learning_rate": 0.05,
+    "subsample": 0.8,
+    "min_samples_leaf": 5,
+}
+
+
+def fit_gbr(x: np.ndarray, y: np.ndarray, seed: int = 0, **overrides: Any) -> Any:
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    params = {**GBR_PARAMS, **overrides}
+    return GradientBoostingRegressor(random_state=seed, **params).fit(x, y)
+
+
+def group_folds(groups: Sequence[str], k: int = 5) -> list[np.ndarray]:
+    """Deterministic grouped folds: each group (family/model) wholly in one fold."""
+    uniq = sorted(set(groups))
+    fold_of = {g: i % k for i, g in enumerate(uniq)}
+    idx = np.array([fold_of[g] for g in groups])
+    return [np.flatnonzero(idx == f) for f in range(min(k, len(uniq)))]
+
+
+def oof_predictions(x: np.ndarray, y: np.ndarray, groups: Sequence[str], seed: int = 0, k: int = 5) -> np.ndarray:
+    """Out-of-fold predictions with grouped folds (each fold's groups unseen in its fit)."""
+    pred = np.full(len(y), np.nan)
+    for test in group_folds(groups, k):
+        train = np.setdiff1d(np.arange(len(y)), test)
+        pred[test] = fit_gbr(x[train], y[train], seed).predict(x[test])
+    return pred
+
+
+def conformal_offset(y: np.ndarray, pred: np.ndarray, q: float = QUANTILE) -> float:
+    resid = y - pred
+    resid = resid[~np.isnan(resid)]
+    return float(np.quantile(resid, q)) if len(resid) else 0.0
+
+
+def _x(rows: Sequence[Mapping[str, float]], names: Sequence[str]) -> np.ndarray:
+    return np.array([[r[n] for n in names] for r in rows], dtype=np.float64)
+
+
+def _subset(t: SingleTable, mask: np.ndarray) -> tuple[list[dict[str, float]], list[str]]:
+    idx = np.flatnonzero(mask)
+    return [t.rows[i] for i in idx], [t.family[i] for i in idx]
+
+
+def train_single_heads(table: SingleTable, seed: int = 0) -> tuple[Head, Head, dict[str, Any]]:
+    """Util and memory heads with calibrated upper offsets; returns the held-out metrics too."""
+    metrics: dict[str, Any] = {}
+    heads = []
+    for target in ("util", "memory"):
+        y_all = table.util if target == "util" else table.memory_mib
+        mask = ~np.isnan(y_all) & ((y_all > 0) if target == "memory" else True)
+        rows, groups = _subset(table, mask)
+        y = y_all[mask]
+        if target == "memory":
+            y = np.log(y)
+        x = _x(rows, FULL)
+        oof = oof_predictions(x, y, groups, seed)
+        offset = conformal_offset(y, oof)
+        if target == "util":
+            metrics["util_heldout_mae_pp"] = float(np.mean(np.abs(oof - y)))
+            metrics["util_heldout_coverage"] = float(np.mean(y <= oof + offset))
+        else:
+            ape = np.abs(np.exp(oof) - np.exp(y)) / np.exp(y)
+            metrics["memory_heldout_mape"] = float(np.mean(ape))
+            metrics["memory_heldout_coverage"] = float(np.mean(y <= oof + offset))
+        metrics[f"{target}_rows"] = len(y)
+        est = fit_gbr(x, y, seed)
+        heads.append(Head(tuple(FULL), TreeEnsemble.from_sklearn(est), offset))
+    return heads[0], heads[1], metrics
+
+
+def _with_preds(row: Mapping[str, float], util: Head, mem: Head, gpu: GpuSpec) -> dict[str, float]:
+    out = dict(row)
+    out["pred_util"] = float(np.clip(util.predict([row])[0], 0, 100))
+    out["pred_mem_frac"] = float(math.exp(mem.predict([row])[0])) / gpu.memory_mib
+    return out
+
+
+def gavel_pairs(util: Head, mem: Head, data_dir: Path = DATA_DIR) -> tuple[list[dict[str, float]], np.ndarray, list[str]]:
+    """Pair-model rows from the shipped Gavel pairs; groups are job A's model."""
+    cache: dict[tuple[str, str], dict[str, float]] = {}
+
+    def job(name: str, gpu_key: str) -> dict[str, float]:
+        if (name, gpu_key) not in cache:
+            spec = gpu_spec(DATASET_GPUS[gpu_key])
+            jt = job_type("gavel", name)
+            cache[(name, gpu_key)] = _with_preds(row_features(jt.profile.features, spec), util, mem, spec)
+        return cache[(name, gpu_key)]
+
+    rows, ys, groups = [], [], []
+    with (data_dir / "gavel_pairs.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            spec = gpu_spec(DATASET_GPUS[r["gpu"]])
+            rows.append(pair_row(job(r["job_a"], r["gpu"]), job(r["job_b"], r["gpu"]), spec))
+            ys.append(float(r["speed_a"]))
+            groups.append(r["job_a"].split(" (")[0])
+    return rows, np.array(ys), groups
+
+
+def lucid_pairs(util: Head | None, mem: Head | None, lucid_dir: Path, measured_isolated: bool = False) -> tuple[list[dict[str, float]], np.ndarray, list[str], list[str]]:
+    """Pair-model rows from Lucid's co-location table (both orders); groups: (model A, model B).
+
+    With ``measured_isolated`` the jobs' *measured* isolated util/memory stand in for the
+    predicted ones (the benchmark's "quick model on isolated util/memory" comparison).
+    """
+    spec = gpu_spec(DATASET_GPUS["lucid"])
+    measured: dict[tuple[str, int, int], tuple[float, float]] = {}
+    with (lucid_dir / "single_data.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            measured[(r["model"], int(r["batchsize"]), int(r["amp"]))] = (float(r["gpu_util"]), float(r["gmem"]))
+    cache: dict[tuple[str, int, int], dict[str, float]] = {}
+
+    def job(model: str, batch: int, amp: int) -> dict[str, float]:
+        key = (model, batch, amp)
+        if key not in cache:
+            jt = job_type("lucid", model, batch, bool(amp))
+            row = row_features(jt.profile.features, spec)
+            if measured_isolated or util is None or mem is None:
+                u, m = measured[key]
+                row = {**row, "pred_util": u, "pred_mem_frac": m / spec.memory_mib}
+            else:
+                row = _with_preds(row, util, mem, spec)
+            cache[key] = row
+        return cache[key]
+
+    rows, ys, ga, gb = [], [], [], []
+    with (lucid_dir / "colocate_info.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            a = job(r["model1"], int(r["batchsize1"]), int(r["amp1"]))
+            b = job(r["model2"], int(r["batchsize2"]), int(r["amp2"]))
+            rows.append(pair_row(a, b, spec))
+            ys.append(float(r["speed1"]))
+            ga.append(r["model1"])
+            gb.append(r["model2"])
+            rows.append(pair_row(b, a, spec))
+            ys.append(float(r["speed2"]))
+            ga.append(r["model2"])
+            gb.append(r["model1"])
+    return rows, np.array(ys), ga, gb
+
+
+def _ranges(rows: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
+    return {k: [min(r[k] for r in rows), max(r[k] for r in rows)] for k in RANGE_FEATURES}
+
+
+def train_artifact(
+    *,
+    seed: int = 0,
+    include_lucid: Path | None = None,
+    extra_rows: Path | None = None,
+    data_dir: Path = DATA_DIR,
+) -> dict[str, Any]:
+    """Train every head and return the artifact (a JSON-serialisable dict)."""
+    tables = [load_gpumemnet(data_dir)]
+    sources = ["GPUMemNet (CC BY 4.0)", "Gavel (MIT)"]
+    if include_lucid is not None:
+        if not (include_lucid / "single_data.csv").exists():
+            raise ValidationError(f"{include_lucid} holds no Lucid single_data.csv / colocate_info.csv")
+        tables.append(load_lucid_single(include_lucid))
+        sources.append("Lucid (S-Lab License 1.0, NON-COMMERCIAL)")
+    if extra_rows is not None:
+        tables.append(load_extra_rows(extra_rows))
+        sources.append(f"observed rows {extra_rows.name}")
+    table = concat(tables)
+    util, mem, metrics = train_single_heads(table, seed)
+
+    prow, py, pgroups = gavel_pairs(util, mem, data_dir)
+    if include_lucid is not None:
+        lrows, ly, la, _ = lucid_pairs(util, mem, include_lucid)
+        prow, py, pgroups = prow + lrows, np.concatenate([py, ly]), pgroups + la
+    px = _x(prow, PAIR_FEATURES)
+    oof = oof_predictions(px, py, pgroups, seed)
+    metrics["pair_heldout_mae"] = float(np.mean(np.abs(oof - py)))
+    metrics["pair_rows"] = len(py)
+    pair = Head(tuple(PAIR_FEATURES), TreeEnsemble.from_sklearn(fit_gbr(px, py, seed)), 0.0)
+
+    artifact: dict[str, Any] = {
+        "format": ARTIFACT_FORMAT,
+        "quantile": QUANTILE,
+        "util": util.to_json(),
+        "memory": mem.to_json(),
+        "pair": pair.to_json(),
+        "ranges": _ranges(table.rows),
+        "card": {
+            "trained_on": sources,
+            "job_types": len(measured_job_types()),
+            "seed": seed,
+            "learner": {"GradientBoostingRegressor": GBR_PARAMS},
+            "metrics_heldout_family": {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
+            "licences": LICENCE_NOTE + (LUCID_NOTE if include_lucid is not None else ""),
+        },
+    }
+    artifact["version"] = f"horus-predictor-{artifact_digest(artifact)[:12]}"
+    return artifact
+
+
+LICENCE_NOTE = (
+    "Trained on GPUMemNet data (Copyright 2025 Ehsan Yousefzadeh-Asl-Miandoab, IT University of "
+    "Copenhagen; CC BY 4.0; 'GPU Memory and Utilization Estimation for Training-Aware Resource "
+    "Management', arXiv:2602.17817; github.com/itu-rad/GPUMemNet) and Gavel throughputs "
+    "(Copyright (c) 2020 Stanford Future Data Systems, MIT; github.com/stanford-futuredata/gavel). "
+)
+LUCID_NOTE = (
+    "ALSO trained on Lucid data (Copyright 2022 S-Lab, S-Lab License 1.0): non-commercial use "
+    "only; do not redistribute this artifact for commercial purposes."
+)
+
+
+def save_artifact(artifact: Mapping[str, Any], path: Path) -> str:
+    """Write ``artifact`` as canonical JSON; returns its sha256."""
+    import hashlib
+
+    text = json.dumps(artifact, sort_keys=True, separators=(",", ":"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest()
