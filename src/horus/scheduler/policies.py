@@ -182,6 +182,8 @@ class Horus(Policy):
     def __init__(self) -> None:
         # (kind, gpu model, signature) -> (gain, new job's speed, slowest resident after)
         self._gain_cache: dict[tuple[str, str, tuple[str, ...]], tuple[float, float, float]] = {}
+        # (state id, kind, model id) -> per-signature (raw gain, admissible gain) arrays
+        self._tables_cache: dict[tuple[int, str, int], tuple[FloatArray, FloatArray]] = {}
 
     def core_share(
         self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
@@ -224,29 +226,55 @@ class Horus(Policy):
         st = ctx.state
         return mask & (st.util_sum + ctx.util_need <= ctx.settings.util_cap + 1e-9)
 
+    def _tables(
+        self, ctx: ScoreContext, model_id: int, needed: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """(raw gain, admissible gain or −inf) per signature id; NaN where not yet computed.
+
+        Only the signatures in ``needed`` (those on candidate GPUs) are filled in, so signatures
+        that once existed but no longer occur cost nothing.
+        """
+        st = ctx.state
+        key = (id(st), ctx.job.kind, model_id)
+        n = len(st.signatures)
+        raw, adm = self._tables_cache.get(key, (np.empty(0), np.empty(0)))
+        if len(raw) < n:
+            pad = np.full(n - len(raw), np.nan)
+            raw, adm = np.concatenate([raw, pad]), np.concatenate([adm, pad])
+            self._tables_cache[key] = (raw, adm)
+        todo = needed[np.isnan(raw[needed])]
+        if len(todo):
+            cfg, model = ctx.settings, st.models[model_id]
+            for sid in np.unique(todo).tolist():
+                sig = st.signatures[sid]
+                gain, speed, slowest = self.gain(ctx.job.kind, model, sig, ctx.pair_speed)
+                raw[sid] = gain
+                bad = bool(sig) and (
+                    gain < cfg.min_gain or speed < cfg.min_speed or slowest < cfg.min_speed
+                )
+                adm[sid] = -np.inf if bad else gain
+        return raw, adm
+
     def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
         st = ctx.state
-        cand = np.unique(st.sig_id[mask] * len(st.models) + st.model_of[mask])
-        table = np.full(len(st.signatures) * len(st.models), -np.inf)
-        best_gain, best_key, worst = -np.inf, -1, math.nan
-        for key in cand.tolist():
-            sid, mid = divmod(int(key), len(st.models))
-            sig = st.signatures[sid]
-            gain, new_speed, slowest = self.gain(ctx.job.kind, st.models[mid], sig, ctx.pair_speed)
-            if gain > best_gain:
-                best_gain, best_key, worst = gain, key, min(new_speed, slowest)
-            if sig and (
-                gain < ctx.settings.min_gain
-                or new_speed < ctx.settings.min_speed
-                or slowest < ctx.settings.min_speed
-            ):
-                continue
-            table[key] = gain
-        if best_key >= 0:
-            ctx.best_gain, ctx.worst_speed = best_gain, worst
-            hits = np.nonzero(mask & (st.sig_id * len(st.models) + st.model_of == best_key))[0]
-            ctx.best_gain_gpu = int(hits[0]) if len(hits) else -1
-        score = table[st.sig_id * len(st.models) + st.model_of]
+        if len(st.models) == 1:
+            raw, adm = self._tables(ctx, 0, st.sig_id[mask])
+            raw_g, score = raw[st.sig_id], adm[st.sig_id]
+        else:
+            raw_g = np.empty(st.gpu_count)
+            score = np.empty(st.gpu_count)
+            for m in range(len(st.models)):
+                sel = st.model_of == m
+                raw, adm = self._tables(ctx, m, st.sig_id[sel & mask])
+                raw_g[sel], score[sel] = raw[st.sig_id[sel]], adm[st.sig_id[sel]]
+        masked = np.where(mask, raw_g, -np.inf)  # NaN only off the mask
+        best = int(np.argmax(masked))
+        if np.isfinite(masked[best]):
+            ctx.best_gain, ctx.best_gain_gpu = float(masked[best]), best
+            sig = st.signatures[int(st.sig_id[best])]
+            _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[best], sig, ctx.pair_speed)
+            ctx.worst_speed = min(speed, slowest)
+        score = np.where(mask, score, -np.inf)
         # Among equal gains prefer the fuller GPU (keeps idle GPUs whole for big gangs).
         return np.asarray(score + 1e-3 * st.core_used / GPU_CORE_UNITS_PER_GPU, dtype=np.float64)
 

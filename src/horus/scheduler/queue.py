@@ -9,7 +9,7 @@ by priority then submit time); a sequence number makes equal keys FIFO and the o
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from horus.common.errors import ValidationError
 from horus.scheduler.types import JobRequest
@@ -54,6 +54,14 @@ class JobQueue:
         jobs = self._jobs
         order = list(self._order)  # a cheap pointer copy; jobs are looked up lazily
         return (jobs[name][0] for _, _, name in order if name in jobs)
+
+    def jobs(self, names: Iterable[str]) -> list[JobRequest]:
+        """The queued jobs among ``names`` (unordered)."""
+        return [self._jobs[n][0] for n in names if n in self._jobs]
+
+    def key_of(self, job: JobRequest) -> tuple[tuple[float, ...], int, str]:
+        """The position of a queued job in the order (for sorting a subset)."""
+        return self._jobs[job.name][1]
 
     def head(self) -> JobRequest | None:
         return self._jobs[self._order[0][2]][0] if self._order else None

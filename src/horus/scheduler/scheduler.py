@@ -25,7 +25,7 @@ from horus.common.errors import ValidationError
 from horus.predictor.interface import Predictor, ResourcePrediction
 from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy
 from horus.scheduler.queue import JobQueue
-from horus.scheduler.state import BoolArray, ClusterState, FloatArray
+from horus.scheduler.state import BoolArray, ClusterState, FloatArray, IntArray
 from horus.scheduler.types import (
     GpuShare,
     JobRequest,
@@ -70,6 +70,9 @@ class Scheduler:
         self._pair_cache: dict[tuple[str, str, str], float] = {}
         self._profiles: dict[str, JobRequest] = {}
         self._queue_model: str | None = None
+        self._needs_cache: dict[
+            tuple[object, ...], tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]
+        ] = {}
 
     # --- predictions ----------------------------------------------------------------------
     def predict(self, job: JobRequest, gpu_model: str) -> ResourcePrediction:
@@ -177,14 +180,19 @@ class Scheduler:
         ok = [m in job.gpu_models for m in state.models]
         return np.asarray(np.array(ok, dtype=np.bool_)[state.model_of], dtype=np.bool_)
 
-    def _attempt(self, state: ClusterState, job: JobRequest, explain: bool) -> _Attempt:
-        st, pol, cfg = state, self.policy, self.settings
-        self.remember(job)
-        n_models = len(st.models)
+    def _needs(
+        self, st: ClusterState, job: JobRequest
+    ) -> tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]:
+        """Per-GPU memory, core and utilisation of ``job`` (cached: they depend on no state)."""
+        key = (id(st.model_of), job.kind, job.memory_mib, job.core_percent, job.prediction)
+        hit = self._needs_cache.get(key)
+        if hit is not None:
+            return hit
+        pol, cfg = self.policy, self.settings
         preds = [self.predict(job, m) for m in st.models]
         if pol.whole_gpu:
             mem_by_model = np.array([math.ceil(p.memory_mib_upper) for p in preds], dtype=np.int64)
-            core_by_model = np.full(n_models, GPU_CORE_UNITS_PER_GPU, dtype=np.int64)
+            core_by_model = np.full(len(preds), GPU_CORE_UNITS_PER_GPU, dtype=np.int64)
         else:
             mem_by_model = np.array(
                 [job.memory_mib or pol.memory_share(job, p) for p in preds], dtype=np.int64
@@ -193,9 +201,21 @@ class Scheduler:
                 [job.core_percent or pol.core_share(job, p, cfg) for p in preds], dtype=np.int64
             )
         util_by_model = np.array([p.util_mean for p in preds], dtype=np.float64)
-        mem_need = mem_by_model[st.model_of]
-        core_need = core_by_model[st.model_of]
-        util_need = util_by_model[st.model_of]
+        hit = (
+            preds,
+            mem_by_model[st.model_of],
+            core_by_model[st.model_of],
+            util_by_model[st.model_of],
+        )
+        if len(self._needs_cache) > 10_000:
+            self._needs_cache.clear()
+        self._needs_cache[key] = hit
+        return hit
+
+    def _attempt(self, state: ClusterState, job: JobRequest, explain: bool) -> _Attempt:
+        st, pol, cfg = state, self.policy, self.settings
+        self.remember(job)
+        preds, mem_need, core_need, util_need = self._needs(st, job)
         max_jobs = pol.max_jobs_per_gpu(cfg)
 
         usable = st.healthy & self._model_mask(st, job) if job.gpu_models else st.healthy
@@ -228,7 +248,7 @@ class Scheduler:
                 return None
             s = score[idx]
             if reps == 1:
-                return [[int(idx[int(np.argmax(s))])]]
+                return [[int(idx[int(np.argmax(s))])]]  # first (lowest GPU) among ties
             # stable: best score first, lowest GPU number among ties
             order = np.lexsort((idx, -s))[:reps]
             return [[int(idx[i])] for i in order]
@@ -447,9 +467,10 @@ class Scheduler:
         failed_shapes: dict[tuple[object, ...], Refusal] = {}
         blocked = 0
         barrier: JobRequest | None = None
-        for pos, job in enumerate(q):
-            if only is not None and job.name not in only:
-                continue
+        jobs: Iterable[JobRequest] = q
+        if only is not None:
+            jobs = sorted((j for j in q.jobs(only)), key=q.key_of)
+        for pos, job in enumerate(jobs):
             if barrier is not None or blocked > depth:
                 if not explain:
                     break

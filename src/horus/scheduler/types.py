@@ -179,7 +179,7 @@ class SchedulerSettings:
     #: Smallest core share given to an auto-sized job on a shared GPU.
     min_core_percent: int = 5
     #: How many jobs behind the first blocked one a pass still tries (backfill depth).
-    backfill_depth: int = 64
+    backfill_depth: int = 16
     #: A blocked job that has waited longer than this (seconds) stops all backfilling behind
     #: it until it is placed, so small jobs can never starve a large one (bounded waiting).
     starvation_seconds: float = 6 * 3600.0

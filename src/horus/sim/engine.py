@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from horus.common.errors import ValidationError
 from horus.predictor.interface import Predictor
 from horus.scheduler import ClusterState, JobRequest, Scheduler, SchedulerSettings
@@ -46,7 +48,9 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.gpus_per_node < 1:
-            raise ValidationError(f"need >= 1 GPU and >= 1 GPU per node, got {self.gpus}, {self.gpus_per_node}")
+            raise ValidationError(
+                f"need >= 1 GPU and >= 1 GPU per node, got {self.gpus}, {self.gpus_per_node}"
+            )
 
 
 @dataclass
@@ -146,7 +150,9 @@ class Simulator:
         self.trace_name = trace_name
         cfg = self.config
         nodes = math.ceil(cfg.gpus / cfg.gpus_per_node)
-        self.state = ClusterState.uniform(nodes, cfg.gpus_per_node, truth.gpu_model, truth.gpu_memory_mib)
+        self.state = ClusterState.uniform(
+            nodes, cfg.gpus_per_node, truth.gpu_model, truth.gpu_memory_mib
+        )
         if nodes * cfg.gpus_per_node != cfg.gpus:  # last node smaller: mark extra GPUs unhealthy
             for i in range(cfg.gpus, nodes * cfg.gpus_per_node):
                 self.state.set_health(f"node-{nodes - 1}", i % cfg.gpus_per_node, False)
@@ -201,7 +207,9 @@ class Simulator:
         busy = 0
         gpu_util = [0.0] * st.gpu_count
         util_total = 0.0
-        result = SimResult(self.policy, self.trace_name, cfg.gpus, [], slow_threshold=cfg.slow_threshold)
+        result = SimResult(
+            self.policy, self.trace_name, cfg.gpus, [], slow_threshold=cfg.slow_threshold
+        )
         horizon = (arrivals[-1].submit_time - now) if arrivals else 0.0
         sample_dt = max(horizon, 1.0) / max(cfg.timeline_points, 1)
         next_sample = now
@@ -234,7 +242,9 @@ class Simulator:
                 r.rate = new_rate
                 r.version += 1
                 seq += 1
-                heapq.heappush(events, (now + max(r.remaining, 0.0) / new_rate, seq, r.rec.job_id, r.version))
+                heapq.heappush(
+                    events, (now + max(r.remaining, 0.0) / new_rate, seq, r.rec.job_id, r.version)
+                )
                 util_gpus.update(r.gpus)
             for g in util_gpus:
                 u = 0.0
@@ -269,8 +279,6 @@ class Simulator:
                 gpus = st.gpus_of(name)
                 st.release(name)
                 for g in gpus:
-                    if st.njobs[g] == 0:
-                        busy -= 1
                     util_total -= gpu_util[g]
                     gpu_util[g] = 0.0
                 changed.update(gpus)
@@ -284,11 +292,15 @@ class Simulator:
                 why = sched.check_possible(st, req)
                 if why is not None:
                     raise ValidationError(f"trace {self.trace_name}: job {j.job_id} {why}")
-                records[j.job_id] = JobRecord(j.job_id, j.kind, j.num_gpus, j.submit_time, j.duration)
+                records[j.job_id] = JobRecord(
+                    j.job_id, j.kind, j.num_gpus, j.submit_time, j.duration
+                )
                 queue.push(req)
                 new.append(req)
             head = queue.head()
-            starving = head is not None and now - head.submit_time > sched.settings.starvation_seconds
+            starving = (
+                head is not None and now - head.submit_time > sched.settings.starvation_seconds
+            )
             if freed or starving:
                 res = sched.schedule(st, queue, now=now, explain=False)
             elif new:
@@ -304,12 +316,10 @@ class Simulator:
                     t = truth.by_kind[req.kind]
                     util = t.util if t.util is not None else st.jobs[p.job].prediction.util_mean
                     running[p.job] = _Running(rec, req, rec.duration, 1.0, now, 0, util, gpus)
-                    for g in gpus:
-                        if st.njobs[g] == 1:
-                            busy += 1
                     changed.update(gpus)
             if changed:
                 refresh({g for g in changed if st.residents[g]})
+                busy = int(np.count_nonzero(st.njobs))
             if cfg.progress and n_total:
                 pct = int(100 * done / n_total)
                 if pct != last_progress:

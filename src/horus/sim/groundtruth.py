@@ -37,7 +37,8 @@ from horus.predictor.interface import GraphProfile
 
 #: ``$HORUS_DATA_DIR`` or ``../shared/data`` next to the repository checkout.
 DEFAULT_DATA_DIR = Path(
-    os.environ.get("HORUS_DATA_DIR") or Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+    os.environ.get("HORUS_DATA_DIR")
+    or Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 )
 SOURCES = ("lucid", "gavel")
 
@@ -129,7 +130,9 @@ def _float(row: dict[str, str], col: str, where: str) -> float:
     try:
         value = float(row[col])
     except (KeyError, ValueError):
-        raise ValidationError(f"{where}: column {col!r} is not a number: {row.get(col)!r}") from None
+        raise ValidationError(
+            f"{where}: column {col!r} is not a number: {row.get(col)!r}"
+        ) from None
     if math.isnan(value):
         raise ValidationError(f"{where}: column {col!r} is NaN")
     return value
@@ -158,8 +161,12 @@ def load_lucid(data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
     measured: dict[tuple[str, str], float] = {}
     for i, row in enumerate(_read_csv(data_dir / "lucid" / "colocate_info.csv"), start=2):
         where = f"lucid/colocate_info.csv line {i}"
-        a = lucid_kind(row["model1"], int(_float(row, "batchsize1", where)), int(_float(row, "amp1", where)))
-        b = lucid_kind(row["model2"], int(_float(row, "batchsize2", where)), int(_float(row, "amp2", where)))
+        a = lucid_kind(
+            row["model1"], int(_float(row, "batchsize1", where)), int(_float(row, "amp1", where))
+        )
+        b = lucid_kind(
+            row["model2"], int(_float(row, "batchsize2", where)), int(_float(row, "amp2", where))
+        )
         if a not in types or b not in types:
             raise ValidationError(f"{where}: pair {a} / {b} has no single-job profile")
         measured[(a, b)] = min(1.0, _float(row, "speed1", where))
@@ -202,7 +209,9 @@ def load_gavel(data_dir: Path = DEFAULT_DATA_DIR, worker: str = "v100") -> Groun
         model, batch = _gavel_model_batch(jt)
         types[gavel_kind(jt)] = JobType(gavel_kind(jt), model, batch, throughput=tput)
     measured: dict[tuple[str, str], float] = {}
-    for i, row in enumerate(_read_csv(data_dir / "gavel" / "derived_colocation_pairs.csv"), start=2):
+    for i, row in enumerate(
+        _read_csv(data_dir / "gavel" / "derived_colocation_pairs.csv"), start=2
+    ):
         if (
             row["source_file"] != "simulation_throughputs.json"
             or row["worker_type"] != worker

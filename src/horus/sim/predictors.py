@@ -31,7 +31,9 @@ class ProfiledPredictor:
         self.upper_factor = upper_factor
         self._kind = {(t.profile.model, t.profile.batch_size): t.kind for t in truth.types}
         self._mean = truth.mean_speed
-        self._fallback = GroundTruth(truth.source, truth.gpu_model, truth.gpu_memory_mib, truth.types, {})
+        self._fallback = GroundTruth(
+            truth.source, truth.gpu_model, truth.gpu_memory_mib, truth.types, {}
+        )
         self._fallback._sens, self._fallback._aggr = truth._sens, truth._aggr
         self._fallback.mean_speed = truth.mean_speed
 

@@ -61,7 +61,9 @@ class SyntheticSpec:
         if self.jobs < 1:
             raise ValidationError(f"synthetic trace: jobs must be >= 1, got {self.jobs}")
         if self.arrival_rate <= 0:
-            raise ValidationError(f"synthetic trace: arrival rate must be > 0, got {self.arrival_rate}")
+            raise ValidationError(
+                f"synthetic trace: arrival rate must be > 0, got {self.arrival_rate}"
+            )
         if self.duration_median <= 0 or self.duration_sigma < 0:
             raise ValidationError("synthetic trace: duration median must be > 0 and sigma >= 0")
         if not self.sizes or any(n < 1 or p < 0 for n, p in self.sizes):
@@ -80,7 +82,9 @@ def synthetic(spec: SyntheticSpec, truth: GroundTruth) -> list[TraceJob]:
         t += rng.expovariate(spec.arrival_rate)
         dur = rng.lognormvariate(math.log(spec.duration_median), spec.duration_sigma)
         out.append(
-            TraceJob(f"syn-{i}", t, max(1.0, dur), rng.choices(sizes, weights)[0], rng.choice(kinds))
+            TraceJob(
+                f"syn-{i}", t, max(1.0, dur), rng.choices(sizes, weights)[0], rng.choice(kinds)
+            )
         )
     return out
 
@@ -100,7 +104,9 @@ def load_philly(
             where = f"{path.name} line {line_no}"
             fields = line.split("\t")
             if len(fields) != 7:
-                raise ValidationError(f"{where}: expected 7 tab-separated fields, got {len(fields)}")
+                raise ValidationError(
+                    f"{where}: expected 7 tab-separated fields, got {len(fields)}"
+                )
             job_type = fields[0]
             try:
                 steps = float(fields[4])
@@ -159,7 +165,9 @@ def load_alibaba(
             try:
                 gpus = int(row["num_gpu"])
             except ValueError:
-                raise ValidationError(f"{where}: num_gpu must be an integer, got {row['num_gpu']!r}") from None
+                raise ValidationError(
+                    f"{where}: num_gpu must be an integer, got {row['num_gpu']!r}"
+                ) from None
             if gpus < 1:
                 continue
             if not row["scheduled_time"] or not row["deletion_time"]:

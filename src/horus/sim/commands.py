@@ -1,0 +1,139 @@
+"""``horus sim`` and ``horus sim compare``: run the trace simulator from the shell.
+
+Registration imports nothing heavy (numpy, matplotlib load inside the handlers), so
+``horus --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+_POLICIES = ("exclusive", "binpack", "spread", "horus-original", "horus", "oracle")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", default="synthetic", help="philly, alibaba or synthetic")
+    p.add_argument("--trace-file", type=Path, default=None, help="a specific trace file")
+    p.add_argument(
+        "--truth", default="lucid", help="ground truth: lucid (RTX 3090) or gavel (V100)"
+    )
+    p.add_argument("--gpus", type=int, default=1024, help="GPUs in the simulated cluster")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0, help="seed for kind mapping and synthetic")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N jobs")
+    p.add_argument(
+        "--arrival-scale", type=float, default=1.0, help="multiply arrival times (<1 = more load)"
+    )
+    p.add_argument("--jobs", type=int, default=10_000, help="synthetic: number of jobs")
+    p.add_argument("--rate", type=float, default=1 / 60, help="synthetic: arrivals per second")
+    p.add_argument("--duration", type=float, default=3600.0, help="synthetic: median seconds")
+    p.add_argument(
+        "--predictor", default="auto", help="trained, profiled (stand-in) or auto (default)"
+    )
+    p.add_argument("--data-dir", type=Path, default=None, help="measured data (../shared/data)")
+    p.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--plot", type=Path, default=None, help="write PNG plots with this prefix")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def register(sub: Any) -> None:
+    sim = sub.add_parser(
+        "sim",
+        help="trace-driven simulation of the scheduling policies",
+        description=(
+            "Event-driven simulation of a GPU cluster: job speeds come from measured pair "
+            "tables (Lucid, Gavel), placements from horus.scheduler. "
+            "Example: horus sim --trace philly --truth gavel --policy horus --gpus 1024"
+        ),
+    )
+    _common(sim)
+    sim.add_argument("--policy", default="horus", help=f"one of {', '.join(_POLICIES)}")
+    sim.set_defaults(handler=_run_one)
+    ssub = sim.add_subparsers(dest="sim_command", metavar="ACTION")
+    cmp_ = ssub.add_parser("compare", help="several policies on the same trace, with ratios")
+    _common(cmp_)
+    cmp_.add_argument(
+        "--policies", default=",".join(_POLICIES), help="comma-separated policy names"
+    )
+    cmp_.set_defaults(handler=_compare)
+
+
+def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    from horus.sim.engine import SimConfig
+    from horus.sim.groundtruth import DEFAULT_DATA_DIR
+    from horus.sim.run import TraceSpec, load, make_predictor
+    from horus.sim.traces import SyntheticSpec
+
+    spec = TraceSpec(
+        name=args.trace,
+        truth=args.truth,
+        arrival_scale=args.arrival_scale,
+        limit=args.limit,
+        seed=args.seed,
+        path=args.trace_file,
+        synthetic=SyntheticSpec(
+            jobs=args.jobs, arrival_rate=args.rate, duration_median=args.duration, seed=args.seed
+        ),
+    )
+    truth, trace = load(spec, args.data_dir or DEFAULT_DATA_DIR)
+    predictor = make_predictor(args.predictor, truth)
+    config = SimConfig(
+        gpus=args.gpus, gpus_per_node=args.gpus_per_node, progress=not args.no_progress
+    )
+    return truth, trace, predictor, config
+
+
+def _emit(args: argparse.Namespace, results: list[Any], predictor: Any) -> None:
+    from horus.sim.report import plot, ratios, table, to_json, write_json
+
+    print(table(results))
+    rs = ratios(results)
+    for k, v in rs.items():
+        print(f"  {k:<40} {v:.3f}")
+    if args.json:
+        write_json(
+            args.json,
+            to_json(
+                results,
+                {
+                    "trace": args.trace,
+                    "truth": args.truth,
+                    "gpus": args.gpus,
+                    "predictor": predictor.version,
+                    "jobs": len(results[0].records),
+                },
+            ),
+        )
+        print(f"wrote {args.json}")
+    if args.plot:
+        for p in plot(results, args.plot):
+            print(f"wrote {p}")
+
+
+def _run_one(args: argparse.Namespace) -> int:
+    from horus.scheduler.policies import get_policy
+    from horus.sim.engine import Simulator
+
+    get_policy(args.policy)  # unknown names fail before any loading
+    truth, trace, predictor, config = _setup(args)
+    t0 = time.perf_counter()
+    result = Simulator(trace, truth, args.policy, predictor, config, None, args.trace).run()
+    _emit(args, [result], predictor)
+    print(f"{len(trace)} jobs on {args.gpus} GPUs in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from horus.scheduler.policies import get_policy
+    from horus.sim.run import run_policies
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        get_policy(p)
+    truth, trace, predictor, config = _setup(args)
+    results = run_policies(trace, truth, policies, predictor, config, None, args.trace)
+    _emit(args, results, predictor)
+    return 0

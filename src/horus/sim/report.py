@@ -1,0 +1,107 @@
+"""Turning simulation results into a table, JSON and PNG plots (JCT CDF, utilisation over time)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from horus.sim.engine import SimResult
+
+COLUMNS = (
+    ("makespan_s", "makespan s"),
+    ("jct_mean_s", "JCT mean"),
+    ("jct_median_s", "JCT p50"),
+    ("jct_p95_s", "JCT p95"),
+    ("queue_delay_mean_s", "wait mean"),
+    ("gpu_busy_fraction", "busy"),
+    ("summed_util_mean_pct", "util %"),
+    ("jobs_slowed", "slowed<0.8"),
+    ("wall_seconds", "wall s"),
+)
+
+
+def table(results: Sequence[SimResult]) -> str:
+    """A fixed-width text table, one row per policy."""
+    head = f"{'policy':<15}" + "".join(f"{label:>12}" for _, label in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for r in results:
+        m = r.metrics()
+        cells = []
+        for key, _ in COLUMNS:
+            v = m[key]
+            cells.append(f"{v:>12.3f}" if abs(v) < 10 else f"{v:>12.0f}")
+        lines.append(f"{r.policy:<15}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def ratios(results: Sequence[SimResult]) -> dict[str, float]:
+    """The target ratios of ``horus`` against the other policies (those present)."""
+    by = {r.policy: r.metrics() for r in results}
+    out: dict[str, float] = {}
+    h = by.get("horus")
+    if h is None:
+        return out
+    for other in ("exclusive", "binpack", "spread", "horus-original", "oracle"):
+        o = by.get(other)
+        if o is None:
+            continue
+        out[f"makespan_horus_over_{other}"] = h["makespan_s"] / o["makespan_s"]
+        out[f"jct_mean_horus_over_{other}"] = h["jct_mean_s"] / o["jct_mean_s"]
+    return out
+
+
+def to_json(results: Sequence[SimResult], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        **(extra or {}),
+        "policies": {
+            r.policy: {**r.metrics(), "utilisation_source": r.util_source} for r in results
+        },
+        "ratios": ratios(results),
+    }
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def plot(results: Sequence[SimResult], out_prefix: Path) -> list[Path]:
+    """``<prefix>-jct-cdf.png`` and ``<prefix>-util.png``; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_prefix.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        jct = sorted(x.jct / 3600 for x in r.records)
+        ax.plot(jct, [(i + 1) / len(jct) for i in range(len(jct))], label=r.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"JCT CDF — {results[0].trace}" if results else "JCT CDF")
+    ax.legend()
+    fig.tight_layout()
+    p = out_prefix.with_name(out_prefix.name + "-jct-cdf.png")
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for r in results:
+        t = [x[0] / 3600 for x in r.timeline]
+        a1.plot(t, [x[1] for x in r.timeline], label=r.policy, lw=0.8)
+        a2.plot(t, [x[2] for x in r.timeline], label=r.policy, lw=0.8)
+    a1.set_ylabel("GPUs busy (fraction)")
+    a2.set_ylabel("summed util per GPU (%)")
+    a2.set_xlabel("time (h)")
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    p = out_prefix.with_name(out_prefix.name + "-util.png")
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    return paths

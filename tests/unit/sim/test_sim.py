@@ -1,0 +1,103 @@
+"""Simulator conservation, the no-contention identity, and clear errors on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from horus.common.errors import ConfigError, ValidationError
+from horus.sim.engine import SimConfig, Simulator
+from horus.sim.groundtruth import GroundTruth, JobType, load_truth
+from horus.sim.predictors import ProfiledPredictor
+from horus.sim.traces import SyntheticSpec, TraceJob, load_alibaba, load_philly, synthetic
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def truth() -> GroundTruth:
+    return load_truth("lucid")
+
+
+def tiny_truth() -> GroundTruth:
+    a = JobType("a", "A", 32, util=40.0, memory_mib=2000.0)
+    b = JobType("b", "B", 32, util=40.0, memory_mib=2000.0)
+    measured = {("a", "b"): 0.9, ("b", "a"): 0.8, ("a", "a"): 0.7}
+    return GroundTruth("tiny", "RTX3090", 24576, [a, b], measured)
+
+
+@pytest.mark.parametrize("policy", ["exclusive", "binpack", "horus-original", "horus", "oracle"])
+def test_every_job_finishes_exactly_once(truth: GroundTruth, policy: str) -> None:
+    trace = synthetic(
+        SyntheticSpec(jobs=150, arrival_rate=0.05, duration_median=600, seed=3), truth
+    )
+    res = Simulator(trace, truth, policy, ProfiledPredictor(truth), SimConfig(gpus=16)).run()
+    assert sorted(r.job_id for r in res.records) == sorted(j.job_id for j in trace)
+    for r in res.records:
+        assert r.submit <= r.start <= r.finish
+        assert r.finish - r.start >= r.duration * (1 - 1e-9)  # never faster than solo
+    m = res.metrics()
+    assert 0 <= m["gpu_busy_fraction"] <= 1
+    assert m["makespan_s"] > 0
+
+
+def test_exclusive_without_contention_jct_equals_duration(truth: GroundTruth) -> None:
+    trace = [TraceJob(f"j{i}", i * 10.0, 100.0 + i, 1 + i % 2, truth.kinds[i]) for i in range(6)]
+    res = Simulator(trace, truth, "exclusive", ProfiledPredictor(truth), SimConfig(gpus=16)).run()
+    for r, j in zip(sorted(res.records, key=lambda r: r.job_id), trace, strict=True):
+        assert r.jct == pytest.approx(j.duration)
+        assert r.wait == 0
+
+
+def test_sharing_speed_comes_from_ground_truth() -> None:
+    t = tiny_truth()
+    trace = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 0.0, 100.0, 1, "b")]
+    res = Simulator(trace, t, "binpack", ProfiledPredictor(t), SimConfig(gpus=1)).run()
+    by = {r.job_id: r for r in res.records}
+    # Together x runs at 0.9 and finishes at 100/0.9 s; y (0.8) then runs alone at full speed.
+    assert by["x"].finish == pytest.approx(100 / 0.9)
+    assert by["y"].finish == pytest.approx(100 / 0.9 + (100 - 0.8 * 100 / 0.9))
+    # Unmeasured (b, b): sens(b)=0.8 × aggr(b)=0.9 / mean 0.8 = 0.9 (documented fallback).
+    assert t.speed("b", "b") == pytest.approx(0.9)
+
+
+def test_impossible_job_is_named(truth: GroundTruth) -> None:
+    trace = [TraceJob("huge", 0.0, 10.0, 64, truth.kinds[0])]
+    with pytest.raises(ValidationError, match="job huge needs 64 GPUs"):
+        Simulator(trace, truth, "horus", ProfiledPredictor(truth), SimConfig(gpus=16))
+
+
+def test_unknown_policy(truth: GroundTruth) -> None:
+    with pytest.raises(ConfigError, match="unknown scheduling policy 'fifo'"):
+        Simulator([], truth, "fifo", ProfiledPredictor(truth), SimConfig(gpus=8))
+
+
+def test_malformed_philly_row_names_line(tmp_path: Path, truth: GroundTruth) -> None:
+    f = tmp_path / "bad.trace"
+    good = "ResNet-18 (batch size 32)\tcmd\t-step\t1\t1000\t0.0\t1"
+    f.write_text(good + "\n" + "ResNet-18 (batch size 32)\tcmd\t-step\t1\tmany\t0.0\t1\n")
+    with pytest.raises(ValidationError, match=r"bad\.trace line 2"):
+        load_philly([f], truth)
+    f.write_text("only\tthree\tfields\n")
+    with pytest.raises(ValidationError, match="line 1: expected 7"):
+        load_philly([f], truth)
+
+
+def test_malformed_alibaba_row_names_line(tmp_path: Path, truth: GroundTruth) -> None:
+    f = tmp_path / "pods.csv"
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    f.write_text(head + "p0,1,1,1,1000,,LS,Running,0,100,0\np1,1,1,two,1000,,LS,Running,0,100,0\n")
+    with pytest.raises(ValidationError, match=r"pods\.csv line 3: num_gpu must be an integer"):
+        load_alibaba(f, truth)
+    f.write_text("name,num_gpu\np,1\n")
+    with pytest.raises(ValidationError, match="missing column"):
+        load_alibaba(f, truth)
+
+
+def test_synthetic_is_seeded(truth: GroundTruth) -> None:
+    a = synthetic(SyntheticSpec(jobs=20, seed=5), truth)
+    b = synthetic(SyntheticSpec(jobs=20, seed=5), truth)
+    assert a == b
+    with pytest.raises(ValidationError, match="arrival rate"):
+        SyntheticSpec(arrival_rate=0)
