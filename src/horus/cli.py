@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "horus.deviceplugin.commands",
     "horus.agent.commands",
     "horus.predictor.commands",
+    "horus.sim.commands",
 ]
 
 
