@@ -122,7 +122,11 @@ def _attach_catalog(truth: GroundTruth) -> None:
         catalog = importlib.import_module("horus.predictor.catalog")
     except ImportError:
         return
-    for entry in catalog.measured_job_types(truth.source):
+    try:
+        entries = catalog.measured_job_types(truth.source)
+    except ValidationError:
+        return  # tables not built: keep the minimal profiles
+    for entry in entries:
         if truth.source == "gavel":
             kind = gavel_kind(entry.model)
         else:

@@ -1,0 +1,201 @@
+"""Scheduler benchmarks: policies on three traces, placement throughput, simulator speed.
+
+    .venv/bin/python benchmarks/scheduler.py            # everything (~10 min on 2 cores)
+    .venv/bin/python benchmarks/scheduler.py --only placement,simspeed,policies --quick
+
+Writes ``benchmarks/results/scheduler-*.json`` (and PNG plots) and prints every target as a
+ratio measured in this run. The trained predictor is used when its artifact exists; otherwise
+the profiled stand-in, and the JSON says which (the issue counts only the trained one).
+Arrival times are compressed so each trace offers the stated load to the cluster; the factor
+is printed and stored. Ground truth is never tuned to a policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler
+from horus.sim.engine import SimConfig
+from horus.sim.groundtruth import load_truth
+from horus.sim.report import plot, ratios, table, to_json, write_json
+from horus.sim.run import TraceSpec, load_trace, make_predictor, run_policies
+from horus.sim.traces import SyntheticSpec, offered_load, scale_arrivals
+
+RESULTS = Path(__file__).resolve().parent / "results"
+POLICIES = ["exclusive", "binpack", "spread", "horus-original", "horus", "oracle"]
+
+
+def policies(args: argparse.Namespace) -> dict[str, object]:
+    gpus = args.gpus
+    out: dict[str, object] = {}
+    specs = [
+        ("philly", TraceSpec("philly", "gavel", limit=args.jobs)),
+        ("alibaba", TraceSpec("alibaba", "lucid", limit=args.jobs, seed=1)),
+        (
+            "synthetic",
+            TraceSpec(
+                "synthetic",
+                "lucid",
+                synthetic=SyntheticSpec(
+                    jobs=args.jobs, arrival_rate=1.0, duration_median=3600, seed=2
+                ),
+            ),
+        ),
+    ]
+    for name, spec in specs:
+        truth = load_truth(spec.truth)
+        predictor = make_predictor(args.predictor, truth)
+        trace = load_trace(spec, truth)
+        load0 = offered_load(trace, gpus)
+        scale = load0 / args.load
+        trace = scale_arrivals(trace, scale)
+        print(
+            f"\n== {name}: {len(trace)} jobs, {truth.source} ground truth ({truth.gpu_model}), "
+            f"{gpus} GPUs, arrivals × {scale:.4g} → offered load {offered_load(trace, gpus):.2f}, "
+            f"predictor {predictor.version}",
+            flush=True,
+        )
+        t0 = time.perf_counter()
+        results = run_policies(
+            trace,
+            truth,
+            POLICIES,
+            predictor,
+            SimConfig(gpus=gpus, progress=args.progress),
+            None,
+            name,
+        )
+        print(table(results))
+        for k, v in ratios(results).items():
+            print(f"  {k:<40} {v:.3f}")
+        doc = to_json(
+            results,
+            {
+                "trace": name,
+                "truth": truth.source,
+                "gpu_model": truth.gpu_model,
+                "gpus": gpus,
+                "jobs": len(trace),
+                "arrival_scale": scale,
+                "offered_load": offered_load(trace, gpus),
+                "predictor": predictor.version,
+                "pair_coverage": truth.coverage(),
+                "wall_seconds": time.perf_counter() - t0,
+            },
+        )
+        write_json(RESULTS / f"scheduler-policies-{name}.json", doc)
+        plot(results, RESULTS / f"scheduler-{name}")
+        out[name] = doc
+    return out
+
+
+def placement(args: argparse.Namespace) -> dict[str, object]:
+    truth = load_truth("lucid")
+    predictor = make_predictor(args.predictor, truth)
+    state = ClusterState.uniform(1000, 8, truth.gpu_model, truth.gpu_memory_mib)
+    sched = Scheduler("horus", predictor)
+    kinds = truth.kinds
+
+    def req(i: int) -> JobRequest:
+        k = kinds[(i * 7919) % len(kinds)]
+        return JobRequest(name=f"j{i}", profile=truth.profile(k), kind=k, submit_time=float(i))
+
+    placed = 0
+    i = 0
+    while placed < 6000:
+        if isinstance(sched.place(state, req(i)), Placement):
+            placed += 1
+        i += 1
+    lat = []
+    n_ok = 0
+    decisions = args.decisions
+    for j in range(decisions):
+        r = req(10_000_000 + j)
+        t0 = time.perf_counter()
+        out = sched.place(state, r)
+        lat.append(time.perf_counter() - t0)
+        if isinstance(out, Placement):
+            n_ok += 1
+            state.release(r.name)  # keep the cluster at 6,000 placed jobs
+    lat.sort()
+    total = sum(lat)
+    doc = {
+        "cluster": "1000 nodes × 8 GPUs",
+        "placed_before": 6000,
+        "decisions": decisions,
+        "placed": n_ok,
+        "decisions_per_second": decisions / total,
+        "latency_p50_ms": 1000 * lat[len(lat) // 2],
+        "latency_p99_ms": 1000 * lat[int(0.99 * len(lat))],
+        "latency_mean_ms": 1000 * statistics.fmean(lat),
+        "predictor": predictor.version,
+    }
+    print("\n== placement:", json.dumps(doc, indent=1))
+    write_json(RESULTS / "scheduler-placement.json", doc)
+    return doc
+
+
+def simspeed(args: argparse.Namespace) -> dict[str, object]:
+    from horus.sim.engine import Simulator
+
+    truth = load_truth("lucid")
+    predictor = make_predictor(args.predictor, truth)
+    n = args.sim_jobs
+    gpus = 2048
+    spec = TraceSpec(
+        "synthetic",
+        "lucid",
+        synthetic=SyntheticSpec(jobs=n, arrival_rate=1.0, duration_median=1800, seed=4),
+    )
+    trace = load_trace(spec, truth)
+    trace = scale_arrivals(trace, offered_load(trace, gpus) / 0.9)
+    t0 = time.perf_counter()
+    res = Simulator(
+        trace, truth, "horus", predictor, SimConfig(gpus=gpus, progress=args.progress)
+    ).run()
+    wall = time.perf_counter() - t0
+    doc = {
+        "jobs": n,
+        "gpus": gpus,
+        "policy": "horus",
+        "offered_load": offered_load(trace, gpus),
+        "wall_seconds": wall,
+        "target_seconds": 120 * n / 100_000,
+        "predictor": predictor.version,
+        "makespan_s": res.metrics()["makespan_s"],
+    }
+    print("\n== simulator speed:", json.dumps(doc, indent=1))
+    write_json(RESULTS / "scheduler-simspeed.json", doc)
+    return doc
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", default="placement,simspeed,policies")
+    p.add_argument("--gpus", type=int, default=1024)
+    p.add_argument("--jobs", type=int, default=6000, help="jobs per policy trace")
+    p.add_argument("--load", type=float, default=2.0, help="offered load of the policy traces")
+    p.add_argument("--sim-jobs", type=int, default=100_000)
+    p.add_argument("--decisions", type=int, default=2000)
+    p.add_argument("--predictor", default="auto")
+    p.add_argument("--progress", action="store_true")
+    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    args = p.parse_args()
+    if args.quick:
+        args.jobs, args.sim_jobs, args.decisions = 600, 5000, 300
+    todo = args.only.split(",")
+    summary = {}
+    for name, fn in (("placement", placement), ("simspeed", simspeed), ("policies", policies)):
+        if name in todo:
+            summary[name] = fn(args)
+    print("\nresults in", RESULTS, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
