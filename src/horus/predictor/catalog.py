@@ -65,7 +65,9 @@ def _load() -> tuple[MeasuredJobType, ...]:
                 family=row["family"],
             )
             out.append(
-                MeasuredJobType(row["source"], row["model"], batch, amp, row["zoo"], row["family"], prof)
+                MeasuredJobType(
+                    row["source"], row["model"], batch, amp, row["zoo"], row["family"], prof
+                )
             )
     return tuple(out)
 
@@ -80,10 +82,16 @@ def measured_job_types(source: str | None = None) -> list[MeasuredJobType]:
     return [r for r in rows if r.source == source]
 
 
-def job_type(source: str, model: str, batch_size: int | None = None, amp: bool = False) -> MeasuredJobType:
+def job_type(
+    source: str, model: str, batch_size: int | None = None, amp: bool = False
+) -> MeasuredJobType:
     """The job type ``model`` of ``source`` (Gavel names carry their batch size already)."""
     for jt in measured_job_types(source):
-        if jt.model == model and (batch_size is None or jt.batch_size == batch_size) and jt.amp == amp:
+        if (
+            jt.model == model
+            and (batch_size is None or jt.batch_size == batch_size)
+            and jt.amp == amp
+        ):
             return jt
     raise ValidationError(
         f"no measured {source} job type {model!r}"

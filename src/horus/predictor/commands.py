@@ -50,11 +50,18 @@ def register(sub: Any) -> None:
         ),
     )
     pred.add_argument("profile", type=Path, help="profile YAML written by 'horus profile'")
-    pred.add_argument("--gpu", default=os.environ.get("HORUS_PREDICT_GPU", "A100"),
-                      help="GPU model (env HORUS_PREDICT_GPU; default A100)")
+    pred.add_argument(
+        "--gpu",
+        default=os.environ.get("HORUS_PREDICT_GPU", "A100"),
+        help="GPU model (env HORUS_PREDICT_GPU; default A100)",
+    )
     pred.add_argument("--with", dest="other", type=Path, help="a second profile sharing the GPU")
-    pred.add_argument("--model-file", type=Path, default=None,
-                      help="predictor artifact (default: the shipped one)")
+    pred.add_argument(
+        "--model-file",
+        type=Path,
+        default=None,
+        help="predictor artifact (default: the shipped one)",
+    )
     pred.add_argument("--json", action="store_true", help="machine-readable output")
     pred.set_defaults(handler=_predict)
 
@@ -71,20 +78,39 @@ def register(sub: Any) -> None:
             "cluster."
         ),
     )
-    train.add_argument("-o", "--output", type=Path, default=None,
-                       help="artifact path (default: the packaged model-default.json)")
+    train.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="artifact path (default: the packaged model-default.json)",
+    )
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--with-lucid", type=Path, default=None, metavar="DIR",
-                       help="Lucid data folder (single_data.csv, colocate_info.csv)")
-    train.add_argument("--extra-rows", type=Path, default=None, metavar="CSV",
-                       help="observed rows: profile features + gpu, util, memory_mib")
+    train.add_argument(
+        "--with-lucid",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Lucid data folder (single_data.csv, colocate_info.csv)",
+    )
+    train.add_argument(
+        "--extra-rows",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="observed rows: profile features + gpu, util, memory_mib",
+    )
     train.set_defaults(handler=_train)
     tables = psub.add_parser(
         "build-tables",
         help="recompute the shipped feature tables from the measured data (needs torch)",
     )
-    tables.add_argument("--data-dir", type=Path, required=True,
-                        help="folder with gavel/, gpumemnet/ and (optionally) lucid/")
+    tables.add_argument(
+        "--data-dir",
+        type=Path,
+        required=True,
+        help="folder with gavel/, gpumemnet/ and (optionally) lucid/",
+    )
     tables.add_argument("--out-dir", type=Path, default=None)
     tables.set_defaults(handler=_build_tables)
     card = psub.add_parser("card", help="print the model card of an artifact")
@@ -96,15 +122,15 @@ def _profile(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401
     except ImportError as exc:
-        raise ValidationError(
-            "horus profile needs PyTorch: pip install 'horus[profile]'"
-        ) from exc
+        raise ValidationError("horus profile needs PyTorch: pip install 'horus[profile]'") from exc
     from horus.predictor.schema import dump_profile
     from horus.predictor.zoo import ZOO, profile_zoo
 
     if args.list_zoo:
         for e in ZOO.values():
-            print(f"{e.name:<20} {e.family:<15} input {','.join(map(str, e.input_shape))}  {e.note}")
+            print(
+                f"{e.name:<20} {e.family:<15} input {','.join(map(str, e.input_shape))}  {e.note}"
+            )
         return 0
     if args.batch_size is None or args.batch_size < 1:
         raise ValidationError("--batch-size must be a positive integer")
@@ -165,14 +191,18 @@ def _predict(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    q = int(round(r.quantile * 100))
+    q = round(r.quantile * 100)
     print(f"{profile.model} (batch {profile.batch_size}) on {args.gpu}:")
     print(f"  GPU utilisation  {r.util_mean:6.1f} %    (p{q} upper {r.util_upper:6.1f} %)")
-    print(f"  peak GPU memory  {r.memory_mib_mean:8.0f} MiB (p{q} upper {r.memory_mib_upper:8.0f} MiB)")
+    print(
+        f"  peak GPU memory  {r.memory_mib_mean:8.0f} MiB (p{q} upper {r.memory_mib_upper:8.0f} MiB)"
+    )
     if r.low_confidence:
         print("  LOW CONFIDENCE: features lie outside the training data; intervals widened")
     if args.other is not None:
-        print(f"  sharing with {out['with']}: speed {out['speed']:.3f}x, theirs {out['speed_other']:.3f}x")
+        print(
+            f"  sharing with {out['with']}: speed {out['speed']:.3f}x, theirs {out['speed_other']:.3f}x"
+        )
     print(f"  model {r.model_version}")
     return 0
 
@@ -189,10 +219,14 @@ def _train(args: argparse.Namespace) -> int:
             "shipped artifact: give -o PATH"
         )
     start = time.monotonic()
-    artifact = train_artifact(seed=args.seed, include_lucid=args.with_lucid, extra_rows=args.extra_rows)
+    artifact = train_artifact(
+        seed=args.seed, include_lucid=args.with_lucid, extra_rows=args.extra_rows
+    )
     path = args.output or DEFAULT_ARTIFACT
     digest = save_artifact(artifact, path)
-    print(f"wrote {path} ({artifact['version']}, sha256 {digest[:16]}…) in {time.monotonic() - start:.0f} s")
+    print(
+        f"wrote {path} ({artifact['version']}, sha256 {digest[:16]}…) in {time.monotonic() - start:.0f} s"
+    )
     for k, v in artifact["card"]["metrics_heldout_family"].items():
         print(f"  {k}: {v}")
     return 0

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from horus.predictor.gpus import DATASET_GPUS, GpuSpec, gpu_spec
-from horus.predictor.schema import FAMILIES, FEATURE_NAMES, thesis_features
+from horus.predictor.schema import FAMILIES, FEATURE_NAMES
 from horus.predictor.tables import DATA_DIR
 
 _LOG = (
@@ -78,31 +78,56 @@ FLOPS_ONLY = ["log_fwd_flops"]
 FEATURE_SETS: dict[str, list[str]] = {"full": FULL, "thesis": THESIS, "flops": FLOPS_ONLY}
 
 
-def row_features(features: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
-    """All model inputs (``full`` plus the thesis extras) of one profile on one GPU."""
-    f = {k: float(features.get(k, 0.0)) for k in FEATURE_NAMES}
-    out: dict[str, float] = {f"log_{k}": math.log1p(max(f[k], 0.0)) for k in _LOG}
+def feature_columns(raw: np.ndarray, gpu: GpuSpec) -> dict[str, np.ndarray]:
+    """Vectorised :func:`row_features`: ``raw`` is (n, len(FEATURE_NAMES)) in schema order.
+
+    One implementation serves training (row by row) and batched serving, so they agree exactly.
+    """
+    raw = np.asarray(raw, dtype=np.float64).reshape(-1, len(FEATURE_NAMES))
+    f = {k: raw[:, i] for i, k in enumerate(FEATURE_NAMES)}
+    out: dict[str, np.ndarray] = {f"log_{k}": np.log1p(np.maximum(f[k], 0.0)) for k in _LOG}
     out["amp"] = f["amp"]
     for fam in FAMILIES:
         out[f"share_{fam}"] = f[f"share_{fam}"]
-        out[f"log_count_{fam}"] = math.log1p(f[f"count_{fam}"])
-    batch = max(f["batch_size"], 1.0)
+        out[f"log_count_{fam}"] = np.log1p(f[f"count_{fam}"])
+    batch = np.maximum(f["batch_size"], 1.0)
     flops = f["fwd_flops"] + f["bwd_flops"]
-    out["log_flops_per_sample"] = math.log1p(flops / batch)
-    out["log_act_per_sample"] = math.log1p(f["activation_bytes"] / batch)
-    out["log_intensity"] = math.log((flops + 1.0) / (f["activation_bytes"] + 3 * f["param_bytes"] + 1.0))
+    out["log_flops_per_sample"] = np.log1p(flops / batch)
+    out["log_act_per_sample"] = np.log1p(f["activation_bytes"] / batch)
+    out["log_intensity"] = np.log(
+        (flops + 1.0) / (f["activation_bytes"] + 3 * f["param_bytes"] + 1.0)
+    )
     compute_ms = flops / (gpu.fp32_tflops * 1e12) * 1e3
-    memory_ms = (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
-    out["log_compute_ms"] = math.log1p(compute_ms)
-    out["log_memory_ms"] = math.log1p(memory_ms)
+    memory_ms = (
+        (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
+    )
+    out["log_compute_ms"] = np.log1p(compute_ms)
+    out["log_memory_ms"] = np.log1p(memory_ms)
     out["compute_vs_memory"] = out["log_compute_ms"] - out["log_memory_ms"]
-    est = (2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]) / 2**20
+    est = (
+        2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]
+    ) / 2**20
     out["est_memory_mib"] = est
     out["est_memory_frac"] = est / gpu.memory_mib
-    out.update(gpu.features())
-    th = thesis_features(f)
-    out["log_count_other"] = math.log1p(th["count_other"])
+    n = raw.shape[0]
+    for k, v in gpu.features().items():
+        out[k] = np.full(n, v)
+    other = sum(
+        f[f"count_{fam}"] for fam in FAMILIES if fam not in ("conv", "matmul", "elementwise")
+    )
+    out["log_count_other"] = np.log1p(other)
     return out
+
+
+def raw_matrix(features: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """(n, len(FEATURE_NAMES)) matrix of profile features; absent features are 0."""
+    return np.array([[m.get(k, 0.0) for k in FEATURE_NAMES] for m in features], dtype=np.float64)
+
+
+def row_features(features: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
+    """All model inputs (``full`` plus the thesis extras) of one profile on one GPU."""
+    cols = feature_columns(raw_matrix([features]), gpu)
+    return {k: float(v[0]) for k, v in cols.items()}
 
 
 def matrix(rows: Sequence[Mapping[str, float]], names: Sequence[str]) -> np.ndarray:

@@ -134,7 +134,7 @@ def _module_family(module: Any) -> str | None:
     ):
         return "pool"
     name = type(module).__name__.lower()
-    if "attention" in name and "self" in name or name.endswith("attention"):
+    if ("attention" in name and "self" in name) or name.endswith("attention"):
         return "attention"
     if len(list(module.children())) == 0:
         if any(p.requires_grad for p in module.parameters(recurse=False)) and "norm" in name:
@@ -179,7 +179,7 @@ def _make_mode(rec: _Recorder) -> Any:
     from torch.utils._pytree import tree_flatten
     from torch.utils.flop_counter import flop_registry
 
-    class _Mode(TorchDispatchMode):  # type: ignore[misc]
+    class _Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
@@ -210,7 +210,7 @@ def _make_mode(rec: _Recorder) -> Any:
                     rec.activation_bytes += float(t.numel() * size)
             return out
 
-    return _Mode()
+    return _Mode()  # type: ignore[no-untyped-call]
 
 
 def _conv_backward_flops(args: Any) -> float:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from horus.common.errors import ValidationError
-from horus.predictor.dataset import row_features
+from horus.predictor.dataset import feature_columns, raw_matrix
 from horus.predictor.gpus import GpuSpec, gpu_spec
 from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.predictor.schema import REQUIRED_FEATURES, SCHEMA_VERSION
@@ -80,9 +79,21 @@ def pair_feature_names() -> list[str]:
 PAIR_FEATURES = pair_feature_names()
 
 
-def pair_row(
-    a: Mapping[str, float], b: Mapping[str, float], gpu: GpuSpec
-) -> dict[str, float]:
+def pair_columns(
+    a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], gpu: GpuSpec
+) -> dict[str, np.ndarray]:
+    """Vectorised :func:`pair_row`."""
+    out = {f"a_{k}": np.asarray(a[k], dtype=np.float64) for k in PAIR_BASE}
+    out.update({f"b_{k}": np.asarray(b[k], dtype=np.float64) for k in PAIR_BASE})
+    out["util_sum"] = out["a_pred_util"] + out["b_pred_util"]
+    out["mem_frac_sum"] = out["a_pred_mem_frac"] + out["b_pred_mem_frac"]
+    n = len(out["util_sum"])
+    for k, v in gpu.features().items():
+        out[k] = np.full(n, v)
+    return out
+
+
+def pair_row(a: Mapping[str, float], b: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
     """Inputs of the pair model; ``a``/``b`` are row features plus pred_util / pred_mem_frac."""
     out = {f"a_{k}": float(a[k]) for k in PAIR_BASE}
     out.update({f"b_{k}": float(b[k]) for k in PAIR_BASE})
@@ -104,6 +115,9 @@ class Head:
         x = np.array([[r[n] for n in self.inputs] for r in rows], dtype=np.float64)
         return self.trees.predict(x)
 
+    def predict_columns(self, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self.trees.predict(np.column_stack([cols[n] for n in self.inputs]))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "inputs": list(self.inputs),
@@ -113,7 +127,9 @@ class Head:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Head:
-        return cls(tuple(d["inputs"]), TreeEnsemble.from_json(dict(d["trees"])), float(d["upper_offset"]))
+        return cls(
+            tuple(d["inputs"]), TreeEnsemble.from_json(dict(d["trees"])), float(d["upper_offset"])
+        )
 
 
 class HorusPredictor:
@@ -142,64 +158,76 @@ class HorusPredictor:
 
     # ------------------------------------------------------------------ single jobs
 
-    def _rows(self, profiles: Sequence[GraphProfile], gpu: str) -> tuple[list[dict[str, float]], GpuSpec]:
+    def _columns(
+        self, profiles: Sequence[GraphProfile], gpu: str
+    ) -> tuple[dict[str, np.ndarray], GpuSpec]:
         spec = gpu_spec(gpu)
-        rows = []
         for p in profiles:
-            missing = [k for k in REQUIRED_FEATURES if k not in p.features]
-            if missing:
-                raise ValidationError(
-                    f"profile {p.model!r} lacks features {', '.join(missing)}; "
-                    "regenerate it with 'horus profile'"
-                )
             if p.schema_version != SCHEMA_VERSION:
                 raise ValidationError(
                     f"profile {p.model!r} has schema version {p.schema_version}, expected {SCHEMA_VERSION}"
                 )
-            rows.append(row_features(p.features, spec))
-        return rows, spec
+            feats = p.features
+            if not all(k in feats for k in REQUIRED_FEATURES):
+                missing = [k for k in REQUIRED_FEATURES if k not in feats]
+                raise ValidationError(
+                    f"profile {p.model!r} lacks features {', '.join(missing)}; "
+                    "regenerate it with 'horus profile'"
+                )
+        cols = feature_columns(raw_matrix([p.features for p in profiles]), spec)
+        return cols, spec
 
-    def _out_of_range(self, row: Mapping[str, float]) -> bool:
+    def _out_of_range(self, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+        n = len(next(iter(cols.values())))
+        out = np.zeros(n, dtype=bool)
         for k, (lo, hi) in self.ranges.items():
             margin = 0.1 * (hi - lo) + 1e-9
-            if not lo - margin <= row[k] <= hi + margin:
-                return True
-        return False
+            v = cols[k]
+            out |= (v < lo - margin) | (v > hi + margin)
+        return out
+
+    def _means(self, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        util = np.clip(self.util.predict_columns(cols), 0.0, 100.0)
+        log_mem = self.memory.predict_columns(cols)
+        return util, log_mem
 
     def predict_many(self, profiles: Sequence[GraphProfile], gpu: str) -> list[ResourcePrediction]:
         if not profiles:
             return []
-        rows, spec = self._rows(profiles, gpu)
-        util = np.clip(self.util.predict(rows), 0.0, 100.0)
-        log_mem = self.memory.predict(rows)
-        out = []
-        for i, row in enumerate(rows):
-            low = self._out_of_range(row)
-            u = float(util[i])
-            m = float(math.exp(log_mem[i]))
-            u_up = min(100.0, u + self.util.upper_offset)
-            m_up = float(math.exp(log_mem[i] + self.memory.upper_offset))
-            if low:
-                u_up = 100.0
-                m_up = 2.0 * m_up
-            out.append(
-                ResourcePrediction(
-                    util_mean=u,
-                    util_upper=max(u_up, u),
-                    memory_mib_mean=m,
-                    memory_mib_upper=max(m_up, m),
-                    quantile=self.quantile,
-                    low_confidence=low,
-                    model_version=self._version,
-                )
+        cols, _ = self._columns(profiles, gpu)
+        util, log_mem = self._means(cols)
+        low = self._out_of_range(cols)
+        mem = np.exp(log_mem)
+        util_up = np.maximum(np.minimum(100.0, util + self.util.upper_offset), util)
+        mem_up = np.maximum(np.exp(log_mem + self.memory.upper_offset), mem)
+        util_up = np.where(low, 100.0, util_up)
+        mem_up = np.where(low, 2.0 * mem_up, mem_up)
+        q, version = self.quantile, self._version
+        return [
+            ResourcePrediction(u, uu, m, mu, q, lo, version)
+            for u, uu, m, mu, lo in zip(
+                util.tolist(),
+                util_up.tolist(),
+                mem.tolist(),
+                mem_up.tolist(),
+                low.tolist(),
+                strict=True,
             )
-        del spec
-        return out
+        ]
 
     def predict(self, profile: GraphProfile, gpu: str) -> ResourcePrediction:
         return self.predict_many([profile], gpu)[0]
 
     # ------------------------------------------------------------------ pairs
+
+    def _pair_inputs(
+        self, profiles: Sequence[GraphProfile], gpu: str
+    ) -> tuple[dict[str, np.ndarray], GpuSpec]:
+        cols, spec = self._columns(profiles, gpu)
+        util, log_mem = self._means(cols)
+        cols["pred_util"] = util
+        cols["pred_mem_frac"] = np.exp(log_mem) / spec.memory_mib
+        return cols, spec
 
     def pair_speeds(
         self, pairs: Sequence[tuple[GraphProfile, GraphProfile]], gpu: str
@@ -207,23 +235,11 @@ class HorusPredictor:
         """Normalised speed of the first job of each pair; batched :meth:`pair_speed`."""
         if not pairs:
             return []
-        spec = gpu_spec(gpu)
-        firsts = [a for a, _ in pairs]
-        seconds = [b for _, b in pairs]
-        rows_a, _ = self._rows(firsts, gpu)
-        rows_b, _ = self._rows(seconds, gpu)
-        self._add_preds(rows_a, spec)
-        self._add_preds(rows_b, spec)
-        prows = [pair_row(a, b, spec) for a, b in zip(rows_a, rows_b, strict=True)]
-        speeds = np.clip(self.pair.predict(prows), 0.05, 1.0)
+        a, spec = self._pair_inputs([p for p, _ in pairs], gpu)
+        b, _ = self._pair_inputs([q for _, q in pairs], gpu)
+        cols = pair_columns(a, b, spec)
+        speeds = np.clip(self.pair.predict_columns(cols), 0.05, 1.0)
         return [float(s) for s in speeds]
-
-    def _add_preds(self, rows: list[dict[str, float]], spec: GpuSpec) -> None:
-        util = np.clip(self.util.predict(rows), 0.0, 100.0)
-        mem = np.exp(self.memory.predict(rows))
-        for r, u, m in zip(rows, util, mem, strict=True):
-            r["pred_util"] = float(u)
-            r["pred_mem_frac"] = float(m) / spec.memory_mib
 
     def pair_speed(self, job: GraphProfile, other: GraphProfile, gpu: str) -> float:
         return self.pair_speeds([(job, other)], gpu)[0]
@@ -240,7 +256,9 @@ def load_predictor(path: Path) -> HorusPredictor:
     try:
         data = json.loads(Path(path).read_text())
     except OSError as exc:
-        raise ValidationError(f"cannot read predictor artifact {path}: {exc.strerror or exc}") from exc
+        raise ValidationError(
+            f"cannot read predictor artifact {path}: {exc.strerror or exc}"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{path} is not a predictor artifact (invalid JSON: {exc})") from exc
     if not isinstance(data, dict):

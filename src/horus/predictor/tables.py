@@ -138,7 +138,7 @@ def build_cnn(layers: list[tuple[str, int, int]], in_ch: int, size: int) -> Any:
     import torch.nn as nn
     import torch.nn.functional as F
 
-    class Reshape(nn.Module):  # type: ignore[misc]
+    class Reshape(nn.Module):
         """Bring the input to (channels, size): slice/repeat channels, pool spatially."""
 
         def __init__(self, ch: int, hw: int) -> None:
@@ -375,7 +375,9 @@ def _fmt(v: Any) -> Any:
     return v
 
 
-def build_tables(data_dir: Path, out_dir: Path = DATA_DIR, limit: int | None = None) -> dict[str, int]:
+def build_tables(
+    data_dir: Path, out_dir: Path = DATA_DIR, limit: int | None = None
+) -> dict[str, int]:
     """Regenerate every shipped table; returns row counts per file."""
     if not (data_dir / "gavel").is_dir() or not (data_dir / "gpumemnet").is_dir():
         raise ValidationError(

@@ -55,6 +55,8 @@ from horus.predictor.tables import DATA_DIR
 from horus.predictor.trees import TreeEnsemble
 
 QUANTILE = 0.9
+# Test hook: smaller ensembles for fast determinism tests (see ``train_artifact(quick=...)``).
+_OVERRIDES: dict[str, Any] = {}
 GBR_PARAMS: dict[str, Any] = {
     "n_estimators": 300,
     "max_depth": 4,
@@ -67,7 +69,7 @@ GBR_PARAMS: dict[str, Any] = {
 def fit_gbr(x: np.ndarray, y: np.ndarray, seed: int = 0, **overrides: Any) -> Any:
     from sklearn.ensemble import GradientBoostingRegressor
 
-    params = {**GBR_PARAMS, **overrides}
+    params = {**GBR_PARAMS, **_OVERRIDES, **overrides}
     return GradientBoostingRegressor(random_state=seed, **params).fit(x, y)
 
 
@@ -79,7 +81,9 @@ def group_folds(groups: Sequence[str], k: int = 5) -> list[np.ndarray]:
     return [np.flatnonzero(idx == f) for f in range(min(k, len(uniq)))]
 
 
-def oof_predictions(x: np.ndarray, y: np.ndarray, groups: Sequence[str], seed: int = 0, k: int = 5) -> np.ndarray:
+def oof_predictions(
+    x: np.ndarray, y: np.ndarray, groups: Sequence[str], seed: int = 0, k: int = 5
+) -> np.ndarray:
     """Out-of-fold predictions with grouped folds (each fold's groups unseen in its fit)."""
     pred = np.full(len(y), np.nan)
     for test in group_folds(groups, k):
@@ -137,7 +141,9 @@ def _with_preds(row: Mapping[str, float], util: Head, mem: Head, gpu: GpuSpec) -
     return out
 
 
-def gavel_pairs(util: Head, mem: Head, data_dir: Path = DATA_DIR) -> tuple[list[dict[str, float]], np.ndarray, list[str]]:
+def gavel_pairs(
+    util: Head, mem: Head, data_dir: Path = DATA_DIR
+) -> tuple[list[dict[str, float]], np.ndarray, list[str]]:
     """Pair-model rows from the shipped Gavel pairs; groups are job A's model."""
     cache: dict[tuple[str, str], dict[str, float]] = {}
 
@@ -145,7 +151,9 @@ def gavel_pairs(util: Head, mem: Head, data_dir: Path = DATA_DIR) -> tuple[list[
         if (name, gpu_key) not in cache:
             spec = gpu_spec(DATASET_GPUS[gpu_key])
             jt = job_type("gavel", name)
-            cache[(name, gpu_key)] = _with_preds(row_features(jt.profile.features, spec), util, mem, spec)
+            cache[(name, gpu_key)] = _with_preds(
+                row_features(jt.profile.features, spec), util, mem, spec
+            )
         return cache[(name, gpu_key)]
 
     rows, ys, groups = [], [], []
@@ -158,7 +166,9 @@ def gavel_pairs(util: Head, mem: Head, data_dir: Path = DATA_DIR) -> tuple[list[
     return rows, np.array(ys), groups
 
 
-def lucid_pairs(util: Head | None, mem: Head | None, lucid_dir: Path, measured_isolated: bool = False) -> tuple[list[dict[str, float]], np.ndarray, list[str], list[str]]:
+def lucid_pairs(
+    util: Head | None, mem: Head | None, lucid_dir: Path, measured_isolated: bool = False
+) -> tuple[list[dict[str, float]], np.ndarray, list[str], list[str]]:
     """Pair-model rows from Lucid's co-location table (both orders); groups: (model A, model B).
 
     With ``measured_isolated`` the jobs' *measured* isolated util/memory stand in for the
@@ -168,7 +178,10 @@ def lucid_pairs(util: Head | None, mem: Head | None, lucid_dir: Path, measured_i
     measured: dict[tuple[str, int, int], tuple[float, float]] = {}
     with (lucid_dir / "single_data.csv").open() as fh:
         for r in csv.DictReader(fh):
-            measured[(r["model"], int(r["batchsize"]), int(r["amp"]))] = (float(r["gpu_util"]), float(r["gmem"]))
+            measured[(r["model"], int(r["batchsize"]), int(r["amp"]))] = (
+                float(r["gpu_util"]),
+                float(r["gmem"]),
+            )
     cache: dict[tuple[str, int, int], dict[str, float]] = {}
 
     def job(model: str, batch: int, amp: int) -> dict[str, float]:
@@ -210,13 +223,31 @@ def train_artifact(
     include_lucid: Path | None = None,
     extra_rows: Path | None = None,
     data_dir: Path = DATA_DIR,
+    n_estimators: int | None = None,
 ) -> dict[str, Any]:
-    """Train every head and return the artifact (a JSON-serialisable dict)."""
+    """Train every head and return the artifact (a JSON-serialisable dict).
+
+    ``n_estimators`` overrides the ensemble size (tests use a small one to stay fast).
+    """
+    _OVERRIDES.clear()
+    if n_estimators is not None:
+        _OVERRIDES["n_estimators"] = n_estimators
+    try:
+        return _train_artifact(seed, include_lucid, extra_rows, data_dir)
+    finally:
+        _OVERRIDES.clear()
+
+
+def _train_artifact(
+    seed: int, include_lucid: Path | None, extra_rows: Path | None, data_dir: Path
+) -> dict[str, Any]:
     tables = [load_gpumemnet(data_dir)]
     sources = ["GPUMemNet (CC BY 4.0)", "Gavel (MIT)"]
     if include_lucid is not None:
         if not (include_lucid / "single_data.csv").exists():
-            raise ValidationError(f"{include_lucid} holds no Lucid single_data.csv / colocate_info.csv")
+            raise ValidationError(
+                f"{include_lucid} holds no Lucid single_data.csv / colocate_info.csv"
+            )
         tables.append(load_lucid_single(include_lucid))
         sources.append("Lucid (S-Lab License 1.0, NON-COMMERCIAL)")
     if extra_rows is not None:
@@ -246,8 +277,10 @@ def train_artifact(
             "trained_on": sources,
             "job_types": len(measured_job_types()),
             "seed": seed,
-            "learner": {"GradientBoostingRegressor": GBR_PARAMS},
-            "metrics_heldout_family": {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
+            "learner": {"GradientBoostingRegressor": {**GBR_PARAMS, **_OVERRIDES}},
+            "metrics_heldout_family": {
+                k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
+            },
             "licences": LICENCE_NOTE + (LUCID_NOTE if include_lucid is not None else ""),
         },
     }

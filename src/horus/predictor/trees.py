@@ -55,19 +55,38 @@ class TreeEnsemble:
         depth = max(int(t.max_depth) for t in trees)
         return cls(init, float(est.learning_rate), feature, threshold, left, right, value, depth)
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Predictions for rows ``x`` of shape (n, features)."""
+    def predict(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
+        """Predictions for rows ``x`` of shape (n, features), all trees at once."""
         x = np.asarray(x, dtype=np.float64)
-        n_trees = self.feature.shape[0]
-        rows = np.arange(x.shape[0])[:, None]
-        trees = np.arange(n_trees)[None, :]
-        node = np.zeros((x.shape[0], n_trees), dtype=np.int32)
+        if x.shape[0] > chunk:
+            return np.concatenate(
+                [self.predict(x[i : i + chunk], chunk) for i in range(0, x.shape[0], chunk)]
+            )
+        flat = self._flat()
+        node = np.broadcast_to(flat[5], (x.shape[0], flat[5].shape[0]))
         for _ in range(self.depth):
-            feat = self.feature[trees, node]
-            go_left = x[rows, np.maximum(feat, 0)] <= self.threshold[trees, node]
-            node = np.where(go_left, self.left[trees, node], self.right[trees, node])
-        result: np.ndarray = self.init + self.scale * self.value[trees, node].sum(axis=1)
+            feat = flat[0].take(node)
+            xv = np.take_along_axis(x, feat, axis=1)
+            node = np.where(xv <= flat[1].take(node), flat[2].take(node), flat[3].take(node))
+        result: np.ndarray = self.init + self.scale * flat[4].take(node).sum(axis=1)
         return result
+
+    def _flat(self) -> tuple[np.ndarray, ...]:
+        """Flattened arrays with global node indices (cached on first use)."""
+        cached = self.__dict__.get("_flat_cache")
+        if cached is None:
+            n_trees, n_nodes = self.feature.shape
+            offsets = (np.arange(n_trees, dtype=np.int64) * n_nodes)[:, None]
+            cached = (
+                np.maximum(self.feature, 0).astype(np.int64).ravel(),
+                self.threshold.ravel(),
+                (self.left + offsets).ravel(),
+                (self.right + offsets).ravel(),
+                self.value.ravel(),
+                offsets.ravel(),
+            )
+            object.__setattr__(self, "_flat_cache", cached)
+        return cached
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -19,6 +19,7 @@ Requires torch (and torchvision for the vision models): the ``[profile]`` extra.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -86,7 +87,7 @@ class _LSTMLM:
     def build(ntokens: int = 33278, emsize: int = 200, nhid: int = 200, nlayers: int = 2) -> Any:
         nn = _nn()
 
-        class LSTMLM(nn.Module):  # type: ignore[misc]
+        class LSTMLM(nn.Module):  # type: ignore[misc,name-defined]
             def __init__(self) -> None:
                 super().__init__()
                 self.drop = nn.Dropout(0.2)
@@ -106,7 +107,7 @@ def _seq2seq_transformer(
 ) -> Any:
     nn = _nn()
 
-    class Seq2Seq(nn.Module):  # type: ignore[misc]
+    class Seq2Seq(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.src_emb = nn.Embedding(vocab, d_model)
@@ -125,7 +126,7 @@ def _seq2seq_transformer(
 def _bert_base(vocab: int = 30522, d: int = 768, layers: int = 12, heads: int = 12) -> Any:
     nn = _nn()
 
-    class Bert(nn.Module):  # type: ignore[misc]
+    class Bert(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.tok = nn.Embedding(vocab, d)
@@ -152,7 +153,7 @@ def _bert_base(vocab: int = 30522, d: int = 768, layers: int = 12, heads: int = 
 def _dcgan(nz: int = 100, ngf: int = 64, ndf: int = 64) -> Any:
     nn = _nn()
 
-    class DCGAN(nn.Module):  # type: ignore[misc]
+    class DCGAN(nn.Module):  # type: ignore[misc,name-defined]
         """One GAN step: G(z), then D on the fake and on a real batch."""
 
         def __init__(self) -> None:
@@ -210,7 +211,7 @@ def _cyclegan(ngf: int = 64, ndf: int = 64, blocks: int = 9) -> Any:
             nn.InstanceNorm2d(c),
         )
 
-    class Res(nn.Module):  # type: ignore[misc]
+    class Res(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self, c: int) -> None:
             super().__init__()
             self.b = res_block(c)
@@ -256,7 +257,7 @@ def _cyclegan(ngf: int = 64, ndf: int = 64, blocks: int = 9) -> Any:
             nn.Conv2d(ndf * 8, 1, 4, 1, 1),
         )
 
-    class CycleGAN(nn.Module):  # type: ignore[misc]
+    class CycleGAN(nn.Module):  # type: ignore[misc,name-defined]
         """One step: both generators, cycle reconstructions, both discriminators."""
 
         def __init__(self) -> None:
@@ -287,7 +288,7 @@ def _cyclegan(ngf: int = 64, ndf: int = 64, blocks: int = 9) -> Any:
 def _neumf(users: int = 6040, items: int = 3706, factors: int = 8, layers: int = 3) -> Any:
     nn = _nn()
 
-    class NeuMF(nn.Module):  # type: ignore[misc]
+    class NeuMF(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             mlp_dim = factors * 2 ** (layers - 1)
@@ -349,7 +350,7 @@ def _pointnet(k: int = 16) -> Any:
             nn.Linear(256, dim * dim),
         )
 
-    class PointNet(nn.Module):  # type: ignore[misc]
+    class PointNet(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.stn = stn(3)
@@ -388,7 +389,7 @@ def _pointnet(k: int = 16) -> Any:
 def _mlp(sizes: tuple[int, ...], act: str = "tanh") -> Any:
     nn = _nn()
     layers: list[Any] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+    for a, b in itertools.pairwise(sizes):
         layers += [nn.Linear(a, b), nn.Tanh() if act == "tanh" else nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
@@ -396,7 +397,7 @@ def _mlp(sizes: tuple[int, ...], act: str = "tanh") -> Any:
 def _ppo(obs: int = 8, act: int = 4, hidden: int = 64) -> Any:
     nn = _nn()
 
-    class PPO(nn.Module):  # type: ignore[misc]
+    class PPO(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.actor = _mlp((obs, hidden, hidden, act))
@@ -411,7 +412,7 @@ def _ppo(obs: int = 8, act: int = 4, hidden: int = 64) -> Any:
 def _td3(obs: int = 24, act: int = 4) -> Any:
     nn = _nn()
 
-    class TD3(nn.Module):  # type: ignore[misc]
+    class TD3(nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.actor = _mlp((obs, 400, 300, act), "relu")
@@ -431,7 +432,7 @@ def _td3(obs: int = 24, act: int = 4) -> Any:
 def _a3c(actions: int = 6) -> Any:
     nn = _nn()
 
-    class A3C(nn.Module):  # type: ignore[misc]
+    class A3C(nn.Module):  # type: ignore[misc,name-defined]
         """universe-starter-agent style: 4 conv layers, an LSTM cell, policy and value heads."""
 
         def __init__(self) -> None:
