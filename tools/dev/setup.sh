@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs everything Horus' demo and tests need, idempotently, on a fresh Debian machine:
+#   - Debian packages: etcd-server (the control plane's store), prometheus (metrics tests)
+#   - a virtualenv in .venv with horus[dev,profile] (editable)
+#   - the control-plane binaries (tools/controlplane/build.sh; cached in ~/.cache/horus)
+# Re-running costs seconds once everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+step() { echo "==> $*" >&2; }
+fail() { echo "setup: step '$1' failed: $2" >&2; exit 1; }
+
+SUDO=""
+[[ $(id -u) -eq 0 ]] || SUDO="sudo"
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] || missing+=(golang-go)
+if ((${#missing[@]})); then
+  step "apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq || fail "apt-get update" "no access to Debian's package mirror?"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || fail "apt-get install ${missing[*]}" "install them by hand and retry"
+fi
+# Debian's prometheus package may start a system service on :9090; tests use their own ports.
+[[ -x /usr/local/go/bin/go ]] && export PATH="/usr/local/go/bin:$PATH"
+
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  step "python virtualenv .venv"
+  $PY -m venv .venv || fail "create .venv" "install python3-venv (Python >= 3.11)"
+fi
+stamp=.venv/.horus-installed
+if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+  step "pip install -e .[dev,profile] (first time: torch is large, a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[dev,profile]" || fail "pip install" "see pip's message above"
+  touch "$stamp"
+fi
+
+step "control-plane binaries (first build: ~15-25 min on 2 cores; cached afterwards)"
+bin_dir=$(bash tools/controlplane/build.sh) || exit 1
+echo "$bin_dir" > .venv/.horus-bin-dir
+step "ready: binaries in $bin_dir"
