@@ -53,10 +53,16 @@ class RunningCluster:
             "PATH": f"{self.bin_dir}:{os.environ['PATH']}",
         }
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [str(self.bin_dir / "kubectl"), *args], env=self.env(), input=input,
-            capture_output=True, text=True, timeout=120,
+            [str(self.bin_dir / "kubectl"), *args],
+            env=self.env(),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")

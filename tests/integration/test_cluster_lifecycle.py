@@ -20,7 +20,10 @@ BUILD = repo_root() / "tools" / "controlplane" / "build.sh"
 
 def horus(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "horus", *args], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "horus", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=env,
     )
 
@@ -38,7 +41,11 @@ def test_up_twice_status_down_twice(tmp_path: Path) -> None:
     state = ClusterState.load(folder)
     assert state is not None
     assert {p.name for p in state.processes} == {
-        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
     }
     try:
         again = horus("dev", "cluster", "--dir", str(folder), "up")
@@ -100,7 +107,9 @@ def test_failed_build_names_the_step(tmp_path: Path) -> None:
         GOMODCACHE=str(tmp_path / "modcache"),
         GOCACHE=str(tmp_path / "gocache"),
     )
-    proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        ["bash", str(BUILD)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 1
     assert "step 'go build kube-apiserver' failed" in proc.stderr
     subprocess.run(["chmod", "-R", "u+w", str(tmp_path)], check=False)

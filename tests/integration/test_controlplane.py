@@ -23,13 +23,17 @@ def test_kubectl_version_and_readyz(cluster):
 def test_python_client_lists_namespaces(cluster):
     from kubernetes import client
 
-    names = {ns.metadata.name for ns in client.CoreV1Api(cluster.api_client()).list_namespace().items}
+    names = {
+        ns.metadata.name for ns in client.CoreV1Api(cluster.api_client()).list_namespace().items
+    }
     assert {"default", "kube-system"} <= names
 
 
 def test_crd_is_served_and_its_schema_enforced(cluster):
     cluster.kubectl("apply", "-f", str(DATA / "widget-crd.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.test.horus.io", "--timeout=60s")
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/widgets.test.horus.io", "--timeout=60s"
+    )
     good = "apiVersion: test.horus.io/v1\nkind: Widget\nmetadata: {name: ok}\nspec: {size: 3}\n"
     cluster.kubectl("apply", "-f", "-", input=good)
     assert cluster.kubectl("get", "widget", "ok", "-o", "jsonpath={.spec.size}").stdout == "3"
@@ -44,10 +48,29 @@ def _add_nodes(cluster, count: int, prefix: str) -> list[str]:
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "horus", "dev", "cluster", "--dir", cluster.state.directory,
-         "add-nodes", "--count", str(count), "--gpus-per-node", "4", "--gpu-model", "A100",
-         "--gpu-memory-mib", "40960", "--prefix", prefix],
-        capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "horus",
+            "dev",
+            "cluster",
+            "--dir",
+            cluster.state.directory,
+            "add-nodes",
+            "--count",
+            str(count),
+            "--gpus-per-node",
+            "4",
+            "--gpu-model",
+            "A100",
+            "--gpu-memory-mib",
+            "40960",
+            "--prefix",
+            prefix,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     return [f"{prefix}-{i:04d}" for i in range(count)]
@@ -69,36 +92,59 @@ def test_kwok_gpu_nodes_ready_and_bound_pod_runs(cluster):
 
     # A pod nobody schedules (unknown scheduler), bound by us through a Binding object.
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound-by-hand"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bound-by-hand"},
         "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "busybox"}]},
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     binding = {
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bound-by-hand"},
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "bound-by-hand"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": names[1]},
     }
     cluster.kubectl("create", "-f", "-", input=json.dumps(binding))
     deadline = time.monotonic() + 60
     phase = ""
     while time.monotonic() < deadline:
-        phase = cluster.kubectl("get", "pod", "bound-by-hand", "-o", "jsonpath={.status.phase}").stdout
+        phase = cluster.kubectl(
+            "get", "pod", "bound-by-hand", "-o", "jsonpath={.status.phase}"
+        ).stdout
         if phase == "Running":
             break
         time.sleep(0.5)
     assert phase == "Running"
-    assert cluster.kubectl("get", "pod", "bound-by-hand", "-o", "jsonpath={.spec.nodeName}").stdout == names[1]
+    assert (
+        cluster.kubectl("get", "pod", "bound-by-hand", "-o", "jsonpath={.spec.nodeName}").stdout
+        == names[1]
+    )
 
 
 def test_default_scheduler_places_pods_on_kwok_nodes(cluster):
     """The real kube-scheduler runs: a plain pod requesting GPU cores lands on a GPU node."""
     _add_nodes(cluster, 1, "sched-node")
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scheduled-by-kube-scheduler"},
-        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {
-            "requests": {c.RESOURCE_GPU_CORE: "50"}, "limits": {c.RESOURCE_GPU_CORE: "50"}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "scheduled-by-kube-scheduler"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {c.RESOURCE_GPU_CORE: "50"},
+                        "limits": {c.RESOURCE_GPU_CORE: "50"},
+                    },
+                }
+            ]
+        },
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
-    cluster.kubectl("wait", "--for=condition=Ready", "pod/scheduled-by-kube-scheduler", "--timeout=60s")
+    cluster.kubectl(
+        "wait", "--for=condition=Ready", "pod/scheduled-by-kube-scheduler", "--timeout=60s"
+    )
 
 
 def test_helm_version_and_install(cluster):
@@ -108,15 +154,30 @@ def test_helm_version_and_install(cluster):
     version = subprocess.run([*helm, "version", "--short"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("v3."), version.stderr
     install = subprocess.run(
-        [*helm, "install", "tiny", str(DATA / "tinychart"), "--namespace", "helm-test",
-         "--create-namespace", "--wait", "--timeout", "60s"],
-        capture_output=True, text=True, timeout=120,
+        [
+            *helm,
+            "install",
+            "tiny",
+            str(DATA / "tinychart"),
+            "--namespace",
+            "helm-test",
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert install.returncode == 0, install.stderr
-    got = cluster.kubectl("get", "configmap", "tiny-greeting", "-n", "helm-test",
-                          "-o", "jsonpath={.data.greeting}").stdout
+    got = cluster.kubectl(
+        "get", "configmap", "tiny-greeting", "-n", "helm-test", "-o", "jsonpath={.data.greeting}"
+    ).stdout
     assert got == "hello from helm"
-    uninstall = subprocess.run([*helm, "uninstall", "tiny", "-n", "helm-test"], capture_output=True, text=True)
+    uninstall = subprocess.run(
+        [*helm, "uninstall", "tiny", "-n", "helm-test"], capture_output=True, text=True
+    )
     assert uninstall.returncode == 0, uninstall.stderr
 
 
@@ -124,17 +185,33 @@ def test_rbac_is_enforced(cluster):
     cluster.kubectl("create", "namespace", "rbac-test")
     cluster.kubectl("create", "serviceaccount", "nobody", "-n", "rbac-test")
     sa = "system:serviceaccount:rbac-test:nobody"
-    can = cluster.kubectl("auth", "can-i", "list", "pods", "-n", "rbac-test", f"--as={sa}", check=False)
+    can = cluster.kubectl(
+        "auth", "can-i", "list", "pods", "-n", "rbac-test", f"--as={sa}", check=False
+    )
     assert can.returncode != 0 and can.stdout.strip() == "no"
     # A real token issued by the apiserver for that account gets 403 when it reads pods.
     token = cluster.kubectl("create", "token", "nobody", "-n", "rbac-test").stdout.strip()
     denied = cluster.kubectl("get", "pods", "-n", "rbac-test", f"--token={token}", check=False)
     assert denied.returncode != 0 and "Forbidden" in denied.stderr
     # Granting the right flips both answers.
-    cluster.kubectl("create", "role", "pod-reader", "--verb=list", "--resource=pods", "-n", "rbac-test")
-    cluster.kubectl("create", "rolebinding", "nobody-reads", "--role=pod-reader",
-                    f"--serviceaccount=rbac-test:nobody", "-n", "rbac-test")
-    assert cluster.kubectl("auth", "can-i", "list", "pods", "-n", "rbac-test", f"--as={sa}").stdout.strip() == "yes"
+    cluster.kubectl(
+        "create", "role", "pod-reader", "--verb=list", "--resource=pods", "-n", "rbac-test"
+    )
+    cluster.kubectl(
+        "create",
+        "rolebinding",
+        "nobody-reads",
+        "--role=pod-reader",
+        "--serviceaccount=rbac-test:nobody",
+        "-n",
+        "rbac-test",
+    )
+    assert (
+        cluster.kubectl(
+            "auth", "can-i", "list", "pods", "-n", "rbac-test", f"--as={sa}"
+        ).stdout.strip()
+        == "yes"
+    )
     assert cluster.kubectl("get", "pods", "-n", "rbac-test", f"--token={token}").returncode == 0
 
 
@@ -145,8 +222,11 @@ def test_namespaced_service_accounts_exist(cluster):
         cluster.kubectl("create", "namespace", f"sa-test-{i}")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if all(cluster.kubectl("get", "sa", "default", "-n", f"sa-test-{i}", check=False).returncode == 0
-               for i in range(count)):
+        if all(
+            cluster.kubectl("get", "sa", "default", "-n", f"sa-test-{i}", check=False).returncode
+            == 0
+            for i in range(count)
+        ):
             return
         time.sleep(0.5)
     pytest.fail("controller-manager did not create default service accounts")

@@ -31,5 +31,7 @@ def test_help_does_not_import_torch() -> None:
 
 
 def test_unknown_command_is_an_error() -> None:
-    proc = subprocess.run([sys.executable, "-m", "horus", "frobnicate"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "horus", "frobnicate"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "invalid choice" in proc.stderr

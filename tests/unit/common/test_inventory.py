@@ -25,9 +25,15 @@ def test_uuids_are_stable_and_unique() -> None:
         ('{"index": 0}', "must be a JSON list"),
         ("[3]", r"node-a\[0\]: must be an object"),
         ('[{"index": 0, "uuid": "u", "model": "m"}]', r"missing field\(s\) memoryMiB"),
-        ('[{"index": "0", "uuid": "u", "model": "m", "memoryMiB": 1}]', "index: must be an integer"),
+        (
+            '[{"index": "0", "uuid": "u", "model": "m", "memoryMiB": 1}]',
+            "index: must be an integer",
+        ),
         ('[{"index": 0, "uuid": "u", "model": "m", "memoryMiB": -5}]', "memoryMiB must be > 0"),
-        ('[{"index": 0, "uuid": "u", "model": "m", "memoryMiB": 5, "health": "meh"}]', "health must be one of"),
+        (
+            '[{"index": 0, "uuid": "u", "model": "m", "memoryMiB": 5, "health": "meh"}]',
+            "health must be one of",
+        ),
         (
             '[{"index": 0, "uuid": "a", "model": "m", "memoryMiB": 5},'
             ' {"index": 0, "uuid": "b", "model": "m", "memoryMiB": 5}]',

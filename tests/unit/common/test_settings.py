@@ -34,7 +34,9 @@ def test_defaults_when_nothing_given() -> None:
 def test_precedence_cli_over_env_over_file(tmp_path: Path) -> None:
     cfg = write(tmp_path, "demo: {threshold: 0.1, replicas: 3, enabled: true}\n")
     env = {"HORUS_DEMO_THRESHOLD": "0.2", "HORUS_DEMO_REPLICAS": "4"}
-    got = load_settings(Demo, "demo", cli={"threshold": 0.3, "replicas": None}, env=env, config_file=cfg)
+    got = load_settings(
+        Demo, "demo", cli={"threshold": 0.3, "replicas": None}, env=env, config_file=cfg
+    )
     assert got.threshold == 0.3  # CLI wins
     assert got.replicas == 4  # env beats file (CLI value None = not given)
     assert got.enabled is True  # only the file set it
