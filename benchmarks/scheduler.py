@@ -23,7 +23,13 @@ from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler
 from horus.sim.engine import SimConfig
 from horus.sim.groundtruth import load_truth
 from horus.sim.report import plot, ratios, table, to_json, write_json
-from horus.sim.run import TraceSpec, load_trace, make_predictor, run_policies
+from horus.sim.run import (
+    TraceSpec,
+    load_trace,
+    make_predictor,
+    run_policies,
+    trained_predictor_available,
+)
 from horus.sim.traces import SyntheticSpec, offered_load, scale_arrivals
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -33,8 +39,13 @@ POLICIES = ["exclusive", "binpack", "spread", "horus-original", "horus", "oracle
 def policies(args: argparse.Namespace) -> dict[str, object]:
     gpus = args.gpus
     out: dict[str, object] = {}
+    # Philly runs on Gavel's V100 pairs (its native job types) when the trained predictor is
+    # there; the profiled stand-in needs measured util/memory, which only Lucid has.
+    philly_truth = (
+        "gavel" if trained_predictor_available() and args.predictor != "profiled" else "lucid"
+    )
     specs = [
-        ("philly", TraceSpec("philly", "gavel", limit=args.jobs)),
+        ("philly", TraceSpec("philly", philly_truth, limit=args.jobs)),
         ("alibaba", TraceSpec("alibaba", "lucid", limit=args.jobs, seed=1)),
         (
             "synthetic",
@@ -42,7 +53,11 @@ def policies(args: argparse.Namespace) -> dict[str, object]:
                 "synthetic",
                 "lucid",
                 synthetic=SyntheticSpec(
-                    jobs=args.jobs, arrival_rate=1.0, duration_median=3600, seed=2
+                    jobs=args.jobs,
+                    arrival_rate=1.0,
+                    duration_median=3600,
+                    duration_sigma=0.8,
+                    seed=2,
                 ),
             ),
         ),
@@ -66,7 +81,7 @@ def policies(args: argparse.Namespace) -> dict[str, object]:
             truth,
             POLICIES,
             predictor,
-            SimConfig(gpus=gpus, progress=args.progress),
+            SimConfig(gpus=gpus, progress=args.progress, drop_impossible=True),
             None,
             name,
         )
@@ -178,7 +193,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", default="placement,simspeed,policies")
     p.add_argument("--gpus", type=int, default=1024)
-    p.add_argument("--jobs", type=int, default=6000, help="jobs per policy trace")
+    p.add_argument("--jobs", type=int, default=15000, help="jobs per policy trace")
     p.add_argument("--load", type=float, default=2.0, help="offered load of the policy traces")
     p.add_argument("--sim-jobs", type=int, default=100_000)
     p.add_argument("--decisions", type=int, default=2000)

@@ -45,6 +45,9 @@ class SimConfig:
     #: A job counts as "slowed" when its mean speed is below this fraction of solo speed.
     slow_threshold: float = 0.8
     progress: bool = False
+    #: Skip (and count in ``SimResult.rejected``) jobs that can never fit the cluster, e.g.
+    #: whose predicted memory exceeds every GPU, instead of failing the run.
+    drop_impossible: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.gpus_per_node < 1:
@@ -93,6 +96,7 @@ class SimResult:
     wall_seconds: float = 0.0
     slow_threshold: float = 0.8
     util_source: str = "measured"
+    rejected: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
         """Makespan, JCT mean/median/p95, mean queueing delay, busy fraction, summed util…"""
@@ -116,6 +120,7 @@ class SimResult:
             "summed_util_mean_pct": self.util_integral / (span * self.gpus),
             "jobs_slowed": float(sum(1 for r in recs if r.mean_speed < self.slow_threshold - 1e-9)),
             "wall_seconds": self.wall_seconds,
+            "jobs_rejected": float(len(self.rejected)),
         }
 
 
@@ -290,6 +295,9 @@ class Simulator:
                 ai += 1
                 req = self._request(j)
                 why = sched.check_possible(st, req)
+                if why is not None and cfg.drop_impossible:
+                    result.rejected.append(f"{j.job_id}: {why}")
+                    continue
                 if why is not None:
                     raise ValidationError(f"trace {self.trace_name}: job {j.job_id} {why}")
                 records[j.job_id] = JobRecord(

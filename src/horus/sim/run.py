@@ -80,9 +80,10 @@ def load_trace(
 def trained_predictor_available() -> bool:
     try:
         mod = importlib.import_module("horus.predictor")
-    except ImportError:
+        mod.load_default_predictor()
+    except (ImportError, AttributeError, ValidationError):
         return False
-    return hasattr(mod, "load_default_predictor")
+    return True
 
 
 def make_predictor(name: str, truth: GroundTruth) -> Predictor:
