@@ -31,6 +31,14 @@ ANNOTATION_GPU_INVENTORY: Final = f"{API_GROUP}/gpu-inventory"  # node: JSON lis
 ANNOTATION_GPU_ASSIGNMENT: Final = f"{API_GROUP}/gpu-assignment"  # pod: chosen GPU and share
 ANNOTATION_PREDICTED: Final = f"{API_GROUP}/predicted"  # pod: predicted util/memory/version
 ANNOTATION_GRAPH_PROFILE: Final = f"{API_GROUP}/graph-profile"  # plain pod: its model profile
+# pod: HMAC-SHA256 of the assignment, keyed by the cluster's assignment key (see api/signing.py)
+ANNOTATION_ASSIGNMENT_SIGNATURE: Final = f"{API_GROUP}/gpu-assignment-signature"
+
+# --- The cluster secret that signs assignments (only the operator and device plugin read it) --
+HORUS_NAMESPACE: Final = "horus-system"
+ASSIGNMENT_KEY_SECRET: Final = "horus-assignment-key"
+ASSIGNMENT_KEY_SECRET_KEY: Final = "key"
+ASSIGNMENT_KEY_FILE_ENV: Final = "HORUS_ASSIGNMENT_KEY_FILE"
 
 # --- Labels ----------------------------------------------------------------------------------
 LABEL_GPU_NODE: Final = f"{API_GROUP}/gpu-node"  # "true" on nodes that carry Horus GPUs
