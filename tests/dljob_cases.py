@@ -248,6 +248,12 @@ SHARED_CASES: list[Case] = [
     ),
     Case("missing-profile", _del("spec.profile"), "spec.profile", "required", "Required value"),
     Case("both-profile-forms", _both_profiles, "spec.profile.configMapRef", "only one of features"),
+    Case(
+        "configmap-ref-with-inline-fields",
+        _set("spec.profile", {"configMapRef": {"name": "p"}, "model": "m"}),
+        "spec.profile.configMapRef",
+        "do not also set model",
+    ),
     Case("neither-profile-form", _neither_profile, "spec.profile", "set one of features"),
     Case(
         "inline-profile-without-batch",
