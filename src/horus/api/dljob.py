@@ -33,6 +33,7 @@ from horus.api._fields import (
 )
 from horus.api.assignment import GpuAssignment, PredictedUsage, parse_predicted
 from horus.common.constants import (
+    ANNOTATION_ASSIGNMENT_SIGNATURE,
     ANNOTATION_GPU_ASSIGNMENT,
     ANNOTATION_PREDICTED,
     API_GROUP_VERSION,
@@ -92,7 +93,11 @@ _CONDITION_STATUSES = ("True", "False", "Unknown")
 # GPU resources Horus sets on the pods itself; a container naming them would double-count.
 _OWNED_RESOURCES = (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, "nvidia.com/gpu")
 _OWNED_LABELS = (LABEL_DLJOB_NAME, LABEL_REPLICA_INDEX)
-_OWNED_ANNOTATIONS = (ANNOTATION_GPU_ASSIGNMENT, ANNOTATION_PREDICTED)
+_OWNED_ANNOTATIONS = (
+    ANNOTATION_GPU_ASSIGNMENT,
+    ANNOTATION_ASSIGNMENT_SIGNATURE,
+    ANNOTATION_PREDICTED,
+)
 
 
 # --- spec -------------------------------------------------------------------------------------

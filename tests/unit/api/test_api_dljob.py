@@ -113,6 +113,11 @@ def test_malformed_job_is_rejected_naming_the_field(case: Case) -> None:
         ),
         (
             "spec.template.metadata",
+            {"annotations": {c.ANNOTATION_ASSIGNMENT_SIGNATURE: "v1:00"}},
+            f"annotations.{c.ANNOTATION_ASSIGNMENT_SIGNATURE}: is set by Horus",
+        ),
+        (
+            "spec.template.metadata",
             {"labels": {"tier": 3}},
             "spec.template.metadata.labels.tier: must be a string, got integer",
         ),
