@@ -107,3 +107,28 @@ DEFAULT_QUEUE: Final = "default"
 PROFILE_CONFIGMAP_DEFAULT_KEY: Final = "profile.yaml"  # `horus profile` output (YAML or JSON)
 MAX_PROFILE_FEATURES: Final = 256
 GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
+
+# --- Node sharing agent (horus.agent) ----------------------------------------------------------
+# TEST/DEMO ONLY: on a pod served by the *simulated* GPU backend, the GPU memory (MiB) that
+# backend reports for the pod, overriding the prediction. It lets tests and demos make a
+# simulated pod exceed its memory share; the NVML backend (real GPUs) ignores it.
+ANNOTATION_SIMULATED_MEMORY: Final = f"{API_GROUP}/simulated-memory-mib"
+NODE_NAME_ENV: Final = "NODE_NAME"  # downward-API node name of the agent's DaemonSet pod
+METRIC_AGENT_BACKEND_UP: Final = "horus_agent_gpu_backend_up"  # 1 when the GPU backend works
+METRIC_AGENT_CYCLE_DURATION: Final = "horus_agent_cycle_duration_seconds"
+METRIC_MPS_RESTARTS: Final = "horus_mps_daemon_restarts"  # client adds _total
+METRIC_LABEL_NAMESPACE: Final = "namespace"
+METRIC_LABEL_POD: Final = "pod"
+METRIC_LABEL_NODE: Final = "node"
+METRIC_LABEL_GPU: Final = "gpu"  # the GPU's index on its node
+METRIC_LABEL_GPU_UUID: Final = "uuid"
+METRIC_LABEL_GPU_MODEL: Final = "model"
+METRIC_LABEL_BACKEND: Final = "backend"  # "nvml" or "simulated": simulated data is always labelled
+BACKEND_NVML: Final = "nvml"
+BACKEND_SIMULATED: Final = "simulated"
+EVENT_REASON_GPU_MEMORY_OVER_SHARE: Final = "GPUMemoryOverShare"  # watchdog mode report
+EVENT_REASON_GPU_MEMORY_EVICTED: Final = "GPUMemoryEvicted"  # watchdog mode evict
+EVENT_COMPONENT_AGENT: Final = "horus-agent"
+# MPS: where the control daemon's pipes live (the device plugin hands the same path to pods)
+MPS_PIPE_DIRECTORY_DEFAULT: Final = "/tmp/nvidia-mps"
+MPS_LOG_DIRECTORY_DEFAULT: Final = "/var/log/nvidia-mps"
