@@ -42,6 +42,7 @@ from horus.common.errors import ValidationError
 
 __all__ = [
     "GpuAssignment",
+    "GpuRef",
     "PredictedUsage",
     "decode_assignment",
     "decode_predicted",
@@ -56,8 +57,32 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class GpuRef:
+    """One more GPU of a multi-GPU pod (``gpus`` of the assignment): index, UUID and share."""
+
+    gpu_uuid: str
+    gpu_index: int
+    core_percent: int
+    memory_mib: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpuUUID": self.gpu_uuid,
+            "gpuIndex": self.gpu_index,
+            "corePercent": self.core_percent,
+            "memoryMiB": self.memory_mib,
+        }
+
+
+@dataclass(frozen=True)
 class GpuAssignment:
-    """The GPU (and share of it) one pod was given."""
+    """The GPU (and share of it) one pod was given.
+
+    A pod with several GPUs (``gpusPerReplica`` > 1) lists *all* of them in ``gpus``; the
+    top-level ``gpuUUID``/``gpuIndex``/``corePercent``/``memoryMiB`` then repeat ``gpus[0]``, so
+    a reader that only knows single-GPU assignments still sees a valid (first) GPU. ``gpus`` is
+    empty for single-GPU pods and is then left out of the JSON (the original format).
+    """
 
     node: str
     gpu_uuid: str
@@ -66,6 +91,7 @@ class GpuAssignment:
     memory_mib: int  # horus.io/gpu-memory
     job: str | None = None  # owning DLJob, None for plain pods
     replica: int | None = None  # replica index within ``job``
+    gpus: tuple[GpuRef, ...] = ()  # every GPU of a multi-GPU pod (gpus[0] = top level)
 
     def __post_init__(self) -> None:
         path = "gpu-assignment"
@@ -82,6 +108,33 @@ class GpuAssignment:
             raise ValidationError(f"{path}.job: must not be empty")
         if self.replica is not None:
             check_range(self.replica, f"{path}.replica", 0, MAX_DLJOB_REPLICAS - 1)
+        if self.gpus:
+            first = self.gpus[0]
+            if (first.gpu_uuid, first.gpu_index, first.core_percent, first.memory_mib) != (
+                self.gpu_uuid,
+                self.gpu_index,
+                self.core_percent,
+                self.memory_mib,
+            ):
+                raise ValidationError(f"{path}.gpus[0]: must repeat the top-level GPU and share")
+            uuids = [g.gpu_uuid for g in self.gpus]
+            if len(set(uuids)) != len(uuids):
+                raise ValidationError(f"{path}.gpus: a GPU is listed twice in {uuids}")
+            for i, g in enumerate(self.gpus):
+                if not g.gpu_uuid:
+                    raise ValidationError(f"{path}.gpus[{i}].gpuUUID: must not be empty")
+                check_range(g.gpu_index, f"{path}.gpus[{i}].gpuIndex", 0, None)
+                check_range(
+                    g.core_percent, f"{path}.gpus[{i}].corePercent", 1, GPU_CORE_UNITS_PER_GPU
+                )
+                check_range(g.memory_mib, f"{path}.gpus[{i}].memoryMiB", 1, MAX_GPU_MEMORY_MIB)
+
+    @property
+    def all_gpus(self) -> tuple[GpuRef, ...]:
+        """Every GPU of the pod with its share (one entry for a single-GPU assignment)."""
+        if self.gpus:
+            return self.gpus
+        return (GpuRef(self.gpu_uuid, self.gpu_index, self.core_percent, self.memory_mib),)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -94,10 +147,42 @@ class GpuAssignment:
         if self.job is not None:
             out["job"] = self.job
             out["replica"] = self.replica
+        if self.gpus:
+            out["gpus"] = [g.to_json() for g in self.gpus]
         return out
 
 
-_ASSIGNMENT_KEYS = ("node", "gpuUUID", "gpuIndex", "corePercent", "memoryMiB", "job", "replica")
+_ASSIGNMENT_KEYS = (
+    "node",
+    "gpuUUID",
+    "gpuIndex",
+    "corePercent",
+    "memoryMiB",
+    "job",
+    "replica",
+    "gpus",
+)
+_GPU_REF_KEYS = ("gpuUUID", "gpuIndex", "corePercent", "memoryMiB")
+
+
+def _parse_gpu_refs(value: object, where: str) -> tuple[GpuRef, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValidationError(f"{where}.gpus: must be a non-empty list of GPUs")
+    refs: list[GpuRef] = []
+    for i, item in enumerate(value):
+        path = f"{where}.gpus[{i}]"
+        if not isinstance(item, dict):
+            raise ValidationError(f"{path}: must be an object, got {type(item).__name__}")
+        reject_unknown(item, _GPU_REF_KEYS, path)
+        refs.append(
+            GpuRef(
+                gpu_uuid=read_str(item, "gpuUUID", path, max_length=128),
+                gpu_index=read_int(item, "gpuIndex", path, lo=0),
+                core_percent=read_int(item, "corePercent", path, lo=1, hi=GPU_CORE_UNITS_PER_GPU),
+                memory_mib=read_int(item, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB),
+            )
+        )
+    return tuple(refs)
 
 
 def encode_assignment(assignment: GpuAssignment) -> str:
@@ -118,6 +203,7 @@ def parse_assignment(raw: dict[str, Any], where: str = "gpu-assignment") -> GpuA
             memory_mib=read_int(raw, "memoryMiB", where, lo=1, hi=MAX_GPU_MEMORY_MIB),
             job=read_str(raw, "job", where, max_length=253) if has_job else None,
             replica=read_int(raw, "replica", where, lo=0) if "replica" in raw else None,
+            gpus=_parse_gpu_refs(raw["gpus"], where) if "gpus" in raw else (),
         )
     except ValidationError as exc:
         raise rebase(exc, "gpu-assignment", where) from None

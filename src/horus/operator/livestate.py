@@ -1,0 +1,505 @@
+"""The scheduler's :class:`~horus.scheduler.ClusterState`, rebuilt from the live API objects.
+
+Why rebuild every time instead of keeping state in memory: the operator may be killed at any
+instant, a second replica may take over, and the scheduler extender places plain pods behind
+our back. The only truth that survives all of that is what the apiserver holds, so every
+scheduling pass starts from it:
+
+* **GPUs** — nodes carrying ``horus.io/gpu-inventory``; a node that is NotReady,
+  unschedulable or being deleted contributes no GPUs, and Unhealthy GPUs are kept but marked
+  unhealthy (the scheduler never places on them, yet shares already there are still counted).
+* **Shares already committed**, from two sources, de-duplicated:
+
+  (a) each DLJob's ``status.placements`` — the *durable* record, written before its pods
+      exist, so a share is counted even when the operator died before creating the pods;
+  (b) every non-terminal pod with a ``horus.io/gpu-assignment`` annotation — plain pods placed
+      by the scheduler extender, and the pods of DLJobs that no longer have a live record
+      (the job was deleted, or already finished while some pods still run).
+
+  A DLJob pod whose job has live placements is *not* counted again (dedup by job); plain
+  pods are keyed by pod.
+
+Everything here is a pure function of lists of plain ``dict`` objects (the apiserver's JSON,
+camelCase), so it is unit-tested without a cluster; :func:`list_live_objects` is the thin
+part that fetches them. The scheduler extender uses the same module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from horus.api.assignment import GpuAssignment, PredictedUsage, decode_assignment, decode_predicted
+from horus.api.dljob import (
+    InlineProfile,
+    parse_dljob_spec,
+    parse_dljob_status,
+    parse_profile_document,
+)
+from horus.api.inventory import GpuDevice, decode_inventory
+from horus.common import constants as c
+from horus.common.errors import HorusError, ValidationError
+from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
+from horus.scheduler import ClusterState, GpuShare, JobRequest
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "LiveObjects",
+    "LiveState",
+    "Resident",
+    "build_cluster_state",
+    "build_live_state",
+    "dljob_job_name",
+    "graph_profile",
+    "list_live_objects",
+    "node_exclusion",
+    "pod_job_name",
+    "resource_prediction",
+]
+
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+TERMINAL_JOB_PHASES = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
+UNKNOWN_KIND = "unknown"
+
+
+def dljob_job_name(namespace: str, name: str) -> str:
+    """The scheduler's name for DLJob ``namespace/name`` (its key in the ClusterState)."""
+    return f"{namespace}/{name}"
+
+
+def pod_job_name(namespace: str, name: str) -> str:
+    """The scheduler's name for a plain pod (never equal to a DLJob's name: it has a prefix)."""
+    return f"pod:{namespace}/{name}"
+
+
+@dataclass(frozen=True)
+class Resident:
+    """One job (DLJob or plain pod) holding GPU shares in the live cluster."""
+
+    name: str  # dljob_job_name / pod_job_name
+    source: str  # "dljob-status" | "pods"
+    request: JobRequest
+    shares: tuple[GpuShare, ...]
+    prediction: ResourcePrediction
+    pods: tuple[str, ...] = ()  # "ns/name" of the pods the shares were read from
+
+
+@dataclass
+class LiveState:
+    """A ClusterState plus what went into it, for the operator, the extender and tests."""
+
+    state: ClusterState
+    residents: dict[str, Resident] = field(default_factory=dict)
+    #: node → why it contributes no GPUs (NotReady, unschedulable, bad inventory, …).
+    excluded_nodes: dict[str, str] = field(default_factory=dict)
+    #: Records that could not be counted, each a sentence naming the object and the cause.
+    problems: list[str] = field(default_factory=list)
+
+    def profiles(self) -> dict[str, JobRequest]:
+        """Resident requests by kind (hand each to ``Scheduler.remember`` for pair speeds)."""
+        return {r.request.kind: r.request for r in self.residents.values()}
+
+
+# --- small readers of raw objects --------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    ann = _meta(obj).get("annotations")
+    return ann if isinstance(ann, dict) else {}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = _meta(obj)
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+def _timestamp(value: object) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def node_exclusion(node: Mapping[str, Any]) -> str | None:
+    """Why ``node`` must not receive new work (None when it may)."""
+    meta = _meta(node)
+    if meta.get("deletionTimestamp"):
+        return "node is being deleted"
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return "node is cordoned (spec.unschedulable)"
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((cd for cd in conditions if cd.get("type") == "Ready"), None)
+    if ready is None:
+        return "node has no Ready condition yet"
+    if ready.get("status") != "True":
+        return f"node is NotReady ({ready.get('reason') or 'no reason given'})"
+    return None
+
+
+def graph_profile(profile: InlineProfile) -> GraphProfile:
+    """The predictor's view of an API profile."""
+    return GraphProfile(
+        model=profile.model,
+        batch_size=profile.batch_size,
+        features=dict(profile.features),
+        family=profile.family,
+        schema_version=profile.schema_version,
+    )
+
+
+def resource_prediction(p: PredictedUsage) -> ResourcePrediction:
+    """An API ``predicted`` record as the scheduler's prediction type."""
+    return ResourcePrediction(
+        util_mean=p.util_mean,
+        util_upper=p.util_upper,
+        memory_mib_mean=p.memory_mib_mean,
+        memory_mib_upper=p.memory_mib_upper,
+        quantile=p.quantile if p.quantile is not None else 0.9,
+        low_confidence=p.low_confidence,
+        model_version=p.model_version,
+    )
+
+
+def _assumed_prediction(shares: Iterable[GpuShare]) -> ResourcePrediction:
+    """For a resident nobody predicted: assume it uses exactly the share it was given."""
+    first = next(iter(shares))
+    return ResourcePrediction(
+        util_mean=float(first.core_percent),
+        util_upper=float(first.core_percent),
+        memory_mib_mean=float(first.memory_mib),
+        memory_mib_upper=float(first.memory_mib),
+        model_version="assumed-from-share",
+    )
+
+
+def _unknown_profile(kind: str) -> GraphProfile:
+    return GraphProfile(model=kind, batch_size=1)
+
+
+def _shares_of(assignment: GpuAssignment) -> list[GpuShare]:
+    return [
+        GpuShare(assignment.node, g.gpu_index, g.gpu_uuid, g.core_percent, g.memory_mib)
+        for g in assignment.all_gpus
+    ]
+
+
+def _pod_profile(pod: Mapping[str, Any]) -> GraphProfile | None:
+    text = _annotations(pod).get(c.ANNOTATION_GRAPH_PROFILE)
+    if not text:
+        return None
+    try:
+        return graph_profile(parse_profile_document(text, f"pod {_key(pod)} graph-profile"))
+    except ValidationError:
+        return None
+
+
+# --- the builder -------------------------------------------------------------------------------
+
+
+def build_live_state(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    dljobs: Iterable[Mapping[str, Any]],
+    predictor: Predictor | None = None,
+    profiles: Mapping[str, GraphProfile] | None = None,
+) -> LiveState:
+    """Build the live cluster state (see the module docstring for the rules).
+
+    ``predictor`` sizes a resident that carries no prediction but whose profile is known;
+    without one, such a resident is assumed to use exactly its share. ``profiles`` maps
+    DLJob names (``ns/name``) to profiles resolved elsewhere (e.g. from a ConfigMap), used for
+    DLJobs with a ``configMapRef`` profile so pair speeds can still be predicted.
+    Records that cannot be counted are listed in :attr:`LiveState.problems`, never raised:
+    one bad object must not stop the whole cluster from being scheduled.
+    """
+    live_nodes: dict[str, list[GpuDevice]] = {}
+    excluded: dict[str, str] = {}
+    problems: list[str] = []
+    for node in nodes:
+        name = str(_meta(node).get("name", ""))
+        text = _annotations(node).get(c.ANNOTATION_GPU_INVENTORY)
+        if not name or text is None:
+            continue
+        why = node_exclusion(node)
+        if why is not None:
+            excluded[name] = why
+            continue
+        try:
+            live_nodes[name] = decode_inventory(text, f"node {name} {c.ANNOTATION_GPU_INVENTORY}")
+        except ValidationError as exc:
+            excluded[name] = f"unreadable GPU inventory: {exc}"
+            problems.append(str(exc))
+    live_nodes = dict(sorted(live_nodes.items()))
+    try:
+        state = ClusterState.from_inventory(live_nodes)
+    except ValidationError as exc:  # e.g. a UUID on two nodes: drop nodes until it builds
+        problems.append(f"cluster inventory is inconsistent: {exc}")
+        state = _tolerant_state(live_nodes, excluded, problems)
+    live = LiveState(state=state, excluded_nodes=excluded, problems=problems)
+    known_profiles = dict(profiles or {})
+
+    # (a) the durable record: DLJob status.placements of jobs that are not finished
+    recorded: set[str] = set()
+    for obj in dljobs:
+        meta = _meta(obj)
+        ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+        status_raw = obj.get("status")
+        if not name or not isinstance(status_raw, dict) or not status_raw.get("placements"):
+            continue
+        jname = dljob_job_name(ns, name)
+        try:
+            status = parse_dljob_status(status_raw)
+        except ValidationError as exc:
+            problems.append(f"DLJob {jname}: unreadable status ({exc}); its pods are used instead")
+            continue
+        if status.phase in TERMINAL_JOB_PHASES:
+            continue  # pods of a finished job that still run are counted below, from the pods
+        shares = [
+            GpuShare(p.node, p.gpu_index, p.gpu_uuid, p.core_percent, p.memory_mib)
+            for p in status.placements
+        ]
+        replicas = max(p.replica for p in status.placements) + 1
+        per_replica = max(1, len(shares) // replicas)
+        profile = _dljob_profile(obj, jname, known_profiles)
+        prediction = (
+            resource_prediction(status.predicted)
+            if status.predicted is not None
+            else _predict_or_assume(predictor, profile, shares, state)
+        )
+        request = JobRequest(
+            name=jname,
+            profile=profile or _unknown_profile(UNKNOWN_KIND),
+            replicas=replicas,
+            gpus_per_replica=per_replica,
+            core_percent=shares[0].core_percent,
+            memory_mib=shares[0].memory_mib,
+            submit_time=_timestamp(meta.get("creationTimestamp")),
+            prediction=prediction,
+            kind="" if profile is not None else UNKNOWN_KIND,
+        )
+        if _add(live, request, shares, prediction, "dljob-status", (), f"DLJob {jname}"):
+            recorded.add(jname)
+
+    # (b) pods with an assignment, grouped by DLJob (replicas of one job) or by pod
+    groups: dict[str, list[tuple[Mapping[str, Any], GpuAssignment]]] = {}
+    for pod in pods:
+        text = _annotations(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
+        if text is None:
+            continue
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL_POD_PHASES:
+            continue
+        meta = _meta(pod)
+        ns, pname = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+        try:
+            assignment = decode_assignment(text, f"pod {ns}/{pname}")
+        except ValidationError as exc:
+            problems.append(f"{exc} (the pod's share is not counted)")
+            continue
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound and bound != assignment.node:
+            problems.append(
+                f"pod {ns}/{pname}: assigned to node {assignment.node} but bound to {bound}; "
+                "its share is counted on the assigned node"
+            )
+        if assignment.job is not None:
+            jname = dljob_job_name(ns, assignment.job)
+            if jname in recorded:
+                continue
+        else:
+            jname = pod_job_name(ns, pname)
+        groups.setdefault(jname, []).append((pod, assignment))
+    for jname, members in groups.items():
+        _add_pod_group(live, jname, members, predictor, known_profiles)
+    return live
+
+
+def _dljob_profile(
+    obj: Mapping[str, Any], jname: str, known: Mapping[str, GraphProfile]
+) -> GraphProfile | None:
+    if jname in known:
+        return known[jname]
+    try:
+        source = parse_dljob_spec(obj.get("spec")).profile
+    except ValidationError:
+        return None
+    return graph_profile(source) if isinstance(source, InlineProfile) else None
+
+
+def _predict_or_assume(
+    predictor: Predictor | None,
+    profile: GraphProfile | None,
+    shares: list[GpuShare],
+    state: ClusterState,
+) -> ResourcePrediction:
+    if predictor is not None and profile is not None and profile.features and state.models:
+        model = state.models[0]
+        for s in shares:
+            try:
+                model = state.gpu_model[state.gpu_id(s.node, s.gpu_index)]
+                break
+            except ValidationError:
+                continue
+        try:
+            return predictor.predict(profile, model)
+        except (HorusError, ValueError, KeyError) as exc:
+            log.debug("prediction for a resident failed (%s); assuming its share", exc)
+    return _assumed_prediction(shares)
+
+
+def _add_pod_group(
+    live: LiveState,
+    jname: str,
+    members: list[tuple[Mapping[str, Any], GpuAssignment]],
+    predictor: Predictor | None,
+    known: Mapping[str, GraphProfile],
+) -> None:
+    # Two pods claiming the same replica (should never happen): count both, they both hold GPUs.
+    shares: list[GpuShare] = []
+    pod_names: list[str] = []
+    prediction: ResourcePrediction | None = None
+    profile: GraphProfile | None = known.get(jname)
+    submit = 0.0
+    for pod, assignment in members:
+        shares.extend(_shares_of(assignment))
+        pod_names.append(_key(pod))
+        text = _annotations(pod).get(c.ANNOTATION_PREDICTED)
+        if prediction is None and text:
+            try:
+                prediction = resource_prediction(decode_predicted(text, f"pod {_key(pod)}"))
+            except ValidationError as exc:
+                live.problems.append(f"{exc} (the share is assumed fully used)")
+        if profile is None:
+            profile = _pod_profile(pod)
+        submit = max(submit, _timestamp(_meta(pod).get("creationTimestamp")))
+    # Drop shares on GPUs the state does not have (node gone, NotReady, cordoned): their
+    # capacity is not offered to anyone either, so nothing can be over-committed by it.
+    kept = [s for s in shares if s.node not in live.excluded_nodes]
+    if not kept:
+        return
+    if prediction is None:
+        prediction = _predict_or_assume(predictor, profile, kept, live.state)
+    request = JobRequest(
+        name=jname,
+        profile=profile or _unknown_profile(UNKNOWN_KIND),
+        replicas=len(members),
+        gpus_per_replica=max(1, len(kept) // len(members)),
+        core_percent=kept[0].core_percent,
+        memory_mib=kept[0].memory_mib,
+        submit_time=submit,
+        prediction=prediction,
+        kind="" if profile is not None else UNKNOWN_KIND,
+    )
+    _add(live, request, kept, prediction, "pods", tuple(pod_names), ", ".join(pod_names))
+
+
+def _add(
+    live: LiveState,
+    request: JobRequest,
+    shares: list[GpuShare],
+    prediction: ResourcePrediction,
+    source: str,
+    pods: tuple[str, ...],
+    what: str,
+) -> bool:
+    kept = [s for s in shares if s.node not in live.excluded_nodes]
+    if not kept:
+        return source == "dljob-status"  # recorded on nodes that are gone: still "recorded"
+    try:
+        live.state.add_job(request, kept, prediction)
+    except ValidationError as exc:
+        live.problems.append(f"{what}: share not counted: {exc}")
+        return False
+    live.residents[request.name] = Resident(
+        request.name, source, request, tuple(kept), prediction, pods
+    )
+    return True
+
+
+def _tolerant_state(
+    nodes: dict[str, list[GpuDevice]], excluded: dict[str, str], problems: list[str]
+) -> ClusterState:
+    good: dict[str, list[GpuDevice]] = {}
+    uuids: set[str] = set()
+    for name, gpus in nodes.items():
+        mine = [g.uuid for g in gpus]
+        if uuids.intersection(mine) or len(set(mine)) != len(mine):
+            excluded[name] = "its GPU UUIDs repeat those of another node"
+            problems.append(f"node {name}: excluded, its GPU UUIDs are not unique")
+            continue
+        uuids.update(mine)
+        good[name] = gpus
+    return ClusterState.from_inventory(good)
+
+
+def build_cluster_state(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    dljobs: Iterable[Mapping[str, Any]],
+    predictor: Predictor | None = None,
+) -> ClusterState:
+    """Just the :class:`ClusterState` of :func:`build_live_state`."""
+    return build_live_state(nodes, pods, dljobs, predictor).state
+
+
+# --- fetching from the API ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveObjects:
+    """One consistent-enough listing of what :func:`build_live_state` needs (raw JSON dicts)."""
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    dljobs: list[dict[str, Any]]
+
+
+def _list_raw(call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """A list call, decoded straight from JSON (camelCase, ~10× faster than model objects)."""
+    resp = call(*args, _preload_content=False, **kwargs)
+    try:
+        body = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    items = body.get("items") or []
+    return [i for i in items if isinstance(i, dict)]
+
+
+def list_live_objects(api_client: Any, namespace: str | None = None) -> LiveObjects:
+    """List nodes, non-terminal pods and DLJobs (``namespace=None``: all namespaces)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    selector = "status.phase!=Succeeded,status.phase!=Failed"
+    nodes = _list_raw(core.list_node)
+    if namespace is None:
+        pods = _list_raw(core.list_pod_for_all_namespaces, field_selector=selector)
+        dljobs = _list_raw(
+            custom.list_cluster_custom_object, c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL
+        )
+    else:
+        pods = _list_raw(core.list_namespaced_pod, namespace, field_selector=selector)
+        dljobs = _list_raw(
+            custom.list_namespaced_custom_object,
+            c.API_GROUP,
+            c.API_VERSION,
+            namespace,
+            c.DLJOB_PLURAL,
+        )
+    return LiveObjects(nodes, pods, dljobs)

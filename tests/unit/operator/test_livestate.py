@@ -1,0 +1,107 @@
+"""The live cluster state is rebuilt from API objects with the documented rules."""
+
+from __future__ import annotations
+
+from horus.api.assignment import GpuAssignment, GpuRef
+from horus.api.inventory import simulated_gpu_uuid
+from horus.operator.livestate import (
+    build_cluster_state,
+    build_live_state,
+    dljob_job_name,
+    pod_job_name,
+)
+
+from opfixtures import assignment, dljob, node, pod, share
+
+
+def _core(state, node_name: str, index: int) -> int:  # type: ignore[no-untyped-def]
+    return int(state.core_used[state.gpu_id(node_name, index)])
+
+
+def test_nodes_ready_only_and_unhealthy_gpus_marked() -> None:
+    live = build_live_state(
+        [
+            node("a"),
+            node("b", ready=False),
+            node("c", unschedulable=True),
+            node("d", unhealthy=(1,)),
+            {"metadata": {"name": "plain"}, "status": {}},  # no inventory: not a GPU node
+        ],
+        [],
+        [],
+    )
+    assert live.state.node_names == ["a", "d"]
+    assert "NotReady" in live.excluded_nodes["b"]
+    assert "cordoned" in live.excluded_nodes["c"]
+    assert not live.state.healthy[live.state.gpu_id("d", 1)]
+    assert live.state.healthy[live.state.gpu_id("d", 0)]
+
+
+def test_dljob_placements_count_before_pods_exist() -> None:
+    jobs = [dljob("j1", [share("a", 0), share("a", 1)], phase="Scheduled", replicas=2)]
+    state = build_cluster_state([node("a")], [], jobs)
+    assert _core(state, "a", 0) == 50 and _core(state, "a", 1) == 50
+    assert state.jobs[dljob_job_name("default", "j1")].request.replicas == 2
+
+
+def test_dljob_pods_are_not_counted_twice() -> None:
+    jobs = [dljob("j1", [share("a", 0)], phase="Running")]
+    pods = [pod("j1-0", assignment("a", 0, job="j1", replica=0), job="j1", replica=0)]
+    state = build_cluster_state([node("a")], pods, jobs)
+    assert _core(state, "a", 0) == 50
+    assert list(state.jobs) == ["default/j1"]
+
+
+def test_plain_pods_and_orphans_counted_terminal_ignored() -> None:
+    pods = [
+        pod("plain", assignment("a", 0, core=30)),
+        pod("done", assignment("a", 0, core=60), phase="Succeeded"),
+        # the DLJob is gone (deleted) but its pod still runs: it holds its share
+        pod("gone-0", assignment("a", 1, core=40, job="gone", replica=0), job="gone", replica=0),
+        pod("no-assignment", None),
+    ]
+    state = build_cluster_state([node("a")], pods, [])
+    assert _core(state, "a", 0) == 30
+    assert _core(state, "a", 1) == 40
+    assert set(state.jobs) == {pod_job_name("default", "plain"), "default/gone"}
+
+
+def test_finished_dljob_releases_its_record_but_running_pods_still_count() -> None:
+    jobs = [dljob("j1", [share("a", 0), share("a", 1)], phase="Failed", replicas=2)]
+    pods = [pod("j1-1", assignment("a", 1, job="j1", replica=1), job="j1", replica=1)]
+    state = build_cluster_state([node("a")], pods, jobs)
+    assert _core(state, "a", 0) == 0
+    assert _core(state, "a", 1) == 50
+
+
+def test_shares_on_excluded_nodes_are_dropped_and_bad_records_reported() -> None:
+    pods = [
+        pod("on-b", assignment("b", 0)),
+        pod("bogus", assignment("a", 7)),  # no such GPU
+    ]
+    live = build_live_state([node("a"), node("b", ready=False)], pods, [])
+    assert live.state.jobs == {}
+    assert any("bogus" in p for p in live.problems)
+
+
+def test_overcommitted_record_is_reported_not_raised() -> None:
+    pods = [pod("p1", assignment("a", 0, core=80)), pod("p2", assignment("a", 0, core=80))]
+    live = build_live_state([node("a")], pods, [])
+    assert _core(live.state, "a", 0) == 80
+    assert any("p2" in p and "core" in p for p in live.problems)
+
+
+def test_multi_gpu_assignment_counts_every_gpu() -> None:
+    first = GpuRef(simulated_gpu_uuid("a", 0), 0, 100, 20000)
+    second = GpuRef(simulated_gpu_uuid("a", 1), 1, 100, 20000)
+    a = GpuAssignment("a", first.gpu_uuid, 0, 100, 20000, "big", 0, (first, second))
+    state = build_cluster_state([node("a")], [pod("big-0", a, job="big", replica=0)], [])
+    assert _core(state, "a", 0) == 100 and _core(state, "a", 1) == 100
+    assert state.jobs["default/big"].request.gpus_per_replica == 2
+
+
+def test_malformed_annotation_is_a_problem() -> None:
+    p = pod("x", None)
+    p["metadata"]["annotations"]["horus.io/gpu-assignment"] = "{not json"
+    live = build_live_state([node("a")], [p], [])
+    assert live.problems and "default/x" in live.problems[0]
