@@ -76,6 +76,33 @@ METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
 
 # --- Environment variables handed to containers by the device plugin -----------------------------
 ENV_PREFIX: Final = "HORUS_"
+# Set by the device plugin's Allocate in every container that got a Horus share; the sharing
+# agent reads them from /proc/<pid>/environ to map a GPU process to its pod and share.
+ENV_GPU_UUID: Final = "HORUS_GPU_UUID"  # the assigned GPU's UUID
+ENV_GPU_INDEX: Final = "HORUS_GPU_INDEX"  # its index on the host (NVML order)
+ENV_GPU_CORE_PERCENT: Final = "HORUS_GPU_CORE_PERCENT"  # share of compute, 1..100
+ENV_GPU_MEMORY_MIB: Final = "HORUS_GPU_MEMORY_MIB"  # memory share, MiB
+ENV_POD_NAMESPACE: Final = "HORUS_POD_NAMESPACE"
+ENV_POD_NAME: Final = "HORUS_POD_NAME"
+ENV_POD_UID: Final = "HORUS_POD_UID"
+ENV_NODE_NAME: Final = "HORUS_NODE_NAME"
+ENV_ENFORCEMENT: Final = "HORUS_ENFORCEMENT"  # "mps" or "none": how the share is enforced
+
+# --- Device plugin (kubelet device-plugin API v1beta1) ------------------------------------------
+DEVICE_PLUGIN_API_VERSION: Final = "v1beta1"
+DEFAULT_DEVICE_PLUGIN_DIR: Final = "/var/lib/kubelet/device-plugins"
+KUBELET_SOCKET_NAME: Final = "kubelet.sock"
+# pod: set by the device plugin once Allocate handed the pod its share; JSON object mapping the
+# resource (horus.io/gpu-core, horus.io/gpu-memory) to the RFC 3339 time it was allocated.
+ANNOTATION_GPU_ALLOCATED: Final = f"{API_GROUP}/gpu-allocated"
+# node: MiB per device ID of horus.io/gpu-memory (written by the device plugin). Absent means 1:
+# the quantity is plain MiB, as on the simulated nodes. See docs/decisions.md.
+ANNOTATION_GPU_MEMORY_UNIT: Final = f"{API_GROUP}/gpu-memory-unit-mib"
+DEFAULT_GPU_MEMORY_UNIT_MIB: Final = 256  # 256 GiB GPUs stay at 1,024 device IDs
+MAX_DEVICE_IDS_PER_GPU: Final = 1024
+EVENT_REASON_ALLOCATE_REFUSED: Final = "HorusAllocateRefused"
+EVENT_REASON_ALLOCATED: Final = "HorusAllocated"
+EVENT_COMPONENT_DEVICE_PLUGIN: Final = "horus-device-plugin"
 
 # --- DLJob spec and status values (the CRD in manifests/crds and horus.api.dljob agree) -------
 DLJOB_PHASE_PENDING: Final = "Pending"  # accepted, not yet validated/predicted
