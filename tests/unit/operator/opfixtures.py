@@ -44,7 +44,10 @@ def node(
         for i in range(gpus)
     ]
     return {
-        "metadata": {"name": name, "annotations": {c.ANNOTATION_GPU_INVENTORY: encode_inventory(devs)}},
+        "metadata": {
+            "name": name,
+            "annotations": {c.ANNOTATION_GPU_INVENTORY: encode_inventory(devs)},
+        },
         "spec": {"unschedulable": True} if unschedulable else {},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
     }
@@ -118,7 +121,12 @@ def pod(
 
 
 def assignment(
-    node_name: str, index: int, core: int = 50, mem: int = 10000, job: str | None = None, replica: int | None = None
+    node_name: str,
+    index: int,
+    core: int = 50,
+    mem: int = 10000,
+    job: str | None = None,
+    replica: int | None = None,
 ) -> GpuAssignment:
     return GpuAssignment(
         node=node_name,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from opfixtures import assignment, dljob, node, pod, share
+
 from horus.api.assignment import GpuAssignment, GpuRef
 from horus.api.inventory import simulated_gpu_uuid
 from horus.operator.livestate import (
@@ -10,8 +12,6 @@ from horus.operator.livestate import (
     dljob_job_name,
     pod_job_name,
 )
-
-from opfixtures import assignment, dljob, node, pod, share
 
 
 def _core(state, node_name: str, index: int) -> int:  # type: ignore[no-untyped-def]
