@@ -1,0 +1,353 @@
+"""The agent's loop: every ``interval_seconds`` sample each served node, then act on the sample.
+
+One cycle, per node: list the node's pods (one API call), keep the Running ones with a valid
+(and, with a key, verified) assignment, sample them through the node's backend, and hand the
+sample to the exporter (new snapshot), the memory watchdog and the feedback statistics. Every
+``feedback_interval_seconds`` the DLJobs' ``status.observed`` is merge-patched; pods that left
+become training rows. With ``enforcement: mps`` the MPS control daemon is checked (and restarted)
+each cycle.
+
+Failure policy, because a node agent that crash-loops helps nobody: a backend that cannot start
+(NVML absent) leaves the agent running with ``horus_agent_gpu_backend_up 0`` and a clear log
+line, retried every ``nvml_retry_seconds``; an API error fails one cycle (logged), not the
+process; a malformed pod is skipped with a log line naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from horus.agent.backend import BackendUnavailable, GpuBackend, NodeSample, NodeView
+from horus.agent.exporter import Snapshot, make_registry
+from horus.agent.feedback import Feedback, PodStats, append_rows, training_row
+from horus.agent.kube import ApiError, Kube, KubeActions
+from horus.agent.mps import MpsSupervisor
+from horus.agent.nvml import NvmlBackend
+from horus.agent.pods import PodInfo, SkipLog, parse_pod
+from horus.agent.settings import AgentSettings
+from horus.agent.simulated import SimulatedBackend
+from horus.agent.watchdog import MemoryWatchdog
+from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
+from horus.api.inventory import decode_inventory
+from horus.api.signing import load_key_file
+from horus.common import constants as c
+from horus.common.errors import HorusError
+from horus.predictor.interface import GraphProfile, Predictor
+
+log = logging.getLogger("horus.agent")
+
+PROFILE_TTL = 300.0
+
+
+def _default_predictor() -> Predictor | None:
+    from horus.predictor import load_default_predictor
+
+    return load_default_predictor()
+
+
+class Agent:
+    """One agent process serving one node (or, simulated, several)."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        kube: Kube,
+        nvml_factory: Callable[[], GpuBackend] | None = None,
+        predictor: Callable[[], Predictor | None] | None = _default_predictor,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.registry, self.collector = make_registry()
+        self.skips = SkipLog()
+        self.key = (
+            load_key_file(settings.assignment_key_file) if settings.assignment_key_file else None
+        )
+        self.simulated = SimulatedBackend(
+            seed=settings.seed,
+            noise=settings.noise,
+            cap_to_core_share=settings.enforcement == "mps",
+            predictor=predictor,
+        )
+        self._nvml_factory = nvml_factory or (lambda: NvmlBackend(settings.proc_root))
+        self._nvml: GpuBackend | None = None
+        self._nvml_next_try = 0.0
+        self._nvml_error = ""
+        self.watchdog = MemoryWatchdog(settings.watchdog, settings.grace_seconds, KubeActions(kube))
+        self.feedback = Feedback()
+        self._last_feedback = time.monotonic()
+        self._profiles: dict[tuple[str, str], tuple[float, GraphProfile | None]] = {}
+        self.mps = (
+            MpsSupervisor(
+                settings.mps_control, settings.mps_pipe_directory, settings.mps_log_directory
+            )
+            if settings.enforcement == "mps"
+            else None
+        )
+        self.last_snapshot = Snapshot()
+        self.rows_written = 0
+        self._nodes_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+
+    # --- backends --------------------------------------------------------------------------
+
+    def _nvml_backend(self) -> GpuBackend | None:
+        if self._nvml is not None:
+            return self._nvml
+        now = time.monotonic()
+        if now < self._nvml_next_try:
+            return None
+        self._nvml_next_try = now + self.settings.nvml_retry_seconds
+        try:
+            self._nvml = self._nvml_factory()
+            log.info("NVML backend ready")
+            self._nvml_error = ""
+        except BackendUnavailable as exc:
+            self._nvml_error = str(exc)
+            log.error(
+                "%s — the agent keeps running (metrics %s=0) and retries in %.0fs",
+                exc,
+                c.METRIC_AGENT_BACKEND_UP,
+                self.settings.nvml_retry_seconds,
+            )
+        return self._nvml
+
+    def _backend_for(self, node: dict[str, Any]) -> tuple[str, GpuBackend | None]:
+        choice = self.settings.backend
+        is_kwok = (node.get("metadata", {}).get("annotations") or {}).get(
+            c.KWOK_NODE_ANNOTATION
+        ) == c.KWOK_NODE_ANNOTATION_VALUE
+        if choice == "simulated" or (choice == "auto" and (is_kwok or len(self.node_names()) > 1)):
+            return c.BACKEND_SIMULATED, self.simulated
+        return c.BACKEND_NVML, self._nvml_backend()
+
+    # --- nodes, pods, profiles ---------------------------------------------------------------
+
+    def node_names(self) -> list[str]:
+        if self.settings.node_selector:
+            return self.kube.node_names(self.settings.node_selector)
+        return self.settings.node_list
+
+    def _node(self, name: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        hit = self._nodes_cache.get(name)
+        if hit is None or now - hit[0] > 30.0:
+            hit = (now, self.kube.node(name))
+            self._nodes_cache[name] = hit
+        return hit[1]
+
+    def _profile(self, pod: PodInfo) -> GraphProfile | None:
+        """The pod's graph profile: its DLJob's (inline or ConfigMap), or its own annotation."""
+        from horus.predictor.schema import profile_from_dict
+
+        key = (pod.namespace, pod.job or f"pod:{pod.name}")
+        now = time.monotonic()
+        hit = self._profiles.get(key)
+        if hit is not None and now - hit[0] < PROFILE_TTL:
+            return hit[1]
+        profile: GraphProfile | None = None
+        where = f"pod {pod.key}"
+        try:
+            if pod.job:
+                obj = self.kube.dljob(pod.namespace, pod.job)
+                if obj is not None:
+                    src = parse_dljob(obj).spec.profile
+                    inline: InlineProfile | None = None
+                    if isinstance(src, ConfigMapProfileRef):
+                        cm = self.kube.configmap(pod.namespace, src.name)
+                        text = ((cm or {}).get("data") or {}).get(src.key)
+                        if text:
+                            inline = parse_profile_document(
+                                text, f"configmap {pod.namespace}/{src.name}"
+                            )
+                    else:
+                        inline = src
+                    if inline is not None:
+                        profile = profile_from_dict(inline.to_document(), f"dljob {pod.job}")
+            elif pod.graph_profile:
+                inline = parse_profile_document(pod.graph_profile, where)
+                profile = profile_from_dict(inline.to_document(), where)
+        except (HorusError, ApiError) as exc:
+            self.skips.warn(pod.uid, f"{where}: no graph profile for interference/feedback: {exc}")
+        self._profiles[key] = (now, profile)
+        if len(self._profiles) > 10_000:
+            self._profiles.clear()
+        return profile
+
+    # --- the cycle -------------------------------------------------------------------------
+
+    def cycle(self) -> Snapshot:
+        started = time.perf_counter()
+        snap = Snapshot()
+        present: list[str] = []
+        for name in self.node_names():
+            try:
+                sample = self._sample_node(name, snap)
+            except (ApiError, HorusError) as exc:
+                log.warning("node %s: cycle failed: %s", name, exc)
+                continue
+            if sample is None:
+                continue
+            snap.samples.append(sample)
+            for uid, ps in sample.pods.items():
+                pod = snap.pods[uid]
+                present.append(uid)
+                self.watchdog.check(pod, ps.memory_used_bytes, sample.backend)
+                gpu = next(
+                    (g.model for g in sample.gpus if g.index == pod.assignment.gpu_index), ""
+                )
+                self.feedback.add(pod, gpu, sample.backend, ps.utilization, ps.memory_used_bytes)
+        self.watchdog.forget(present)
+        self._write_rows(self.feedback.finished(present))
+        if time.monotonic() - self._last_feedback >= self.settings.feedback_interval_seconds:
+            self.publish_observed()
+        if self.mps is not None:
+            self.mps.check()
+            snap.mps_restarts = self.mps.restarts
+        snap.evictions = dict(self.watchdog.evictions)
+        snap.cycle_seconds = time.perf_counter() - started
+        self.collector.update(snap)
+        self.last_snapshot = snap
+        return snap
+
+    def _sample_node(self, name: str, snap: Snapshot) -> NodeSample | None:
+        node = self._node(name)
+        if node is None:
+            self.skips.warn(f"node:{name}", f"node {name} does not exist; nothing to sample there")
+            return None
+        backend_name, backend = self._backend_for(node)
+        snap.backend_up[(name, backend_name)] = backend is not None
+        if backend is None:
+            return None
+        inventory = []
+        if backend_name == c.BACKEND_SIMULATED:
+            text = (node.get("metadata", {}).get("annotations") or {}).get(
+                c.ANNOTATION_GPU_INVENTORY
+            )
+            if text is None:
+                self.skips.warn(
+                    f"node:{name}",
+                    f"simulated node {name} has no {c.ANNOTATION_GPU_INVENTORY} annotation; "
+                    "skipping it",
+                )
+                return None
+            try:
+                inventory = decode_inventory(text, f"node {name} {c.ANNOTATION_GPU_INVENTORY}")
+            except HorusError as exc:
+                self.skips.warn(f"node:{name}:{text}", f"skipping simulated node {name}: {exc}")
+                return None
+        pods: list[PodInfo] = []
+        for obj in self.kube.pods_on(name):
+            info = parse_pod(obj, self.skips, self.key)
+            if info is not None:
+                pods.append(info)
+                snap.pods[info.uid] = info
+        profiles: dict[str, GraphProfile] = {}
+        if backend_name == c.BACKEND_SIMULATED:
+            shared = {p.assignment.gpu_index for p in pods}
+            counts = {g: sum(1 for p in pods if p.assignment.gpu_index == g) for g in shared}
+            for p in pods:
+                if counts[p.assignment.gpu_index] > 1 or self.settings.training_rows:
+                    prof = self._profile(p)
+                    if prof is not None:
+                        profiles[p.uid] = prof
+        elif self.settings.training_rows:
+            for p in pods:
+                self._profile(p)
+        return backend.sample(NodeView(name, inventory), pods, profiles)
+
+    # --- feedback --------------------------------------------------------------------------
+
+    def publish_observed(self) -> int:
+        """Merge-patch ``status.observed`` of every DLJob with pods here; returns how many."""
+        self._last_feedback = time.monotonic()
+        done = 0
+        for (ns, job), observed in self.feedback.job_observed().items():
+            try:
+                self.kube.patch_observed(ns, job, observed)
+                done += 1
+            except ApiError as exc:
+                if exc.status == 404:
+                    log.debug("DLJob %s/%s is gone; observed use not written", ns, job)
+                else:
+                    log.warning("could not write status.observed of DLJob %s/%s: %s", ns, job, exc)
+        return done
+
+    def _write_rows(self, finished: list[PodStats]) -> None:
+        path = self.settings.training_rows
+        if path is None or not finished:
+            return
+        rows = []
+        for st in finished:
+            profile = self._profile(st.pod)
+            if profile is None:
+                log.debug("no training row for pod %s: its graph profile is unknown", st.pod.key)
+                continue
+            row = training_row(st, profile)
+            if row is not None:
+                rows.append(row)
+        try:
+            n = append_rows(path, rows)
+        except OSError as exc:
+            log.error("feedback: cannot write training rows to %s: %s", path, exc)
+            return
+        if n:
+            self.rows_written += n
+            log.info("feedback: appended %d training row(s) to %s", n, path)
+
+    def flush(self) -> None:
+        """Publish observed use and write rows for every pod still tracked (at shutdown)."""
+        self.publish_observed()
+        self._write_rows(self.feedback.drain())
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start_metrics(self) -> int:
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(
+            self.settings.metrics_port, self.settings.metrics_address, registry=self.registry
+        )
+        self._server = server
+        port = int(server.server_address[1])
+        log.info("metrics on http://%s:%d/metrics", self.settings.metrics_address, port)
+        return port
+
+    def run(self, stop: threading.Event) -> None:
+        nodes = self.settings.node_name or self.settings.nodes or self.settings.node_selector
+        log.info(
+            "agent serving %s (backend %s, watchdog %s, grace %.0fs, enforcement %s)",
+            nodes,
+            self.settings.backend,
+            self.settings.watchdog,
+            self.settings.grace_seconds,
+            self.settings.enforcement,
+        )
+        if self.settings.backend != "nvml":
+            log.info(
+                'simulated GPU numbers (kwok nodes) are labelled backend="simulated" in every '
+                "metric and log line"
+            )
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self.cycle()
+            except Exception:
+                log.exception("agent cycle failed; retrying next interval")
+            stop.wait(max(0.0, self.settings.interval_seconds - (time.monotonic() - t0)))
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:
+            log.warning("final feedback flush failed: %s", exc)
+        if self.mps is not None:
+            self.mps.stop()
+        if self._nvml is not None:
+            self._nvml.close()
+        server = getattr(self, "_server", None)
+        if server is not None:
+            server.shutdown()

@@ -1,0 +1,180 @@
+"""Feedback: what pods really used goes back to the DLJob and to the predictor's training data.
+
+Two outputs, both from per-pod running statistics (mean and peak of utilisation and memory):
+
+* **DLJob ``status.observed``** — ``util`` is the mean utilisation (percent) over the job's pods
+  this agent sees, ``memoryMiB`` the largest peak memory of one replica (what a share must hold),
+  ``sampledAt`` the time. Written with a JSON merge patch on the status subresource that touches
+  only ``observed``: the operator owns the rest of status. (Per-pod peaks and means are in the
+  metrics and the training rows; the CRD's ``observed`` has no room for them.)
+* **Training rows** — one CSV row per finished pod (and per pod still running at agent
+  shutdown) appended to ``training_rows``, in exactly the columns
+  ``horus predictor train --extra-rows`` reads (:func:`horus.predictor.dataset.load_extra_rows`):
+  every profile feature, ``gpu``, ``util`` (mean, percent) and ``memory_mib`` (peak), plus
+  provenance columns it ignores (``backend`` says ``simulated`` for rows from simulated GPUs —
+  filter those out before training a production model). Pods whose graph profile is unknown
+  are not written: a row without features cannot train anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from horus.agent.pods import MIB, PodInfo
+from horus.predictor.interface import GraphProfile
+from horus.predictor.schema import FEATURE_NAMES
+
+log = logging.getLogger("horus.agent.feedback")
+
+PROVENANCE = [
+    "namespace",
+    "pod",
+    "job",
+    "node",
+    "backend",
+    "model",
+    "family",
+    "samples",
+    "util_peak",
+    "memory_mib_mean",
+]
+ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES, *PROVENANCE]
+
+
+@dataclass
+class PodStats:
+    """Running statistics of one pod's use."""
+
+    pod: PodInfo
+    gpu_model: str
+    backend: str
+    samples: int = 0
+    util_samples: int = 0
+    util_sum: float = 0.0  # percent
+    util_peak: float = 0.0
+    mem_sum: float = 0.0  # MiB
+    mem_peak: float = 0.0
+
+    def add(self, util_ratio: float | None, mem_bytes: float) -> None:
+        self.samples += 1
+        mem = mem_bytes / MIB
+        self.mem_sum += mem
+        self.mem_peak = max(self.mem_peak, mem)
+        if util_ratio is not None:
+            u = max(0.0, min(100.0, util_ratio * 100.0))
+            self.util_samples += 1
+            self.util_sum += u
+            self.util_peak = max(self.util_peak, u)
+
+    @property
+    def util_mean(self) -> float | None:
+        return self.util_sum / self.util_samples if self.util_samples else None
+
+    @property
+    def mem_mean(self) -> float:
+        return self.mem_sum / self.samples if self.samples else 0.0
+
+
+class Feedback:
+    """Accumulates per-pod statistics and renders the two outputs."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, PodStats] = {}
+
+    def add(
+        self, pod: PodInfo, gpu_model: str, backend: str, util_ratio: float | None, mem_bytes: float
+    ) -> None:
+        st = self.stats.get(pod.uid)
+        if st is None:
+            st = self.stats[pod.uid] = PodStats(pod, gpu_model, backend)
+        st.add(util_ratio, mem_bytes)
+
+    def finished(self, present_uids: Iterable[str]) -> list[PodStats]:
+        """Remove and return the statistics of pods no longer present."""
+        keep = set(present_uids)
+        gone = [uid for uid in self.stats if uid not in keep]
+        return [self.stats.pop(uid) for uid in gone]
+
+    def drain(self) -> list[PodStats]:
+        out = list(self.stats.values())
+        self.stats.clear()
+        return out
+
+    def job_observed(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """``status.observed`` per (namespace, job) from the pods currently tracked."""
+        groups: dict[tuple[str, str], list[PodStats]] = {}
+        for st in self.stats.values():
+            if st.pod.job:
+                groups.setdefault((st.pod.namespace, st.pod.job), []).append(st)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for key, sts in groups.items():
+            means = [m for m in (s.util_mean for s in sts) if m is not None]
+            obs: dict[str, Any] = {
+                "memoryMiB": round(max(s.mem_peak for s in sts), 1),
+                "sampledAt": now,
+            }
+            if means:
+                obs["util"] = round(min(100.0, sum(means) / len(means)), 2)
+            out[key] = obs
+        return out
+
+
+def training_row(st: PodStats, profile: GraphProfile) -> dict[str, Any] | None:
+    """The CSV row of one pod's run, or None when it has no utilisation samples."""
+    util = st.util_mean
+    if util is None or st.samples == 0:
+        return None
+    row: dict[str, Any] = {
+        "gpu": st.gpu_model,
+        "util": round(util, 3),
+        "memory_mib": round(st.mem_peak, 1),
+    }
+    for name in FEATURE_NAMES:
+        row[name] = profile.features.get(name, 0.0)
+    row.update(
+        namespace=st.pod.namespace,
+        pod=st.pod.name,
+        job=st.pod.job or "",
+        node=st.pod.node,
+        backend=st.backend,
+        model=profile.model,
+        family=profile.family or profile.model,
+        samples=st.samples,
+        util_peak=round(st.util_peak, 3),
+        memory_mib_mean=round(st.mem_mean, 1),
+    )
+    return row
+
+
+def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Append ``rows`` to the CSV at ``path`` (header written when the file is new)."""
+    rows = list(rows)
+    if not rows:
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        with path.open(newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if header != ROW_COLUMNS:
+            log.error(
+                "feedback: %s has different columns than this agent writes; not appending %d "
+                "row(s) (move the file away to start a new one)",
+                path,
+                len(rows),
+            )
+            return 0
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=ROW_COLUMNS)
+        if new:
+            writer.writeheader()
+        for r in rows:
+            writer.writerow(r)
+    return len(rows)

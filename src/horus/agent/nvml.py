@@ -1,0 +1,156 @@
+"""The NVML backend: physical GPUs through ``nvidia-ml-py`` (import name ``pynvml``).
+
+Per GPU it reads utilisation, memory used/total and health; per process the GPU memory it holds
+(``nvmlDeviceGetComputeRunningProcesses``) and, where the driver supports it, its SM
+utilisation (``nvmlDeviceGetProcessUtilization``). A process is mapped to its pod through
+``/proc/<pid>/cgroup``: kubelet puts every container in a cgroup whose path carries the pod UID
+(``…/kubepods-burstable-pod<uid with _>.slice/…`` with the systemd driver,
+``/kubepods/burstable/pod<uid>/<container>`` with cgroupfs). NVML reports host PIDs, so the
+agent's DaemonSet needs ``hostPID: true`` (or ``proc_root`` pointing at the host's /proc).
+
+When NVML cannot load (no driver, no ``libnvidia-ml.so.1``, or the package missing) the
+constructor raises :class:`BackendUnavailable` with a message that says what to check; the agent
+keeps running and retries, instead of crash-looping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from horus.agent.backend import BackendUnavailable, GpuSample, NodeSample, NodeView, PodSample
+from horus.agent.pods import PodInfo
+from horus.common.constants import BACKEND_NVML
+from horus.predictor.interface import GraphProfile
+
+log = logging.getLogger("horus.agent.nvml")
+
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
+
+
+def pod_uid_from_cgroup(text: str) -> str | None:
+    """The pod UID in the contents of a ``/proc/<pid>/cgroup`` file, or None (not a pod)."""
+    for line in text.splitlines():
+        m = _POD_UID.search(line)
+        if m:
+            return m.group(1).replace("_", "-")
+    return None
+
+
+def pod_uid_of_pid(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    try:
+        return pod_uid_from_cgroup((proc_root / str(pid) / "cgroup").read_text())
+    except OSError:
+        return None
+
+
+def _load_pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "NVML backend: the Python package nvidia-ml-py (import pynvml) is not installed; "
+            "install it (pip install nvidia-ml-py) or run with --backend simulated on simulated "
+            "nodes"
+        ) from exc
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        raise BackendUnavailable(
+            f"NVML backend: NVML did not initialise ({exc}). Is the NVIDIA driver installed and "
+            "was the agent's container started with the NVIDIA runtime (libnvidia-ml.so.1 "
+            "visible)? On a node without GPUs use --backend simulated."
+        ) from exc
+    return pynvml
+
+
+class NvmlBackend:
+    """Reads the node's physical GPUs; see the module docstring."""
+
+    def __init__(self, proc_root: Path = Path("/proc"), nvml: Any = None) -> None:
+        self._nvml = nvml if nvml is not None else _load_pynvml()
+        self._proc_root = proc_root
+        self._last_seen: dict[int, int] = {}
+
+    @property
+    def name(self) -> str:
+        return BACKEND_NVML
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._nvml.nvmlShutdown()
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def sample(
+        self,
+        node: NodeView,
+        pods: Sequence[PodInfo],
+        profiles: Mapping[str, GraphProfile] | None = None,
+    ) -> NodeSample:
+        nv = self._nvml
+        wanted = {p.uid for p in pods}
+        gpus: list[GpuSample] = []
+        mem: dict[str, float] = {}
+        util: dict[str, float] = {}
+        pods_on_gpu: dict[int, set[str]] = {}
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            uuid = self._text(nv.nvmlDeviceGetUUID(handle))
+            model = self._text(nv.nvmlDeviceGetName(handle))
+            healthy = True
+            try:
+                rates = nv.nvmlDeviceGetUtilizationRates(handle)
+                meminfo = nv.nvmlDeviceGetMemoryInfo(handle)
+                gpu_util, used, total = (
+                    float(rates.gpu) / 100.0,
+                    float(meminfo.used),
+                    float(meminfo.total),
+                )
+            except Exception as exc:  # GPU lost / fallen off the bus: unhealthy
+                log.warning("NVML: GPU %d (%s) does not answer: %s", index, uuid, exc)
+                healthy, gpu_util, used, total = False, 0.0, 0.0, 0.0
+            gpus.append(GpuSample(index, uuid, model, gpu_util, used, total, healthy))
+            if not healthy:
+                continue
+            pid_pod: dict[int, str] = {}
+            try:
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+            except Exception as exc:
+                log.debug("NVML: process list of GPU %d unavailable: %s", index, exc)
+                procs = []
+            for proc in procs:
+                uid = pod_uid_of_pid(int(proc.pid), self._proc_root)
+                if uid is None or uid not in wanted:
+                    continue
+                pid_pod[int(proc.pid)] = uid
+                pods_on_gpu.setdefault(index, set()).add(uid)
+                used_mem = getattr(proc, "usedGpuMemory", None)
+                if used_mem is not None:
+                    mem[uid] = mem.get(uid, 0.0) + float(used_mem)
+            try:
+                samples = nv.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(index, 0))
+                for s in samples:
+                    self._last_seen[index] = max(self._last_seen.get(index, 0), int(s.timeStamp))
+                    uid = pid_pod.get(int(s.pid))
+                    if uid is not None:
+                        util[uid] = util.get(uid, 0.0) + float(s.smUtil) / 100.0
+            except Exception:
+                # Not supported (or no samples since the last call): a pod alone on its GPU
+                # gets the GPU's utilisation; shared GPUs leave per-pod util unknown.
+                only = pods_on_gpu.get(index, set())
+                if len(only) == 1:
+                    util[next(iter(only))] = gpu_util
+        samples_out = {
+            uid: PodSample(memory_used_bytes=mem.get(uid, 0.0), utilization=util.get(uid))
+            for uid in wanted
+        }
+        return NodeSample(node=node.name, backend=self.name, gpus=gpus, pods=samples_out)

@@ -1,0 +1,108 @@
+"""The agent's settings: one frozen dataclass, loaded with :func:`horus.common.settings.load_settings`.
+
+Precedence (as for every role): command line > environment (``HORUS_AGENT_<FIELD>``, plus the
+DaemonSet convention ``NODE_NAME`` for ``node_name``) > the ``agent:`` section of the config
+file > the defaults below. Each field documents itself because an operator reading a DaemonSet
+manifest should not have to read the agent's code to know what a flag does.
+
+Which nodes one agent serves: exactly one of ``node_name`` (the normal case, one agent per node,
+real or simulated), ``nodes`` (a comma-separated list) or ``node_selector`` (a label selector,
+re-evaluated every cycle). The last two exist for kwok demos and CI, where one process stands in
+for the agents of many simulated nodes; they require the simulated backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from horus.common.constants import MPS_LOG_DIRECTORY_DEFAULT, MPS_PIPE_DIRECTORY_DEFAULT
+from horus.common.errors import ConfigError
+
+SECTION = "agent"
+
+Backend = Literal["auto", "nvml", "simulated"]
+Enforcement = Literal["none", "mps"]
+WatchdogMode = Literal["off", "report", "evict"]
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Settings of ``horus agent run``."""
+
+    node_name: str = ""
+    """The one node this agent serves (env ``NODE_NAME`` too, from the downward API)."""
+    nodes: str = ""
+    """Comma-separated simulated nodes one agent serves (kwok demo/CI only)."""
+    node_selector: str = ""
+    """Label selector of simulated nodes one agent serves, e.g. ``type=kwok`` (demo/CI only)."""
+    backend: Backend = "auto"
+    """``nvml`` (physical GPUs), ``simulated`` (kwok nodes) or ``auto``: NVML when it loads,
+    else simulated for kwok nodes."""
+    enforcement: Enforcement = "none"
+    """``mps``: start and supervise ``nvidia-cuda-mps-control -d`` so core shares are enforced."""
+    watchdog: WatchdogMode = "report"
+    """Memory watchdog: ``off``, ``report`` (Event + log) or ``evict`` (Eviction API)."""
+    grace_seconds: float = 30.0
+    """How long a pod may stay above its memory share before the watchdog acts."""
+    interval_seconds: float = 5.0
+    """Sampling period."""
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 9402
+    """Prometheus exporter port (0 picks a free one, logged at start)."""
+    feedback_interval_seconds: float = 60.0
+    """How often observed use is written to the owning DLJobs' ``status.observed``."""
+    training_rows: Path | None = None
+    """CSV that observed rows are appended to (``horus predictor train --extra-rows``)."""
+    kubeconfig: Path | None = None
+    """Kubeconfig file; in-cluster config when unset."""
+    assignment_key_file: Path | None = None
+    """When set, assignments whose signature does not verify are ignored (logged)."""
+    mps_control: str = "nvidia-cuda-mps-control"
+    mps_pipe_directory: Path = Path(MPS_PIPE_DIRECTORY_DEFAULT)
+    mps_log_directory: Path = Path(MPS_LOG_DIRECTORY_DEFAULT)
+    seed: int = 0
+    """Seed of the simulated backend's noise."""
+    noise: float = 0.05
+    """Relative noise (standard deviation) of simulated utilisation."""
+    proc_root: Path = Path("/proc")
+    """Where host processes are seen (the DaemonSet needs hostPID for NVML pod mapping)."""
+    nvml_retry_seconds: float = 60.0
+    """How often an unavailable NVML is retried (the agent keeps running meanwhile)."""
+
+    def __post_init__(self) -> None:
+        chosen = [n for n in ("node_name", "nodes", "node_selector") if getattr(self, n)]
+        if len(chosen) > 1:
+            raise ConfigError(
+                f"set only one of --node-name, --nodes, --node-selector (got {', '.join(chosen)})"
+            )
+        if not chosen:
+            raise ConfigError(
+                "no node to serve: set --node-name (or NODE_NAME from the downward API), or for "
+                "simulated nodes --nodes a,b or --node-selector type=kwok"
+            )
+        if (self.nodes or self.node_selector) and self.backend == "nvml":
+            raise ConfigError(
+                "--backend nvml serves exactly the node it runs on: use --node-name, not "
+                "--nodes/--node-selector (those are for simulated nodes)"
+            )
+        if self.grace_seconds < 0:
+            raise ConfigError(f"--grace-seconds must be >= 0, got {self.grace_seconds}")
+        if self.interval_seconds <= 0:
+            raise ConfigError(f"--interval-seconds must be > 0, got {self.interval_seconds}")
+        if self.feedback_interval_seconds <= 0:
+            raise ConfigError(
+                f"--feedback-interval-seconds must be > 0, got {self.feedback_interval_seconds}"
+            )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
+        if not 0.0 <= self.noise <= 1.0:
+            raise ConfigError(f"--noise must be between 0 and 1, got {self.noise}")
+
+    @property
+    def node_list(self) -> list[str]:
+        """The fixed nodes (``node_name`` or ``nodes``); empty when a selector is used."""
+        if self.node_name:
+            return [self.node_name]
+        return [n.strip() for n in self.nodes.split(",") if n.strip()]
