@@ -1,19 +1,87 @@
-"""``horus deviceplugin …``: subcommands of this role."""
+"""``horus deviceplugin run``: the kubelet device plugin of one node.
+
+Every flag mirrors a field of :class:`~horus.deviceplugin.settings.DevicePluginSettings` and
+has an environment variable (``HORUS_DEVICEPLUGIN_<FIELD>``) and a config-file key
+(``deviceplugin.<field>``); precedence is CLI > environment > file > default. Heavy imports
+(grpc, kubernetes) happen only when the command runs, so ``horus --help`` stays fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
+import signal
+import threading
+from pathlib import Path
 from typing import Any
 
-from horus.common.errors import HorusError
+from horus.common.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_HELP = {
+    "node_name": "this node's name (default: $NODE_NAME)",
+    "plugin_dir": "the kubelet's device-plugin directory (default /var/lib/kubelet/device-plugins)",
+    "backend": "GPU discovery: nvml (real GPUs) or simulated (kwok/CI stand-in)",
+    "sim_gpu_count": "simulated backend: number of GPUs",
+    "sim_gpu_model": "simulated backend: GPU model name",
+    "sim_gpu_memory_mib": "simulated backend: memory per GPU, MiB",
+    "sim_health_file": 'simulated backend: JSON {"<index>": "Healthy"|"Unhealthy"} re-read each check',
+    "memory_unit_mib": "MiB per horus.io/gpu-memory device ID (default 256)",
+    "enforcement": "mps (hand out CUDA MPS limits) or none",
+    "mps_pipe_dir": "host directory of the MPS control daemon's pipes",
+    "pass_device_specs": "also hand out /dev/nvidia* device nodes (true/false)",
+    "kubeconfig": "kubeconfig file (default: in-cluster, else ~/.kube/config)",
+    "assignment_key_file": "assignment key file (default: $HORUS_ASSIGNMENT_KEY_FILE, else the Secret)",
+    "publish_inventory": "write the node's horus.io/gpu-inventory annotation (true/false)",
+    "health_interval_s": "seconds between GPU health checks",
+    "socket_poll_s": "seconds between looks at kubelet.sock",
+    "fail_on_init_error": "exit when GPU discovery fails instead of waiting (true/false)",
+    "retry_interval_s": "seconds between GPU discovery retries",
+}
 
 
 def register(sub: Any) -> None:
+    from horus.deviceplugin.settings import DevicePluginSettings
+
     role = sub.add_parser("deviceplugin", help="the kubelet device plugin")
     rsub = role.add_subparsers(dest="deviceplugin_command", metavar="ACTION", required=True)
-    run = rsub.add_parser("run", help="run the kubelet device plugin")
+    run = rsub.add_parser(
+        "run",
+        help="run the kubelet device plugin",
+        description="Advertise horus.io/gpu-core and horus.io/gpu-memory to the kubelet and "
+        "hand each admitted container its signed GPU share. Every flag also reads "
+        "HORUS_DEVICEPLUGIN_<FLAG> and the config file's deviceplugin section.",
+    )
+    run.add_argument("--config", type=Path, default=None, help="YAML config file")
+    for f in dataclasses.fields(DevicePluginSettings):
+        run.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=_HELP.get(f.name)
+        )
     run.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    raise HorusError("the kubelet device plugin is not implemented yet (tracked as issue #6)")
+    from horus.deviceplugin import settings as settings_mod
+    from horus.deviceplugin.app import run_plugin
+
+    cli = {
+        f.name: getattr(args, f.name, None)
+        for f in dataclasses.fields(settings_mod.DevicePluginSettings)
+    }
+    settings = settings_mod.load(cli=cli, config_file=args.config)
+    if not settings.node_name:
+        raise ConfigError(
+            "the node name is unknown: pass --node-name or set NODE_NAME (the DaemonSet sets "
+            "it from the downward API, spec.nodeName)"
+        )
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return run_plugin(settings, stop)

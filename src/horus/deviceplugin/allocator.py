@@ -1,0 +1,372 @@
+"""Allocate: find the pod the kubelet is admitting, check its signed assignment, hand out the share.
+
+The kubelet's Allocate request names only device IDs, never a pod. Production sharing plugins
+(HAMi, Aliyun's gpushare) therefore look the pod up themselves, and so do we:
+
+1. list the pods on this node (field selector ``spec.nodeName``);
+2. keep those not finished, not being deleted, not yet allocated *for this resource*
+   (annotation ``horus.io/gpu-allocated``), with a container that requests exactly as many
+   units of this resource as the kubelet asks devices for;
+3. take the oldest (``Pending`` first, then creation time, then name), as the kubelet admits
+   pods in the order they were bound.
+
+That pod's ``horus.io/gpu-assignment`` must then be present, well formed, **signed by the
+scheduler** (HMAC with the cluster key, :mod:`horus.api.signing` — a user can write any
+annotation, so the pod's own word is never trusted), for this node, on GPUs this node has and
+that are healthy, and for exactly the amount requested. Anything else is refused: a
+:class:`AllocationRefused` (the gRPC layer turns it into an error the kubelet shows in the
+pod's status) and a Warning Event on the pod saying what was wrong. Refusing is safe: the
+kubelet fails the pod's admission rather than start it without its limits.
+
+The kubelet calls Allocate once per container *and resource*, so a pod gets two calls
+(``gpu-core`` and ``gpu-memory``); each returns the complete environment (identical values,
+which the kubelet merges), and each marks its resource in ``horus.io/gpu-allocated``. One pod
+has at most one container that requests Horus resources (the operator builds pods that way).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from horus.api.assignment import GpuAssignment, decode_assignment
+from horus.api.inventory import GpuDevice
+from horus.api.resources import memory_units
+from horus.api.signing import load_key_file, verify_assignment
+from horus.common import constants as c
+from horus.common.errors import ConfigError, HorusError, ValidationError
+from horus.deviceplugin.kube import ConflictError, NodeApi, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+_FINISHED = ("Succeeded", "Failed")
+KEY_REFRESH_S = 60.0  # re-read the Secret at most this often (and after a failed check)
+KEY_RETRY_S = 5.0
+
+
+class AllocationRefused(HorusError):
+    """Allocate must fail; ``message`` is what the kubelet shows and the Event says."""
+
+    def __init__(self, message: str, reason: str = c.EVENT_REASON_ALLOCATE_REFUSED) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    container_path: str
+    host_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    container_path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+@dataclass(frozen=True)
+class ContainerGrant:
+    """What one container gets: the plugin turns this into a ContainerAllocateResponse."""
+
+    namespace: str
+    pod: str
+    assignment: GpuAssignment
+    envs: dict[str, str]
+    mounts: list[MountSpec] = field(default_factory=list)
+    devices: list[DeviceNode] = field(default_factory=list)
+
+
+class AssignmentKey:
+    """The HMAC key: from a mounted file (re-read when it changes) or the Secret (cached)."""
+
+    def __init__(self, api: NodeApi, key_file: Path | None) -> None:
+        self.api = api
+        self.key_file = key_file
+        self._key: bytes | None = None
+        self._stamp: object = None
+        self._read_at = 0.0
+
+    def get(self, refresh: bool = False) -> bytes:
+        if self.key_file is not None:
+            try:
+                st = self.key_file.stat()
+                stamp: object = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                stamp = None
+            if self._key is None or stamp != self._stamp:
+                self._key = load_key_file(self.key_file)
+                self._stamp = stamp
+            return self._key
+        age = time.monotonic() - self._read_at
+        if self._key is None or age > KEY_REFRESH_S or (refresh and age > KEY_RETRY_S):
+            self._key = self.api.read_assignment_key()
+            self._read_at = time.monotonic()
+        return self._key
+
+
+def _requested(pod: dict[str, Any], resource: str) -> list[int]:
+    """The amounts of ``resource`` each container of ``pod`` asks for (limits, else requests)."""
+    out: list[int] = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        res = container.get("resources") or {}
+        value = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
+        if value is None:
+            continue
+        try:
+            out.append(int(str(value)))
+        except ValueError:
+            continue  # the API server only admits integers for extended resources
+    return out
+
+
+def _allocated(pod: dict[str, Any]) -> dict[str, str]:
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_GPU_ALLOCATED)
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def _name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def candidates(pods: list[dict[str, Any]], resource: str, amount: int) -> list[dict[str, Any]]:
+    """Pods that may be the one being admitted for ``amount`` of ``resource``, best first."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if meta.get("deletionTimestamp") or phase in _FINISHED:
+            continue
+        if resource in _allocated(pod):
+            continue
+        if amount not in _requested(pod, resource):
+            continue
+        out.append(pod)
+    out.sort(
+        key=lambda p: (
+            (p.get("status") or {}).get("phase", "Pending") != "Pending",
+            p["metadata"].get("creationTimestamp") or "",
+            _name(p),
+        )
+    )
+    return out
+
+
+def expected_amount(assignment: GpuAssignment, resource: str, unit_mib: int) -> int:
+    gpus = assignment.all_gpus
+    if resource == c.RESOURCE_GPU_CORE:
+        return sum(g.core_percent for g in gpus)
+    return sum(memory_units(g.memory_mib, unit_mib) for g in gpus)
+
+
+class Allocator:
+    """Finds, verifies and marks the pod behind one Allocate call; builds its container env."""
+
+    def __init__(
+        self,
+        api: NodeApi,
+        node_name: str,
+        key: AssignmentKey,
+        inventory: Callable[[], list[GpuDevice]],
+        memory_unit_mib: int,
+        enforcement: str = "mps",
+        mps_pipe_dir: Path = Path(c.MPS_PIPE_DIRECTORY_DEFAULT),
+        pass_device_specs: bool = False,
+    ) -> None:
+        self.api = api
+        self.node = node_name
+        self.key = key
+        self.inventory = inventory
+        self.unit_mib = memory_unit_mib
+        self.enforcement = enforcement
+        self.mps_pipe_dir = mps_pipe_dir
+        self.pass_device_specs = pass_device_specs
+        self._lock = threading.Lock()
+
+    # --- finding and checking the pod ------------------------------------------------------
+
+    def _refuse(self, pod: dict[str, Any] | None, message: str) -> AllocationRefused:
+        log.warning("Allocate refused: %s", message)
+        if pod is not None:
+            self.api.pod_event(pod, c.EVENT_REASON_ALLOCATE_REFUSED, message, self.node)
+        return AllocationRefused(message)
+
+    def _verified(self, pod: dict[str, Any], resource: str, amount: int) -> GpuAssignment:
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        annotations = meta.get("annotations") or {}
+        text = annotations.get(c.ANNOTATION_GPU_ASSIGNMENT)
+        who = f"pod {ns}/{name}"
+        if text is None:
+            raise self._refuse(
+                pod,
+                f"{who} requests {resource}={amount} but has no {c.ANNOTATION_GPU_ASSIGNMENT} "
+                f"annotation: Horus GPU resources are only handed to pods placed by "
+                f"{c.SCHEDULER_NAME} (set spec.schedulerName, or create a DLJob)",
+            )
+        try:
+            assignment = decode_assignment(
+                text, where=f"{who} annotation {c.ANNOTATION_GPU_ASSIGNMENT}"
+            )
+        except ValidationError as exc:
+            raise self._refuse(pod, f"malformed assignment: {exc}") from None
+        signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
+        try:
+            key = self.key.get()
+            ok = verify_assignment(key, ns, name, text, signature)
+            if not ok:
+                ok = verify_assignment(self.key.get(refresh=True), ns, name, text, signature)
+        except ConfigError as exc:
+            raise self._refuse(pod, f"cannot verify the assignment of {who}: {exc}") from None
+        if not ok:
+            what = "has no" if not signature else "has an invalid"
+            raise self._refuse(
+                pod,
+                f"{who} {what} {c.ANNOTATION_ASSIGNMENT_SIGNATURE}: its "
+                f"{c.ANNOTATION_GPU_ASSIGNMENT} was not written by {c.SCHEDULER_NAME} "
+                "(forged, copied from another pod, or edited) and is refused",
+            )
+        if assignment.node != self.node:
+            raise self._refuse(
+                pod, f"{who}: assignment is for node {assignment.node!r}, this is {self.node!r}"
+            )
+        expected = expected_amount(assignment, resource, self.unit_mib)
+        if expected != amount:
+            unit = "" if resource == c.RESOURCE_GPU_CORE else f" (units of {self.unit_mib} MiB)"
+            raise self._refuse(
+                pod,
+                f"{who}: the container requests {resource}={amount} but its assignment grants "
+                f"{expected}{unit}; the request must match the assignment",
+            )
+        gpus = {g.uuid: g for g in self.inventory()}
+        for ref in assignment.all_gpus:
+            gpu = gpus.get(ref.gpu_uuid)
+            if gpu is None:
+                raise self._refuse(
+                    pod, f"{who}: assigned GPU {ref.gpu_uuid} is not on node {self.node}"
+                )
+            if gpu.index != ref.gpu_index:
+                raise self._refuse(
+                    pod,
+                    f"{who}: assigned GPU {ref.gpu_uuid} has index {gpu.index} here, the "
+                    f"assignment says {ref.gpu_index}",
+                )
+            if not gpu.healthy:
+                raise self._refuse(
+                    pod, f"{who}: assigned GPU {gpu.index} ({gpu.uuid}) is Unhealthy"
+                )
+        return assignment
+
+    def _find(self, resource: str, amount: int) -> tuple[dict[str, Any], GpuAssignment]:
+        pods = self.api.list_node_pods(self.node)
+        found = candidates(pods, resource, amount)
+        if not found:
+            raise self._refuse(
+                None,
+                f"no pod on node {self.node} awaits {resource}={amount}: no unallocated, "
+                f"unfinished pod there has a container requesting exactly that amount",
+            )
+        pod = found[0]
+        return pod, self._verified(pod, resource, amount)
+
+    def match(self, resource: str, amount: int) -> GpuAssignment | None:
+        """The assignment of the pod an Allocate for ``amount`` would pick (no side effects)."""
+        try:
+            pods = self.api.list_node_pods(self.node)
+        except Exception:
+            return None
+        for pod in candidates(pods, resource, amount)[:1]:
+            text = ((pod["metadata"].get("annotations")) or {}).get(c.ANNOTATION_GPU_ASSIGNMENT)
+            try:
+                return decode_assignment(text) if text else None
+            except ValidationError:
+                return None
+        return None
+
+    # --- the grant -------------------------------------------------------------------------
+
+    def allocate(self, resource: str, amount: int) -> ContainerGrant:
+        """Grant ``amount`` devices of ``resource`` to the pod being admitted, or refuse."""
+        with self._lock:
+            for attempt in range(3):
+                pod, assignment = self._find(resource, amount)
+                meta = pod["metadata"]
+                marks = {**_allocated(pod), resource: now_rfc3339()}
+                try:
+                    self.api.patch_pod_annotations(
+                        meta["namespace"],
+                        meta["name"],
+                        {
+                            c.ANNOTATION_GPU_ALLOCATED: json.dumps(
+                                marks, separators=(",", ":"), sort_keys=True
+                            )
+                        },
+                        meta.get("resourceVersion", ""),
+                    )
+                except ConflictError:
+                    if attempt == 2:
+                        raise AllocationRefused(
+                            f"pod {_name(pod)} kept changing while it was being allocated; retry"
+                        ) from None
+                    continue
+                log.info(
+                    "allocated %s=%d to pod %s (GPU %s)",
+                    resource,
+                    amount,
+                    _name(pod),
+                    ",".join(str(g.gpu_index) for g in assignment.all_gpus),
+                )
+                return self.grant(pod, assignment)
+        raise AssertionError("unreachable")
+
+    def grant(self, pod: dict[str, Any], assignment: GpuAssignment) -> ContainerGrant:
+        meta = pod["metadata"]
+        refs = assignment.all_gpus
+        uuids = ",".join(g.gpu_uuid for g in refs)
+        envs = {
+            "NVIDIA_VISIBLE_DEVICES": uuids,
+            # UUIDs, so the container sees exactly these GPUs whether or not the runtime also
+            # hides the others; inside, they are CUDA ordinals 0..n-1 in this order.
+            "CUDA_VISIBLE_DEVICES": uuids,
+            c.ENV_GPU_UUID: uuids,
+            c.ENV_GPU_INDEX: ",".join(str(g.gpu_index) for g in refs),
+            c.ENV_GPU_CORE_PERCENT: ",".join(str(g.core_percent) for g in refs),
+            c.ENV_GPU_MEMORY_MIB: ",".join(str(g.memory_mib) for g in refs),
+            c.ENV_POD_NAMESPACE: meta["namespace"],
+            c.ENV_POD_NAME: meta["name"],
+            c.ENV_POD_UID: meta.get("uid", ""),
+            c.ENV_NODE_NAME: self.node,
+            c.ENV_ENFORCEMENT: self.enforcement,
+        }
+        mounts: list[MountSpec] = []
+        if self.enforcement == "mps":
+            pipe = str(self.mps_pipe_dir)
+            envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+            # One percentage per MPS client; with several GPUs the smallest share, so the
+            # container never exceeds any of them.
+            envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(min(g.core_percent for g in refs))
+            # Ordinals as the client sees them (after CUDA_VISIBLE_DEVICES), not host indices.
+            envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+                f"{ordinal}={g.memory_mib}M" for ordinal, g in enumerate(refs)
+            )
+            mounts.append(MountSpec(pipe, pipe))
+        devices: list[DeviceNode] = []
+        if self.pass_device_specs:
+            names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+            names += [f"nvidia{g.gpu_index}" for g in refs]
+            devices = [DeviceNode(f"/dev/{n}", f"/dev/{n}") for n in names]
+        return ContainerGrant(meta["namespace"], meta["name"], assignment, envs, mounts, devices)

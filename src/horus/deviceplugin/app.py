@@ -1,0 +1,124 @@
+"""Wiring: settings → GPU backend, API client, allocator, resource plugins, manager.
+
+Kept apart from the CLI so tests and the benchmark run the very same plugin in a thread.
+GPU discovery failing (NVML absent) is the one start-up error with a policy of its own: by
+default the plugin logs one clear message and retries every ``retry_interval_s`` instead of
+exiting, so a DaemonSet pod on a node without a usable driver waits instead of crash-looping.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from horus.api.inventory import GpuDevice
+from horus.common.errors import HorusError
+from horus.deviceplugin.allocator import Allocator, AssignmentKey
+from horus.deviceplugin.devices import core_kind, memory_kind
+from horus.deviceplugin.gpus import GpuBackend, GpuDiscoveryError, open_backend
+from horus.deviceplugin.kube import KubeApi, NodeApi
+from horus.deviceplugin.server import PluginManager, ResourcePlugin
+from horus.deviceplugin.settings import DevicePluginSettings
+
+log = logging.getLogger(__name__)
+
+
+def discover(
+    settings: DevicePluginSettings, stop: threading.Event
+) -> tuple[GpuBackend, list[GpuDevice]] | None:
+    """The backend and its GPUs, waiting and retrying on failure (None once ``stop`` is set)."""
+    logged = False
+    while not stop.is_set():
+        try:
+            backend = open_backend(
+                settings.backend,
+                settings.node_name,
+                settings.sim_gpu_count,
+                settings.sim_gpu_model,
+                settings.sim_gpu_memory_mib,
+                settings.sim_health_file,
+            )
+            gpus = backend.discover()
+            if settings.backend == "simulated":
+                log.warning(
+                    "SIMULATED GPUs (backend=simulated): %d x %s %d MiB stand in for NVML; "
+                    "nothing reported here was measured",
+                    len(gpus),
+                    settings.sim_gpu_model,
+                    settings.sim_gpu_memory_mib,
+                )
+            return backend, gpus
+        except GpuDiscoveryError as exc:
+            if settings.fail_on_init_error:
+                raise
+            if not logged:
+                log.error(
+                    "%s. Not exiting (fail_on_init_error=false): retrying every %.0fs",
+                    exc,
+                    settings.retry_interval_s,
+                )
+                logged = True
+            stop.wait(settings.retry_interval_s)
+    return None
+
+
+def build(
+    settings: DevicePluginSettings,
+    backend: GpuBackend,
+    gpus: list[GpuDevice],
+    api: NodeApi | None,
+) -> PluginManager:
+    manager_ref: list[PluginManager] = []
+
+    def inventory() -> list[GpuDevice]:
+        return manager_ref[0].gpus()
+
+    allocator = None
+    if api is not None:
+        allocator = Allocator(
+            api,
+            settings.node_name,
+            AssignmentKey(api, settings.assignment_key_file),
+            inventory,
+            settings.memory_unit_mib,
+            settings.enforcement,
+            settings.mps_pipe_dir,
+            settings.pass_device_specs,
+        )
+    plugins = [
+        ResourcePlugin(core_kind(), allocator, settings.plugin_dir),
+        ResourcePlugin(memory_kind(settings.memory_unit_mib), allocator, settings.plugin_dir),
+    ]
+    manager = PluginManager(
+        plugins,
+        backend,
+        gpus,
+        settings.plugin_dir,
+        settings.node_name,
+        api if settings.publish_inventory else None,
+        settings.memory_unit_mib,
+        settings.health_interval_s,
+        settings.socket_poll_s,
+    )
+    manager_ref.append(manager)
+    return manager
+
+
+def run_plugin(
+    settings: DevicePluginSettings, stop: threading.Event, api: NodeApi | None = None
+) -> int:
+    """Run the device plugin until ``stop`` is set; returns the process exit status."""
+    if api is None:
+        api = KubeApi(settings.kubeconfig)
+    found = discover(settings, stop)
+    if found is None:
+        return 0
+    backend, gpus = found
+    try:
+        manager = build(settings, backend, gpus, api)
+        manager.run(stop)
+    except HorusError:
+        raise
+    finally:
+        backend.close()
+    return 0

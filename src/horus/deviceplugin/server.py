@@ -1,0 +1,377 @@
+"""The gRPC side: one DevicePlugin server per resource, registration, kubelet-restart handling.
+
+Lifecycle, as the kubelet's device manager expects it (and as NVIDIA's plugin does it):
+
+* each resource (``horus.io/gpu-core``, ``horus.io/gpu-memory``) gets its own server on its own
+  unix socket in the kubelet's device-plugin directory, started *before* registering;
+* the plugin then calls ``Registration.Register`` on ``<dir>/kubelet.sock``; the kubelet dials
+  back and opens ``ListAndWatch``;
+* a restarting kubelet deletes every socket in the directory and creates a new
+  ``kubelet.sock``: the manager polls the directory (a ``stat`` every ``socket_poll_s``), and
+  when ``kubelet.sock`` is a new file or our own socket vanished, restarts the servers and
+  registers again. A missing ``kubelet.sock`` is logged once, clearly, and waited for;
+* health is re-checked every ``health_interval_s``; a change is pushed to every open
+  ``ListAndWatch`` stream (an unhealthy GPU's IDs turn ``Unhealthy``) and republished in the
+  node's ``horus.io/gpu-inventory`` annotation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from horus.api.inventory import GpuDevice, encode_inventory
+from horus.common import constants as c
+from horus.deviceplugin.allocator import AllocationRefused, Allocator
+from horus.deviceplugin.api import api_pb2 as pb
+from horus.deviceplugin.api import api_pb2_grpc as _pb_grpc
+from horus.deviceplugin.devices import ResourceKind
+from horus.deviceplugin.gpus import GpuBackend
+from horus.deviceplugin.kube import NodeApi
+
+log = logging.getLogger(__name__)
+pb_grpc: Any = _pb_grpc  # generated without annotations
+
+
+class ResourcePlugin:
+    """The DevicePlugin service of one resource (duck-typed servicer of the generated stubs)."""
+
+    def __init__(self, kind: ResourceKind, allocator: Allocator | None, plugin_dir: Path) -> None:
+        self.kind = kind
+        self.allocator = allocator
+        self.socket_path = plugin_dir / kind.socket_name
+        self._cond = threading.Condition()
+        self._devices: list[tuple[str, str]] = []
+        self._version = 0
+        self._stopped = False
+        self._server: Any = None
+
+    # --- state -----------------------------------------------------------------------------
+
+    def set_gpus(self, gpus: list[GpuDevice]) -> None:
+        devices = self.kind.devices(gpus)
+        with self._cond:
+            if devices != self._devices:
+                self._devices = devices
+                self._version += 1
+                self._cond.notify_all()
+
+    def _gpu_of_ids(self, ids: list[str]) -> dict[str, list[str]]:
+        by_gpu: dict[str, list[str]] = {}
+        for device_id in ids:
+            uuid = self.kind.gpu_uuid_of(device_id)
+            if uuid is not None:
+                by_gpu.setdefault(uuid, []).append(device_id)
+        return by_gpu
+
+    # --- gRPC methods ----------------------------------------------------------------------
+
+    def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
+        return pb.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    def ListAndWatch(self, request: Any, context: Any) -> Iterator[Any]:
+        seen = -1
+        while True:
+            with self._cond:
+                while self._version == seen and not self._stopped and context.is_active():
+                    self._cond.wait(timeout=1.0)
+                if self._stopped or not context.is_active():
+                    return
+                seen = self._version
+                devices = list(self._devices)
+            yield pb.ListAndWatchResponse(devices=[pb.Device(ID=i, health=h) for i, h in devices])
+
+    def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        responses = []
+        for creq in request.container_requests:
+            responses.append(
+                pb.ContainerPreferredAllocationResponse(
+                    deviceIDs=self.preferred(
+                        list(creq.available_deviceIDs),
+                        list(creq.must_include_deviceIDs),
+                        int(creq.allocation_size),
+                    )
+                )
+            )
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    def preferred(self, available: list[str], must: list[str], size: int) -> list[str]:
+        """IDs on the GPU(s) the pending pod's assignment names, else packed on the fullest GPU.
+
+        Keeping a container's IDs on its assigned GPU makes the kubelet's bookkeeping true to
+        the hardware (an unhealthy GPU takes exactly its pods' IDs with it).
+        """
+        chosen = list(dict.fromkeys(must))[:size]
+        rest = [i for i in available if i not in set(chosen)]
+        by_gpu = self._gpu_of_ids(rest)
+        order: list[str] = []
+        assignment = self.allocator.match(self.kind.resource, size) if self.allocator else None
+        if assignment is not None:
+            order = [g.gpu_uuid for g in assignment.all_gpus if g.gpu_uuid in by_gpu]
+        order += sorted((u for u in by_gpu if u not in order), key=lambda u: len(by_gpu[u]))
+        for uuid in order:
+            for device_id in by_gpu[uuid]:
+                if len(chosen) >= size:
+                    return chosen
+                chosen.append(device_id)
+        return chosen
+
+    def Allocate(self, request: Any, context: Any) -> Any:
+        if self.allocator is None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the device plugin has no API access")
+        responses = []
+        for creq in request.container_requests:
+            try:
+                grant = self.allocator.allocate(self.kind.resource, len(creq.devices_ids))  # type: ignore[union-attr]
+            except AllocationRefused as exc:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"horus: {exc}")
+            except Exception as exc:  # API server down, ...: say so, do not hang the kubelet
+                log.exception("Allocate failed")
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"horus: Allocate failed: {exc}")
+            responses.append(
+                pb.ContainerAllocateResponse(
+                    envs=grant.envs,
+                    mounts=[
+                        pb.Mount(
+                            container_path=m.container_path,
+                            host_path=m.host_path,
+                            read_only=m.read_only,
+                        )
+                        for m in grant.mounts
+                    ],
+                    devices=[
+                        pb.DeviceSpec(
+                            container_path=d.container_path,
+                            host_path=d.host_path,
+                            permissions=d.permissions,
+                        )
+                        for d in grant.devices
+                    ],
+                )
+            )
+        return pb.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(self, request: Any, context: Any) -> Any:
+        return pb.PreStartContainerResponse()
+
+    # --- serving ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.socket_path.unlink(missing_ok=True)
+        with self._cond:
+            self._stopped = False
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        pb_grpc.add_DevicePluginServicer_to_server(self, server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server = server
+        log.info("%s: serving on %s", self.kind.resource, self.socket_path)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait(2.0)
+            self._server = None
+        self.socket_path.unlink(missing_ok=True)
+
+    def register(self, kubelet_socket: Path, timeout: float = 5.0) -> None:
+        """Register with the kubelet (raises grpc.RpcError when it refuses or is not there)."""
+        with grpc.insecure_channel(f"unix://{kubelet_socket}") as channel:
+            stub = pb_grpc.RegistrationStub(channel)
+            stub.Register(
+                pb.RegisterRequest(
+                    version=c.DEVICE_PLUGIN_API_VERSION,
+                    endpoint=self.kind.socket_name,
+                    resource_name=self.kind.resource,
+                    options=pb.DevicePluginOptions(
+                        pre_start_required=False, get_preferred_allocation_available=True
+                    ),
+                ),
+                timeout=timeout,
+            )
+
+
+def _rpc_details(exc: grpc.RpcError) -> str:
+    details = getattr(exc, "details", None)
+    return str(details() if callable(details) else exc)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+class PluginManager:
+    """Runs the resource plugins: health loop, kubelet watch, (re-)registration, inventory."""
+
+    def __init__(
+        self,
+        plugins: list[ResourcePlugin],
+        backend: GpuBackend,
+        gpus: list[GpuDevice],
+        plugin_dir: Path,
+        node_name: str,
+        api: NodeApi | None = None,
+        memory_unit_mib: int = c.DEFAULT_GPU_MEMORY_UNIT_MIB,
+        health_interval_s: float = 5.0,
+        socket_poll_s: float = 0.5,
+    ) -> None:
+        self.plugins = plugins
+        self.backend = backend
+        self.plugin_dir = plugin_dir
+        self.kubelet_socket = plugin_dir / c.KUBELET_SOCKET_NAME
+        self.node = node_name
+        self.api = api
+        self.unit_mib = memory_unit_mib
+        self.health_interval_s = health_interval_s
+        self.socket_poll_s = socket_poll_s
+        self._gpus = gpus
+        self._gpus_lock = threading.Lock()
+        self._published: str | None = None
+        self._registered_to: tuple[int, int, int] | None = None
+        self._serving = False
+        self._waiting_logged = False
+        self.registrations = 0  # successful Register rounds (tests and logs)
+        self._retry_at = 0.0
+        self._failures = 0
+        for plugin in plugins:
+            plugin.set_gpus(gpus)
+
+    def gpus(self) -> list[GpuDevice]:
+        with self._gpus_lock:
+            return list(self._gpus)
+
+    # --- inventory -------------------------------------------------------------------------
+
+    def publish(self) -> None:
+        if self.api is None:
+            return
+        text = encode_inventory(self.gpus())
+        if text == self._published:
+            return
+        try:
+            self.api.patch_node_annotations(
+                self.node,
+                {
+                    c.ANNOTATION_GPU_INVENTORY: text,
+                    c.ANNOTATION_GPU_MEMORY_UNIT: str(self.unit_mib),
+                },
+            )
+            self._published = text
+            log.info("published %s on node %s", c.ANNOTATION_GPU_INVENTORY, self.node)
+        except Exception as exc:
+            log.warning("could not publish the GPU inventory on node %s: %s", self.node, exc)
+
+    def check_health(self) -> None:
+        new = self.backend.check_health(self.gpus())
+        with self._gpus_lock:
+            old, self._gpus = self._gpus, new
+        for before, after in zip(old, new, strict=False):
+            if before.health != after.health:
+                log.warning("GPU %d (%s) is now %s", after.index, after.uuid, after.health)
+        if old != new:
+            for plugin in self.plugins:
+                plugin.set_gpus(new)
+        self.publish()
+
+    # --- kubelet ---------------------------------------------------------------------------
+
+    def _start_servers(self) -> None:
+        for plugin in self.plugins:
+            plugin.stop()
+            plugin.start()
+        self._serving = True
+
+    def stop(self) -> None:
+        for plugin in self.plugins:
+            plugin.stop()
+        self._serving = False
+
+    def watch_kubelet(self) -> None:
+        """One look at the device-plugin directory; (re-)register when needed."""
+        ident = _identity(self.kubelet_socket)
+        if ident is None:
+            if not self._waiting_logged:
+                log.warning(
+                    "kubelet socket %s not found: is the kubelet running, with device plugins "
+                    "enabled, and is --plugin-dir its device-plugin directory? Waiting for it "
+                    "(checking every %.1fs)",
+                    self.kubelet_socket,
+                    self.socket_poll_s,
+                )
+                self._waiting_logged = True
+            self._registered_to = None
+            return
+        own_missing = any(not p.socket_path.exists() for p in self.plugins)
+        if ident == self._registered_to and not own_missing:
+            return
+        if time.monotonic() < self._retry_at:
+            return
+        if self._registered_to is not None or own_missing or not self._serving:
+            if self._registered_to is not None:
+                log.info(
+                    "kubelet socket re-created (kubelet restart): restarting and re-registering"
+                )
+            self._start_servers()
+        try:
+            for plugin in self.plugins:
+                plugin.register(self.kubelet_socket)
+        except grpc.RpcError as exc:
+            self._failures += 1
+            delay = min(30.0, 0.5 * 2**self._failures)
+            log.error(
+                "registration with the kubelet at %s failed (%s); retrying in %.0fs",
+                self.kubelet_socket,
+                _rpc_details(exc),
+                delay,
+            )
+            self._registered_to = None
+            self._retry_at = time.monotonic() + delay
+            return
+        self._failures = 0
+        self._registered_to = ident
+        self._waiting_logged = False
+        self.registrations += 1
+        log.info(
+            "registered %s with the kubelet",
+            ", ".join(p.kind.resource for p in self.plugins),
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set."""
+        self.publish()
+        if self.plugin_dir.is_dir():
+            self._start_servers()
+        next_health = time.monotonic() + self.health_interval_s
+        try:
+            while not stop.is_set():
+                if self.plugin_dir.is_dir():
+                    self.watch_kubelet()
+                elif not self._waiting_logged:
+                    log.warning(
+                        "device-plugin directory %s does not exist yet; waiting", self.plugin_dir
+                    )
+                    self._waiting_logged = True
+                if time.monotonic() >= next_health:
+                    try:
+                        self.check_health()
+                    except Exception:
+                        log.exception("GPU health check failed")
+                    next_health = time.monotonic() + self.health_interval_s
+                stop.wait(self.socket_poll_s)
+        finally:
+            self.stop()

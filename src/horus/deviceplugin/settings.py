@@ -1,0 +1,102 @@
+"""Settings of the device plugin (section ``deviceplugin``): CLI > environment > config file.
+
+Every field can be set as ``--field-name`` on ``horus deviceplugin run``, as the environment
+variable ``HORUS_DEVICEPLUGIN_<FIELD>``, or under ``deviceplugin:`` in the YAML file given with
+``--config`` (see :mod:`horus.common.settings`). Two environment variables shared with other
+roles are honoured as fallbacks when the Horus-specific one is absent: ``NODE_NAME`` (downward
+API, what the DaemonSet sets) and ``HORUS_ASSIGNMENT_KEY_FILE`` (the mounted Secret).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from horus.common.constants import (
+    ASSIGNMENT_KEY_FILE_ENV,
+    DEFAULT_DEVICE_PLUGIN_DIR,
+    DEFAULT_GPU_MEMORY_UNIT_MIB,
+    MPS_PIPE_DIRECTORY_DEFAULT,
+    NODE_NAME_ENV,
+)
+from horus.common.errors import ConfigError
+from horus.common.settings import load_settings
+
+SECTION = "deviceplugin"
+
+
+@dataclass(frozen=True)
+class DevicePluginSettings:
+    """What one node's device plugin does; every field documented, every field has a default."""
+
+    # Name of this node (pods are looked up with spec.nodeName=<it>); falls back to $NODE_NAME.
+    node_name: str = ""
+    # The kubelet's device-plugin directory: kubelet.sock is there, and our sockets go there.
+    plugin_dir: Path = Path(DEFAULT_DEVICE_PLUGIN_DIR)
+    # GPU discovery: "nvml" (real GPUs through nvidia-ml-py) or "simulated" (kwok/CI stand-in).
+    backend: Literal["nvml", "simulated"] = "nvml"
+    # Simulated backend only: how many GPUs, which model, how much memory each (MiB).
+    sim_gpu_count: int = 1
+    sim_gpu_model: str = "H100"
+    sim_gpu_memory_mib: int = 81920
+    # Simulated backend only: optional JSON file {"<index>": "Healthy"|"Unhealthy"}, re-read
+    # at every health check, so tests and demos can fail a simulated GPU.
+    sim_health_file: Path | None = None
+    # MiB per device ID of horus.io/gpu-memory (see docs/decisions.md). Default keeps GPUs up
+    # to 256 GiB at <= 1,024 IDs.
+    memory_unit_mib: int = DEFAULT_GPU_MEMORY_UNIT_MIB
+    # How shares are enforced in the container: "mps" hands out the CUDA MPS settings and mount;
+    # "none" only restricts the visible GPU (the agent's watchdog still watches memory).
+    enforcement: Literal["mps", "none"] = "mps"
+    # Host directory of the MPS control daemon's pipes (the agent starts the daemon there); it
+    # is mounted at the same path in every container.
+    mps_pipe_dir: Path = Path(MPS_PIPE_DIRECTORY_DEFAULT)
+    # Also hand out /dev/nvidia* device nodes (for runtimes without the NVIDIA container
+    # toolkit, like NVIDIA's PASS_DEVICE_SPECS).
+    pass_device_specs: bool = False
+    # kubeconfig for the API server; empty means in-cluster config (else ~/.kube/config).
+    kubeconfig: Path | None = None
+    # File holding the assignment key (mounted Secret); falls back to $HORUS_ASSIGNMENT_KEY_FILE,
+    # then to reading the Secret horus-system/horus-assignment-key through the API.
+    assignment_key_file: Path | None = None
+    # Write the node's horus.io/gpu-inventory annotation (and memory unit) on start and on
+    # every health change.
+    publish_inventory: bool = True
+    # Seconds between GPU health checks.
+    health_interval_s: float = 5.0
+    # Seconds between checks of kubelet.sock (re-registration after a kubelet restart).
+    socket_poll_s: float = 0.5
+    # When GPU discovery fails (NVML absent): true exits with status 2; false (default) logs
+    # one clear message, keeps running and retries every retry_interval_s, so a DaemonSet pod
+    # on a node without a driver never crash-loops.
+    fail_on_init_error: bool = False
+    retry_interval_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.memory_unit_mib <= 65536:
+            raise ConfigError(f"memory_unit_mib must be 1..65536 MiB, got {self.memory_unit_mib}")
+        if not 1 <= self.sim_gpu_count <= 16:
+            raise ConfigError(f"sim_gpu_count must be 1..16, got {self.sim_gpu_count}")
+        if self.sim_gpu_memory_mib < 1:
+            raise ConfigError(f"sim_gpu_memory_mib must be > 0, got {self.sim_gpu_memory_mib}")
+        for name in ("health_interval_s", "socket_poll_s", "retry_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def load(
+    cli: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> DevicePluginSettings:
+    """Settings from CLI, environment and file, with the shared-variable fallbacks applied."""
+    environ = os.environ if env is None else env
+    settings = load_settings(DevicePluginSettings, SECTION, cli, environ, config_file)
+    if not settings.node_name and environ.get(NODE_NAME_ENV):
+        settings = replace(settings, node_name=environ[NODE_NAME_ENV])
+    if settings.assignment_key_file is None and environ.get(ASSIGNMENT_KEY_FILE_ENV):
+        settings = replace(settings, assignment_key_file=Path(environ[ASSIGNMENT_KEY_FILE_ENV]))
+    return settings
