@@ -298,7 +298,7 @@ def node_gpu() -> Board:
     b.add(
         "timeseries",
         "Agent sampling cycle duration",
-        [(f"{CYCLE}{{{NODE}}}", "{{node}}")],
+        [(CYCLE, "{{instance}}")],
         w=12,
         h=5,
         unit="s",

@@ -1,0 +1,150 @@
+"""Packaging checks that need no cluster: the chart's copies equal their sources, dashboards
+are well-formed and name only exported metrics, the Dockerfiles follow our rules.
+
+Why here and not only in e2e: these are the mistakes that slip in with an innocent edit (a CRD
+changed but the chart's copy not re-synced, a metric renamed in constants.py but not in a
+panel, an unpinned base image), and they cost milliseconds to catch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+import dashboards as dash  # noqa: E402
+import dockerlint  # noqa: E402
+
+sys.path.pop(0)
+
+
+def test_chart_copies_equal_their_sources():
+    proc = subprocess.run(
+        ["bash", str(ROOT / "tools" / "sync-chart.sh"), "--check"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    crds = sorted(p.name for p in (ROOT / "manifests" / "crds").glob("*.yaml"))
+    assert crds and crds == sorted(p.name for p in (ROOT / "charts/horus/crds").glob("*.yaml"))
+    for name in crds:
+        assert (ROOT / "charts/horus/crds" / name).read_bytes() == (
+            ROOT / "manifests/crds" / name
+        ).read_bytes()
+
+
+def test_dashboard_json_is_what_the_generator_writes():
+    spec = importlib.util.spec_from_file_location("gen", ROOT / "dashboards" / "generate.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    rendered = gen.render()
+    on_disk = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
+    assert rendered == on_disk, "run: .venv/bin/python dashboards/generate.py"
+
+
+@pytest.mark.parametrize("name", sorted(dash.load()))
+def test_dashboard_shape(name):
+    board = dash.load()[name]
+    assert board["schemaVersion"] >= 39
+    assert board["uid"] and board["title"].startswith("Horus / ")
+    ds = [v for v in board["templating"]["list"] if v["name"] == "datasource"]
+    assert ds and ds[0]["type"] == "datasource" and ds[0]["query"] == "prometheus"
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["targets"], f"{panel['title']} has no query"
+
+
+def test_dashboards_cover_the_issue():
+    titles = {n: " | ".join(p["title"] for p in b["panels"]) for n, b in dash.load().items()}
+    assert set(titles) == {
+        "horus-cluster.json",
+        "horus-node-gpu.json",
+        "horus-jobs.json",
+        "horus-enforcement.json",
+    }
+    for words, board in [
+        (["GPUs in use", "GPUs free", "utilisation", "memory", "phase", "Queue", "reasons", "per second", "latency"], "horus-cluster.json"),
+        (["GPU utilisation", "memory", "Pods on each GPU"], "horus-node-gpu.json"),
+        (["Predicted vs observed", "Prediction error", "Slowdown"], "horus-jobs.json"),
+        (["Evictions", "memory limit"], "horus-enforcement.json"),
+    ]:
+        for w in words:
+            assert w in titles[board], (board, w)
+
+
+def test_every_promql_names_only_exported_metrics():
+    known = dash.known_metrics()
+    bad = {
+        (q.dashboard, q.panel, m)
+        for q in dash.queries(dash.load())
+        for m in dash.metric_names(q.expr)
+        if m not in known
+    }
+    assert not bad, f"metrics no component exports (not in constants.py): {sorted(bad)}"
+
+
+def test_metric_name_parser():
+    expr = (
+        'histogram_quantile(0.99, sum by (le, reason) (rate(horus_a_bucket{node=~"$node",'
+        'x="y"}[5m]))) / on (pod) group_left(node) horus_b > bool 1e3 or vector(0)'
+    )
+    assert dash.metric_names(expr) == {"horus_a_bucket", "horus_b"}
+    assert dash.metric_names("no_such_metric_total") == {"no_such_metric_total"}
+    assert "horus_typo" not in dash.known_metrics()
+
+
+def test_substitute_variables():
+    board = dash.load()["horus-node-gpu.json"]
+    values = dash.variables(board)
+    out = dash.substitute('rate(x{node=~"$node"}[$__rate_interval]) ${node} [[node]]', values)
+    assert out == 'rate(x{node=~".*"}[1m]) .* .*'
+
+
+@pytest.mark.parametrize("role", ["operator", "predictor", "device-plugin"])
+def test_dockerfile_rules(role):
+    problems = dockerlint.check(ROOT / role / "Dockerfile", role)
+    assert not problems, "\n".join(problems)
+
+
+def test_dockerlint_catches_bad_files(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(
+        "FROM python:latest\nFROM debian\nRUN pip install \". with words\"\n"
+        'ENTRYPOINT ["horus"]\n'
+    )
+    problems = " ".join(dockerlint.check(bad, "operator"))
+    for text in ("latest", "pinned", "USER", "python -m horus.operator", "pip install"):
+        assert text in problems, text
+
+
+def test_chart_defaults_point_at_the_images():
+    values = yaml.safe_load((ROOT / "charts/horus/values.yaml").read_text())
+    chart = yaml.safe_load((ROOT / "charts/horus/Chart.yaml").read_text())
+    from horus import __version__
+
+    assert chart["appVersion"] == __version__
+    assert values["images"]["operator"]["repository"] == "horus-operator"
+    assert values["images"]["node"]["repository"] == "horus-device-plugin"
+    for role in ("operator", "device-plugin"):
+        assert f"-t horus-{role}:{__version__}" in (ROOT / role / "Dockerfile").read_text()
+    schema = json.loads((ROOT / "charts/horus/values.schema.json").read_text())
+    assert set(schema["properties"]) - {"global"} == set(values), "schema and values disagree"
+
+
+def test_kustomization_lists_every_manifest():
+    kust = yaml.safe_load((ROOT / "manifests/kustomization.yaml").read_text())
+    listed = {r for r in kust["resources"]}
+    files = {
+        str(p.relative_to(ROOT / "manifests"))
+        for p in (ROOT / "manifests").rglob("*.yaml")
+        if p.name != "kustomization.yaml" and p.parent.name != "scheduler"
+    }
+    assert files <= listed, f"not in kustomization.yaml: {sorted(files - listed)}"
