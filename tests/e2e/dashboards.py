@@ -73,7 +73,9 @@ def queries(boards: Mapping[str, dict[str, Any]]) -> Iterator[Query]:
             stack.extend(panel.get("panels", []))
             for target in panel.get("targets", []):
                 if target.get("expr"):
-                    yield Query(name, panel.get("title", "?"), target.get("refId", "?"), target["expr"])
+                    yield Query(
+                        name, panel.get("title", "?"), target.get("refId", "?"), target["expr"]
+                    )
 
 
 def known_metrics() -> set[str]:
@@ -92,9 +94,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
     text = re.sub(r"\[[^\]]*\]", " ", text)  # range selectors / subqueries
     # label lists: by (...), without (...), on (...), ignoring (...), group_left(...)
-    text = re.sub(
-        r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text
-    )
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
     names = set()
     for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
         word = m.group(0)

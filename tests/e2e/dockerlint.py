@@ -55,7 +55,7 @@ def check(path: Path, role: str) -> list[str]:
             aliases.add(parts[2])
         if image in aliases:
             continue
-        name, _, tag = image.partition(":")
+        tag = image.partition(":")[2]
         if "@sha256:" in image:
             continue
         if not tag:

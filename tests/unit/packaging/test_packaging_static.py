@@ -71,7 +71,20 @@ def test_dashboards_cover_the_issue():
         "horus-enforcement.json",
     }
     for words, board in [
-        (["GPUs in use", "GPUs free", "utilisation", "memory", "phase", "Queue", "reasons", "per second", "latency"], "horus-cluster.json"),
+        (
+            [
+                "GPUs in use",
+                "GPUs free",
+                "utilisation",
+                "memory",
+                "phase",
+                "Queue",
+                "reasons",
+                "per second",
+                "latency",
+            ],
+            "horus-cluster.json",
+        ),
         (["GPU utilisation", "memory", "Pods on each GPU"], "horus-node-gpu.json"),
         (["Predicted vs observed", "Prediction error", "Slowdown"], "horus-jobs.json"),
         (["Evictions", "memory limit"], "horus-enforcement.json"),
@@ -117,8 +130,7 @@ def test_dockerfile_rules(role):
 def test_dockerlint_catches_bad_files(tmp_path):
     bad = tmp_path / "Dockerfile"
     bad.write_text(
-        "FROM python:latest\nFROM debian\nRUN pip install \". with words\"\n"
-        'ENTRYPOINT ["horus"]\n'
+        'FROM python:latest\nFROM debian\nRUN pip install ". with words"\nENTRYPOINT ["horus"]\n'
     )
     problems = " ".join(dockerlint.check(bad, "operator"))
     for text in ("latest", "pinned", "USER", "python -m horus.operator", "pip install"):
