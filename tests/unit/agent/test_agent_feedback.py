@@ -1,0 +1,64 @@
+"""Training rows the agent writes are exactly what ``horus predictor train --extra-rows`` reads."""
+
+import math
+from pathlib import Path
+
+import pytest
+from agent_helpers import ROOT, pod
+
+from horus.agent.feedback import ROW_COLUMNS, Feedback, append_rows, training_row
+from horus.predictor.dataset import load_extra_rows
+from horus.predictor.schema import load_profile
+
+MIB = 2**20
+
+
+def _stats() -> Feedback:
+    fb = Feedback()
+    a, b = pod("a", job="j1"), pod("b", job="j1", gpu=1)
+    for u, m in ((0.30, 1000), (0.50, 1200)):
+        fb.add(a, "H100", "simulated", u, m * MIB)
+        fb.add(b, "H100", "simulated", u / 2, m * MIB / 2)
+    fb.add(pod("plain"), "H100", "simulated", None, 10 * MIB)
+    return fb
+
+
+def test_job_observed_mean_util_and_peak_memory() -> None:
+    obs = _stats().job_observed()
+    assert list(obs) == [("ns", "j1")]
+    o = obs[("ns", "j1")]
+    assert o["util"] == pytest.approx((40.0 + 20.0) / 2)
+    assert o["memoryMiB"] == 1200.0 and o["sampledAt"].endswith("Z")
+
+
+def test_rows_are_accepted_by_the_predictor(tmp_path: Path) -> None:
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-bs64.yaml")
+    fb = _stats()
+    gone = fb.finished(["uid-plain"])
+    rows = [r for st in gone if (r := training_row(st, profile)) is not None]
+    path = tmp_path / "rows.csv"
+    assert append_rows(path, rows) == 2
+    assert append_rows(path, rows[:1]) == 1  # appends without a second header
+    assert path.read_text().splitlines()[0].split(",") == ROW_COLUMNS
+    table = load_extra_rows(path)
+    assert len(table.rows) == 3
+    assert table.util[0] == pytest.approx(40.0) and table.memory_mib[0] == pytest.approx(1200.0)
+    assert not any(math.isnan(v) for r in table.rows for v in r.values())
+
+
+def test_rows_train_a_predictor(tmp_path: Path) -> None:
+    from horus.predictor.train import train_artifact
+
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-bs64.yaml")
+    path = tmp_path / "rows.csv"
+    append_rows(path, [r for st in _stats().drain() if (r := training_row(st, profile))])
+    art = train_artifact(extra_rows=path, n_estimators=5)
+    assert any("observed rows rows.csv" in s for s in art["card"]["trained_on"])
+
+
+def test_foreign_header_is_not_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    path.write_text("a,b\n1,2\n")
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-bs64.yaml")
+    rows = [r for st in _stats().drain() if (r := training_row(st, profile))]
+    assert append_rows(path, rows) == 0
