@@ -1,0 +1,93 @@
+"""``horus operator extender``: wire settings, the apiserver client, the assignment key and the
+predictor into a running :class:`~horus.operator.extender.ExtenderServer`.
+
+Kept apart from :mod:`horus.operator.extender` so the server stays testable without a process
+around it (tests build an ``Extender`` on a fake cluster), and from ``commands.py`` so that
+``horus --help`` never imports numpy or the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from horus.common.errors import ConfigError
+from horus.common.settings import load_settings
+from horus.operator.assignment_key import load_or_create_assignment_key
+from horus.operator.extender import Extender, ExtenderServer, ExtenderSettings, KubeClusterSource
+from horus.scheduler import SchedulerSettings
+
+log = logging.getLogger(__name__)
+
+
+def api_client_for(kubeconfig: Path | None) -> Any:
+    """A Kubernetes ``ApiClient``: ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster."""
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig is not None or os.environ.get("KUBECONFIG"):
+            path = str(kubeconfig) if kubeconfig is not None else None
+            return config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    except (config.ConfigException, OSError) as exc:
+        raise ConfigError(
+            f"cannot reach the apiserver: {exc}; pass --kubeconfig, set KUBECONFIG, or run in "
+            "a pod with a service account"
+        ) from None
+
+
+def build_extender(
+    settings: ExtenderSettings, scheduler_settings: SchedulerSettings, api_client: Any
+) -> Extender:
+    """The :class:`Extender` these settings describe, on the live cluster."""
+    from kubernetes import client
+
+    from horus.predictor import load_default_predictor, load_predictor
+
+    predictor = (
+        load_predictor(str(settings.predictor))
+        if settings.predictor is not None
+        else load_default_predictor()
+    )
+    key = load_or_create_assignment_key(client.CoreV1Api(api_client), settings.key_file)
+    return Extender(
+        KubeClusterSource(api_client),
+        predictor,
+        key=key,
+        policy=settings.policy,
+        scheduler_settings=scheduler_settings,
+        cache_seconds=settings.cache_seconds,
+        verify_binds=settings.verify_binds,
+    )
+
+
+def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit status."""
+    settings = load_settings(ExtenderSettings, "extender", cli=cli, config_file=config_file)
+    scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=config_file)
+    extender = build_extender(settings, scheduler_settings, api_client_for(settings.kubeconfig))
+    server = ExtenderServer(extender, settings.host, settings.port, settings.max_body_bytes)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping the extender", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    server.start()
+    log.info(
+        "scheduler extender (policy %s) listening on %s:%d — verbs filter, prioritize, bind",
+        settings.policy,
+        settings.host,
+        server.port,
+    )
+    stop.wait()
+    server.close()
+    return 0
