@@ -53,7 +53,7 @@ def discover(
                 raise
             if not logged:
                 log.error(
-                    "%s. Not exiting (fail_on_init_error=false): retrying every %.0fs",
+                    "%s. Not exiting (fail_on_init_error=false): retrying every %gs",
                     exc,
                     settings.retry_interval_s,
                 )
@@ -108,12 +108,16 @@ def run_plugin(
     settings: DevicePluginSettings, stop: threading.Event, api: NodeApi | None = None
 ) -> int:
     """Run the device plugin until ``stop`` is set; returns the process exit status."""
-    if api is None:
-        api = KubeApi(settings.kubeconfig)
-    found = discover(settings, stop)
+    found = discover(settings, stop)  # first: a node without GPUs waits here, API or not
     if found is None:
         return 0
     backend, gpus = found
+    if api is None:
+        try:
+            api = KubeApi(settings.kubeconfig)
+        except HorusError:
+            backend.close()
+            raise
     try:
         manager = build(settings, backend, gpus, api)
         manager.run(stop)

@@ -1,0 +1,208 @@
+"""Allocate's decisions on an in-memory API: which pod, which refusals, which environment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dp_fakes import KEY, FakeNodeApi
+
+from deviceplugin_peer import assignment_annotations, pod_manifest
+from horus.api.assignment import GpuAssignment
+from horus.api.inventory import GpuDevice
+from horus.api.resources import memory_units, node_memory_unit_mib, pod_gpu_requests
+from horus.common import constants as c
+from horus.common.errors import ValidationError
+from horus.deviceplugin.allocator import AllocationRefused, Allocator, AssignmentKey, candidates
+
+NODE = "gpu-node-0000"
+GPUS = [
+    GpuDevice(0, "GPU-aaaa", "H100", 81920),
+    GpuDevice(1, "GPU-bbbb", "H100", 81920),
+]
+CORE, MEM = c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY
+
+
+def make_allocator(api: FakeNodeApi, gpus: list[GpuDevice] = GPUS, **kw: object) -> Allocator:
+    return Allocator(api, NODE, AssignmentKey(api, None), lambda: gpus, 256, **kw)  # type: ignore[arg-type]
+
+
+def add_pod(
+    api: FakeNodeApi,
+    name: str,
+    core: int = 40,
+    mem_mib: int = 12288,
+    request_core: int | None = None,
+    key: bytes | None = KEY,
+    gpu: int = 1,
+    created: str = "2026-01-01T00:00:00Z",
+    annotations: dict[str, str] | None = None,
+) -> None:
+    ann = annotations
+    if ann is None:
+        ann = assignment_annotations(key, "ml", name, NODE, GPUS[gpu].uuid, gpu, core, mem_mib)
+    pod = pod_manifest("ml", name, NODE, request_core or core, memory_units(mem_mib, 256), ann)
+    api.add(pod, created)
+
+
+def test_signed_pod_gets_its_gpu_and_share(fake_api: FakeNodeApi) -> None:
+    add_pod(fake_api, "p1")
+    alloc = make_allocator(fake_api)
+    grant = alloc.allocate(CORE, 40)
+    env = grant.envs
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-bbbb" == env["CUDA_VISIBLE_DEVICES"]
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=12288M"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == c.MPS_PIPE_DIRECTORY_DEFAULT
+    assert env[c.ENV_GPU_INDEX] == "1" and env[c.ENV_GPU_UUID] == "GPU-bbbb"
+    assert env[c.ENV_GPU_CORE_PERCENT] == "40" and env[c.ENV_GPU_MEMORY_MIB] == "12288"
+    assert env[c.ENV_POD_NAME] == "p1" and env[c.ENV_POD_NAMESPACE] == "ml"
+    assert env[c.ENV_POD_UID] == "uid-p1" and env[c.ENV_NODE_NAME] == NODE
+    assert [(m.host_path, m.container_path) for m in grant.mounts] == [
+        (c.MPS_PIPE_DIRECTORY_DEFAULT, c.MPS_PIPE_DIRECTORY_DEFAULT)
+    ]
+    marks = json.loads(fake_api.get("p1")["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED])
+    assert set(marks) == {CORE}
+    # the memory plugin's call finds the same pod (12288 MiB = 48 units of 256 MiB)
+    assert alloc.allocate(MEM, 48).envs == env
+    marks = json.loads(fake_api.get("p1")["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED])
+    assert set(marks) == {CORE, MEM}
+    # allocated for both: a second call for the same amount has no pod left
+    with pytest.raises(AllocationRefused, match="no pod on node"):
+        alloc.allocate(CORE, 40)
+    assert fake_api.events == []
+
+
+def test_enforcement_none_and_device_specs(fake_api: FakeNodeApi) -> None:
+    add_pod(fake_api, "p1")
+    grant = make_allocator(fake_api, enforcement="none", pass_device_specs=True).allocate(CORE, 40)
+    assert not any(k.startswith("CUDA_MPS") for k in grant.envs)
+    assert grant.mounts == []
+    assert {d.host_path for d in grant.devices} >= {"/dev/nvidia1", "/dev/nvidiactl"}
+
+
+def test_oldest_pending_pod_first(fake_api: FakeNodeApi) -> None:
+    add_pod(fake_api, "young", created="2026-01-02T00:00:00Z")
+    add_pod(fake_api, "old", created="2026-01-01T00:00:00Z")
+    add_pod(fake_api, "running-older", created="2025-12-01T00:00:00Z")
+    fake_api.get("running-older")["status"]["phase"] = "Running"
+    add_pod(fake_api, "done", created="2025-01-01T00:00:00Z")
+    fake_api.get("done")["status"]["phase"] = "Succeeded"
+    add_pod(fake_api, "other-amount", core=30, created="2024-01-01T00:00:00Z")
+    order = [p["metadata"]["name"] for p in candidates(fake_api.pods, CORE, 40)]
+    assert order == ["old", "young", "running-older"]
+    assert make_allocator(fake_api).allocate(CORE, 40).pod == "old"
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [
+        ("forged", "invalid horus.io/gpu-assignment-signature"),
+        ("unsigned", "has no horus.io/gpu-assignment-signature"),
+        ("copied", "invalid horus.io/gpu-assignment-signature"),
+        ("missing", "has no horus.io/gpu-assignment annotation"),
+        ("mismatch", "requests horus.io/gpu-core=50 but its assignment grants 40"),
+        ("malformed-json", "malformed assignment: .*not valid JSON"),
+        ("malformed-field", "malformed assignment: .*corePercent"),
+        ("other-node", "assignment is for node 'elsewhere'"),
+        ("unknown-gpu", "assigned GPU GPU-zzzz is not on node"),
+    ],
+)
+def test_refusals_say_why_and_record_an_event(
+    fake_api: FakeNodeApi, case: str, expect: str
+) -> None:
+    amount = 40
+    if case == "forged":
+        add_pod(fake_api, "p", key=b"not-the-cluster-key-0123456789")
+    elif case == "unsigned":
+        add_pod(fake_api, "p", key=None)
+    elif case == "copied":
+        ann = assignment_annotations(KEY, "ml", "p", NODE, "GPU-bbbb", 1, 40, 12288, ("ml", "q"))
+        add_pod(fake_api, "p", annotations=ann)
+    elif case == "missing":
+        add_pod(fake_api, "p", annotations={})
+    elif case == "mismatch":
+        add_pod(fake_api, "p", request_core=50)
+        amount = 50
+    elif case == "malformed-json":
+        add_pod(fake_api, "p", annotations={c.ANNOTATION_GPU_ASSIGNMENT: "{not json"})
+    elif case == "malformed-field":
+        bad = '{"node":"%s","gpuUUID":"GPU-bbbb","gpuIndex":1,"corePercent":"forty","memoryMiB":1}'
+        add_pod(fake_api, "p", annotations={c.ANNOTATION_GPU_ASSIGNMENT: bad % NODE})
+    elif case == "other-node":
+        ann = assignment_annotations(KEY, "ml", "p", "elsewhere", "GPU-bbbb", 1, 40, 12288)
+        add_pod(fake_api, "p", annotations=ann)
+    elif case == "unknown-gpu":
+        ann = assignment_annotations(KEY, "ml", "p", NODE, "GPU-zzzz", 1, 40, 12288)
+        add_pod(fake_api, "p", annotations=ann)
+    with pytest.raises(AllocationRefused, match=expect):
+        make_allocator(fake_api).allocate(CORE, amount)
+    assert len(fake_api.events) == 1
+    pod, reason, _message = fake_api.events[0]
+    assert (pod, reason) == ("p", c.EVENT_REASON_ALLOCATE_REFUSED)
+    assert c.ANNOTATION_GPU_ALLOCATED not in fake_api.get("p")["metadata"]["annotations"]
+
+
+def test_unhealthy_gpu_is_refused(fake_api: FakeNodeApi) -> None:
+    add_pod(fake_api, "p")
+    sick = [GPUS[0], GpuDevice(1, "GPU-bbbb", "H100", 81920, c.GPU_UNHEALTHY)]
+    with pytest.raises(AllocationRefused, match="Unhealthy"):
+        make_allocator(fake_api, gpus=sick).allocate(CORE, 40)
+
+
+def test_no_matching_pod(fake_api: FakeNodeApi) -> None:
+    with pytest.raises(AllocationRefused, match="no pod on node gpu-node-0000 awaits"):
+        make_allocator(fake_api).allocate(CORE, 40)
+
+
+def test_key_from_file_and_rotation(fake_api: FakeNodeApi, tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_bytes(KEY + b"\n")
+    add_pod(fake_api, "p")
+    alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, key_file), lambda: GPUS, 256)
+    assert alloc.allocate(CORE, 40).pod == "p"
+    key_file.write_bytes(b"another-key-entirely-0123456789")
+    add_pod(fake_api, "q", core=30)
+    with pytest.raises(AllocationRefused, match="invalid"):
+        alloc.allocate(CORE, 30)
+
+
+def test_missing_key_file_is_a_clear_refusal(fake_api: FakeNodeApi, tmp_path: Path) -> None:
+    add_pod(fake_api, "p")
+    alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, tmp_path / "nope"), lambda: GPUS, 256)
+    with pytest.raises(AllocationRefused, match=r"cannot verify.*does not exist"):
+        alloc.allocate(CORE, 40)
+
+
+def test_multi_gpu_assignment_env(fake_api: FakeNodeApi) -> None:
+    from horus.api.assignment import GpuRef, encode_assignment
+    from horus.api.signing import sign_assignment
+
+    refs = (GpuRef("GPU-aaaa", 0, 50, 20000), GpuRef("GPU-bbbb", 1, 30, 10000))
+    a = GpuAssignment(NODE, "GPU-aaaa", 0, 50, 20000, gpus=refs)
+    text = encode_assignment(a)
+    ann = {
+        c.ANNOTATION_GPU_ASSIGNMENT: text,
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(KEY, "ml", "m", text),
+    }
+    req = pod_gpu_requests(a, 256)
+    assert req == {CORE: 80, MEM: memory_units(20000, 256) + memory_units(10000, 256)}
+    fake_api.add(pod_manifest("ml", "m", NODE, req[CORE], req[MEM], ann))
+    env = make_allocator(fake_api).allocate(MEM, req[MEM]).envs
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20000M,1=10000M"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    assert env[c.ENV_GPU_INDEX] == "0,1"
+
+
+def test_memory_units_and_node_unit() -> None:
+    assert memory_units(12288, 256) == 48
+    assert memory_units(12289, 256) == 49
+    assert memory_units(5, 1) == 5
+    assert node_memory_unit_mib(None) == 1
+    assert node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "256"}) == 256
+    with pytest.raises(ValidationError, match="whole number of MiB"):
+        node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "big"})
+    with pytest.raises(ValidationError, match=r"1\.\.65536"):
+        node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "0"})
