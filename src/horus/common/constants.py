@@ -73,6 +73,8 @@ METRIC_SCHEDULING_FAILURES: Final = "horus_scheduling_failures"  # client adds _
 METRIC_DECISION_LATENCY: Final = "horus_scheduling_decision_duration_seconds"
 METRIC_DLJOB_PHASE: Final = "horus_dljobs"
 METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
+METRIC_COMMIT_LATENCY: Final = "horus_scheduling_commit_duration_seconds"  # decision → bound
+METRIC_OPERATOR_LEADER: Final = "horus_operator_leader"
 
 # --- Environment variables handed to containers by the device plugin -----------------------------
 ENV_PREFIX: Final = "HORUS_"

@@ -5,21 +5,68 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from horus.common.errors import HorusError
-
 
 def register(sub: Any) -> None:
     role = sub.add_parser("operator", help="the kopf operator and scheduler extender")
     rsub = role.add_subparsers(dest="operator_command", metavar="ACTION", required=True)
-    run = rsub.add_parser("run", help="run the kopf operator and scheduler extender")
-    run.set_defaults(handler=_run)
+    _register_run(rsub)
     _register_extender(rsub)
 
 
-def _run(args: argparse.Namespace) -> int:
-    raise HorusError(
-        "the kopf operator and scheduler extender is not implemented yet (tracked as issue #5)"
+# --- horus operator run (the kopf operator; see horus.operator.controller) -----------------------
+
+
+def _register_run(rsub: Any) -> None:
+    from pathlib import Path
+
+    run = rsub.add_parser(
+        "run",
+        help="run the kopf operator (DLJobs: validate, predict, place, bind)",
+        description=(
+            "Watches DLJobs, pods and GPU nodes; the replica holding the Lease places queued "
+            "DLJobs and binds their pods. Every flag also reads HORUS_OPERATOR_<FLAG> and the "
+            "'operator' section of --config (CLI > environment > file > default)."
+        ),
     )
+    run.add_argument("--config", type=Path, default=None, help="Horus YAML config file")
+    run.add_argument("--namespace", default=None, help="namespace of the Lease (horus-system)")
+    run.add_argument("--lease-name", default=None, help="Lease name (horus-operator)")
+    run.add_argument("--lease-duration", type=float, default=None, help="seconds (15)")
+    run.add_argument("--policy", default=None, help="placement policy (horus)")
+    run.add_argument("--metrics-port", type=int, default=None, help="0 disables (8080)")
+    run.add_argument("--metrics-host", default=None, help="metrics listen address (0.0.0.0)")
+    run.add_argument("--resync-period", type=float, default=None, help="seconds (30)")
+    run.add_argument("--kubeconfig", default=None, help="default in-cluster or $KUBECONFIG")
+    run.add_argument("--identity", default=None, help="name in the Lease (<host>-<pid>)")
+    run.add_argument("--workers", type=int, default=None, help="parallel API writers (16)")
+    run.add_argument("--assignment-key-file", default=None, help="default: the Secret")
+    run.add_argument("--debounce", type=float, default=None, help="seconds (0.05)")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from horus.common.settings import load_settings
+    from horus.operator.controller import run as run_operator
+    from horus.operator.settings import SECTION, OperatorSettings
+
+    fields = (
+        "namespace",
+        "lease_name",
+        "lease_duration",
+        "policy",
+        "metrics_port",
+        "metrics_host",
+        "resync_period",
+        "kubeconfig",
+        "identity",
+        "workers",
+        "assignment_key_file",
+        "debounce",
+    )
+    cli = {f: getattr(args, f) for f in fields}
+    settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
+    run_operator(settings)
+    return 0
 
 
 # --- horus operator extender (scheduler extender; see horus.operator.extender) ------------------

@@ -1,0 +1,328 @@
+"""The operator process: kopf watches, one leader-elected reconcile loop, metrics.
+
+kopf is used only as the watch/event framework. Its ``@kopf.on.event`` handlers for DLJobs,
+Horus-placed pods and GPU nodes do nothing but *nudge* the loop (an :class:`asyncio.Event`),
+and only when something that matters to scheduling changed (a phase, a binding, readiness, the
+GPU inventory) — so our own status writes do not cause endless passes. No finalizers, no kopf
+progress annotations, no kopf events are written: every write comes from
+:class:`~horus.operator.reconcile.Reconciler`, which rebuilds its view from the API on every
+pass, and only while this replica holds the ``horus-operator`` Lease
+(:class:`~horus.operator.lease.LeaseElector`). With two replicas, one writes; kill it and the
+other takes over within the lease duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from horus.common import constants as c
+from horus.operator.lease import LeaseElector
+from horus.operator.metrics import OperatorMetrics
+from horus.operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+
+
+def load_kube_config(kubeconfig: str) -> None:
+    """Load the client configuration: the given file, else in-cluster, else $KUBECONFIG."""
+    from kubernetes import config as _config
+
+    config: Any = _config
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig)
+        return
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+def new_api_client(pool_size: int) -> Any:
+    from kubernetes import client
+
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = max(pool_size, 4)
+    return client.ApiClient(cfg)
+
+
+@dataclass
+class Controller:
+    """State shared by the kopf handlers and the loop (one per operator process)."""
+
+    settings: OperatorSettings
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    identity: str = ""
+    nudge: asyncio.Event | None = None
+    elector: LeaseElector | None = None
+    reconciler: Any = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    passes: int = 0
+    _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.identity:
+            self.identity = (
+                self.settings.identity
+                or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            )
+
+    def poke(self, key: str, fingerprint: tuple[Any, ...] | None) -> None:
+        """Nudge the loop when ``key``'s fingerprint changed (None: it was deleted)."""
+        if fingerprint is None:
+            self._fingerprints.pop(key, None)
+        elif self._fingerprints.get(key) == fingerprint:
+            return
+        else:
+            self._fingerprints[key] = fingerprint
+        if self.nudge is not None:
+            self.nudge.set()
+
+    # --- startup / loops ------------------------------------------------------------------
+    async def start(self) -> None:
+        from kubernetes import client
+
+        from horus.operator.assignment_key import load_or_create_assignment_key
+        from horus.operator.reconcile import Reconciler
+        from horus.predictor import load_default_predictor
+
+        s = self.settings
+        self.nudge = asyncio.Event()
+        api = new_api_client(s.workers + 4)
+        key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
+        key = await asyncio.to_thread(
+            load_or_create_assignment_key, client.CoreV1Api(api), key_file
+        )
+        predictor = await asyncio.to_thread(load_default_predictor)
+        await asyncio.to_thread(_ensure_namespace, client.CoreV1Api(api), s.namespace)
+        self.elector = LeaseElector(
+            client.CoordinationV1Api(api),
+            s.namespace,
+            s.lease_name,
+            self.identity,
+            s.lease_duration,
+        )
+        self.reconciler = Reconciler(
+            api,
+            predictor,
+            key,
+            policy=s.policy,
+            workers=s.workers,
+            metrics=self.metrics,
+            is_leader=self.elector.is_leader,
+            identity=self.identity,
+        )
+        self.metrics.serve(s.metrics_port, s.metrics_host)
+        self.tasks = [
+            asyncio.create_task(self._lease_loop(), name="horus-lease"),
+            asyncio.create_task(self._reconcile_loop(), name="horus-reconcile"),
+        ]
+        log.info(
+            "operator %s started: policy %s, lease %s/%s (%.0fs), metrics port %s",
+            self.identity,
+            s.policy,
+            s.namespace,
+            s.lease_name,
+            s.lease_duration,
+            s.metrics_port or "off",
+        )
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.elector is not None:
+            await asyncio.to_thread(self.elector.release)
+        if self.reconciler is not None:
+            self.reconciler.close()
+
+    async def _lease_loop(self) -> None:
+        assert self.elector is not None and self.nudge is not None
+        was = False
+        while True:
+            try:
+                now = await asyncio.to_thread(self.elector.tick)
+            except Exception:
+                log.exception("lease round failed")
+                now = self.elector.is_leader()
+            self.metrics.leader.set(1 if now else 0)
+            if now and not was:
+                self.nudge.set()  # new leader: reconcile at once
+            was = now
+            await asyncio.sleep(self.elector.retry_period)
+
+    async def _reconcile_loop(self) -> None:
+        assert self.elector is not None and self.nudge is not None
+        s = self.settings
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.nudge.wait(), timeout=s.resync_period)
+            if s.debounce:
+                await asyncio.sleep(s.debounce)
+            self.nudge.clear()
+            if not self.elector.is_leader():
+                continue
+            try:
+                report = await asyncio.to_thread(self.reconciler.run_pass)
+            except Exception:
+                log.exception("reconcile pass failed; retrying")
+                await asyncio.sleep(1.0)
+                self.nudge.set()
+                continue
+            self.passes += 1
+            if report.placed or report.pods_created or report.status_writes or report.conflicts:
+                log.info(
+                    "pass %d: placed %d, refused %d, pods created %d bound %d deleted %d, "
+                    "status writes %d, conflicts %d (%.2fs)",
+                    self.passes,
+                    report.placed,
+                    report.refused,
+                    report.pods_created,
+                    report.pods_bound,
+                    report.pods_deleted,
+                    report.status_writes,
+                    report.conflicts,
+                    report.seconds,
+                )
+            for problem in report.problems[:5]:
+                log.warning("%s", problem)
+            if report.conflicts:
+                self.nudge.set()  # a lost race: look again soon
+
+
+def _ensure_namespace(core: Any, namespace: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as exc:
+        if exc.status not in (403, 409):
+            log.warning("cannot create namespace %s: HTTP %s", namespace, exc.status)
+
+
+# --- kopf wiring -------------------------------------------------------------------------------
+
+
+def _pod_fingerprint(body: Any) -> tuple[Any, ...]:
+    return (
+        (body.get("status") or {}).get("phase"),
+        (body.get("spec") or {}).get("nodeName"),
+        bool((body.get("metadata") or {}).get("deletionTimestamp")),
+    )
+
+
+def _node_fingerprint(body: Any) -> tuple[Any, ...]:
+    from horus.operator.livestate import node_exclusion
+
+    meta = body.get("metadata") or {}
+    return (
+        node_exclusion(body),
+        (meta.get("annotations") or {}).get(c.ANNOTATION_GPU_INVENTORY),
+    )
+
+
+def _job_fingerprint(body: Any) -> tuple[Any, ...]:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        bool(meta.get("deletionTimestamp")),
+        status.get("phase"),
+        bool(status.get("placements")),
+    )
+
+
+def build_registry(ctl: Controller) -> Any:
+    """A kopf registry whose handlers only nudge ``ctl``'s reconcile loop."""
+    import kopf
+
+    registry = kopf.OperatorRegistry()
+
+    def _key(kind: str, body: Any) -> str:
+        meta = body.get("metadata") or {}
+        return f"{kind}/{meta.get('namespace', '')}/{meta.get('name')}"
+
+    @kopf.on.startup(registry=registry)
+    async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # all Events come from the reconciler
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 30
+        await ctl.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def _cleanup(**_: Any) -> None:
+        await ctl.stop()
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> Any:
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.event(c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL, registry=registry)
+    def _dljob(type: str | None, body: Any, **_: Any) -> None:
+        key = _key("dljob", body)
+        ctl.poke(key, None if type == "DELETED" else _job_fingerprint(body))
+
+    @kopf.on.event("", "v1", "pods", labels={c.LABEL_DLJOB_NAME: kopf.PRESENT}, registry=registry)
+    def _job_pod(type: str | None, body: Any, **_: Any) -> None:
+        key = _key("pod", body)
+        ctl.poke(key, None if type == "DELETED" else _pod_fingerprint(body))
+
+    @kopf.on.event(
+        "",
+        "v1",
+        "pods",
+        annotations={c.ANNOTATION_GPU_ASSIGNMENT: kopf.PRESENT},
+        labels={c.LABEL_DLJOB_NAME: kopf.ABSENT},
+        registry=registry,
+    )
+    def _plain_pod(type: str | None, body: Any, **_: Any) -> None:
+        key = _key("pod", body)
+        ctl.poke(key, None if type == "DELETED" else _pod_fingerprint(body))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def _node(type: str | None, body: Any, **_: Any) -> None:
+        if (
+            c.ANNOTATION_GPU_INVENTORY
+            not in ((body.get("metadata") or {}).get("annotations") or {})
+            and type != "DELETED"
+        ):
+            return
+        key = _key("node", body)
+        ctl.poke(key, None if type == "DELETED" else _node_fingerprint(body))
+
+    return registry
+
+
+def run(settings: OperatorSettings, stop_flag: Any = None, ready_flag: Any = None) -> None:
+    """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag`` set)."""
+    import kopf
+
+    load_kube_config(settings.kubeconfig)
+    # kopf logs every handler call at INFO; ours only nudge a loop, so keep kopf to warnings.
+    for name in ("kopf.objects", "kopf.activities.startup", "kopf.activities.cleanup"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    ctl = Controller(settings)
+    registry = build_registry(ctl)
+    started = time.monotonic()
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            clusterwide=True,
+            standalone=True,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    )
+    log.info("operator %s stopped after %.0fs", ctl.identity, time.monotonic() - started)

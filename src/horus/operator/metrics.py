@@ -1,0 +1,99 @@
+"""Prometheus metrics of the operator (names from :mod:`horus.common.constants`).
+
+Why these: HAMi's users complain that pods pend "with no reason" and that per-pod GPU use is
+invisible. So the queue is broken down *by reason*, every decision and failure is counted by
+reason, and the predicted summed utilisation of every GPU is exported — what the scheduler
+believed when it packed jobs together, to compare with what the node agent measures.
+
+A private :class:`CollectorRegistry` per operator keeps tests (several operators in one
+process) from colliding on the global registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from horus.common import constants as c
+from horus.scheduler import GpuView
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class OperatorMetrics:
+    """The operator's metric families, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.queue_length = Gauge(
+            c.METRIC_QUEUE_LENGTH,
+            "DLJobs waiting for GPUs, by the reason of their last refusal",
+            ["reason"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            c.METRIC_SCHEDULING_DECISIONS,
+            "Scheduling decisions taken, by outcome (placed, or the refusal reason)",
+            ["outcome"],
+            registry=r,
+        )
+        self.failures = Counter(
+            c.METRIC_SCHEDULING_FAILURES,
+            "DLJobs that failed (invalid spec, never fits, replica failed, API errors), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            c.METRIC_DECISION_LATENCY,
+            "Time one scheduling pass of the placement core takes over the whole queue",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_latency = Histogram(
+            c.METRIC_COMMIT_LATENCY,
+            "Time from a placement decision to every replica pod bound",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.phases = Gauge(c.METRIC_DLJOB_PHASE, "DLJobs by phase", ["phase"], registry=r)
+        self.gpu_predicted_util = Gauge(
+            c.METRIC_GPU_PREDICTED_UTIL_SUM,
+            "Summed predicted mean utilisation of the jobs on a GPU (1.0 = one GPU's compute)",
+            ["node", "gpu", "uuid"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            c.METRIC_OPERATOR_LEADER,
+            "1 while this operator replica holds the lease and writes, else 0",
+            registry=r,
+        )
+        self._gpu_labels: set[tuple[str, str, str]] = set()
+        self._queue_reasons: set[str] = set()
+
+    def set_queue(self, by_reason: Mapping[str, int]) -> None:
+        for reason in self._queue_reasons - set(by_reason):
+            self.queue_length.labels(reason=reason).set(0)
+        for reason, n in by_reason.items():
+            self.queue_length.labels(reason=reason).set(n)
+        self._queue_reasons |= set(by_reason)
+
+    def set_phases(self, counts: Mapping[str, int]) -> None:
+        for phase in c.DLJOB_PHASES:
+            self.phases.labels(phase=phase).set(counts.get(phase, 0))
+
+    def set_gpus(self, views: Iterable[GpuView]) -> None:
+        seen: set[tuple[str, str, str]] = set()
+        for v in views:
+            key = (v.node, str(v.index), v.uuid)
+            seen.add(key)
+            self.gpu_predicted_util.labels(*key).set(round(v.util_sum / 100.0, 6))
+        for key in self._gpu_labels - seen:
+            self.gpu_predicted_util.remove(*key)
+        self._gpu_labels = seen
+
+    def serve(self, port: int, host: str) -> None:
+        """Serve ``/metrics`` on ``host:port`` from a daemon thread (port 0: do nothing)."""
+        if port:
+            start_http_server(port, addr=host, registry=self.registry)

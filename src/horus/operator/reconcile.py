@@ -1,0 +1,977 @@
+"""One reconcile pass: from the live API objects to validated, predicted, placed and bound jobs.
+
+Why one idempotent pass instead of per-object handlers: placement is a decision about the
+*whole* cluster (every GPU, every queued job), and a crash may interrupt it anywhere. So each
+pass lists everything, rebuilds the cluster state with :mod:`horus.operator.livestate`, and
+moves every DLJob one step forward. Running a pass twice, or after a ``kill -9`` at any
+instant, is safe because of the order of writes for one placement:
+
+1. **status first** — ``status.placements`` + phase ``Scheduled`` with a ``resourceVersion``
+   precondition. Once this write lands, the shares are committed: the next pass (ours or
+   another replica's) counts them, and never places the job again (only ``Queued`` jobs are
+   placed, and the precondition makes two writers race-free);
+2. **then the pods**, with deterministic names ``<job>-<replica>`` — ``AlreadyExists`` means
+   a previous attempt created it;
+3. **then the Binding** — "already assigned" means a previous attempt bound it.
+
+A job with placements whose pods are missing or unbound is therefore *finished* from its
+record, never re-placed. Status is a JSON merge patch of the fields this operator owns
+(``status.observed`` belongs to the node agent).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from horus.api.assignment import (
+    GpuAssignment,
+    GpuRef,
+    PredictedUsage,
+    encode_assignment,
+    encode_predicted,
+)
+from horus.api.dljob import (
+    ConfigMapProfileRef,
+    DLJob,
+    InlineProfile,
+    parse_dljob,
+    parse_profile_document,
+)
+from horus.api.signing import sign_assignment
+from horus.common import constants as c
+from horus.common.errors import HorusError, ValidationError
+from horus.operator import status as st
+from horus.operator.livestate import (
+    TERMINAL_POD_PHASES,
+    UNKNOWN_KIND,
+    build_live_state,
+    dljob_job_name,
+    graph_profile,
+)
+from horus.operator.metrics import OperatorMetrics
+from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
+from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "horus-operator"
+TERMINAL_PHASES = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
+#: Pair speed assumed next to a resident whose profile nobody knows (a plain pod without a
+#: graph-profile annotation): pessimistic enough that Horus prefers idle GPUs.
+UNKNOWN_PAIR_SPEED = 0.6
+_MAX_MESSAGE = 1024
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ts(value: object) -> float:
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+class Conflict(HorusError):
+    """A write lost an optimistic-concurrency race (HTTP 409): retry on the next pass."""
+
+
+@dataclass
+class JobCtx:
+    """One DLJob during a pass: its raw object, typed view and the status we are building."""
+
+    obj: dict[str, Any]
+    job: DLJob | None
+    status: dict[str, Any]
+    pods: dict[int, dict[str, Any]] = field(default_factory=dict)  # replica → pod
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        m = self.obj.get("metadata")
+        return m if isinstance(m, dict) else {}
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.meta.get("namespace", "default"))
+
+    @property
+    def key(self) -> str:
+        return dljob_job_name(self.namespace, self.name)
+
+    @property
+    def uid(self) -> str:
+        return str(self.meta.get("uid", ""))
+
+    @property
+    def rv(self) -> str:
+        return str(self.meta.get("resourceVersion", ""))
+
+    @property
+    def phase(self) -> str | None:
+        p = self.status.get("phase")
+        return str(p) if p else None
+
+
+@dataclass
+class PassReport:
+    """What one pass did (logged, and used by tests)."""
+
+    placed: int = 0
+    refused: int = 0
+    queued: int = 0
+    failed: int = 0
+    pods_created: int = 0
+    pods_bound: int = 0
+    pods_deleted: int = 0
+    status_writes: int = 0
+    conflicts: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    """Holds the API clients, the scheduler (with its caches) and the signing key."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        predictor: Predictor,
+        key: bytes,
+        policy: str = "horus",
+        workers: int = 16,
+        metrics: OperatorMetrics | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        identity: str = COMPONENT,
+    ) -> None:
+        from kubernetes import client
+
+        self.api = api_client
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.predictor = predictor
+        self.key = key
+        self.metrics = metrics or OperatorMetrics()
+        self.is_leader = is_leader
+        self.identity = identity
+        self.scheduler = Scheduler(policy, predictor, pair_speed=self._pair_speed)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")
+        self._kind_profiles: dict[str, GraphProfile] = {}
+        self._uid_profiles: dict[str, GraphProfile] = {}
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- pair speeds (known profiles from the predictor, a fixed guess for unknown ones) ----
+    def _pair_speed(self, kind: str, other: str, gpu_model: str) -> float:
+        a, b = self._kind_profiles.get(kind), self._kind_profiles.get(other)
+        if a is None or b is None or not a.features or not b.features:
+            return UNKNOWN_PAIR_SPEED
+        return self.predictor.pair_speed(a, b, gpu_model)
+
+    def _remember(self, req: JobRequest) -> None:
+        if req.kind != UNKNOWN_KIND and req.profile.features:
+            self._kind_profiles.setdefault(req.kind, req.profile)
+
+    # --- API helpers ----------------------------------------------------------------------
+    def _list(self, call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        resp = call(*args, _preload_content=False, **kwargs)
+        try:
+            body = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        return [i for i in body.get("items") or [] if isinstance(i, dict)]
+
+    def patch_status(self, ctx: JobCtx, fields: Mapping[str, Any], precondition: bool) -> None:
+        """Merge-patch owned status fields; with ``precondition`` fail on a stale object."""
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {"status": dict(fields)}
+        if precondition:
+            body["metadata"] = {"resourceVersion": ctx.rv}
+        try:
+            out = self.custom.patch_namespaced_custom_object_status(
+                c.API_GROUP,
+                c.API_VERSION,
+                ctx.namespace,
+                c.DLJOB_PLURAL,
+                ctx.name,
+                body,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise Conflict(
+                    f"DLJob {ctx.key} changed or vanished (HTTP {exc.status}); retrying next pass"
+                ) from None
+            raise
+        ctx.obj = out
+        ctx.status.update(fields)
+
+    def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
+        """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
+        from kubernetes.client.exceptions import ApiException
+
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{ctx.name}.", "namespace": ctx.namespace},
+            "involvedObject": {
+                "apiVersion": c.API_GROUP_VERSION,
+                "kind": c.DLJOB_KIND,
+                "name": ctx.name,
+                "namespace": ctx.namespace,
+                "uid": ctx.uid,
+            },
+            "reason": reason,
+            "message": message[:_MAX_MESSAGE],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.identity[:128],
+            "firstTimestamp": now[:19] + "Z",
+            "lastTimestamp": now[:19] + "Z",
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(ctx.namespace, body, _preload_content=False)
+        except ApiException as exc:
+            log.warning("could not post event %s on DLJob %s: %s", reason, ctx.key, exc.reason)
+
+    # --- the pass -------------------------------------------------------------------------
+    def run_pass(self) -> PassReport:
+        t0 = time.monotonic()
+        report = PassReport()
+        # Pods are listed before DLJobs: a pod in this list belongs to a DLJob that existed
+        # when it was created, so a DLJob missing from the later list really was deleted.
+        pods = self._list(self.core.list_pod_for_all_namespaces)
+        dljobs = self._list(
+            self.custom.list_cluster_custom_object, c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL
+        )
+        nodes = self._list(self.core.list_node)
+        ctxs = self._contexts(dljobs, pods)
+        placed_before = [
+            x
+            for x in ctxs.values()
+            if x.status.get("placements") and x.phase not in TERMINAL_PHASES
+        ]
+        self._cleanup(ctxs, pods, report)
+        profiles = {
+            k: p for k, x in ctxs.items() if (p := self._uid_profiles.get(x.uid)) is not None
+        }
+        live = build_live_state(nodes, pods, dljobs, self.predictor, profiles)
+        report.problems.extend(live.problems)
+        for resident in live.residents.values():
+            self._remember(resident.request)
+        state = live.state
+        max_gpu_mib = _max_gpu_memory(nodes)
+        # New jobs: validate, predict once, enqueue.
+        for ctx in sorted(ctxs.values(), key=lambda x: str(x.meta.get("creationTimestamp"))):
+            if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements"):
+                self._admit(ctx, state, max_gpu_mib, report)
+        # Place the queue.
+        queued = [
+            ctx
+            for ctx in ctxs.values()
+            if ctx.phase == c.DLJOB_PHASE_QUEUED
+            and ctx.job is not None
+            and not ctx.status.get("placements")
+            and not ctx.meta.get("deletionTimestamp")
+        ]
+        requests: dict[str, JobRequest] = {}
+        for ctx in queued:
+            req = self._request(ctx)
+            if req is not None:
+                requests[req.name] = req
+                self._remember(req)
+        futures: list[Future[None]] = []
+        by_reason: Tally[str] = Tally()
+        if requests and state.gpu_count and self.is_leader():
+            t1 = time.perf_counter()
+            result = self.scheduler.schedule(state, list(requests.values()), now=time.time())
+            self.metrics.latency.observe(time.perf_counter() - t1)
+            for placement in result.placed:
+                ctx = ctxs[placement.job]
+                self.metrics.decisions.labels(outcome="placed").inc()
+                futures.append(self.pool.submit(self._commit_guarded, ctx, placement, report))
+                report.placed += 1
+            for refusal in result.refused:
+                ctx = ctxs[refusal.job]
+                reason = st.refusal_reason(refusal.code)
+                by_reason[reason] += 1
+                message = _stable_refusal(refusal.reason, refusal.code)
+                futures.append(self.pool.submit(self._refused, ctx, reason, message, report))
+                report.refused += 1
+        elif requests:
+            reason = "NoGPUNodes"
+            for ctx in queued:
+                by_reason[reason] += 1
+                futures.append(
+                    self.pool.submit(
+                        self._refused,
+                        ctx,
+                        reason,
+                        "no Ready node offers GPUs (horus.io/gpu-inventory) yet",
+                        report,
+                    )
+                )
+        report.queued = len(requests)
+        # Placed jobs: finish their pods from the record, keep status in step with the pods.
+        for ctx in placed_before:
+            futures.append(self.pool.submit(self._follow_guarded, ctx, report))
+        for f in futures:
+            f.result()
+        self.metrics.set_queue(by_reason)
+        self.metrics.set_phases(Tally(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values()))
+        self.metrics.set_gpus(state.views())
+        report.seconds = time.monotonic() - t0
+        return report
+
+    # --- contexts and cleanup ---------------------------------------------------------------
+    def _contexts(
+        self, dljobs: list[dict[str, Any]], pods: list[dict[str, Any]]
+    ) -> dict[str, JobCtx]:
+        ctxs: dict[str, JobCtx] = {}
+        for obj in dljobs:
+            raw_status = obj.get("status")
+            status: dict[str, Any] = (
+                copy.deepcopy(raw_status) if isinstance(raw_status, dict) else {}
+            )
+            try:
+                job: DLJob | None = parse_dljob(obj)
+            except ValidationError:
+                job = None
+            ctx = JobCtx(obj, job, status)
+            ctxs[ctx.key] = ctx
+        by_uid = {x.uid: x for x in ctxs.values()}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            owner = _owner_uid(pod)
+            if owner is None or owner not in by_uid:
+                continue
+            view = st.PodView.from_pod(pod)
+            if view is not None and not meta.get("deletionTimestamp"):
+                by_uid[owner].pods.setdefault(view.replica, pod)
+        return ctxs
+
+    def _cleanup(
+        self, ctxs: dict[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
+    ) -> None:
+        """Delete pods whose DLJob is gone, and still-running pods of a Failed job."""
+        if not self.is_leader():
+            return
+        uids = {x.uid: x for x in ctxs.values()}
+        doomed: list[tuple[str, str]] = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if c.LABEL_DLJOB_NAME not in labels or meta.get("deletionTimestamp"):
+                continue
+            owner = _owner_uid(pod)
+            if owner is None:
+                continue
+            ctx = uids.get(owner)
+            phase = (pod.get("status") or {}).get("phase")
+            if ctx is None or (
+                ctx.phase == c.DLJOB_PHASE_FAILED and phase not in TERMINAL_POD_PHASES
+            ):
+                doomed.append((str(meta.get("namespace")), str(meta.get("name"))))
+        for ns, name in doomed:
+            self._delete_pod(ns, name)
+            report.pods_deleted += 1
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            # The pod's own grace period: its GPU is not free until its containers stopped.
+            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            log.info("deleted pod %s/%s (its DLJob is gone or failed)", namespace, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("cannot delete pod %s/%s: %s", namespace, name, exc.reason)
+
+    # --- admission: validate, resolve the profile, predict, enqueue --------------------------
+    def _profile(self, ctx: JobCtx) -> GraphProfile:
+        assert ctx.job is not None
+        hit = self._uid_profiles.get(ctx.uid)
+        if hit is not None:
+            return hit
+        source = ctx.job.spec.profile
+        if isinstance(source, InlineProfile):
+            profile = graph_profile(source)
+        else:
+            profile = graph_profile(self._configmap_profile(ctx.namespace, source))
+        self._uid_profiles[ctx.uid] = profile
+        return profile
+
+    def _configmap_profile(self, namespace: str, ref: ConfigMapProfileRef) -> InlineProfile:
+        from kubernetes.client.exceptions import ApiException
+
+        where = f"configmap {namespace}/{ref.name}[{ref.key}]"
+        try:
+            cm = self.core.read_namespaced_config_map(ref.name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ProfileUnavailable(
+                    f"ConfigMap {namespace}/{ref.name} (spec.profile.configMapRef) does not "
+                    "exist; create it with `kubectl create configmap ... "
+                    "--from-file=profile.yaml=<horus profile output>`"
+                ) from None
+            raise ProfileUnavailable(
+                f"cannot read ConfigMap {namespace}/{ref.name}: HTTP {exc.status} {exc.reason}"
+            ) from None
+        text = (cm.data or {}).get(ref.key)
+        if text is None:
+            keys = ", ".join(sorted(cm.data or {})) or "none"
+            raise ProfileUnavailable(
+                f"ConfigMap {namespace}/{ref.name} has no key {ref.key!r} (keys: {keys})"
+            )
+        return parse_profile_document(text, where)
+
+    def _admit(
+        self, ctx: JobCtx, state: ClusterState, max_gpu_mib: int | None, report: PassReport
+    ) -> None:
+        if not self.is_leader() or ctx.meta.get("deletionTimestamp"):
+            return
+        now = now_rfc3339()
+        gen = int(ctx.meta.get("generation") or 0) or None
+        try:
+            try:
+                job = parse_dljob(ctx.obj)
+            except ValidationError as exc:
+                self._fail(ctx, "InvalidSpec", f"invalid DLJob: {exc}", report)
+                return
+            try:
+                profile = self._profile(ctx)
+            except ProfileUnavailable as exc:
+                self._pending(ctx, "ProfileUnavailable", str(exc), report)
+                return
+            except ValidationError as exc:
+                self._fail(ctx, "InvalidProfile", f"invalid graph profile: {exc}", report)
+                return
+            model = _main_model(state)
+            try:
+                pred = self.predictor.predict(profile, model)
+            except (ValidationError, ValueError, KeyError) as exc:
+                self._fail(ctx, "PredictionFailed", f"cannot predict on {model}: {exc}", report)
+                return
+            need_mib = job.spec.gpu.memory_mib or pred.memory_mib_upper
+            if max_gpu_mib is not None and need_mib > max_gpu_mib:
+                why = "requests" if job.spec.gpu.memory_mib else "is predicted to need"
+                self._fail(
+                    ctx,
+                    "NeverFits",
+                    f"each replica {why} {need_mib:.0f} MiB of GPU memory but the largest GPU "
+                    f"in the cluster has {max_gpu_mib} MiB",
+                    report,
+                )
+                return
+            predicted = PredictedUsage(
+                util_mean=round(min(100.0, max(0.0, pred.util_mean)), 3),
+                util_upper=round(min(100.0, max(pred.util_mean, pred.util_upper)), 3),
+                memory_mib_mean=round(max(0.0, pred.memory_mib_mean), 1),
+                memory_mib_upper=round(max(pred.memory_mib_mean, pred.memory_mib_upper), 1),
+                model_version=pred.model_version or self.predictor.version,
+                low_confidence=pred.low_confidence,
+                quantile=pred.quantile,
+            )
+            message = (
+                f"predicted {predicted.util_mean:.0f}% GPU util, "
+                f"{predicted.memory_mib_upper:.0f} MiB (on {model}); waiting for GPUs"
+            )
+            fields: dict[str, Any] = {
+                "phase": c.DLJOB_PHASE_QUEUED,
+                "reason": "Queued",
+                "message": message,
+                "predicted": predicted.to_json(),
+                "queuedTime": now,
+                "conditions": st.set_condition(
+                    ctx.status.get("conditions") or [],
+                    st.COND_SCHEDULED,
+                    "False",
+                    "Queued",
+                    message,
+                    now,
+                    gen,
+                ),
+            }
+            if gen is not None:
+                fields["observedGeneration"] = gen
+            self.patch_status(ctx, fields, precondition=True)
+            report.status_writes += 1
+            try:
+                ctx.job = parse_dljob(ctx.obj)  # now with status.predicted
+            except ValidationError:
+                ctx.job = job
+            self.event(ctx, "Queued", message)
+        except Conflict as exc:
+            report.conflicts += 1
+            log.debug("%s", exc)
+
+    def _fail(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
+        now = now_rfc3339()
+        fields = {
+            "phase": c.DLJOB_PHASE_FAILED,
+            "reason": reason,
+            "message": message[:_MAX_MESSAGE],
+            "completionTime": now,
+            "conditions": st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_FINISHED,
+                "True",
+                reason,
+                message,
+                now,
+            ),
+        }
+        self.patch_status(ctx, fields, precondition=True)
+        report.status_writes += 1
+        report.failed += 1
+        self.metrics.failures.labels(reason=reason).inc()
+        self.event(ctx, reason, message, warning=True)
+
+    def _pending(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
+        if ctx.status.get("reason") == reason and ctx.status.get("message") == message:
+            return
+        now = now_rfc3339()
+        fields = {
+            "phase": c.DLJOB_PHASE_PENDING,
+            "reason": reason,
+            "message": message[:_MAX_MESSAGE],
+            "conditions": st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_SCHEDULED,
+                "False",
+                reason,
+                message,
+                now,
+            ),
+        }
+        self.patch_status(ctx, fields, precondition=True)
+        report.status_writes += 1
+        self.event(ctx, reason, message, warning=True)
+
+    # --- queue → requests -------------------------------------------------------------------
+    def _request(self, ctx: JobCtx) -> JobRequest | None:
+        assert ctx.job is not None
+        spec = ctx.job.spec
+        try:
+            profile = self._profile(ctx)
+        except (ProfileUnavailable, ValidationError) as exc:
+            log.warning("DLJob %s: profile unavailable while queued: %s", ctx.key, exc)
+            return None
+        pred = ctx.job.status.predicted
+        prediction = (
+            ResourcePrediction(
+                pred.util_mean,
+                pred.util_upper,
+                pred.memory_mib_mean,
+                pred.memory_mib_upper,
+                pred.quantile if pred.quantile is not None else 0.9,
+                pred.low_confidence,
+                pred.model_version,
+            )
+            if pred is not None
+            else None
+        )
+        return JobRequest(
+            name=ctx.key,
+            profile=profile,
+            replicas=spec.replicas,
+            gpus_per_replica=spec.gpus_per_replica,
+            core_percent=spec.gpu.core_percent if spec.gpu.explicit else None,
+            memory_mib=spec.gpu.memory_mib if spec.gpu.explicit else None,
+            priority=spec.priority,
+            submit_time=_ts(ctx.meta.get("creationTimestamp")),
+            prediction=prediction,
+        )
+
+    def _refused(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
+        cond = st.condition(ctx.status.get("conditions") or [], st.COND_SCHEDULED) or {}
+        if cond.get("reason") == reason and ctx.status.get("message") == message:
+            return
+        if not self.is_leader():
+            return
+        self.metrics.decisions.labels(outcome=reason).inc()
+        now = now_rfc3339()
+        fields = {
+            "reason": reason,
+            "message": message[:_MAX_MESSAGE],
+            "conditions": st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_SCHEDULED,
+                "False",
+                reason,
+                message,
+                now,
+                int(ctx.meta.get("generation") or 0) or None,
+            ),
+        }
+        try:
+            self.patch_status(ctx, fields, precondition=True)
+        except Conflict:
+            report.conflicts += 1
+            return
+        report.status_writes += 1
+        if cond.get("reason") != reason:  # events only when the reason changes: no storms
+            self.event(ctx, reason, message, warning=True)
+
+    # --- committing a placement ---------------------------------------------------------------
+    def _commit_guarded(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
+        try:
+            self._commit(ctx, placement, report)
+        except Conflict as exc:
+            report.conflicts += 1
+            log.info("%s", exc)
+        except Exception:  # a bug or API outage for one job must not stop the others
+            log.exception("committing the placement of DLJob %s failed", ctx.key)
+            report.problems.append(f"commit of {ctx.key} failed")
+
+    def _commit(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
+        if not self.is_leader():
+            return
+        t0 = time.perf_counter()
+        now = now_rfc3339()
+        records: list[dict[str, Any]] = []
+        where: list[str] = []
+        for r in placement.replicas:
+            pod = pod_name(ctx.name, r.replica)
+            for g in r.gpus:
+                records.append(
+                    {
+                        "replica": r.replica,
+                        "pod": pod,
+                        "node": g.node,
+                        "gpuUUID": g.gpu_uuid,
+                        "gpuIndex": g.gpu_index,
+                        "corePercent": g.core_percent,
+                        "memoryMiB": g.memory_mib,
+                    }
+                )
+            first = r.gpus[0]
+            where.append(
+                f"replica {r.replica} → {r.node}/gpu-{first.gpu_index}"
+                + (f" (+{len(r.gpus) - 1} GPUs)" if len(r.gpus) > 1 else "")
+                + f" ({first.core_percent}% core, {first.memory_mib} MiB)"
+            )
+        message = (
+            f"placed by policy {placement.policy}: {'; '.join(where[:8])}"
+            + (f"; … {len(where) - 8} more" if len(where) > 8 else "")
+            + f"; predicted speed {placement.predicted_speed:.2f}"
+        )
+        fields = {
+            "phase": c.DLJOB_PHASE_SCHEDULED,
+            "reason": "Placed",
+            "message": message[:_MAX_MESSAGE],
+            "placements": records,
+            "scheduledTime": now,
+            "conditions": st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_SCHEDULED,
+                "True",
+                "Placed",
+                message,
+                now,
+                int(ctx.meta.get("generation") or 0) or None,
+            ),
+        }
+        # 1. the durable record (fails with Conflict if the job changed since we read it)
+        self.patch_status(ctx, fields, precondition=True)
+        report.status_writes += 1
+        self.event(ctx, "Scheduled", message)
+        # 2. + 3. pods and bindings
+        self._ensure_pods(ctx, report)
+        self.metrics.commit_latency.observe(time.perf_counter() - t0)
+
+    def _follow_guarded(self, ctx: JobCtx, report: PassReport) -> None:
+        try:
+            if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
+                self._ensure_pods(ctx, report)
+            self._sync_status(ctx, report)
+        except Conflict as exc:
+            report.conflicts += 1
+            log.debug("%s", exc)
+        except Exception:
+            log.exception("following DLJob %s failed", ctx.key)
+            report.problems.append(f"follow of {ctx.key} failed")
+
+    def _ensure_pods(self, ctx: JobCtx, report: PassReport) -> None:
+        """Create and bind every replica pod from ``status.placements`` (idempotent)."""
+        assert ctx.job is not None or ctx.obj
+        by_replica: dict[int, list[dict[str, Any]]] = {}
+        for rec in ctx.status.get("placements") or []:
+            by_replica.setdefault(int(rec["replica"]), []).append(rec)
+        for replica, recs in sorted(by_replica.items()):
+            if not self.is_leader():
+                return
+            pod = ctx.pods.get(replica)
+            node = str(recs[0]["node"])
+            name = pod_name(ctx.name, replica)
+            if pod is None:
+                manifest = self.pod_manifest(ctx, replica, recs)
+                created = self._create_pod(ctx.namespace, manifest)
+                if created is not None:
+                    report.pods_created += 1
+                    pod = created
+                else:  # AlreadyExists: a previous attempt made it; read it back
+                    pod = self._read_pod(ctx.namespace, name)
+                    if pod is None:
+                        continue
+                ctx.pods[replica] = pod
+            if _owner_uid(pod) != ctx.uid:
+                log.warning(
+                    "pod %s/%s belongs to an older DLJob of the same name; deleting it",
+                    ctx.namespace,
+                    name,
+                )
+                self._delete_pod(ctx.namespace, name)
+                ctx.pods.pop(replica, None)
+                continue
+            bound = (pod.get("spec") or {}).get("nodeName")
+            if bound == node:
+                continue
+            if bound:
+                log.warning(
+                    "pod %s/%s is bound to %s, not its assigned node %s; deleting it to redo",
+                    ctx.namespace,
+                    name,
+                    bound,
+                    node,
+                )
+                self._delete_pod(ctx.namespace, name)
+                ctx.pods.pop(replica, None)
+                continue
+            if self._bind(ctx.namespace, name, node):
+                report.pods_bound += 1
+            pod.setdefault("spec", {})["nodeName"] = node
+
+    def pod_manifest(self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The replica pod: template + owner, scheduler name, GPU resources, annotations."""
+        spec_raw = ctx.obj.get("spec") or {}
+        template = copy.deepcopy(spec_raw.get("template") or {})
+        meta = template.get("metadata") or {}
+        pspec = template.get("spec") or {}
+        name = pod_name(ctx.name, replica)
+        first = recs[0]
+        gpus = tuple(
+            GpuRef(
+                str(r["gpuUUID"]), int(r["gpuIndex"]), int(r["corePercent"]), int(r["memoryMiB"])
+            )
+            for r in recs
+        )
+        assignment = GpuAssignment(
+            node=str(first["node"]),
+            gpu_uuid=gpus[0].gpu_uuid,
+            gpu_index=gpus[0].gpu_index,
+            core_percent=gpus[0].core_percent,
+            memory_mib=gpus[0].memory_mib,
+            job=ctx.name,
+            replica=replica,
+            gpus=gpus if len(gpus) > 1 else (),
+        )
+        text = encode_assignment(assignment)
+        annotations = dict(meta.get("annotations") or {})
+        annotations[c.ANNOTATION_GPU_ASSIGNMENT] = text
+        annotations[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
+            self.key, ctx.namespace, name, text
+        )
+        predicted = ctx.status.get("predicted")
+        if isinstance(predicted, dict):
+            try:
+                from horus.api.assignment import parse_predicted
+
+                annotations[c.ANNOTATION_PREDICTED] = encode_predicted(parse_predicted(predicted))
+            except ValidationError:
+                pass
+        labels = dict(meta.get("labels") or {})
+        labels[c.LABEL_DLJOB_NAME] = ctx.name
+        labels[c.LABEL_REPLICA_INDEX] = str(replica)
+        pspec["schedulerName"] = c.SCHEDULER_NAME
+        pspec.setdefault("restartPolicy", "Never")
+        pspec.pop("nodeName", None)
+        core_total = sum(g.core_percent for g in gpus)
+        mem_total = sum(g.memory_mib for g in gpus)
+        containers = pspec.get("containers") or []
+        if containers:
+            res = containers[0].setdefault("resources", {})
+            for kind in ("requests", "limits"):
+                res.setdefault(kind, {})
+                res[kind][c.RESOURCE_GPU_CORE] = str(core_total)
+                res[kind][c.RESOURCE_GPU_MEMORY] = str(mem_total)
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": ctx.namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [
+                    {
+                        "apiVersion": c.API_GROUP_VERSION,
+                        "kind": c.DLJOB_KIND,
+                        "name": ctx.name,
+                        "uid": ctx.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": False,
+                    }
+                ],
+            },
+            "spec": pspec,
+        }
+
+    def _create_pod(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.create_namespaced_pod(namespace, manifest, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        out = json.loads(resp.data)
+        return out if isinstance(out, dict) else None
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        out = json.loads(resp.data)
+        return out if isinstance(out, dict) else None
+
+    def _bind(self, namespace: str, name: str, node: str) -> bool:
+        """Bind; False when a previous attempt already did (HTTP 409 "already assigned")."""
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self.core.create_namespaced_binding(namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            if exc.status == 404:
+                raise Conflict(f"pod {namespace}/{name} vanished before binding") from None
+            raise
+        return True
+
+    # --- status in step with pods ---------------------------------------------------------
+    def _sync_status(self, ctx: JobCtx, report: PassReport) -> None:
+        replicas = (
+            ctx.job.spec.replicas
+            if ctx.job is not None
+            else len({int(r["replica"]) for r in ctx.status.get("placements") or []})
+        )
+        views = [v for p in ctx.pods.values() if (v := st.PodView.from_pod(p)) is not None]
+        prog = st.progress(replicas, views, ctx.phase)
+        if prog.phase == ctx.phase:
+            return
+        if not self.is_leader():
+            return
+        now = now_rfc3339()
+        conds = ctx.status.get("conditions") or []
+        fields: dict[str, Any] = {
+            "phase": prog.phase,
+            "reason": prog.reason,
+            "message": prog.message,
+        }
+        if prog.phase == c.DLJOB_PHASE_RUNNING:
+            fields["startTime"] = ctx.status.get("startTime") or now
+            conds = st.set_condition(conds, st.COND_RUNNING, "True", prog.reason, prog.message, now)
+        elif prog.phase in TERMINAL_PHASES:
+            fields["completionTime"] = now
+            conds = st.set_condition(
+                conds, st.COND_RUNNING, "False", prog.reason, prog.message, now
+            )
+            conds = st.set_condition(
+                conds, st.COND_FINISHED, "True", prog.reason, prog.message, now
+            )
+        else:
+            return  # Scheduled → Scheduled with another count: not worth a write
+        fields["conditions"] = conds
+        self.patch_status(ctx, fields, precondition=True)
+        report.status_writes += 1
+        if prog.phase == c.DLJOB_PHASE_FAILED:
+            self.metrics.failures.labels(reason=prog.reason).inc()
+            self.event(ctx, prog.reason, prog.message, warning=True)
+            for pod in ctx.pods.values():
+                if (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES:
+                    meta = pod.get("metadata") or {}
+                    self._delete_pod(ctx.namespace, str(meta.get("name")))
+        else:
+            self.event(ctx, prog.phase, prog.message)
+
+
+class ProfileUnavailable(HorusError):
+    """The job's profile ConfigMap is missing or unreadable (may appear later: stay Pending)."""
+
+
+def pod_name(job: str, replica: int) -> str:
+    """The deterministic name of replica ``replica`` of DLJob ``job``."""
+    return f"{job}-{replica}"
+
+
+def _owner_uid(pod: Mapping[str, Any]) -> str | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == c.DLJOB_KIND and ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _main_model(state: ClusterState) -> str:
+    """The GPU model predictions are made for: the cluster's most common one."""
+    if not state.gpu_model:
+        return "H100"
+    counts = Tally(state.gpu_model)
+    return counts.most_common(1)[0][0]
+
+
+def _max_gpu_memory(nodes: list[dict[str, Any]]) -> int | None:
+    """The largest GPU of any inventory node (Ready or not); None when there is none."""
+    from horus.api.inventory import decode_inventory
+
+    best: int | None = None
+    for node in nodes:
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(
+            c.ANNOTATION_GPU_INVENTORY
+        )
+        if not text:
+            continue
+        try:
+            for gpu in decode_inventory(text):
+                best = max(best or 0, gpu.memory_mib)
+        except ValidationError:
+            continue
+    return best
+
+
+def _stable_refusal(reason: str, code: str) -> str:
+    """The refusal text, without the parts that change every pass (queue positions)."""
+    if code == "queued":
+        return "waiting in queue: jobs ahead of it do not fit yet (backfill depth reached)"
+    return reason

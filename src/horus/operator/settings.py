@@ -1,0 +1,64 @@
+"""Settings of ``horus operator run`` (section ``operator``): CLI > ``HORUS_OPERATOR_*`` > file.
+
+One frozen dataclass, loaded with :func:`horus.common.settings.load_settings`, so every knob
+has a flag, an environment variable and a config-file key with one precedence (as the NVIDIA
+device plugin does). Each field is documented where it is declared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from horus.common.constants import HORUS_NAMESPACE
+from horus.scheduler import POLICY_NAMES
+
+SECTION = "operator"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the operator process needs to know."""
+
+    #: The operator's own namespace: where its Lease lives (DLJobs are watched cluster-wide).
+    namespace: str = HORUS_NAMESPACE
+    #: Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
+    lease_name: str = "horus-operator"
+    #: Seconds a leader's lease stays valid without renewal: the hand-over time after a crash.
+    lease_duration: float = 15.0
+    #: Placement policy of the scheduling core (``horus``, ``exclusive``, ``binpack``, …).
+    policy: str = "horus"
+    #: Port of the Prometheus ``/metrics`` endpoint (0 disables it).
+    metrics_port: int = 8080
+    #: Address the metrics endpoint listens on.
+    metrics_host: str = "0.0.0.0"
+    #: Seconds between full reconcile passes even when no watch event arrives.
+    resync_period: float = 30.0
+    #: kubeconfig file; empty means in-cluster config, else ``$KUBECONFIG``/``~/.kube/config``.
+    kubeconfig: str = ""
+    #: This replica's name in the Lease; empty means ``<hostname>-<pid>``.
+    identity: str = ""
+    #: Parallel API writers when committing placements (patch status → create pod → bind).
+    workers: int = 16
+    #: File holding the assignment signing key; empty: ``$HORUS_ASSIGNMENT_KEY_FILE`` or the
+    #: Secret ``horus-system/horus-assignment-key`` (created with a random key when absent).
+    assignment_key_file: str = ""
+    #: Seconds to wait after a watch event before a pass, so a burst becomes one pass.
+    debounce: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.lease_duration < 1.0:
+            raise ValueError(f"lease_duration must be >= 1 second, got {self.lease_duration}")
+        if self.policy not in POLICY_NAMES:
+            raise ValueError(
+                f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
+            )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0..65535, got {self.metrics_port}")
+        if self.resync_period <= 0:
+            raise ValueError(f"resync_period must be > 0 seconds, got {self.resync_period}")
+        if not 1 <= self.workers <= 128:
+            raise ValueError(f"workers must be 1..128, got {self.workers}")
+        if not self.namespace or not self.lease_name:
+            raise ValueError("namespace and lease_name must not be empty")
+        if self.debounce < 0:
+            raise ValueError(f"debounce must be >= 0, got {self.debounce}")
