@@ -1,0 +1,64 @@
+"""A control plane of our own whose kube-scheduler is configured with the Horus extender.
+
+The session ``cluster`` fixture's scheduler knows nothing of the extender, and its
+configuration is fixed when it starts, so these tests start their own ``LocalCluster``
+(module-scoped, in a temporary folder) with the shipped snippet
+``manifests/scheduler/horus-extender-config.yaml`` — its ``urlPrefix`` pointed at an extender
+served from this test process on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from extcluster import ExtenderCluster
+
+from horus.devcluster.cluster import LocalCluster
+from horus.devcluster.nodes import NodeSpec, add_nodes
+from horus.operator.extender import ExtenderServer, ExtenderSettings
+from horus.operator.extender_main import build_extender
+from horus.scheduler import SchedulerSettings
+
+ROOT = Path(__file__).resolve().parents[3]
+SNIPPET = ROOT / "manifests" / "scheduler" / "horus-extender-config.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ext_cluster() -> Iterator[ExtenderCluster]:
+    from kubernetes import client, config
+
+    port = _free_port()
+    snippet = yaml.safe_load(SNIPPET.read_text())
+    extenders = snippet["extenders"]
+    extenders[0]["urlPrefix"] = f"http://127.0.0.1:{port}"
+    folder = Path(tempfile.mkdtemp(prefix="horus-extender-cluster-")) / "c"
+    local = LocalCluster(folder)
+    state = local.up(timeout=180, scheduler_config={"extenders": extenders})
+    server: ExtenderServer | None = None
+    try:
+        api = config.new_client_from_config(config_file=state.kubeconfig)
+        settings = ExtenderSettings(host="127.0.0.1", port=port, cache_seconds=2.0)
+        extender = build_extender(settings, SchedulerSettings(), api)
+        server = ExtenderServer(extender, "127.0.0.1", port).start()
+        nodes = add_nodes(
+            state.kubeconfig,
+            NodeSpec(count=2, gpus_per_node=1, gpu_memory_mib=81920, prefix="ext"),
+        )
+        yield ExtenderCluster(
+            local, state.kubeconfig, Path(state.bin_dir), server, api, client.CoreV1Api(api), nodes
+        )
+    finally:
+        if server is not None:
+            server.close()
+        local.down()

@@ -1,0 +1,147 @@
+"""The real kube-scheduler, configured with the shipped extender snippet, places plain Pods
+where the Horus extender prefers, with a valid signed assignment, and refuses what does not
+fit — the pod stays Pending with the extender's reason in its PodScheduled condition."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from extcluster import ExtenderCluster
+
+from horus.api.assignment import decode_assignment, decode_predicted
+from horus.api.signing import verify_assignment
+from horus.common import constants as c
+
+ROOT_PROFILES = Path(__file__).resolve().parents[3] / "examples" / "profiles"
+
+
+def _pod(name: str, core: int = 40, memory: int = 10000, profile: bool = True) -> dict[str, Any]:
+    ann = {}
+    if profile:
+        ann[c.ANNOTATION_GRAPH_PROFILE] = (ROOT_PROFILES / "resnet50-bs64.yaml").read_text()
+    res = {c.RESOURCE_GPU_CORE: str(core), c.RESOURCE_GPU_MEMORY: str(memory)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": ann},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": res, "limits": res},
+                }
+            ],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+
+
+def _raw_pod(ec: ExtenderCluster, name: str) -> dict[str, Any]:
+    resp = ec.core.read_namespaced_pod(name, "default", _preload_content=False)
+    return dict(json.loads(resp.data))
+
+
+def _bound(ec: ExtenderCluster, name: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        pod = _raw_pod(ec, name)
+        return pod if pod["spec"].get("nodeName") else None
+
+    return dict(ec.wait_for(f"pod {name} bound", check))
+
+
+def _unschedulable_message(ec: ExtenderCluster, name: str) -> str:
+    def check() -> str | None:
+        pod = _raw_pod(ec, name)
+        assert not pod["spec"].get("nodeName"), f"{name} was bound to {pod['spec']['nodeName']}"
+        for cond in pod.get("status", {}).get("conditions") or []:
+            if cond["type"] == "PodScheduled" and cond["status"] == "False":
+                return str(cond.get("message") or "") or None
+        return None
+
+    return str(ec.wait_for(f"pod {name} marked unschedulable", check))
+
+
+def _key(ec: ExtenderCluster) -> bytes:
+    secret = ec.core.read_namespaced_secret(c.ASSIGNMENT_KEY_SECRET, c.HORUS_NAMESPACE)
+    return base64.b64decode(secret.data[c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+
+
+def _check_assignment(ec: ExtenderCluster, pod: dict[str, Any]) -> Any:
+    ann = pod["metadata"]["annotations"]
+    text = ann[c.ANNOTATION_GPU_ASSIGNMENT]
+    a = decode_assignment(text, "test")
+    assert a.node == pod["spec"]["nodeName"]
+    assert verify_assignment(
+        _key(ec), "default", pod["metadata"]["name"], text, ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE]
+    )
+    assert decode_predicted(ann[c.ANNOTATION_PREDICTED], "test").util_mean > 0
+    return a
+
+
+def test_pods_go_where_the_extender_prefers(ext_cluster: ExtenderCluster) -> None:
+    ec = ext_cluster
+    ec.core.create_namespaced_pod("default", _pod("first"))
+    first = _bound(ec, "first")
+    a1 = _check_assignment(ec, first)
+    assert (a1.core_percent, a1.memory_mib, a1.gpu_index) == (40, 10000, 0)
+
+    # The first pod's GPU is now shared-only; the extender scores the idle GPU higher ...
+    second_pod = _pod("second")
+    second_pod["metadata"]["uid"] = "probe"
+    verdicts = ec.server.extender.evaluate(second_pod, ec.nodes)
+    scores = {n: v.score for n, v in verdicts.items()}
+    other = next(n for n in ec.nodes if n != a1.node)
+    assert scores[other] == 10 and scores[a1.node] < 10, scores
+
+    # ... and the real scheduler follows it.
+    ec.core.create_namespaced_pod("default", _pod("second"))
+    second = _bound(ec, "second")
+    a2 = _check_assignment(ec, second)
+    assert a2.node == other
+    assert a2.gpu_uuid != a1.gpu_uuid
+
+    # kwok runs what was bound
+    ec.wait_for(
+        "pods Running",
+        lambda: all(
+            _raw_pod(ec, n)["status"].get("phase") == "Running" for n in ("first", "second")
+        ),
+    )
+
+
+def _ensure_bound(ec: ExtenderCluster, name: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        ec.core.create_namespaced_pod("default", _pod(name))
+    except ApiException as exc:
+        assert exc.status == 409  # made by the test before
+    _bound(ec, name)
+
+
+def test_what_does_not_fit_stays_pending_with_the_reason(ext_cluster: ExtenderCluster) -> None:
+    ec = ext_cluster
+    for name in ("first", "second"):  # 10000 MiB on each of the two GPUs (one per node)
+        _ensure_bound(ec, name)
+    ec.core.create_namespaced_pod("default", _pod("huge", memory=200000))
+    msg = _unschedulable_message(ec, "huge")
+    assert "horus: needs 195.3 GiB per GPU but the largest GPU has 80.0 GiB" in msg, msg
+
+    ec.core.create_namespaced_pod("default", _pod("noprofile", profile=False))
+    msg = _unschedulable_message(ec, "noprofile")
+    assert "no horus.io/graph-profile annotation" in msg, msg
+
+    # Would fit an idle GPU, but every GPU already holds 10000 MiB of another pod.
+    ec.core.create_namespaced_pod("default", _pod("crowded", core=40, memory=75000))
+    msg = _unschedulable_message(ec, "crowded")
+    assert "horus: no GPU with 73.2 GiB free" in msg, msg
+
+    # The same reason reaches the pod's events (kubectl describe).
+    events = ec.core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=crowded,reason=FailedScheduling"
+    ).items
+    assert any("no GPU with 73.2 GiB free" in (e.message or "") for e in events)
