@@ -1,0 +1,239 @@
+"""Installing Horus as a cluster admin would, on the real control plane: `kubectl apply -k
+manifests/` and `helm install charts/horus` both work, are accepted by the apiserver, give each
+role exactly the rights it needs, and refuse bad values with the schema's message.
+
+kwok runs no containers, so the operator and node pods never execute here: these tests prove
+the objects, not the processes (the demo runs the processes; see tools/dev/demo.sh).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import yaml
+
+from conftest import CHART, NAMESPACE, ROOT, wait_namespace_gone
+
+KUBE = "--kube-version=1.34.4"  # helm built from source defaults its capabilities to v1.20
+NS = ["-n", NAMESPACE]
+KEY = "secret/horus-assignment-key"
+
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_helm_lint_is_clean(helm):
+    out = helm("lint", str(CHART), *NS, "--strict")
+    assert "0 chart(s) failed" in out.stdout
+    assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["enforcement=maybe"], "at '/enforcement': value must be one of 'mps', 'report', 'off'"),
+        (["operator.replicas=-1"], "at '/operator/replicas': minimum: got -1, want 0"),
+        (["scheduling.policy=fastest"], "at '/scheduling/policy': value must be one of"),
+        (["metrics.agentPort=70000"], "at '/metrics/agentPort': maximum: got 70,000, want 65,535"),
+        (["images.operator.tag=latest"], "at '/images/operator/tag'"),
+        (["predictor.source=configMap"], "at '/predictor/configMap'"),
+    ],
+)
+def test_bad_values_fail_install_with_the_schema_message(helm, cluster, sets, message):
+    args = [arg for s in sets for arg in ("--set", s)]
+    proc = helm("install", "horus-bad", str(CHART), *NS, "--create-namespace", *args, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert helm("list", "-A", "-q").stdout.strip() == ""
+
+
+def test_chart_refuses_another_namespace(helm):
+    proc = helm("template", "horus", str(CHART), "-n", "default", KUBE, check=False)
+    assert proc.returncode != 0 and "install Horus into the namespace horus-system" in proc.stderr
+
+
+def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
+    kust = _docs(cluster.kubectl("kustomize", str(ROOT / "manifests")).stdout)
+    chart = _docs(helm("template", "horus", str(CHART), *NS, KUBE, "--include-crds").stdout)
+    key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
+    k, c = {key(d): d for d in kust}, {key(d): d for d in chart}
+    # the chart cannot template its own namespace (helm --create-namespace makes it); the
+    # kustomize base has no way to generate a random key (the operator creates it on start)
+    assert set(k) - set(c) == {("Namespace", "", NAMESPACE)}
+    assert set(c) - set(k) == {("Secret", NAMESPACE, "horus-assignment-key")}
+    for name in set(k) & set(c):
+        if name[0] in ("ClusterRole", "Role"):
+            assert k[name]["rules"] == c[name]["rules"], name
+        if name[0] in ("Deployment", "DaemonSet"):
+            ks, cs = k[name]["spec"]["template"]["spec"], c[name]["spec"]["template"]["spec"]
+            for field in ("serviceAccountName", "securityContext", "volumes", "nodeSelector"):
+                assert ks.get(field) == cs.get(field), (name, field)
+            for kc, cc in zip(ks["containers"], cs["containers"], strict=True):
+                for field in (
+                    "args",
+                    "command",
+                    "env",
+                    "ports",
+                    "securityContext",
+                    "volumeMounts",
+                    "resources",
+                ):
+                    assert kc.get(field) == cc.get(field), (name, kc["name"], field)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        ["dashboards.enabled=true", "enforcement=report", "extender.enabled=false"],
+        ["predictor.source=configMap", "predictor.configMap=my-model", "operator.replicas=3"],
+    ],
+    ids=["defaults", "dashboards-report-noextender", "predictor-configmap"],
+)
+def test_helm_template_is_accepted_by_the_apiserver(helm, cluster, sets):
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    args = [arg for s in sets for arg in ("--set", s)]
+    rendered = helm("template", "horus", str(CHART), *NS, KUBE, "--include-crds", *args).stdout
+    proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    kinds = {d["kind"] for d in _docs(rendered)}
+    assert {"Deployment", "DaemonSet", "ClusterRole", "CustomResourceDefinition"} <= kinds
+    if "dashboards.enabled=true" in sets:
+        maps = [d for d in _docs(rendered) if d["metadata"]["name"].startswith("horus-dashboard-")]
+        assert len(maps) == 4 and all(
+            m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps
+        )
+    assert "(server dry run)" in proc.stdout
+
+
+def test_monitors_render_when_enabled(helm):
+    rendered = helm(
+        "template", "horus", str(CHART), *NS, KUBE,
+        "--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
+    ).stdout  # fmt: skip
+    kinds = [d["kind"] for d in _docs(rendered)]
+    assert kinds.count("ServiceMonitor") == 1 and kinds.count("PodMonitor") == 1
+
+
+# --- RBAC matrix ------------------------------------------------------------------------------
+OPERATOR, NODE = "horus-operator", "horus-node"
+# (service account, verb, resource, namespace, allowed)
+MATRIX = [
+    (OPERATOR, "watch", "dljobs.horus.io", "team-a", True),
+    (OPERATOR, "patch", "dljobs.horus.io/status", "team-a", True),
+    (OPERATOR, "create", "pods", "team-a", True),
+    (OPERATOR, "delete", "pods", "team-a", True),
+    (OPERATOR, "create", "pods/binding", "team-a", True),
+    (OPERATOR, "list", "nodes", "", True),
+    (OPERATOR, "get", "configmaps", "team-a", True),
+    (OPERATOR, "create", "events", "team-a", True),
+    (OPERATOR, "update", "leases.coordination.k8s.io", NAMESPACE, True),
+    (OPERATOR, "get", KEY, NAMESPACE, True),
+    (OPERATOR, "create", "pods/exec", "team-a", False),
+    (OPERATOR, "get", "pods/exec", "team-a", False),
+    (OPERATOR, "create", "pods/eviction", "team-a", False),
+    (OPERATOR, "get", "secrets", "team-a", False),
+    (OPERATOR, "list", "secrets", NAMESPACE, False),
+    (OPERATOR, "get", "secret/other", NAMESPACE, False),
+    (OPERATOR, "update", KEY, NAMESPACE, False),
+    (OPERATOR, "patch", "nodes", "", False),
+    (OPERATOR, "create", "dljobs.horus.io", "team-a", False),
+    (OPERATOR, "update", "leases.coordination.k8s.io", "kube-system", False),
+    (OPERATOR, "create", "deployments.apps", NAMESPACE, False),
+    (OPERATOR, "impersonate", "serviceaccounts", NAMESPACE, False),
+    (NODE, "patch", "nodes", "", True),
+    (NODE, "get", "nodes", "", True),
+    (NODE, "list", "pods", "", True),
+    (NODE, "patch", "pods", "team-a", True),
+    (NODE, "create", "pods/eviction", "team-a", True),
+    (NODE, "patch", "dljobs.horus.io/status", "team-a", True),
+    (NODE, "get", "configmaps", "team-a", True),
+    (NODE, "create", "events", "team-a", True),
+    (NODE, "get", KEY, NAMESPACE, False),
+    (NODE, "get", "secrets", NAMESPACE, False),
+    (NODE, "list", "secrets", "", False),
+    (NODE, "create", "pods", "team-a", False),
+    (NODE, "delete", "pods", "team-a", False),
+    (NODE, "create", "pods/binding", "team-a", False),
+    (NODE, "create", "pods/exec", "team-a", False),
+    (NODE, "patch", "dljobs.horus.io", "team-a", False),
+    (NODE, "delete", "nodes", "", False),
+    (NODE, "update", "leases.coordination.k8s.io", NAMESPACE, False),
+    ("default", "get", KEY, NAMESPACE, False),
+]
+
+
+def _rbac_matrix(cluster) -> list[str]:
+    def ask(row):
+        sa, verb, resource, ns, want = row
+        args = ["auth", "can-i", verb, f"--as=system:serviceaccount:{NAMESPACE}:{sa}"]
+        kind, _, sub = resource.partition("/")
+        if sub and not kind.startswith("secret"):  # pods/exec: a subresource, not a name
+            args += [kind, f"--subresource={sub}"]
+        else:
+            args.append(resource)
+        args += ["-n", ns] if ns else []
+        got = cluster.kubectl(*args, check=False).stdout.strip() == "yes"
+        return None if got == want else f"{sa} {verb} {resource} -n {ns or '-'}: {got}, want {want}"
+
+    with ThreadPoolExecutor(8) as pool:
+        return [p for p in pool.map(ask, MATRIX) if p]
+
+
+def test_kustomize_apply_rbac_and_delete(cluster):
+    base = str(ROOT / "manifests")
+    out = cluster.kubectl("apply", "-k", base).stdout
+    try:
+        assert "deployment.apps/horus-operator created" in out or "configured" in out
+        got = cluster.kubectl("get", "deploy,ds,svc,sa,cm", *NS, "-o", "name").stdout.split()
+        for obj in ("deployment.apps/horus-operator", "daemonset.apps/horus-node",
+                    "service/horus-operator", "service/horus-node",
+                    "serviceaccount/horus-operator", "serviceaccount/horus-node",
+                    "configmap/horus-config"):  # fmt: skip
+            assert obj in got
+        dep = cluster.kubectl("get", "deploy/horus-operator", *NS, "-o", "yaml").stdout
+        spec = yaml.safe_load(dep)["spec"]
+        assert spec["replicas"] == 2
+        ctr = spec["template"]["spec"]["containers"][0]
+        assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+        assert spec["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert ctr["livenessProbe"] and ctr["readinessProbe"] and ctr["resources"]["limits"]
+        assert _rbac_matrix(cluster) == [], _rbac_matrix(cluster)
+    finally:
+        cluster.kubectl("delete", "-k", base, "--ignore-not-found", "--timeout=90s")
+        cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "crds"))  # other tests use it
+    left = cluster.kubectl("get", "clusterrole", "horus-operator", "--ignore-not-found").stdout
+    assert left.strip() == ""
+    assert cluster.kubectl("get", "ns", NAMESPACE, check=False).returncode != 0
+
+
+def test_helm_install_rbac_and_uninstall(helm, cluster):
+    wait_namespace_gone(cluster)
+    helm("install", "horus", str(CHART), *NS, "--create-namespace", "--wait=false")
+    try:
+        assert helm("status", "horus", *NS).stdout.count("STATUS: deployed") == 1
+        got = cluster.kubectl("get", "deploy,ds,svc,secret,cm", *NS, "-o", "name").stdout.split()
+        for obj in ("deployment.apps/horus-operator", "daemonset.apps/horus-node",
+                    "secret/horus-assignment-key", "configmap/horus-config"):  # fmt: skip
+            assert obj in got
+        key = cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout
+        import base64
+
+        assert len(base64.b64decode(key)) == 64  # 64 hex characters, as the operator writes
+        assert _rbac_matrix(cluster) == [], _rbac_matrix(cluster)
+        # an upgrade keeps the key (pods signed before it must still verify)
+        helm("upgrade", "horus", str(CHART), *NS, "--set", "enforcement=report")
+        assert cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout == key
+    finally:
+        helm("uninstall", "horus", *NS, "--wait", "--timeout=90s")
+    assert helm("list", *NS, "-q").stdout.strip() == ""
+    left = cluster.kubectl("get", "deploy,ds,sa", *NS, "-o", "name").stdout.split()
+    assert [o for o in left if "horus" in o] == []
+    assert (
+        cluster.kubectl("get", "clusterrole", "horus-operator", "--ignore-not-found").stdout == ""
+    )
+    # the key is kept on uninstall by design (helm.sh/resource-policy: keep); CRDs too (helm)
+    assert cluster.kubectl("get", KEY, *NS, "-o", "name").stdout.strip() == KEY
+    wait_namespace_gone(cluster)
