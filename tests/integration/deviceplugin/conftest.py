@@ -1,0 +1,117 @@
+"""Fixtures for device-plugin tests on the real control plane (``cluster`` from tests/conftest.py).
+
+``dp_env`` creates, once per module, what the scheduler side would have made: the assignment
+key Secret ``horus-system/horus-assignment-key`` (reusing it when the operator's tests made it
+first), a namespace for the pods, and one kwok GPU node per test module; ``run_plugin`` starts
+the real plugin (``horus.deviceplugin.app.run_plugin`` with the real API client, the
+simulated GPU backend for that node) in a thread with a kubelet-side peer on a private socket
+directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dp_cluster_support import DpEnv, RunningPlugin
+
+from deviceplugin_peer import FakeKubelet
+from horus.common import constants as c
+from horus.devcluster.nodes import NodeSpec, node_manifest
+from horus.deviceplugin.app import run_plugin
+from horus.deviceplugin.settings import DevicePluginSettings
+
+
+def ensure_key(core: Any) -> bytes:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.create_namespace({"metadata": {"name": c.HORUS_NAMESPACE}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    text = uuid.uuid4().hex.encode() + uuid.uuid4().hex.encode()
+    body = {
+        "metadata": {"name": c.ASSIGNMENT_KEY_SECRET, "namespace": c.HORUS_NAMESPACE},
+        "data": {c.ASSIGNMENT_KEY_SECRET_KEY: base64.b64encode(text).decode()},
+    }
+    try:
+        core.create_namespaced_secret(c.HORUS_NAMESPACE, body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    secret = core.read_namespaced_secret(c.ASSIGNMENT_KEY_SECRET, c.HORUS_NAMESPACE)
+    return base64.b64decode(secret.data[c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+
+
+def make_node(core: Any, name: str, gpus: int = 2) -> None:
+    core.create_node(node_manifest(name, NodeSpec(count=1, gpus_per_node=gpus)))
+
+
+def wait_sa(core: Any, namespace: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(
+            sa.metadata.name == "default"
+            for sa in core.list_namespaced_service_account(namespace).items
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no default ServiceAccount in {namespace}")
+
+
+@pytest.fixture(scope="module")
+def dp_env(cluster: Any) -> Iterator[DpEnv]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+    suffix = uuid.uuid4().hex[:6]
+    namespace = f"dp-{suffix}"
+    node = f"dp-node-{suffix}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_sa(core, namespace)
+    make_node(core, node)
+    key = ensure_key(core)
+    try:
+        yield DpEnv(core, key, namespace, node, cluster.kubeconfig)
+    finally:
+        core.delete_namespace(namespace)
+        core.delete_node(node)
+
+
+@pytest.fixture(scope="module")
+def plugin(dp_env: DpEnv) -> Iterator[RunningPlugin]:
+    folder = Path(tempfile.mkdtemp(prefix="hdp-"))
+    kubelet = FakeKubelet(folder).start()
+    settings = DevicePluginSettings(
+        node_name=dp_env.node,
+        plugin_dir=folder,
+        sim_health_file=folder / "health.json",
+        backend="simulated",
+        sim_gpu_count=2,
+        sim_gpu_memory_mib=81920,
+        kubeconfig=Path(dp_env.kubeconfig),
+        health_interval_s=0.5,
+        socket_poll_s=0.1,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=run_plugin, args=(settings, stop), daemon=True)
+    thread.start()
+    try:
+        assert kubelet.wait(
+            lambda: set(kubelet.lists) == {c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY}, 30
+        )
+        yield RunningPlugin(kubelet, thread, stop, folder)
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(folder, ignore_errors=True)
