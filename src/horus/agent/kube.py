@@ -2,7 +2,7 @@
 
 The agent lists its node's pods every few seconds; the generated client's model objects cost
 more CPU to build than the whole rest of a cycle, so requests go through the client's
-``call_api`` with ``_preload_content=False`` and plain ``json`` decoding (this is what keeps the
+``param_serialize``/``call_api`` (auth and TLS from the kubeconfig) and plain ``json`` decoding (this is what keeps the
 agent under its 2 %-of-a-core budget). Only what the agent does is here: list pods and nodes,
 read a node, DLJob or ConfigMap, evict a pod, write an Event, merge-patch ``status.observed``.
 """
@@ -63,19 +63,22 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = self._api.call_api(
-                path,
+            params = self._api.param_serialize(
                 method,
+                path,
                 query_params=query or [],
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
                 auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=30,
             )
+            resp = self._api.call_api(*params[:4], _request_timeout=30)
+            resp.read()
         except ApiException as exc:
             raise ApiError(int(exc.status or 0), str(exc.body or exc.reason)[:500]) from None
+        except OSError as exc:  # connection refused/reset: one failed cycle, not a crash
+            raise ApiError(0, str(exc)) from None
+        if not 200 <= int(resp.status) < 300:
+            raise ApiError(int(resp.status), (resp.data or b"").decode(errors="replace")[:500])
         data = resp.data
         return json.loads(data) if data else None
 

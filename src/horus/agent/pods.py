@@ -95,7 +95,7 @@ def parse_pod(obj: Mapping[str, Any], skips: SkipLog, key: bytes | None = None) 
             str(text), f"{where} annotation {c.ANNOTATION_GPU_ASSIGNMENT}"
         )
     except ValidationError as exc:
-        skips.warn(uid, f"skipping {where}: {exc}")
+        skips.warn(uid, f"skipping {exc} (pod not enforced or reported)")
         return None
     if assignment.node != node:
         skips.warn(

@@ -1,5 +1,6 @@
 """The MPS supervisor against a fake ``nvidia-cuda-mps-control`` (a shell script)."""
 
+import contextlib
 import os
 import signal
 import stat
@@ -37,10 +38,8 @@ def _fake(tmp_path: Path) -> Path:
 
 def _wait_dead(pid: int) -> None:
     for _ in range(100):
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         if not Path(f"/proc/{pid}").exists():
             return
         st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -41,7 +41,7 @@ def test_evicts_only_after_grace_and_once() -> None:
     assert wd.check(bad, 3000 * MIB, "simulated") == "evicted"
     assert wd.check(bad, 3000 * MIB, "simulated") is None
     assert acts.evicted == ["bad"]
-    name, reason, msg = acts.events[0]
+    _name, reason, msg = acts.events[0]
     assert reason == "GPUMemoryEvicted" and "3000 MiB measured > 2048 MiB allowed" in msg
     assert wd.evictions == {("n1", "ns", "bad", "0"): 1}
 

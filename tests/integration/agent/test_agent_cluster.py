@@ -1,0 +1,251 @@
+"""The sharing agent with the simulated backend on the real control plane (apiserver + kwok).
+
+One agent (in a thread) serves a kwok GPU node carrying four pods placed the way the scheduler
+places them (bound with ``spec.nodeName``, signed ``horus.io/gpu-assignment``):
+
+* ``good``: replica 0 of DLJob ``rn50``, predicted 1000 MiB of its 2048 MiB share;
+* ``hog``: a plain pod whose simulated memory (test-only annotation) is 3000 MiB > 2048 MiB;
+* ``garbled``: a malformed assignment; ``forged``: a signature that does not verify.
+
+A real Prometheus scrapes the agent. Checks: every metric has series, the hog is evicted with an
+Event saying measured vs allowed while ``good`` stays, ``status.observed`` of the DLJob is
+written, bad pods are skipped with a log line, and rows the agent writes train the predictor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from horus.agent.agent import Agent
+from horus.agent.kube import Kube
+from horus.agent.settings import AgentSettings
+from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment, encode_predicted
+from horus.api.inventory import simulated_gpu_uuid
+from horus.api.signing import new_key, sign_assignment
+from horus.common import constants as c
+from horus.devcluster.nodes import NodeSpec, add_nodes
+from horus.predictor.dataset import load_extra_rows
+
+ROOT = Path(__file__).resolve().parents[3]
+NS = "agent-it"
+METRICS = [
+    c.METRIC_GPU_UTILIZATION,
+    c.METRIC_GPU_MEMORY_USED,
+    c.METRIC_GPU_MEMORY_TOTAL,
+    c.METRIC_POD_GPU_MEMORY_USED,
+    c.METRIC_POD_GPU_CORE_SHARE,
+    c.METRIC_POD_GPU_MEMORY_LIMIT,
+    c.METRIC_POD_PREDICTED_UTIL,
+    c.METRIC_POD_OBSERVED_UTIL,
+    c.METRIC_ENFORCEMENT_EVICTIONS + "_total",
+]
+
+
+def _pod(
+    key: bytes,
+    name: str,
+    node: str,
+    gpu: int,
+    mem: int,
+    *,
+    job: str | None = None,
+    sim_mem: int | None = None,
+    raw: str | None = None,
+    forge: bool = False,
+) -> dict[str, Any]:
+    text = raw or encode_assignment(
+        GpuAssignment(node, simulated_gpu_uuid(node, gpu), gpu, 40, mem, job, 0 if job else None)
+    )
+    sig = sign_assignment(key if not forge else b"x" * 32, NS, name, text)
+    ann = {
+        c.ANNOTATION_GPU_ASSIGNMENT: text,
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sig,
+        c.ANNOTATION_PREDICTED: encode_predicted(PredictedUsage(35.0, 45.0, 1000.0, 1100.0, "it")),
+    }
+    if sim_mem is not None:
+        ann[c.ANNOTATION_SIMULATED_MEMORY] = str(sim_mem)
+    labels = {c.LABEL_DLJOB_NAME: job} if job else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "annotations": ann, "labels": labels},
+        "spec": {
+            "nodeName": node,
+            "schedulerName": c.SCHEDULER_NAME,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "train", "image": "busybox"}],
+        },
+    }
+
+
+def _wait(pred: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = pred()
+        if out:
+            return out
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", f"crd/{c.DLJOB_CRD_NAME}", "--timeout=60s"
+    )
+    (node,) = add_nodes(cluster.kubeconfig, NodeSpec(count=1, gpus_per_node=4, prefix="agent-it"))
+    cluster.kubectl("create", "namespace", NS, check=False)
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "resnet50-train.yaml").read_text()))
+    job = next(d for d in docs if d and d.get("kind") == c.DLJOB_KIND)
+    job["metadata"] = {"name": "rn50", "namespace": NS}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(job))
+    key = new_key()
+    folder = tmp_path_factory.mktemp("agent")
+    key_file = folder / "key"
+    key_file.write_bytes(key.hex().encode())
+    sign_key = key.hex().encode()
+    pods = [
+        _pod(sign_key, "good", node, 0, 2048, job="rn50"),
+        _pod(sign_key, "hog", node, 1, 2048, sim_mem=3000),
+        _pod(sign_key, "garbled", node, 2, 2048, raw='{"node": 5}'),
+        _pod(sign_key, "forged", node, 3, 2048, forge=True),
+    ]
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
+    )
+    _wait(
+        lambda: (
+            "Pending"
+            not in cluster.kubectl(
+                "get", "pods", "-n", NS, "-o", "jsonpath={.items[*].status.phase}"
+            ).stdout
+            and cluster.kubectl(
+                "get", "pods", "-n", NS, "-o", "jsonpath={.items[*].status.phase}"
+            ).stdout.count("Running")
+            == 4
+        ),
+        60,
+        "kwok to run the pods",
+    )
+    yield {"node": node, "key_file": key_file, "folder": folder}
+    cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def test_agent_end_to_end(
+    cluster: Any, placed: dict[str, Any], start_prometheus: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = placed["folder"] / "rows.csv"
+    settings = AgentSettings(
+        nodes=placed["node"],
+        backend="auto",
+        watchdog="evict",
+        grace_seconds=1.0,
+        interval_seconds=0.5,
+        feedback_interval_seconds=1.0,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+        training_rows=rows,
+        assignment_key_file=placed["key_file"],
+        kubeconfig=Path(cluster.kubeconfig),
+    )
+    caplog.set_level(logging.INFO)
+    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+    port = agent.start_metrics()
+    prom = start_prometheus(f"127.0.0.1:{port}")
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        # the watchdog evicts the hog (Eviction API → pod deleted) and says why in an Event
+        def hog_gone() -> bool:
+            out = cluster.kubectl("get", "pod", "hog", "-n", NS, "-o", "json", check=False)
+            return out.returncode != 0 or bool(
+                json.loads(out.stdout)["metadata"].get("deletionTimestamp")
+            )
+
+        _wait(hog_gone, 30, "the hog's eviction")
+        events = json.loads(cluster.kubectl("get", "events", "-n", NS, "-o", "json").stdout)[
+            "items"
+        ]
+        ev = [e for e in events if e["reason"] == c.EVENT_REASON_GPU_MEMORY_EVICTED]
+        assert ev and ev[0]["involvedObject"]["name"] == "hog"
+        assert "3000 MiB measured > 2048 MiB allowed" in ev[0]["message"]
+        assert "simulated" in ev[0]["message"]
+        good = json.loads(cluster.kubectl("get", "pod", "good", "-n", NS, "-o", "json").stdout)
+        assert good["status"]["phase"] == "Running" and not good["metadata"].get(
+            "deletionTimestamp"
+        )
+
+        # observed use lands in the DLJob's status (and only there: spec untouched)
+        def observed() -> Any:
+            obj = json.loads(cluster.kubectl("get", "dljob", "rn50", "-n", NS, "-o", "json").stdout)
+            return (obj.get("status") or {}).get("observed")
+
+        obs = _wait(observed, 20, "status.observed of DLJob rn50")
+        assert 10.0 < obs["util"] < 60.0 and 950 < obs["memoryMiB"] < 1100 and obs["sampledAt"]
+
+        # every metric is scraped by a real Prometheus, labelled simulated
+        for name in METRICS:
+            series = prom.wait_for(name, timeout=30)
+            for s in series:
+                assert s["metric"].get("node") == placed["node"], (name, s)
+            if name.startswith("horus_pod_") and name != METRICS[-1]:
+                assert all(s["metric"]["backend"] == "simulated" for s in series)
+                assert {s["metric"]["pod"] for s in series} <= {"good", "hog"}
+                assert {"namespace", "pod", "gpu"} <= set(series[0]["metric"])
+        total = prom.query(f'{c.METRIC_GPU_MEMORY_TOTAL}{{node="{placed["node"]}"}}')
+        assert len(total) == 4 and float(total[0]["value"][1]) == 81920 * 2**20
+        ev_series = prom.query(c.METRIC_ENFORCEMENT_EVICTIONS + "_total")
+        assert ev_series[0]["metric"]["pod"] == "hog" and float(ev_series[0]["value"][1]) == 1.0
+        err = prom.query(f"{c.METRIC_POD_OBSERVED_UTIL} - {c.METRIC_POD_PREDICTED_UTIL}")
+        assert err, "prediction error is one PromQL expression away"
+
+        # malformed and forged assignments: skipped with a clear log line, agent still running
+        text = caplog.text
+        assert f"skipping pod {NS}/garbled" in text and "node: must be a string" in text
+        assert f"skipping pod {NS}/forged" in text and "does not verify" in text
+        assert thread.is_alive()
+
+        # the finished pod becomes a training row the predictor accepts
+        cluster.kubectl("delete", "pod", "good", "-n", NS, "--grace-period=0", "--force")
+        _wait(lambda: rows.exists() and rows.stat().st_size > 0, 20, "a training row")
+        table = load_extra_rows(rows)
+        assert len(table.rows) == 1 and 10 < table.util[0] < 60
+    finally:
+        stop.set()
+        thread.join(15)
+
+
+def test_nvml_absent_keeps_agent_running(
+    cluster: Any, placed: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = AgentSettings(
+        node_name=placed["node"],
+        backend="nvml",
+        kubeconfig=Path(cluster.kubeconfig),
+        metrics_port=0,
+    )
+    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML is present on this machine")
+    except Exception:
+        pass
+    snaps = [agent.cycle() for _ in range(3)]
+    assert all(s.backend_up == {(placed["node"], "nvml"): False} for s in snaps)
+    msgs = [r.getMessage() for r in caplog.records if "NVML" in r.getMessage()]
+    assert len(msgs) == 1, msgs  # said once, retried later, not a log flood or a crash
+    assert "driver" in msgs[0] or "nvidia-ml-py" in msgs[0]
