@@ -160,3 +160,40 @@ def test_kustomization_lists_every_manifest():
         if p.name != "kustomization.yaml" and p.parent.name != "scheduler"
     }
     assert files <= listed, f"not in kustomization.yaml: {sorted(files - listed)}"
+
+
+def _load_every_section(text: str, tmp_path: Path, env: dict[str, str]) -> dict[str, object]:
+    """Load each role's section with its real settings class: a misspelled key fails here."""
+    from horus.agent.settings import AgentSettings
+    from horus.common.settings import load_settings
+    from horus.deviceplugin.settings import load as load_deviceplugin
+    from horus.operator.extender import ExtenderSettings
+    from horus.operator.settings import OperatorSettings
+    from horus.scheduler import SchedulerSettings
+
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return {
+        "operator": load_settings(OperatorSettings, "operator", env=env, config_file=path),
+        "extender": load_settings(ExtenderSettings, "extender", env=env, config_file=path),
+        "scheduler": load_settings(SchedulerSettings, "scheduler", env=env, config_file=path),
+        "agent": load_settings(AgentSettings, "agent", env=env, config_file=path),
+        "deviceplugin": load_deviceplugin(env=env, config_file=path),
+    }
+
+
+def test_manifest_config_loads_with_every_roles_settings(tmp_path):
+    doc = yaml.safe_load((ROOT / "manifests/operator/config.yaml").read_text())
+    text = doc["data"]["config.yaml"]
+    assert set(yaml.safe_load(text)) == {
+        "operator",
+        "extender",
+        "scheduler",
+        "agent",
+        "deviceplugin",
+    }
+    # the agent maps NODE_NAME (downward API) to HORUS_AGENT_NODE_NAME in its command
+    got = _load_every_section(text, tmp_path, {"NODE_NAME": "n1", "HORUS_AGENT_NODE_NAME": "n1"})
+    assert got["agent"].enforcement == "mps" and got["agent"].watchdog == "evict"
+    assert str(got["agent"].proc_root) == "/host/proc"
+    assert got["operator"].metrics_port == 8080 and got["extender"].port == 8888
