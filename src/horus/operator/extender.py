@@ -41,7 +41,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -54,6 +54,7 @@ from horus.api.assignment import (
     encode_predicted,
 )
 from horus.api.dljob import parse_profile_document
+from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
 from horus.common.errors import ConfigError, HorusError, ValidationError
@@ -619,13 +620,29 @@ class Extender:
             sched.remember(request)  # residents' profiles, for pair speeds
         return sched
 
-    def _live(self, exclude: str) -> LiveState:
+    def _live(self, exclude: str) -> tuple[LiveState, dict[str, int]]:
+        """The live state without ``exclude``'s own share, and each node's MiB per memory unit."""
         objs = self.source.list_objects()
         live = build_live_state(objs.nodes, objs.pods, objs.dljobs, self.predictor)
         if exclude in live.residents:  # the pod's own earlier assignment (a retried bind)
             live.state.release(exclude)
             del live.residents[exclude]
-        return live
+        units: dict[str, int] = {}
+        for n in objs.nodes:
+            meta = n.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            try:
+                units[name] = node_memory_unit_mib(meta.get("annotations"), f"node {name}")
+            except ValidationError as exc:
+                live.excluded_nodes.setdefault(name, str(exc))
+        return live, units
+
+    @staticmethod
+    def _in_mib(job: JobRequest, unit_mib: int) -> JobRequest:
+        """``job`` with its ``horus.io/gpu-memory`` quantity read in the node's units (MiB)."""
+        if job.memory_mib is None or unit_mib == 1:
+            return job
+        return replace(job, memory_mib=job.memory_mib * unit_mib)
 
     @staticmethod
     def _on_node(
@@ -677,14 +694,14 @@ class Extender:
             reason = demand.problem or f"{REASON_PREFIX}pod cannot be placed"
             return {n: NodeVerdict(n, reason=reason, unresolvable=True) for n in node_names}
         job = demand.request
-        live = self._live(job.name)
+        live, units = self._live(job.name)
         st = live.state
         sched = self._scheduler(live)
         index = {name: i for i, name in enumerate(st.node_names)}
         out: dict[str, NodeVerdict] = {}
         for name in node_names:
             i = index.get(name)
-            if i is None:
+            if i is None or name in live.excluded_nodes:
                 why = live.excluded_nodes.get(name)
                 out[name] = (
                     NodeVerdict(name, reason=f"{REASON_PREFIX}{why}")
@@ -693,7 +710,7 @@ class Extender:
                 )
                 continue
             try:
-                result = self._on_node(sched, st, job, i)
+                result = self._on_node(sched, st, self._in_mib(job, units.get(name, 1)), i)
             except HorusError as exc:  # e.g. the predictor rejects the profile
                 out[name] = NodeVerdict(name, reason=f"{REASON_PREFIX}{exc}", unresolvable=True)
                 continue
@@ -789,10 +806,10 @@ class Extender:
             return
         if demand.request is None:
             raise ValidationError(demand.problem or "the pod cannot be placed")
-        job = demand.request
-        live = self._live(job.name)
+        live, units = self._live(demand.request.name)
+        job = self._in_mib(demand.request, units.get(node, 1))
         st = live.state
-        if node not in st.node_names:
+        if node not in st.node_names or node in live.excluded_nodes:
             why = live.excluded_nodes.get(node) or _NO_INVENTORY
             raise ValidationError(f"node {node} cannot take it: {why}")
         result = self._on_node(self._scheduler(live), st, job, st.node_names.index(node))

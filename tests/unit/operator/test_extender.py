@@ -398,3 +398,19 @@ def test_lost_race_backs_off(source: FakeSource) -> None:
         c.ANNOTATION_GPU_ASSIGNMENT not in racing.pods[("default", "p")]["metadata"]["annotations"]
     )
     assert all(call[0] != "bind" for call in racing.calls)
+
+
+def test_gpu_memory_is_counted_in_the_nodes_units() -> None:
+    """A node whose device plugin counts horus.io/gpu-memory in 128 MiB units."""
+    chunky = node("chunky", gpus=1)
+    chunky["metadata"]["annotations"][c.ANNOTATION_GPU_MEMORY_UNIT] = "128"
+    broken = node("broken", gpus=1)
+    broken["metadata"]["annotations"][c.ANNOTATION_GPU_MEMORY_UNIT] = "lots"
+    source = FakeSource([chunky, broken], [plain_pod("p", core=40, memory=80)])
+    ext = Extender(source, load_default_predictor(), key=KEY, cache_seconds=0)
+    out = ext.filter(args_for(source, "p", ["chunky", "broken"]))
+    assert out["NodeNames"] == ["chunky"]
+    assert "gpu-memory-unit-mib must be a whole number" in out["FailedNodes"]["broken"]
+    assert ext.bind(BindingArgs("p", "default", "uid-p", "chunky")) == {"Error": ""}
+    ann = source.pods[("default", "p")]["metadata"]["annotations"]
+    assert decode_assignment(ann[c.ANNOTATION_GPU_ASSIGNMENT]).memory_mib == 80 * 128
