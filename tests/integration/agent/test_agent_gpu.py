@@ -1,0 +1,148 @@
+"""GPU-only checks of the agent (issue 6 item 3). They need a physical NVIDIA GPU, NVML,
+``nvidia-smi``, ``nvidia-cuda-mps-control`` and PyTorch with CUDA; everywhere else they are
+skipped with the reason below. ``docs/gpu-validation.md`` lists the commands that run them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from horus.agent.backend import NodeView
+from horus.agent.mps import MpsSupervisor
+from horus.agent.nvml import NvmlBackend
+
+
+def _has_gpu() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return bool(n) and shutil.which("nvidia-smi") is not None
+    except Exception:
+        return False
+
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _has_gpu(), reason="no NVIDIA GPU on this machine"),
+]
+
+MATMUL = """
+import sys, time, torch
+n = 4096; a = torch.randn(n, n, device="cuda"); b = torch.randn(n, n, device="cuda")
+torch.cuda.synchronize(); t = time.perf_counter(); k = 0
+while time.perf_counter() - t < float(sys.argv[1]):
+    for _ in range(10): a @ b
+    torch.cuda.synchronize(); k += 10
+print(k / (time.perf_counter() - t))
+"""
+ALLOC = """
+import sys, torch
+x = torch.empty(int(float(sys.argv[1]) * 2**30), dtype=torch.uint8, device="cuda")
+print("allocated", x.numel())
+"""
+
+
+def _mps(tmp_path: Path) -> MpsSupervisor:
+    if shutil.which("nvidia-cuda-mps-control") is None:
+        pytest.skip("nvidia-cuda-mps-control is not installed")
+    sup = MpsSupervisor("nvidia-cuda-mps-control", tmp_path / "pipe", tmp_path / "log")
+    assert sup.check(), "MPS control daemon did not start"
+    return sup
+
+
+def _env(sup: MpsSupervisor, **extra: str) -> dict[str, str]:
+    return {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(sup.pipe_directory), **extra}
+
+
+def test_nvml_matches_nvidia_smi() -> None:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,uuid,memory.total,memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    sample = NvmlBackend().sample(NodeView("local", []), [])
+    for line, gpu in zip(out.strip().splitlines(), sample.gpus, strict=True):
+        index, uuid, total, used = (s.strip() for s in line.split(","))
+        assert int(index) == gpu.index and uuid == gpu.uuid
+        assert abs(float(total) - gpu.memory_total_bytes / 2**20) <= 1
+        assert abs(float(used) - gpu.memory_used_bytes / 2**20) <= 64  # moving target
+
+
+def test_mps_daemon_starts_and_restarts(tmp_path: Path) -> None:
+    sup = _mps(tmp_path)
+    try:
+        assert sup.alive()
+    finally:
+        sup.stop()
+
+
+def test_2gib_share_blocks_3gib_allocation(tmp_path: Path) -> None:
+    sup = _mps(tmp_path)
+    try:
+        neighbour = subprocess.Popen([sys.executable, "-c", MATMUL, "20"], env=_env(sup), stdout=subprocess.PIPE, text=True)
+        limited = _env(sup, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2G", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50")
+        ok = subprocess.run([sys.executable, "-c", ALLOC, "1"], env=limited, capture_output=True, text=True)
+        over = subprocess.run([sys.executable, "-c", ALLOC, "3"], env=limited, capture_output=True, text=True)
+        assert ok.returncode == 0, ok.stderr
+        assert over.returncode != 0 and "out of memory" in over.stderr.lower()
+        assert neighbour.poll() is None, "the neighbour must keep running"
+        neighbour.wait(60)
+        assert neighbour.returncode == 0
+    finally:
+        sup.stop()
+
+
+def test_quarter_thread_share_quarter_throughput(tmp_path: Path) -> None:
+    sup = _mps(tmp_path)
+    try:
+        full = float(subprocess.run([sys.executable, "-c", MATMUL, "10"], env=_env(sup), capture_output=True, text=True, check=True).stdout)
+        env25 = _env(sup, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25")
+        quarter = float(subprocess.run([sys.executable, "-c", MATMUL, "10"], env=env25, capture_output=True, text=True, check=True).stdout)
+        ratio = quarter / full
+        print(f"MPS 25% thread share: throughput ratio {ratio:.3f}")
+        assert 0.15 <= ratio <= 0.40
+    finally:
+        sup.stop()
+
+
+def test_watchdog_catches_real_process_over_share() -> None:
+    from horus.agent.pods import PodInfo
+    from horus.agent.watchdog import MemoryWatchdog
+    from horus.api.assignment import GpuAssignment
+
+    hog = subprocess.Popen([sys.executable, "-c", ALLOC.replace('print("allocated", x.numel())', "import time; time.sleep(60)"), "3"])
+    try:
+        backend = NvmlBackend()
+        uid = "00000000-0000-0000-0000-000000000001"
+        pod = PodInfo("ns", "hog", uid, "local", GpuAssignment("local", "GPU", 0, 50, 2048))
+        acted: list[str] = []
+
+        class Record:
+            def evict(self, p: PodInfo, message: str) -> bool:
+                acted.append(message)
+                return True
+
+            def event(self, p: PodInfo, reason: str, message: str) -> None:
+                pass
+
+        wd = MemoryWatchdog("evict", 0.0, Record())
+        deadline = time.monotonic() + 60
+        while not acted and time.monotonic() < deadline:
+            import pynvml
+
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            used = sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == hog.pid)
+            wd.check(pod, float(used), backend.name)
+            time.sleep(1)
+        assert acted and "2048 MiB allowed" in acted[0]
+    finally:
+        hog.kill()
