@@ -66,8 +66,14 @@ def _env(sup: MpsSupervisor, **extra: str) -> dict[str, str]:
 
 def test_nvml_matches_nvidia_smi() -> None:
     out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=index,uuid,memory.total,memory.used", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True,
+        [
+            "nvidia-smi",
+            "--query-gpu=index,uuid,memory.total,memory.used",
+            "--format=csv,noheader,nounits",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     sample = NvmlBackend().sample(NodeView("local", []), [])
     for line, gpu in zip(out.strip().splitlines(), sample.gpus, strict=True):
@@ -88,10 +94,18 @@ def test_mps_daemon_starts_and_restarts(tmp_path: Path) -> None:
 def test_2gib_share_blocks_3gib_allocation(tmp_path: Path) -> None:
     sup = _mps(tmp_path)
     try:
-        neighbour = subprocess.Popen([sys.executable, "-c", MATMUL, "20"], env=_env(sup), stdout=subprocess.PIPE, text=True)
-        limited = _env(sup, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2G", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50")
-        ok = subprocess.run([sys.executable, "-c", ALLOC, "1"], env=limited, capture_output=True, text=True)
-        over = subprocess.run([sys.executable, "-c", ALLOC, "3"], env=limited, capture_output=True, text=True)
+        neighbour = subprocess.Popen(
+            [sys.executable, "-c", MATMUL, "20"], env=_env(sup), stdout=subprocess.PIPE, text=True
+        )
+        limited = _env(
+            sup, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=2G", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50"
+        )
+        ok = subprocess.run(
+            [sys.executable, "-c", ALLOC, "1"], env=limited, capture_output=True, text=True
+        )
+        over = subprocess.run(
+            [sys.executable, "-c", ALLOC, "3"], env=limited, capture_output=True, text=True
+        )
         assert ok.returncode == 0, ok.stderr
         assert over.returncode != 0 and "out of memory" in over.stderr.lower()
         assert neighbour.poll() is None, "the neighbour must keep running"
@@ -104,9 +118,25 @@ def test_2gib_share_blocks_3gib_allocation(tmp_path: Path) -> None:
 def test_quarter_thread_share_quarter_throughput(tmp_path: Path) -> None:
     sup = _mps(tmp_path)
     try:
-        full = float(subprocess.run([sys.executable, "-c", MATMUL, "10"], env=_env(sup), capture_output=True, text=True, check=True).stdout)
+        full = float(
+            subprocess.run(
+                [sys.executable, "-c", MATMUL, "10"],
+                env=_env(sup),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         env25 = _env(sup, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25")
-        quarter = float(subprocess.run([sys.executable, "-c", MATMUL, "10"], env=env25, capture_output=True, text=True, check=True).stdout)
+        quarter = float(
+            subprocess.run(
+                [sys.executable, "-c", MATMUL, "10"],
+                env=env25,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         ratio = quarter / full
         print(f"MPS 25% thread share: throughput ratio {ratio:.3f}")
         assert 0.15 <= ratio <= 0.40
@@ -119,7 +149,14 @@ def test_watchdog_catches_real_process_over_share() -> None:
     from horus.agent.watchdog import MemoryWatchdog
     from horus.api.assignment import GpuAssignment
 
-    hog = subprocess.Popen([sys.executable, "-c", ALLOC.replace('print("allocated", x.numel())', "import time; time.sleep(60)"), "3"])
+    hog = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            ALLOC.replace('print("allocated", x.numel())', "import time; time.sleep(60)"),
+            "3",
+        ]
+    )
     try:
         backend = NvmlBackend()
         uid = "00000000-0000-0000-0000-000000000001"
@@ -140,7 +177,11 @@ def test_watchdog_catches_real_process_over_share() -> None:
             import pynvml
 
             h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            used = sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == hog.pid)
+            used = sum(
+                p.usedGpuMemory or 0
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                if p.pid == hog.pid
+            )
             wd.check(pod, float(used), backend.name)
             time.sleep(1)
         assert acted and "2048 MiB allowed" in acted[0]
