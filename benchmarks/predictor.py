@@ -219,7 +219,12 @@ def main() -> int:
     )
     ap.add_argument("--lucid-dir", type=Path, default=ROOT.parent / "shared" / "data" / "lucid")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "predictor.json")
+    ap.add_argument("--trees", type=int, default=None, help="smaller ensembles (smoke runs only)")
     args = ap.parse_args()
+    if args.trees:
+        from horus.predictor import train
+
+        train._OVERRIDES["n_estimators"] = args.trees
     lucid = args.lucid_dir if (args.lucid_dir / "single_data.csv").exists() else None
     results: dict[str, object] = {"machine": f"{platform.machine()} {platform.processor()}".strip()}
     start = time.perf_counter()

@@ -50,6 +50,10 @@ DERIVED: dict[str, str] = {
     "compute_vs_memory": "log_compute_ms - log_memory_ms",
     "est_memory_mib": "(weights + gradients + optimizer + activations + input) / MiB",
     "est_memory_frac": "est_memory_mib / GPU memory",
+    "log_kernels": "ln(1 + 3 x leaf modules): kernels launched per step (forward, backward, update)",
+    "log_ms_per_kernel": "ln(max(compute, memory) ms / kernels): work per kernel launch",
+    "busy_frac": "gpu_ms / (gpu_ms + 20 us x kernels): share of the step the GPU is busy if each "
+    "kernel costs 20 us of host-side overhead",
 }
 
 
@@ -109,6 +113,11 @@ def feature_columns(raw: np.ndarray, gpu: GpuSpec) -> dict[str, np.ndarray]:
     ) / 2**20
     out["est_memory_mib"] = est
     out["est_memory_frac"] = est / gpu.memory_mib
+    kernels = 3.0 * f["layers"] + 1.0
+    gpu_ms = np.maximum(compute_ms, memory_ms)
+    out["log_kernels"] = np.log(kernels)
+    out["log_ms_per_kernel"] = np.log(gpu_ms / kernels + 1e-9)
+    out["busy_frac"] = gpu_ms / (gpu_ms + 0.02 * kernels)
     n = raw.shape[0]
     for k, v in gpu.features().items():
         out[k] = np.full(n, v)

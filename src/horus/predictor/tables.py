@@ -151,7 +151,7 @@ def build_cnn(layers: list[tuple[str, int, int]], in_ch: int, size: int) -> Any:
                 x = x[:, : self.ch]
             while x.shape[1] < self.ch:
                 x = torch.cat([x, x[:, : self.ch - x.shape[1]]], dim=1)
-            if x.shape[-1] != self.hw:
+            if x.dim() == 4 and x.shape[-1] != self.hw:
                 x = F.adaptive_avg_pool2d(x, self.hw)
             return x
 
@@ -202,9 +202,10 @@ def build_cnn(layers: list[tuple[str, int, int]], in_ch: int, size: int) -> Any:
             mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
             hw = 1
         elif k == "linear":
-            c_in = params // (acts + 1) if acts else ch
-            if c_in != ch:
-                raise ValidationError(f"linear input {c_in} != channels {ch}")
+            c_in = (params - acts) // acts if acts else ch
+            if c_in != ch:  # the generator's channel count differs from the solved one
+                mods.append(Reshape(c_in, 1))
+                ch = c_in
             mods.append(nn.Linear(ch, acts))
             ch = acts
         elif k == "softmax":

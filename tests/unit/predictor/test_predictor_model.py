@@ -1,0 +1,143 @@
+"""The shipped artifact loads and answers; the catalog; bad inputs; training determinism."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from horus.common.errors import ValidationError
+from horus.predictor import load_default_predictor
+from horus.predictor.catalog import job_type, measured_job_types
+from horus.predictor.interface import GraphProfile, Predictor
+from horus.predictor.model import load_predictor
+from horus.predictor.schema import FEATURE_NAMES
+from horus.predictor.tables import DATA_DIR
+
+
+def test_shipped_artifact_loads_and_answers() -> None:
+    p = load_default_predictor()
+    assert isinstance(p, Predictor)
+    assert p.version.startswith("horus-predictor-")
+    r = p.predict(job_type("gavel", "ResNet-50 (batch size 64)").profile, "V100")
+    assert 0 <= r.util_mean <= r.util_upper <= 100
+    assert 1000 < r.memory_mib_mean <= r.memory_mib_upper
+    assert r.quantile == 0.9 and r.model_version == p.version
+    assert "GPUMemNet" in str(p.card["licences"]) and "Lucid" not in str(p.card["trained_on"])
+
+
+def test_predict_many_matches_predict() -> None:
+    p = load_default_predictor()
+    profs = [jt.profile for jt in measured_job_types("gavel")[:5]]
+    assert p.predict_many(profs, "A100") == [p.predict(x, "A100") for x in profs]
+    assert p.predict_many([], "A100") == []
+
+
+def test_pair_speed_is_normalised() -> None:
+    p = load_default_predictor()
+    a = job_type("gavel", "ResNet-50 (batch size 64)").profile
+    b = job_type("gavel", "LM (batch size 20)").profile
+    s = p.pair_speed(a, b, "V100")
+    assert 0 < s <= 1
+    assert p.pair_speeds([(a, b), (b, a)], "V100")[0] == s
+
+
+def test_unknown_gpu_is_named() -> None:
+    p = load_default_predictor()
+    prof = measured_job_types("gavel")[0].profile
+    with pytest.raises(ValidationError, match="unknown GPU 'Z9000'"):
+        p.predict(prof, "Z9000")
+
+
+def test_profile_missing_features() -> None:
+    with pytest.raises(ValidationError, match="lacks features"):
+        load_default_predictor().predict(GraphProfile("x", 1, {"params": 1.0}), "A100")
+
+
+def test_far_outside_training_data_is_low_confidence() -> None:
+    p = load_default_predictor()
+    base = dict(measured_job_types("gavel")[0].profile.features)
+    huge = {
+        **base,
+        "fwd_flops": base["fwd_flops"] * 1e6,
+        "bwd_flops": base["bwd_flops"] * 1e6,
+        "params": base["params"] * 1e5,
+        "activation_bytes": base["activation_bytes"] * 1e6,
+    }
+    normal = p.predict(GraphProfile("ok", 16, base), "V100")
+    r = p.predict(GraphProfile("huge", 16, huge), "V100")
+    assert r.low_confidence and not normal.low_confidence
+    assert r.util_upper == 100.0
+
+
+def test_catalog_covers_gavel_and_lucid() -> None:
+    gavel = measured_job_types("gavel")
+    assert len({jt.model for jt in gavel}) == 26
+    lucid = measured_job_types("lucid")
+    assert len(lucid) == 66 and {jt.model for jt in lucid} >= {"BERT", "PointNet", "NeuMF"}
+    jt = job_type("lucid", "ResNet18", 64, amp=True)
+    assert jt.amp and jt.profile.features["amp"] == 1.0 and jt.batch_size == 64
+    with pytest.raises(ValidationError, match="no measured gavel job type"):
+        job_type("gavel", "AlexNet")
+
+
+def test_bad_artifact(tmp_path: Path) -> None:
+    bad = tmp_path / "m.json"
+    bad.write_text('{"format": 99}')
+    with pytest.raises(ValidationError, match="format 99 is not supported"):
+        load_predictor(bad)
+    bad.write_text("not json")
+    with pytest.raises(ValidationError, match="invalid JSON"):
+        load_predictor(bad)
+
+
+def _small_tables(tmp_path: Path) -> Path:
+    """Every 8th GPUMemNet row and every 4th Gavel pair: enough to train, fast."""
+    d = tmp_path / "data"
+    d.mkdir()
+    shutil.copy(DATA_DIR / "job_types.csv", d / "job_types.csv")
+    for name, step in (("gpumemnet.csv", 8), ("gavel_pairs.csv", 4)):
+        with (DATA_DIR / name).open() as src, (d / name).open("w", newline="") as dst:
+            rows = list(csv.reader(src))
+            w = csv.writer(dst, lineterminator="\n")
+            w.writerow(rows[0])
+            w.writerows(rows[1::step])
+    return d
+
+
+def test_training_is_deterministic(tmp_path: Path) -> None:
+    from horus.predictor.train import save_artifact, train_artifact
+
+    d = _small_tables(tmp_path)
+    a = train_artifact(data_dir=d, n_estimators=15)
+    b = train_artifact(data_dir=d, n_estimators=15)
+    assert save_artifact(a, tmp_path / "a.json") == save_artifact(b, tmp_path / "b.json")
+    assert a["version"] == b["version"]
+    c = train_artifact(data_dir=d, n_estimators=15, seed=1)
+    assert c["version"] != a["version"]
+    # the written artifact loads and answers
+    p = load_predictor(tmp_path / "a.json")
+    assert p.predict(measured_job_types("gavel")[0].profile, "K80").util_mean >= 0
+
+
+def test_extra_rows_hook(tmp_path: Path) -> None:
+    from horus.predictor.train import train_artifact
+
+    d = _small_tables(tmp_path)
+    extra = tmp_path / "observed.csv"
+    jt = job_type("gavel", "ResNet-50 (batch size 64)")
+    with extra.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "gpu", "util", "memory_mib", *FEATURE_NAMES])
+        for _ in range(10):
+            w.writerow(
+                ["resnet50", "A100", 97.0, 9000, *(jt.profile.features[k] for k in FEATURE_NAMES)]
+            )
+    art = train_artifact(data_dir=d, n_estimators=15, extra_rows=extra)
+    assert any("observed" in s for s in art["card"]["trained_on"])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("gpu,util\nA100,50\n")
+    with pytest.raises(ValidationError, match="missing columns"):
+        train_artifact(data_dir=d, n_estimators=15, extra_rows=bad)
