@@ -8,8 +8,10 @@ that rules it out, and the refusal says which, with numbers and the best candida
 
 Queue discipline (:meth:`Scheduler.schedule`): jobs are tried in the policy's order
 (priority, then FIFO). After the first job that does not fit, at most ``backfill_depth`` more
-are tried (backfill). If a blocked job has waited longer than ``starvation_seconds``, nothing
-behind it is placed until it is: waiting is bounded, small jobs cannot starve a large one.
+are tried (backfill). If the first blocked job has waited longer than ``starvation_seconds``,
+it gets a reservation (:meth:`Scheduler._reserve`): the GPUs it will start on are held for it
+and backfill only uses GPUs that cannot delay it — waiting is bounded, small jobs cannot
+starve a large one, and the rest of the cluster keeps working meanwhile.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Scheduler:
         self._pair_cache: dict[tuple[str, str, str], float] = {}
         self._profiles: dict[str, JobRequest] = {}
         self._queue_model: str | None = None
+        #: (job, id(state), GPUs) reserved for a starving job; see :meth:`_reserve`.
+        self._reservation: tuple[str, int, list[int]] | None = None
         self._needs_cache: dict[
             tuple[object, ...], tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]
         ] = {}
@@ -212,13 +216,22 @@ class Scheduler:
         self._needs_cache[key] = hit
         return hit
 
-    def _attempt(self, state: ClusterState, job: JobRequest, explain: bool) -> _Attempt:
+    def _attempt(
+        self,
+        state: ClusterState,
+        job: JobRequest,
+        explain: bool,
+        exclude: BoolArray | None = None,
+    ) -> _Attempt:
+        """Try ``job`` on every GPU (``exclude``: GPUs it may not use, e.g. a reservation)."""
         st, pol, cfg = state, self.policy, self.settings
         self.remember(job)
         preds, mem_need, core_need, util_need = self._needs(st, job)
         max_jobs = pol.max_jobs_per_gpu(cfg)
 
         usable = st.healthy & self._model_mask(st, job) if job.gpu_models else st.healthy
+        if exclude is not None:
+            usable = usable & ~exclude
         mem_ok = st.mem_used + mem_need + pol.memory_headroom_mib <= st.mem_total
         core_ok = st.core_used + core_need <= GPU_CORE_UNITS_PER_GPU
         slots_ok = st.njobs < max_jobs
@@ -439,6 +452,74 @@ class Scheduler:
             job.name, f"no suitable GPU for {plural} under policy {self.policy.name}", "core"
         )
 
+    # --- reservations (the starvation guard) ----------------------------------------------
+    def _reserve(self, st: ClusterState, job: JobRequest) -> BoolArray:
+        """GPUs backfill may not touch while ``job`` (starving, blocked) waits.
+
+        The reservation is the gang's GPUs that will be free soonest as far as the scheduler
+        can tell without runtime estimates: GPUs that already fit the job cost 0, others the
+        number of jobs that must leave them; per replica the node whose ``gpus_per_replica``
+        cheapest GPUs cost least. It is kept across passes while the same job stays blocked
+        (so its residents only ever leave). Backfill may use neither the reserved GPUs nor the
+        other GPUs of any job running on them (sharing those would slow a job the reserved
+        GPUs wait for), so backfill cannot delay the reserved job; it still starts anywhere
+        earlier if it fits, since it is tried before any backfill in every pass.
+        """
+        keep = self._reservation
+        gpus: list[int] | None = None
+        if keep is not None and keep[0] == job.name and keep[1] == id(st):
+            gpus = [g for g in keep[2] if st.healthy[g]]
+            if len(gpus) != job.gpu_count:
+                gpus = None
+        if gpus is None:
+            gpus = self._pick_reservation(st, job)
+            self._reservation = (job.name, id(st), gpus)
+        protect = np.zeros(st.gpu_count, dtype=np.bool_)
+        protect[gpus] = True
+        for g in gpus:
+            for r in st.residents[g]:
+                placed = st.jobs.get(r.job)
+                if placed is not None:
+                    protect[placed.gpus] = True
+        return protect
+
+    def _pick_reservation(self, st: ClusterState, job: JobRequest) -> list[int]:
+        pol, cfg = self.policy, self.settings
+        _, mem_need, core_need, _ = self._needs(st, job)
+        usable = st.healthy & self._model_mask(st, job)
+        usable &= mem_need + pol.memory_headroom_mib <= st.mem_total  # could ever host it
+        fits = (
+            (st.mem_used + mem_need + pol.memory_headroom_mib <= st.mem_total)
+            & (st.core_used + core_need <= GPU_CORE_UNITS_PER_GPU)
+            & (st.njobs < pol.max_jobs_per_gpu(cfg))
+        )
+        if pol.whole_gpu:
+            fits &= st.njobs == 0
+        cost = np.where(fits, 0.0, st.njobs.astype(np.float64))
+        cost = np.where(usable, cost, np.inf)
+        k, reps = job.gpus_per_replica, job.replicas
+        if k == 1:
+            order = np.lexsort((np.arange(st.gpu_count), cost))[:reps]
+            return [int(g) for g in order if np.isfinite(cost[g])]
+        out: list[int] = []
+        taken = np.zeros(len(st.node_names), dtype=np.bool_)
+        for _ in range(reps):
+            best_node, best_cost, best_gpus = -1, np.inf, np.empty(0, dtype=np.int64)
+            for n in range(len(st.node_names)):
+                if taken[n]:
+                    continue
+                idx = np.nonzero(st.node_of == n)[0]
+                c = cost[idx]
+                top = idx[np.argsort(c, kind="stable")[:k]]
+                total = float(cost[top].sum()) if len(top) == k else np.inf
+                if total < best_cost:
+                    best_node, best_cost, best_gpus = n, total, top
+            if best_node < 0:
+                break
+            taken[best_node] = True
+            out.extend(int(g) for g in best_gpus)
+        return out
+
     # --- the queue ------------------------------------------------------------------------
     def schedule(
         self,
@@ -454,7 +535,8 @@ class Scheduler:
         other iterable is ordered by the policy first. ``now`` (seconds, same clock as the
         jobs' ``submit_time``) enables the starvation guard. With ``explain=False`` refusals
         carry no reason (the simulator's fast path). ``only`` restricts the pass to those job
-        names, for a caller that knows the others already failed against an unchanged state.
+        names, for a caller that knows the others already failed against an unchanged state
+        (a reservation made by an earlier pass still binds them).
         """
         q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
         depth = (
@@ -467,28 +549,28 @@ class Scheduler:
         failed_shapes: dict[tuple[object, ...], Refusal] = {}
         blocked = 0
         barrier: JobRequest | None = None
+        protect: BoolArray | None = None  # GPUs backfill may not touch (the reservation)
         jobs: Iterable[JobRequest] = q
         if only is not None:
             jobs = sorted((j for j in q.jobs(only)), key=q.key_of)
+            held = self._reservation
+            if held is not None and held[0] not in only:
+                waiting = q.jobs([held[0]])
+                if waiting:  # a reservation from an earlier pass still binds these jobs
+                    barrier = waiting[0]
+                    protect = self._reserve(state, barrier)
         for pos, job in enumerate(jobs):
-            if barrier is not None or blocked > depth:
+            if blocked > depth:
                 if not explain:
                     break
-                if barrier is not None:
-                    reason = (
-                        f"held back: the older job {barrier.name} has waited longer than "
-                        f"{self.settings.starvation_seconds:.0f} s and goes first"
+                refused.append(
+                    Refusal(
+                        job.name,
+                        f"waiting in queue at position {pos + 1}; this pass tried "
+                        f"{depth} jobs behind the first blocked one",
+                        "queued",
                     )
-                    refused.append(Refusal(job.name, reason, "held"))
-                else:
-                    refused.append(
-                        Refusal(
-                            job.name,
-                            f"waiting in queue at position {pos + 1}; this pass tried "
-                            f"{depth} jobs behind the first blocked one",
-                            "queued",
-                        )
-                    )
+                )
                 continue
             shape = (
                 job.kind,
@@ -504,21 +586,35 @@ class Scheduler:
                 refused.append(Refusal(job.name, hit.reason, hit.code))
                 blocked += 1
                 continue
-            attempt = self._attempt(state, job, explain)
+            attempt = self._attempt(state, job, explain, exclude=protect)
             if attempt.placement is not None:
                 state.apply(job, attempt.placement)
                 q.remove(job.name)
                 placed.append(attempt.placement)
                 continue
             assert attempt.refusal is not None
-            failed_shapes[shape] = attempt.refusal
-            refused.append(attempt.refusal)
+            refusal = attempt.refusal
+            if barrier is not None and explain:
+                free = self._attempt(state, job, explain=False)
+                if free.placement is not None:
+                    refusal = Refusal(
+                        job.name,
+                        f"held back: the GPUs it could use are reserved for the older job "
+                        f"{barrier.name}, which has waited longer than "
+                        f"{self.settings.starvation_seconds:.0f} s and goes first",
+                        "held",
+                    )
+            failed_shapes[shape] = refusal
+            refused.append(refusal)
             blocked += 1
             if (
                 blocked == 1
                 and now is not None
                 and now - job.submit_time > self.settings.starvation_seconds
-                and attempt.refusal.code != "impossible"
+                and refusal.code != "impossible"
             ):
                 barrier = job
+                protect = self._reserve(state, job)
+        if barrier is None:
+            self._reservation = None
         return ScheduleResult(tuple(placed), tuple(refused))
