@@ -315,7 +315,10 @@ class Allocator:
                                 marks, separators=(",", ":"), sort_keys=True
                             )
                         },
-                        meta.get("resourceVersion", ""),
+                        # no resourceVersion precondition: only this plugin (one per node,
+                        # Allocate serialised by the lock) writes this key, while the kubelet
+                        # (or kwok) keeps bumping the pod's version with status updates.
+                        "",
                     )
                 except ConflictError:
                     if attempt == 2:

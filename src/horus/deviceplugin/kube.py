@@ -86,7 +86,10 @@ class KubeApi:
     ) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        body = {"metadata": {"annotations": annotations, "resourceVersion": resource_version}}
+        metadata: dict[str, Any] = {"annotations": annotations}
+        if resource_version:  # optimistic concurrency only when the caller asks for it
+            metadata["resourceVersion"] = resource_version
+        body = {"metadata": metadata}
         try:
             self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
         except ApiException as exc:
