@@ -237,3 +237,35 @@ def test_helm_install_rbac_and_uninstall(helm, cluster):
     # the key is kept on uninstall by design (helm.sh/resource-policy: keep); CRDs too (helm)
     assert cluster.kubectl("get", KEY, *NS, "-o", "name").stdout.strip() == KEY
     wait_namespace_gone(cluster)
+
+
+def test_chart_config_loads_with_every_roles_settings(helm, tmp_path):
+    """Non-default values render a config every role's settings class accepts."""
+    sys_path = str(ROOT / "tests" / "unit" / "packaging")
+    import sys
+
+    sys.path.insert(0, sys_path)
+    try:
+        from test_packaging_static import _load_every_section
+    finally:
+        sys.path.remove(sys_path)
+    for sets, agent in [
+        (["enforcement=report", "node.backend=simulated"], ("none", "report")),
+        (
+            ["enforcement=off", "scheduling.policy=binpack", "scheduling.utilCap=150"],
+            ("none", "off"),
+        ),
+        (
+            ["enforcement=mps", "predictor.source=configMap", "predictor.configMap=m"],
+            ("mps", "evict"),
+        ),
+    ]:
+        args = [a for s in sets for a in ("--set", s)]
+        out = helm("template", "horus", str(CHART), *NS, KUBE, "-s", "templates/config.yaml", *args)
+        text = yaml.safe_load(out.stdout)["data"]["config.yaml"]
+        got = _load_every_section(text, tmp_path, {"HORUS_AGENT_NODE_NAME": "n1"})
+        assert (got["agent"].enforcement, got["agent"].watchdog) == agent
+        assert got["deviceplugin"].enforcement == agent[0]
+        if "scheduling.policy=binpack" in sets:
+            assert got["operator"].policy == got["extender"].policy == "binpack"
+            assert got["scheduler"].util_cap == 150.0
