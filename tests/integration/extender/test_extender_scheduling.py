@@ -145,3 +145,49 @@ def test_what_does_not_fit_stays_pending_with_the_reason(ext_cluster: ExtenderCl
         "default", field_selector="involvedObject.name=crowded,reason=FailedScheduling"
     ).items
     assert any("no GPU with 73.2 GiB free" in (e.message or "") for e in events)
+
+
+def test_cli_serves_and_stops_cleanly(ext_cluster: ExtenderCluster, tmp_path: Path) -> None:
+    """`horus operator extender` with settings from env and config file; SIGTERM stops it."""
+    import http.client
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("extender:\n  host: 127.0.0.1\n  port: 1\nscheduler:\n  min_gain: 0.3\n")
+    env = {**os.environ, "HORUS_EXTENDER_PORT": str(port), "KUBECONFIG": ext_cluster.kubeconfig}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "horus", "operator", "extender", "--config", str(cfg)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def healthy() -> bool:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/healthz")
+                ok = conn.getresponse().status == 200
+                conn.close()
+                return ok
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                return False
+
+        ext_cluster.wait_for("the CLI extender to answer /healthz", healthy, timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert "listening on 127.0.0.1" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
