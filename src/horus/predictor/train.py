@@ -2,8 +2,8 @@
 
 Why these choices (measured in ``benchmarks/predictor.py``, see ``docs/predictor.md``):
 
-* **Learner**: scikit-learn ``GradientBoostingRegressor`` (squared error, 300 trees of depth 4,
-  learning rate 0.05, row subsampling 0.8, fixed ``random_state``). Boosted trees handle the
+* **Learner**: scikit-learn ``GradientBoostingRegressor`` (squared error, 150 trees of depth 4,
+  learning rate 0.1, row subsampling 0.8, fixed ``random_state``). Boosted trees handle the
   mix of log-sizes, shares and counts without scaling, and export to plain arrays
   (:mod:`horus.predictor.trees`). Same seed and same tables → byte-identical artifact.
 * **Targets**: utilisation in percent; memory as ln(MiB) (errors are relative, MAPE is judged).
@@ -58,9 +58,9 @@ QUANTILE = 0.9
 # Test hook: smaller ensembles for fast determinism tests (see ``train_artifact(quick=...)``).
 _OVERRIDES: dict[str, Any] = {}
 GBR_PARAMS: dict[str, Any] = {
-    "n_estimators": 300,
+    "n_estimators": 150,
     "max_depth": 4,
-    "learning_rate": 0.05,
+    "learning_rate": 0.1,
     "subsample": 0.8,
     "min_samples_leaf": 5,
 }

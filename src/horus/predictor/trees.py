@@ -55,37 +55,63 @@ class TreeEnsemble:
         depth = max(int(t.max_depth) for t in trees)
         return cls(init, float(est.learning_rate), feature, threshold, left, right, value, depth)
 
-    def predict(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
-        """Predictions for rows ``x`` of shape (n, features), all trees at once."""
+    def predict(self, x: np.ndarray, chunk: int = 2048) -> np.ndarray:
+        """Predictions for rows ``x`` of shape (n, features), all trees at once.
+
+        Trees are laid out as complete binary trees of the ensemble's depth (children of node
+        ``i`` at ``2i+1``/``2i+2``; a leaf above the bottom level becomes a chain of
+        always-left nodes), so each level is three gathers and one comparison.
+        """
         x = np.asarray(x, dtype=np.float64)
         if x.shape[0] > chunk:
             return np.concatenate(
                 [self.predict(x[i : i + chunk], chunk) for i in range(0, x.shape[0], chunk)]
             )
-        flat = self._flat()
-        node = np.broadcast_to(flat[5], (x.shape[0], flat[5].shape[0]))
+        feat, thr, leaf, node_off, leaf_off = self._complete()
+        n, n_features = x.shape
+        x_flat = x.ravel()
+        row_off = (np.arange(n, dtype=np.int32) * np.int32(n_features))[:, None]
+        idx = np.zeros((n, node_off.shape[0]), dtype=np.int32)
         for _ in range(self.depth):
-            feat = flat[0].take(node)
-            xv = np.take_along_axis(x, feat, axis=1)
-            node = np.where(xv <= flat[1].take(node), flat[2].take(node), flat[3].take(node))
-        result: np.ndarray = self.init + self.scale * flat[4].take(node).sum(axis=1)
+            g = idx + node_off
+            xv = x_flat.take(feat.take(g) + row_off)
+            idx = (idx << 1) + 1 + (xv > thr.take(g))
+        n_internal = 2**self.depth - 1
+        result: np.ndarray = self.init + self.scale * leaf.take(idx - n_internal + leaf_off).sum(
+            axis=1
+        )
         return result
 
-    def _flat(self) -> tuple[np.ndarray, ...]:
-        """Flattened arrays with global node indices (cached on first use)."""
-        cached = self.__dict__.get("_flat_cache")
-        if cached is None:
-            n_trees, n_nodes = self.feature.shape
-            offsets = (np.arange(n_trees, dtype=np.int64) * n_nodes)[:, None]
-            cached = (
-                np.maximum(self.feature, 0).astype(np.int64).ravel(),
-                self.threshold.ravel(),
-                (self.left + offsets).ravel(),
-                (self.right + offsets).ravel(),
-                self.value.ravel(),
-                offsets.ravel(),
-            )
-            object.__setattr__(self, "_flat_cache", cached)
+    def _complete(self) -> tuple[np.ndarray, ...]:
+        """Complete-tree arrays (cached on first use)."""
+        cached = self.__dict__.get("_complete_cache")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        d = self.depth
+        n_trees = self.feature.shape[0]
+        n_int, n_leaf = 2**d - 1, 2**d
+        feat = np.zeros((n_trees, max(n_int, 1)), dtype=np.int64)
+        thr = np.full((n_trees, max(n_int, 1)), np.inf)
+        leaf = np.zeros((n_trees, n_leaf))
+        for t in range(n_trees):
+            stack = [(0, 0, 0)]  # (source node, complete index, level)
+            while stack:
+                src, dst, level = stack.pop()
+                if level == d:
+                    leaf[t, dst - n_int] = self.value[t, src]
+                    continue
+                if self.feature[t, src] < 0:  # a leaf above the bottom: always go left
+                    stack.append((src, 2 * dst + 1, level + 1))
+                    stack.append((src, 2 * dst + 2, level + 1))
+                    continue
+                feat[t, dst] = self.feature[t, src]
+                thr[t, dst] = self.threshold[t, src]
+                stack.append((int(self.left[t, src]), 2 * dst + 1, level + 1))
+                stack.append((int(self.right[t, src]), 2 * dst + 2, level + 1))
+        node_off = np.arange(n_trees, dtype=np.int32) * np.int32(max(n_int, 1))
+        leaf_off = np.arange(n_trees, dtype=np.int32) * np.int32(n_leaf)
+        cached = (feat.astype(np.int32).ravel(), thr.ravel(), leaf.ravel(), node_off, leaf_off)
+        object.__setattr__(self, "_complete_cache", cached)
         return cached
 
     def to_json(self) -> dict[str, Any]:

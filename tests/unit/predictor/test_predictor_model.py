@@ -141,3 +141,13 @@ def test_extra_rows_hook(tmp_path: Path) -> None:
     bad.write_text("gpu,util\nA100,50\n")
     with pytest.raises(ValidationError, match="missing columns"):
         train_artifact(data_dir=d, n_estimators=15, extra_rows=bad)
+
+
+def test_shipped_artifact_matches_feature_code() -> None:
+    """Feature code changed without retraining? Run 'horus predictor train'."""
+    from horus.predictor.dataset import FULL
+    from horus.predictor.model import PAIR_FEATURES
+
+    p = load_default_predictor()
+    assert list(p.util.inputs) == FULL == list(p.memory.inputs)
+    assert list(p.pair.inputs) == PAIR_FEATURES
