@@ -53,7 +53,7 @@ from horus.api.assignment import (
     encode_assignment,
     encode_predicted,
 )
-from horus.api.dljob import parse_profile_document
+from horus.api.dljob import InlineProfile, parse_profile_document
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
@@ -65,7 +65,7 @@ from horus.operator.livestate import (
     graph_profile,
     pod_job_name,
 )
-from horus.predictor.interface import Predictor
+from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import (
     POLICY_NAMES,
     ClusterState,
@@ -300,6 +300,31 @@ def parse_binding_args(body: object) -> BindingArgs:
 
 # --- what a pod asks for -----------------------------------------------------------------------
 
+# Parsing a profile document (YAML) costs ~25 ms; every filter sees every resident pod's
+# profile again, so parsed profiles are kept by their exact annotation text (bounded).
+_PROFILE_CACHE_SIZE = 4096
+_profile_cache: dict[str, InlineProfile | ValidationError] = {}
+_profile_lock = threading.Lock()
+
+
+def cached_profile(text: str) -> InlineProfile:
+    """:func:`parse_profile_document` of an annotation value, memoised by its text."""
+    with _profile_lock:
+        hit = _profile_cache.get(text)
+    if hit is None:
+        try:
+            hit = parse_profile_document(text, f"annotation {c.ANNOTATION_GRAPH_PROFILE}")
+        except ValidationError as exc:
+            hit = exc
+        with _profile_lock:
+            if len(_profile_cache) >= _PROFILE_CACHE_SIZE:
+                _profile_cache.clear()
+            _profile_cache[text] = hit
+    if isinstance(hit, ValidationError):
+        raise ValidationError(str(hit))
+    return hit
+
+
 _QUANTITY = re.compile(
     r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
 )
@@ -418,7 +443,7 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
             ),
         )
     try:
-        profile = parse_profile_document(text, f"annotation {c.ANNOTATION_GRAPH_PROFILE}")
+        profile = cached_profile(text)
         request = JobRequest(
             name=pod_job_name(ns, name),
             profile=graph_profile(profile),
@@ -623,7 +648,7 @@ class Extender:
     def _live(self, exclude: str) -> tuple[LiveState, dict[str, int]]:
         """The live state without ``exclude``'s own share, and each node's MiB per memory unit."""
         objs = self.source.list_objects()
-        live = build_live_state(objs.nodes, objs.pods, objs.dljobs, self.predictor)
+        live = self._build(objs)
         if exclude in live.residents:  # the pod's own earlier assignment (a retried bind)
             live.state.release(exclude)
             del live.residents[exclude]
@@ -636,6 +661,25 @@ class Extender:
             except ValidationError as exc:
                 live.excluded_nodes.setdefault(name, str(exc))
         return live, units
+
+    def _build(self, objs: LiveObjects) -> LiveState:
+        """:func:`build_live_state`, with the pods' profiles parsed through the cache."""
+        profiles: dict[str, GraphProfile] = {}
+        for pod in objs.pods:
+            meta = pod.get("metadata") or {}
+            ann = meta.get("annotations") or {}
+            text = ann.get(c.ANNOTATION_GRAPH_PROFILE)
+            if not text or c.ANNOTATION_GPU_ASSIGNMENT not in ann:
+                continue
+            try:
+                profile = graph_profile(cached_profile(text))
+            except ValidationError:
+                continue
+            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+            profiles[pod_job_name(ns, name)] = profile
+        return build_live_state(
+            objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles=profiles
+        )
 
     @staticmethod
     def _in_mib(job: JobRequest, unit_mib: int) -> JobRequest:
@@ -846,8 +890,7 @@ class Extender:
         # Written. Another placer (the operator, a second extender) may have chosen the same
         # GPU at the same moment: re-read and make sure our share is the one counted.
         if self.verify_binds:
-            again = self.source.list_objects()
-            check = build_live_state(again.nodes, again.pods, again.dljobs, self.predictor)
+            check = self._build(self.source.list_objects())
             if job.name not in check.residents:
                 self._rollback(ns, name)
                 raise ValidationError(

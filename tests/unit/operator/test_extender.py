@@ -414,3 +414,13 @@ def test_gpu_memory_is_counted_in_the_nodes_units() -> None:
     assert ext.bind(BindingArgs("p", "default", "uid-p", "chunky")) == {"Error": ""}
     ann = source.pods[("default", "p")]["metadata"]["annotations"]
     assert decode_assignment(ann[c.ANNOTATION_GPU_ASSIGNMENT]).memory_mib == 80 * 128
+
+
+def test_profiles_are_parsed_once_per_text() -> None:
+    from horus.operator.extender import cached_profile
+
+    text = plain_pod("x")["metadata"]["annotations"][c.ANNOTATION_GRAPH_PROFILE]
+    assert cached_profile(text) is cached_profile(text)
+    for _ in range(2):  # a bad document fails every time, with its reason
+        with pytest.raises(ValidationError, match="features"):
+            cached_profile("model: m\nbatchSize: 1\n")
