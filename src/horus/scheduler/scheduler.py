@@ -74,6 +74,7 @@ class Scheduler:
         self._queue_model: str | None = None
         #: (job, id(state), GPUs) reserved for a starving job; see :meth:`_reserve`.
         self._reservation: tuple[str, int, list[int]] | None = None
+        self._last_state: ClusterState | None = None  # to find profiles of residents
         self._needs_cache: dict[
             tuple[object, ...], tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]
         ] = {}
@@ -105,6 +106,11 @@ class Scheduler:
                 if self.predictor is None:
                     raise ValidationError("policy needs pair speeds but there is no predictor")
                 a, b = self._profiles.get(kind), self._profiles.get(other)
+                if (a is None or b is None) and self._last_state is not None:
+                    # jobs recorded with ClusterState.add_job never passed through here
+                    for placed in self._last_state.jobs.values():
+                        self.remember(placed.request)
+                    a, b = self._profiles.get(kind), self._profiles.get(other)
                 if a is None or b is None:
                     raise ValidationError(f"no profile known for job kind {kind!r} or {other!r}")
                 hit = self.predictor.pair_speed(a.profile, b.profile, gpu_model)
@@ -226,6 +232,7 @@ class Scheduler:
         """Try ``job`` on every GPU (``exclude``: GPUs it may not use, e.g. a reservation)."""
         st, pol, cfg = state, self.policy, self.settings
         self.remember(job)
+        self._last_state = st
         preds, mem_need, core_need, util_need = self._needs(st, job)
         max_jobs = pol.max_jobs_per_gpu(cfg)
 

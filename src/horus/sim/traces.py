@@ -16,7 +16,8 @@ A trace job carries its arrival, its solo duration, its GPU count and the measur
 * **synthetic**: Poisson arrivals, log-normal durations, a GPU-count mix; kinds uniform.
 
 ``arrival_scale`` (< 1 compresses time) raises the load of a trace on a bigger cluster than it
-was recorded on; the benchmark states the factor it uses. Every malformed row is an error
+was recorded on; the benchmark picks it with :func:`scale_for_load` (windowed load, see
+:func:`windowed_load`) and states the factor it uses. Every malformed row is an error
 naming the file and line.
 """
 
@@ -203,3 +204,47 @@ def offered_load(jobs: Sequence[TraceJob], gpus: int) -> float:
     span = max(j.submit_time for j in jobs) - min(j.submit_time for j in jobs)
     work = sum(j.duration * j.num_gpus for j in jobs)
     return work / (gpus * max(span, 1.0))
+
+
+def windowed_load(jobs: Sequence[TraceJob], gpus: int) -> float:
+    """GPU-seconds demanded *inside the arrival window* ÷ (GPUs × window).
+
+    Like :func:`offered_load`, but a job counts only for the part of its run that falls
+    before the last arrival (as if it started on arrival). On a heavy-tailed trace a few
+    months-long jobs dominate the offered load without making anything wait; this measure
+    does not count their tail, so it says how contended the cluster is while jobs arrive.
+    """
+    if not jobs:
+        return 0.0
+    first = min(j.submit_time for j in jobs)
+    last = max(j.submit_time for j in jobs)
+    span = max(last - first, 1.0)
+    work = sum(min(j.duration, last - j.submit_time) * j.num_gpus for j in jobs)
+    return work / (gpus * span)
+
+
+def scale_for_load(
+    jobs: Sequence[TraceJob], gpus: int, target: float, min_scale: float = 1e-4
+) -> float:
+    """The arrival scale at which :func:`windowed_load` reaches ``target`` (bisection).
+
+    Compressing arrivals raises the windowed load only up to a limit (all jobs arriving at
+    once); when ``target`` lies beyond it, ``min_scale`` is returned and the caller reports
+    the load actually reached.
+    """
+    if target <= 0:
+        raise ValidationError(f"target load must be > 0, got {target}")
+
+    def load(f: float) -> float:
+        return windowed_load(scale_arrivals(jobs, f), gpus)
+
+    lo, hi = math.log(min_scale), math.log(1e4)
+    if load(math.exp(lo)) < target:
+        return min_scale
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if load(math.exp(mid)) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(lo)

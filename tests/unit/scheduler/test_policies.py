@@ -6,7 +6,14 @@ import pytest
 from sched_helpers import TablePredictor, cluster, job
 
 from horus.common.errors import ConfigError
-from horus.scheduler import POLICY_NAMES, Placement, Refusal, Scheduler, SchedulerSettings
+from horus.scheduler import (
+    POLICY_NAMES,
+    GpuShare,
+    Placement,
+    Refusal,
+    Scheduler,
+    SchedulerSettings,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -184,3 +191,77 @@ def test_assignment_json_and_add_job_roundtrip() -> None:
     rebuilt = cluster(1, 2)
     rebuilt.add_job(j, p.shares, p.prediction)
     assert rebuilt.view(0).jobs == state.view(0).jobs
+
+
+def test_light_job_shares_rather_than_waits_when_all_gpus_are_busy() -> None:
+    # Sharing gains only 0.25 in summed speed (0.55 + 0.7 − 1), but the alternative on a busy
+    # cluster is waiting at speed 0: the default rule takes the share.
+    state = cluster(1, 1)
+    sched = Scheduler("horus", PRED)
+    sched.place(state, job("h", "hot"))
+    p = sched.place(state, job("l", "light"))
+    assert isinstance(p, Placement)
+    assert p.predicted_gain == pytest.approx(0.25)
+    # ... but a share that would push a job below min_speed is still refused.
+    strict = Scheduler("horus", PRED, SchedulerSettings(min_speed=0.6))
+    state2 = cluster(1, 1)
+    strict.place(state2, job("h", "hot"))
+    r = strict.place(state2, job("l", "light"))
+    assert isinstance(r, Refusal) and r.code == "interference"
+
+
+def test_horus_still_prefers_an_idle_gpu_to_a_share() -> None:
+    state = cluster(1, 2)
+    sched = Scheduler("horus", PRED)
+    sched.place(state, job("c", "cool"))
+    assert gpu_of(sched.place(state, job("l", "light"))) == "node-0/gpu-1"
+
+
+@pytest.mark.parametrize("policy", ["exclusive", "horus"])
+def test_backfill_never_delays_the_reserved_job(policy: str) -> None:
+    state = cluster(2, 4)
+    sched = Scheduler(policy, PRED, SchedulerSettings(starvation_seconds=100))
+    # Heavy jobs (15 GB each): two never share a GPU, under any policy. Fill all 8 GPUs in
+    # order, then free node-0/gpu-2, node-0/gpu-3 and node-1/gpu-3.
+    for i in range(8):
+        assert gpu_of(sched.place(state, job(f"r{i}", "heavy"))) == f"node-{i // 4}/gpu-{i % 4}"
+    for name in ("r2", "r3", "r7"):
+        state.release(name)
+    big = job("big", "heavy", 0.0, gpus_per_replica=4)
+    res = sched.schedule(state, [big, job("s1", "heavy", 1.0)], now=500.0)
+    # big has starved: node-0 (2 jobs to wait for, not 3) is reserved; the free GPU on node-1
+    # is still backfilled, the free GPUs on node-0 are not.
+    assert [p.job for p in res.placed] == ["s1"]
+    assert gpu_of(res.placed[0]) == "node-1/gpu-3"
+    res = sched.schedule(state, [big, job("s2", "heavy", 2.0)], now=600.0)
+    assert res.placed == ()
+    reason = str(res.reason_for("s2"))
+    assert "held back" in reason and "big" in reason
+    # When the reserved node's jobs leave, big starts there at once, ahead of s2.
+    state.release("r0")
+    state.release("r1")
+    res = sched.schedule(state, [big, job("s2", "heavy", 2.0)], now=700.0)
+    assert [p.job for p in res.placed] == ["big"]
+    assert sorted(state.gpus_of("big")) == [0, 1, 2, 3]
+
+
+def test_reservation_protects_gang_partners_of_reserved_gpus() -> None:
+    state = cluster(2, 2)
+    sched = Scheduler("horus", PRED, SchedulerSettings(starvation_seconds=100))
+
+    def put(name: str, model: str, gpus: list[tuple[str, int]], mem: int) -> None:
+        j = job(name, model, replicas=len(gpus))
+        shares = [GpuShare(n, i, state.gpu_uuid[state.gpu_id(n, i)], 10, mem) for n, i in gpus]
+        state.add_job(j, shares, PRED.predict(j.profile, "RTX3090"))
+
+    put("gang", "cool", [("node-0", 0), ("node-1", 0)], 3000)  # one job on both nodes
+    put("x", "heavy", [("node-0", 1)], 16000)
+    put("y", "heavy", [("node-1", 1)], 24000)  # full
+    big = job("big", "heavy", 0.0, gpus_per_replica=2)
+    res = sched.schedule(state, [big, job("light", "light", 1.0)], now=500.0)
+    # node-0 is reserved for big; "light" would fit next to the gang on node-1/gpu-0, but that
+    # would slow the gang, which big waits for on node-0/gpu-0: it is held back.
+    assert res.placed == ()
+    assert "held back" in str(res.reason_for("light"))
+    res = sched.schedule(state, [job("light2", "light", 1.0)], now=500.0)
+    assert [p.job for p in res.placed] == ["light2"]  # without the starving job it would fit

@@ -101,3 +101,17 @@ def test_synthetic_is_seeded(truth: GroundTruth) -> None:
     assert a == b
     with pytest.raises(ValidationError, match="arrival rate"):
         SyntheticSpec(arrival_rate=0)
+
+
+def test_windowed_load_ignores_the_tail_of_long_jobs() -> None:
+    from horus.sim.traces import TraceJob, offered_load, scale_for_load, windowed_load
+
+    jobs = [TraceJob(f"j{i}", float(i * 10), 10.0, 1, "k") for i in range(100)]
+    jobs.append(TraceJob("long", 0.0, 1e7, 1, "k"))
+    assert offered_load(jobs, 1) > 1000  # dominated by the one long job
+    assert windowed_load(jobs, 1) == pytest.approx((99 * 10 + 990) / 990, rel=0.02)
+    f = scale_for_load(jobs, 1, 3.0)
+    from horus.sim.traces import scale_arrivals
+
+    assert windowed_load(scale_arrivals(jobs, f), 1) == pytest.approx(3.0, rel=0.01)
+    assert scale_for_load(jobs[:3], 10, 100.0) == 1e-4  # unreachable: the most compression
