@@ -20,6 +20,7 @@ import os
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,9 +150,12 @@ class Controller:
     async def _lease_loop(self) -> None:
         assert self.elector is not None and self.nudge is not None
         was = False
+        # Its own thread: a renewal must never queue behind a long reconcile pass.
+        lease_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="horus-lease")
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                now = await asyncio.to_thread(self.elector.tick)
+                now = await loop.run_in_executor(lease_thread, self.elector.tick)
             except Exception:
                 log.exception("lease round failed")
                 now = self.elector.is_leader()
@@ -183,7 +187,7 @@ class Controller:
             if report.placed or report.pods_created or report.status_writes or report.conflicts:
                 log.info(
                     "pass %d: placed %d, refused %d, pods created %d bound %d deleted %d, "
-                    "status writes %d, conflicts %d (%.2fs)",
+                    "status writes %d, conflicts %d (%.2fs: %s)",
                     self.passes,
                     report.placed,
                     report.refused,
@@ -193,6 +197,7 @@ class Controller:
                     report.status_writes,
                     report.conflicts,
                     report.seconds,
+                    ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()),
                 )
             for problem in report.problems[:5]:
                 log.warning("%s", problem)
@@ -243,6 +248,36 @@ def _job_fingerprint(body: Any) -> tuple[Any, ...]:
     )
 
 
+def connection_info() -> Any:
+    """kopf credentials from the already loaded client configuration.
+
+    kopf's own ``login_via_client`` reloads the configuration from the default places, which
+    ignores ``--kubeconfig``; this reads what :func:`load_kube_config` loaded instead.
+    """
+    import kopf
+    from kubernetes import client
+
+    cfg = client.Configuration.get_default_copy()
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (
+        (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    )
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
 def build_registry(ctl: Controller) -> Any:
     """A kopf registry whose handlers only nudge ``ctl``'s reconcile loop."""
     import kopf
@@ -266,8 +301,8 @@ def build_registry(ctl: Controller) -> Any:
         await ctl.stop()
 
     @kopf.on.login(registry=registry)
-    def _login(**kwargs: Any) -> Any:
-        return kopf.login_via_client(**kwargs)
+    def _login(**_: Any) -> Any:
+        return connection_info()
 
     @kopf.on.event(c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL, registry=registry)
     def _dljob(type: str | None, body: Any, **_: Any) -> None:

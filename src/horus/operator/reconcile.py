@@ -142,6 +142,7 @@ class PassReport:
     status_writes: int = 0
     conflicts: int = 0
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -171,11 +172,16 @@ class Reconciler:
         self.identity = identity
         self.scheduler = Scheduler(policy, predictor, pair_speed=self._pair_speed)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")
+        # Events are best effort and off the critical path (status → pod → binding).
+        self.event_pool = ThreadPoolExecutor(
+            max_workers=max(2, workers // 4), thread_name_prefix="horus-events"
+        )
         self._kind_profiles: dict[str, GraphProfile] = {}
         self._uid_profiles: dict[str, GraphProfile] = {}
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.event_pool.shutdown(wait=False, cancel_futures=True)
 
     # --- pair speeds (known profiles from the predictor, a fixed guess for unknown ones) ----
     def _pair_speed(self, kind: str, other: str, gpu_model: str) -> float:
@@ -224,19 +230,26 @@ class Reconciler:
 
     def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
         """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
+        self.event_pool.submit(
+            self._post_event, ctx.name, ctx.namespace, ctx.uid, reason, message, warning
+        )
+
+    def _post_event(
+        self, name: str, namespace: str, uid: str, reason: str, message: str, warning: bool
+    ) -> None:
         from kubernetes.client.exceptions import ApiException
 
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{ctx.name}.", "namespace": ctx.namespace},
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": c.API_GROUP_VERSION,
                 "kind": c.DLJOB_KIND,
-                "name": ctx.name,
-                "namespace": ctx.namespace,
-                "uid": ctx.uid,
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
             },
             "reason": reason,
             "message": message[:_MAX_MESSAGE],
@@ -249,9 +262,11 @@ class Reconciler:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(ctx.namespace, body, _preload_content=False)
+            self.core.create_namespaced_event(namespace, body, _preload_content=False)
         except ApiException as exc:
-            log.warning("could not post event %s on DLJob %s: %s", reason, ctx.key, exc.reason)
+            log.warning(
+                "could not post event %s on DLJob %s: %s", reason, f"{namespace}/{name}", exc.reason
+            )
 
     # --- the pass -------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -264,6 +279,7 @@ class Reconciler:
             self.custom.list_cluster_custom_object, c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL
         )
         nodes = self._list(self.core.list_node)
+        report.timings["list"] = time.monotonic() - t0
         ctxs = self._contexts(dljobs, pods)
         placed_before = [
             x
@@ -280,10 +296,17 @@ class Reconciler:
             self._remember(resident.request)
         state = live.state
         max_gpu_mib = _max_gpu_memory(nodes)
-        # New jobs: validate, predict once, enqueue.
-        for ctx in sorted(ctxs.values(), key=lambda x: str(x.meta.get("creationTimestamp"))):
-            if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements"):
-                self._admit(ctx, state, max_gpu_mib, report)
+        report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
+        # New jobs: validate, predict once, enqueue (in parallel: each is its own write).
+        t_admit = time.monotonic()
+        admitted = [
+            self.pool.submit(self._guarded, self._admit, ctx, state, max_gpu_mib, report)
+            for ctx in ctxs.values()
+            if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements")
+        ]
+        for f in admitted:
+            f.result()
+        report.timings["admit"] = time.monotonic() - t_admit
         # Place the queue.
         queued = [
             ctx
@@ -294,17 +317,29 @@ class Reconciler:
             and not ctx.meta.get("deletionTimestamp")
         ]
         requests: dict[str, JobRequest] = {}
-        for ctx in queued:
-            req = self._request(ctx)
-            if req is not None:
-                requests[req.name] = req
-                self._remember(req)
         futures: list[Future[None]] = []
         by_reason: Tally[str] = Tally()
+        for ctx in queued:
+            req = self._request(ctx)
+            if req is None:
+                continue
+            self._remember(req)
+            # A job that can never fit this cluster must not block the queue behind it.
+            never = self.scheduler.check_possible(state, req) if state.gpu_count else None
+            if never is not None:
+                reason = st.refusal_reason("impossible")
+                by_reason[reason] += 1
+                futures.append(
+                    self.pool.submit(self._guarded, self._refused, ctx, reason, never, report)
+                )
+                report.refused += 1
+                continue
+            requests[req.name] = req
         if requests and state.gpu_count and self.is_leader():
             t1 = time.perf_counter()
             result = self.scheduler.schedule(state, list(requests.values()), now=time.time())
             self.metrics.latency.observe(time.perf_counter() - t1)
+            report.timings["schedule"] = time.perf_counter() - t1
             for placement in result.placed:
                 ctx = ctxs[placement.job]
                 self.metrics.decisions.labels(outcome="placed").inc()
@@ -315,7 +350,9 @@ class Reconciler:
                 reason = st.refusal_reason(refusal.code)
                 by_reason[reason] += 1
                 message = _stable_refusal(refusal.reason, refusal.code)
-                futures.append(self.pool.submit(self._refused, ctx, reason, message, report))
+                futures.append(
+                    self.pool.submit(self._guarded, self._refused, ctx, reason, message, report)
+                )
                 report.refused += 1
         elif requests:
             reason = "NoGPUNodes"
@@ -334,8 +371,10 @@ class Reconciler:
         # Placed jobs: finish their pods from the record, keep status in step with the pods.
         for ctx in placed_before:
             futures.append(self.pool.submit(self._follow_guarded, ctx, report))
+        t_commit = time.monotonic()
         for f in futures:
             f.result()
+        report.timings["commit"] = time.monotonic() - t_commit
         self.metrics.set_queue(by_reason)
         self.metrics.set_phases(Tally(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values()))
         self.metrics.set_gpus(state.views())
@@ -633,6 +672,15 @@ class Reconciler:
             self.event(ctx, reason, message, warning=True)
 
     # --- committing a placement ---------------------------------------------------------------
+    def _guarded(self, fn: Callable[..., None], ctx: JobCtx, *args: Any) -> None:
+        """Run one job's step; an API error for one job must not stop the others."""
+        try:
+            fn(ctx, *args)
+        except Conflict as exc:
+            log.debug("%s", exc)
+        except Exception:
+            log.exception("DLJob %s: %s failed; retrying next pass", ctx.key, fn.__name__)
+
     def _commit_guarded(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
         try:
             self._commit(ctx, placement, report)

@@ -1,0 +1,74 @@
+"""200 DLJobs over 50 kwok nodes × 8 GPUs: every job Running, nothing over-committed, statuses
+in step with pods, and jobs that cannot run now say why."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from conftest import Kube, check_invariants, dljob_body
+from horus.common import constants as c
+
+
+def workload(n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """A mix: auto-sized and explicit shares, 1–3 replicas, three model kinds."""
+    rng = random.Random(seed)
+    bodies = []
+    for i in range(n):
+        profile = rng.choice(["resnet50-bs64", "mobilenetv2-cifar-bs128", "lstm-lm-bs20"])
+        replicas = rng.choice([1, 1, 1, 2, 3])
+        if rng.random() < 0.4:
+            bodies.append(
+                dljob_body(
+                    f"job-{i:03d}",
+                    replicas,
+                    core=rng.choice([10, 25, 40, 50]),
+                    memory=rng.choice([2048, 8192, 16384]),
+                    profile=profile,
+                )
+            )
+        else:
+            bodies.append(dljob_body(f"job-{i:03d}", replicas, profile=profile))
+    return bodies
+
+
+def test_200_dljobs_reach_running(gpu_nodes: list[str], kube: Kube, operator_factory: Any) -> None:
+    operator_factory()
+    bodies = workload(200)
+    # Two that cannot run now: no node has 16 GPUs; a gang larger than the cluster.
+    bodies.append(dljob_body("too-wide", 1, core=50, memory=1024, gpus_per_replica=16))
+    bodies.append(dljob_body("too-many", 1000, core=100, memory=1024))
+    kube.create_jobs(bodies)
+    took = kube.wait(
+        "200 DLJobs Running",
+        lambda: sum(p == c.DLJOB_PHASE_RUNNING for p in kube.phases().values()) >= 200,
+        timeout=150,
+        every=1.0,
+    )
+    print(f"200 DLJobs Running after {took:.1f}s")
+    summary = check_invariants(kube)
+    assert summary["placed"] == 200
+    jobs = {j["metadata"]["name"]: j for j in kube.jobs()}
+    for name in ("too-wide", "too-many"):
+        status = jobs[name].get("status") or {}
+        assert status.get("phase") == c.DLJOB_PHASE_QUEUED, (name, status)
+        cond = next(cd for cd in status["conditions"] if cd["type"] == "Scheduled")
+        assert cond["status"] == "False" and cond["reason"] and cond["message"], cond
+    assert "16 GPUs on one node" in jobs["too-wide"]["status"]["message"]
+    assert "1000 GPUs" in jobs["too-many"]["status"]["message"]
+    for j in jobs.values():
+        if j["metadata"]["name"].startswith("job-"):
+            st = j["status"]
+            assert st["predicted"]["modelVersion"], j["metadata"]["name"]
+            running = next(cd for cd in st["conditions"] if cd["type"] == "Running")
+            assert running["status"] == "True"
+    # one Event per decision: Queued, Scheduled, Running — and the refusal once, not per pass
+    events = kube.events()
+    reasons: dict[tuple[str, str], int] = {}
+    for e in events:
+        key = (e["involvedObject"]["name"], e["reason"])
+        reasons[key] = reasons.get(key, 0) + 1
+    assert reasons.get(("job-000", "Scheduled")) == 1
+    assert reasons.get(("job-000", "Running")) == 1
+    refusals = [n for (job, _), n in reasons.items() if job == "too-wide"]
+    assert refusals and max(refusals) == 1, reasons
