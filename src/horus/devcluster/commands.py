@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,88 @@ def register(sub: Any) -> None:
     add.add_argument("--prefix", default="gpu-node", help="node name prefix")
     add.add_argument("--wait", type=float, default=120.0, help="seconds to wait for Ready")
     add.set_defaults(handler=_add_nodes)
+    _register_demo(dev_sub)
+
+
+def _register_demo(dev_sub: Any) -> None:
+    demo = dev_sub.add_parser(
+        "demo",
+        help="the one-command demo (make demo): cluster, helm, operator, agent, Prometheus",
+        description=(
+            "Brings up the local control plane with kwok GPU nodes, installs Horus with helm, "
+            "runs the operator and the simulated-GPU agent as local processes, a real "
+            "Prometheus, submits examples/, shows a live placement table and writes a PNG "
+            "report. State in --dir (env HORUS_DEMO_DIR, default ~/.local/state/horus/demo)."
+        ),
+    )
+    demo.add_argument("--dir", type=Path, default=None, help="demo folder")
+    dsub = demo.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
+    up = dsub.add_parser("up", help="run the demo; leaves it up for exploring")
+    up.add_argument(
+        "--quick",
+        action="store_true",
+        default=os.environ.get("DEMO_QUICK", "") not in ("", "0"),
+        help="the test suite's smaller, faster variant (env DEMO_QUICK=1)",
+    )
+    up.add_argument("--nodes", type=int, default=_env_int("DEMO_NODES"), help="kwok nodes")
+    up.add_argument("--gpus-per-node", type=int, default=_env_int("DEMO_GPUS_PER_NODE"))
+    up.add_argument("--watch-seconds", type=float, default=None, help="longest live-table time")
+    up.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=_env_int("HORUS_DEMO_PROMETHEUS_PORT"),
+        help="fixed Prometheus port (default: a free one)",
+    )
+    up.set_defaults(handler=_demo_up)
+    down = dsub.add_parser("down", help="stop everything 'up' started (keeps the report)")
+    down.set_defaults(handler=_demo_down)
+    status = dsub.add_parser("status", help="what the demo runs")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_demo_status)
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else None
+
+
+def _demo(args: argparse.Namespace, **overrides: Any) -> Any:
+    from horus.devcluster.demo import Demo, DemoOptions
+
+    return Demo(DemoOptions.make(args.dir, getattr(args, "quick", False), **overrides))
+
+
+def _demo_up(args: argparse.Namespace) -> int:
+    _demo(
+        args,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        watch_seconds=args.watch_seconds,
+        prometheus_port=args.prometheus_port,
+    ).up()
+    return 0
+
+
+def _demo_down(args: argparse.Namespace) -> int:
+    _demo(args).down()
+    return 0
+
+
+def _demo_status(args: argparse.Namespace) -> int:
+    info = _demo(args).status()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    if not info["up"]:
+        print(f"no demo in {info['directory']}")
+        return 1
+    print(f"demo in {info['directory']}: Prometheus {info['prometheus']}")
+    print(f"KUBECONFIG={info['kubeconfig']}")
+    for name, proc in info["processes"].items():
+        print(f"  {name:<12} pid {proc['pid']:<8} {'running' if proc['running'] else 'STOPPED'}")
+    cluster = info["cluster"]
+    print(f"  cluster ready={cluster.get('ready')}")
+    return 0
 
 
 def _cluster(args: argparse.Namespace) -> Any:

@@ -1,0 +1,827 @@
+"""The one-command demo (``make demo`` → ``horus dev demo up``): Horus as a cluster admin meets
+it, on the local control plane, with nothing faked but the GPUs.
+
+Why it is built this way:
+
+* **helm installs Horus**, exactly as on a real cluster, but with the operator Deployment and
+  the node DaemonSet switched off: kwok nodes run no containers, so those pods could never
+  start. The chart still provides everything else — the DLJob CRD, the ServiceAccounts and
+  their RBAC, the ``horus-config`` ConfigMap and the assignment-key Secret.
+* **The operator and the agent run as local processes** that read the chart's ConfigMap as
+  their ``--config`` and authenticate with ``kubectl create token`` of the chart's
+  ServiceAccounts — so the demo proves the chart's configuration loads and its least-privilege
+  RBAC is enough for real work (a missing rule shows up as a 403 in their logs). The agent
+  may not read Secrets, so the demo reads the assignment key as admin and hands it a file, as
+  the DaemonSet's volume would.
+* **A real Prometheus** (Debian's ``/usr/bin/prometheus``) scrapes both, so every Grafana
+  panel in ``dashboards/`` can be evaluated against the demo (``tests/e2e/test_demo.py``).
+* **The workload** is ``examples/*.yaml`` plus a few generated jobs from the profile zoo
+  (``examples/profiles``) so that GPUs must be shared, and one job whose simulated memory use
+  (annotation ``horus.io/simulated-memory-mib``, demo/test only) exceeds its share, so the
+  agent's watchdog evicts it and the Enforcement dashboard has something to show.
+* **Every process and the cluster folder are recorded in one state directory**
+  (``state.json``), so ``down`` stops exactly what ``up`` started (checking each PID still runs
+  the command that was started, never a recycled one) and nothing is left running.
+
+Processes are started as subprocesses (``python -m horus …``) rather than imported: the
+import-linter layers keep ``horus.devcluster`` independent of the operator and agent packages.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from horus.api.assignment import decode_assignment
+from horus.common import constants as c
+from horus.common.errors import ClusterError, HorusError
+from horus.devcluster.cluster import LocalCluster, write_kubeconfig
+from horus.devcluster.nodes import NodeSpec, add_nodes
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "examples"
+CHART = ROOT / "charts" / "horus"
+PROMETHEUS = "/usr/bin/prometheus"
+STATE_FILE = "demo.json"
+REPORT_FILE = "report.png"
+NAMESPACE = c.HORUS_NAMESPACE
+RELEASE = "horus"
+#: The example that can never be placed (it asks for more memory than any GPU has).
+UNPLACEABLE = "does-not-fit"
+#: The demo-only job whose simulated memory use exceeds its share: the watchdog evicts it.
+HOG = "memory-hog"
+#: The demo-only gang that needs every GPU of the cluster whole: it fits an empty cluster, so
+#: it waits in the queue (with the scheduler's reason) behind the jobs already running.
+WAITING = "whole-cluster"
+
+#: Helm values of the demo: no in-cluster workloads (kwok runs no containers); the agent's
+#: watchdog evicts (enforcement mps) but the local agent is told ``--enforcement none``
+#: since there is no MPS daemon on a laptop.
+HELM_VALUES = (
+    "operator.enabled=false",
+    "node.enabled=false",
+    "node.backend=simulated",
+    "enforcement=mps",
+    "watchdogGraceSeconds=5",
+)
+
+
+def default_dir() -> Path:
+    env = os.environ.get("HORUS_DEMO_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".local" / "state" / "horus" / "demo"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """How big the demo is and how long it watches."""
+
+    directory: Path
+    #: The test suite's variant: 2 nodes × 2 GPUs, the examples only, a shorter watch.
+    quick: bool = False
+    nodes: int = 3
+    gpus_per_node: int = 4
+    #: Longest time the live table refreshes before the report is drawn anyway.
+    watch_seconds: float = 150.0
+    #: Metrics history the report needs at least (seconds since Prometheus started).
+    min_history_seconds: float = 45.0
+    #: Fixed Prometheus port (0: a free one).
+    prometheus_port: int = 0
+    #: Seconds between live-table refreshes.
+    refresh_seconds: float = 2.0
+
+    @classmethod
+    def make(cls, directory: Path | None, quick: bool, **overrides: Any) -> DemoOptions:
+        base: dict[str, Any] = {"directory": directory or default_dir(), "quick": quick}
+        if quick:
+            base.update(nodes=2, gpus_per_node=2, watch_seconds=90.0, min_history_seconds=20.0)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass
+class DemoProcess:
+    """One background process of the demo (operator, agent, Prometheus)."""
+
+    name: str
+    pid: int
+    #: A string in its command line that identifies it as ours (the demo folder).
+    marker: str
+    log: str
+
+
+@dataclass
+class DemoState:
+    """What ``up`` started; ``down`` (another process, later) reads it."""
+
+    directory: str
+    cluster_dir: str
+    kubeconfig: str
+    bin_dir: str
+    prometheus_url: str = ""
+    ports: dict[str, int] = field(default_factory=dict)
+    processes: list[DemoProcess] = field(default_factory=list)
+    started_at: float = 0.0
+    report: str = ""
+
+    def save(self) -> None:
+        path = Path(self.directory) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, directory: Path) -> DemoState | None:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            return None
+        raw = json.loads(path.read_text())
+        raw["processes"] = [DemoProcess(**p) for p in raw.get("processes", [])]
+        return cls(**raw)
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def process_running(proc: DemoProcess) -> bool:
+    """True while ``proc.pid`` is alive (not a zombie) and still runs the command we started."""
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except (OSError, IndexError):
+        return False
+    return proc.marker.encode() in cmdline
+
+
+def _stop(proc: DemoProcess, timeout: float = 15.0) -> None:
+    if not process_running(proc):
+        return
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(proc.pid)
+        if not process_running(proc):
+            return
+        time.sleep(0.2)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        _reap(proc.pid)
+        if not process_running(proc):
+            return
+        time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    """Collect our own child's exit status (when ``down`` runs in the process that started it)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _spawn(name: str, argv: Sequence[str], folder: Path, env: dict[str, str]) -> DemoProcess:
+    log = folder / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(folder),
+            start_new_session=True,  # outlives `make demo`; a Ctrl-C there does not reach it
+        )
+    return DemoProcess(name=name, pid=proc.pid, marker=str(folder), log=str(log))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _check_port_free(port: int, what: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ClusterError(
+                f"port 127.0.0.1:{port} for {what} is busy; free it or choose another "
+                "(HORUS_DEMO_PROMETHEUS_PORT, 0 = any free port)"
+            ) from None
+
+
+def _http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return 200 <= int(resp.status) < 300
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, proc: DemoProcess | None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and not process_running(proc):
+            raise ClusterError(
+                f"{what}: {proc.name} exited; see its log {proc.log}:\n{_tail(proc)}"
+            )
+        time.sleep(0.5)
+    where = f"; see {proc.log}:\n{_tail(proc)}" if proc else ""
+    raise ClusterError(f"{what}: not ready after {timeout:.0f}s{where}")
+
+
+def _tail(proc: DemoProcess, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(proc.log).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# --- the demo -------------------------------------------------------------------------------
+
+
+class Demo:
+    """``up`` / ``down`` / ``status`` of one demo folder."""
+
+    def __init__(self, options: DemoOptions, out: TextIO | None = None) -> None:
+        self.options = options
+        self.directory = options.directory
+        self.out = out or sys.stdout
+
+    # -- helpers --
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def step(self, text: str) -> None:
+        self.say(f"==> {text}")
+
+    def kubectl(
+        self, state: DemoState, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self._tool(state, "kubectl", args, input=input, check=check)
+
+    def helm(self, state: DemoState, *args: str) -> subprocess.CompletedProcess[str]:
+        return self._tool(state, "helm", args)
+
+    def _tool(
+        self,
+        state: DemoState,
+        tool: str,
+        args: Sequence[str],
+        input: str | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": state.kubeconfig,
+            "HELM_CACHE_HOME": str(Path(state.directory) / "helm" / "cache"),
+            "HELM_CONFIG_HOME": str(Path(state.directory) / "helm" / "config"),
+            "HELM_DATA_HOME": str(Path(state.directory) / "helm" / "data"),
+        }
+        proc = subprocess.run(
+            [str(Path(state.bin_dir) / tool), *args],
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(f"{tool} {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def state(self) -> DemoState | None:
+        return DemoState.load(self.directory)
+
+    # -- up --
+
+    def up(self) -> DemoState:
+        """Run the whole demo; leaves the cluster and processes running for exploring."""
+        t0 = time.monotonic()
+        self._refuse_if_up()
+        opts = self.options
+        if opts.prometheus_port:
+            _check_port_free(opts.prometheus_port, "Prometheus")
+        if not Path(PROMETHEUS).exists():
+            raise ClusterError(f"{PROMETHEUS} is missing: apt-get install prometheus")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)
+        (self.directory / REPORT_FILE).unlink(missing_ok=True)
+        cluster_dir = self.directory / "cluster"
+
+        self.step("local control plane (etcd, apiserver, controller-manager, scheduler, kwok)")
+        cstate = LocalCluster(cluster_dir).up(timeout=180)
+        state = DemoState(
+            directory=str(self.directory),
+            cluster_dir=str(cluster_dir),
+            kubeconfig=cstate.kubeconfig,
+            bin_dir=cstate.bin_dir,
+            started_at=time.time(),
+        )
+        state.save()
+        try:
+            return self._up(state, cstate.server, t0)
+        except BaseException:
+            self.say(f"demo failed; logs in {self.directory / 'logs'}; stopping what started")
+            self.down(quiet=True, keep_logs=True)
+            raise
+
+    def _refuse_if_up(self) -> None:
+        existing = self.state()
+        if existing is None:
+            if LocalCluster(self.directory / "cluster").state() is not None:
+                LocalCluster(self.directory / "cluster").down()  # a half-started demo's cluster
+            return
+        alive = [p.name for p in existing.processes if process_running(p)]
+        cluster = LocalCluster(Path(existing.cluster_dir)).status()
+        if alive or any(p["running"] for p in cluster.get("processes", {}).values()):
+            raise ClusterError(
+                f"the demo is already up in {self.directory} (Prometheus "
+                f"{existing.prometheus_url or '-'}, KUBECONFIG={existing.kubeconfig}); "
+                "stop it first with 'make demo-down' (horus dev demo down)"
+            )
+        self.down(quiet=True)  # leftovers of a demo whose processes all died
+
+    def _up(self, state: DemoState, server: str, t0: float) -> DemoState:
+        opts = self.options
+        folder = self.directory
+        self.step(f"{opts.nodes} kwok node(s) × {opts.gpus_per_node} simulated H100 (80 GiB)")
+        names = add_nodes(
+            state.kubeconfig,
+            NodeSpec(count=opts.nodes, gpus_per_node=opts.gpus_per_node),
+            wait=120,
+        )
+        self.say(f"    nodes Ready: {', '.join(names)}")
+
+        self.step(f"helm install {RELEASE} charts/horus -n {NAMESPACE} (CRD, RBAC, config, key)")
+        args = ["install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--wait"]
+        for value in HELM_VALUES:
+            args += ["--set", value]
+        self.helm(state, *args)
+        self.kubectl(state, "wait", "--for=condition=Established", "crd/dljobs.horus.io")
+
+        # What the pods would mount: the chart's config, its ServiceAccount tokens, the key.
+        config = folder / "config.yaml"
+        config.write_text(
+            self.kubectl(
+                state,
+                *("get", "configmap", "horus-config", "-n", NAMESPACE),
+                "-o",
+                "jsonpath={.data.config\\.yaml}",
+            ).stdout
+        )
+        ca = Path(state.cluster_dir) / "pki" / "ca.crt"
+        kubeconfigs = {}
+        for role, sa in (("operator", "horus-operator"), ("agent", "horus-node")):
+            token = self.kubectl(
+                state, "create", "token", sa, "-n", NAMESPACE, "--duration=24h"
+            ).stdout.strip()
+            path = folder / f"{role}.kubeconfig"
+            write_kubeconfig(path, server, ca, token, f"system:serviceaccount:{NAMESPACE}:{sa}")
+            kubeconfigs[role] = path
+        key_b64 = self.kubectl(
+            state,
+            *("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE),
+            "-o",
+            f"jsonpath={{.data.{c.ASSIGNMENT_KEY_SECRET_KEY}}}",
+        ).stdout.strip()
+        key_file = folder / "assignment.key"
+        key_file.write_bytes(base64.b64decode(key_b64))
+        key_file.chmod(0o600)
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
+        env.pop("KUBECONFIG", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        py = [sys.executable, "-m", "horus"]
+        op_port, agent_port = free_port(), free_port()
+        prom_port = opts.prometheus_port or free_port()
+        state.ports = {"operator-metrics": op_port, "agent-metrics": agent_port}
+
+        self.step(f"operator (local process, ServiceAccount horus-operator, metrics :{op_port})")
+        op = _spawn(
+            "operator",
+            [
+                *py,
+                *("operator", "run", "--config", str(config)),
+                *("--kubeconfig", str(kubeconfigs["operator"])),
+                *("--metrics-port", str(op_port), "--metrics-host", "127.0.0.1"),
+                *("--resync-period", "5", "--identity", "demo-operator"),
+            ],
+            folder,
+            env,
+        )
+        state.processes.append(op)
+        state.save()
+
+        self.step(
+            f"agent (simulated backend for type=kwok nodes, ServiceAccount horus-node, :{agent_port})"
+        )
+        agent = _spawn(
+            "agent",
+            [
+                *py,
+                *("agent", "run", "--config", str(config)),
+                *("--node-selector", f"{c.KWOK_NODE_TYPE_LABEL}={c.KWOK_NODE_TYPE_VALUE}"),
+                *("--backend", "simulated", "--enforcement", "none", "--watchdog", "evict"),
+                *("--interval-seconds", "2", "--feedback-interval-seconds", "10"),
+                *("--kubeconfig", str(kubeconfigs["agent"])),
+                *("--assignment-key-file", str(key_file)),
+                *("--metrics-address", "127.0.0.1", "--metrics-port", str(agent_port)),
+                *("--training-rows", str(folder / "training-rows.csv")),
+            ],
+            folder,
+            env,
+        )
+        state.processes.append(agent)
+        state.save()
+
+        self.step(f"Prometheus 127.0.0.1:{prom_port} scraping operator and agent every 2 s")
+        prom_cfg = folder / "prometheus.yml"
+        prom_cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "horus-operator",
+                            "static_configs": [{"targets": [f"127.0.0.1:{op_port}"]}],
+                        },
+                        {
+                            "job_name": "horus-agent",
+                            "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}],
+                        },
+                    ],
+                },
+                sort_keys=False,
+            )
+        )
+        prom = _spawn(
+            "prometheus",
+            [
+                PROMETHEUS,
+                f"--config.file={prom_cfg}",
+                f"--storage.tsdb.path={folder / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            folder,
+            env,
+        )
+        state.processes.append(prom)
+        state.prometheus_url = f"http://127.0.0.1:{prom_port}"
+        state.ports["prometheus"] = prom_port
+        state.save()
+
+        _wait("Prometheus", lambda: _http_ok(f"{state.prometheus_url}/-/ready"), 60, prom)
+        _wait(
+            "operator metrics",
+            lambda: _http_ok(f"http://127.0.0.1:{op_port}/metrics"),
+            90,
+            op,
+        )
+        _wait(
+            "agent metrics",
+            lambda: _http_ok(f"http://127.0.0.1:{agent_port}/metrics"),
+            60,
+            agent,
+        )
+        prom_t0 = time.time()
+
+        self.step("submitting DLJobs")
+        manifests = self.workload()
+        for path in manifests:
+            self.kubectl(state, "apply", "-f", str(path))
+            self.say(f"    kubectl apply -f {_short(path)}")
+
+        self.watch(state, prom_t0, [op, agent, prom])
+
+        self.step("report")
+        report = folder / REPORT_FILE
+        from horus.devcluster.report import write_report
+
+        write_report(state.prometheus_url, prom_t0, time.time(), report)
+        state.report = str(report)
+        state.save()
+        self.say(f"    {report}")
+        self.say("")
+        self.say(f"demo ready in {time.monotonic() - t0:.0f}s. Explore it:")
+        self.say(f"  export KUBECONFIG={state.kubeconfig} PATH={state.bin_dir}:$PATH")
+        self.say("  kubectl get dljobs -A -o wide       # phase, placement, reasons")
+        self.say(f"  kubectl describe dljob {UNPLACEABLE}   # why Horus refused it")
+        self.say(f"  kubectl get dljob {WAITING} -o jsonpath='{{.status.message}}'  # why it waits")
+        self.say("  kubectl get events --field-selector reason=GPUMemoryEvicted")
+        self.say(f"  Prometheus: {state.prometheus_url}  (try horus_gpu_utilization_ratio)")
+        self.say(f"  report:     {report}")
+        self.say(f"  logs:       {folder / 'logs'}")
+        self.say("stop everything with: make demo-down")
+        return state
+
+    # -- workload --
+
+    def workload(self) -> list[Path]:
+        """The manifests to apply: the examples, zoo extras (full demo only), the memory hog."""
+        jobs = self.directory / "jobs"
+        jobs.mkdir(exist_ok=True)
+        out = sorted(EXAMPLES.glob("*.yaml"))
+        extras: list[tuple[str, str, int]] = (
+            []
+            if self.options.quick
+            else [
+                ("vgg16-train", "vgg16-bs256.yaml", 2),
+                ("bert-amp", "bert-base-b32-amp.yaml", 2),
+                ("mobilenet-v3", "mobilenet-v3-small-b128.yaml", 2),
+                ("resnet50-b64", "resnet50-b64.yaml", 2),
+                ("lstm-b64", "lstm-lm-b64.yaml", 2),
+            ]
+        )
+        for name, profile, replicas in extras:
+            path = jobs / f"{name}.yaml"
+            path.write_text(
+                yaml.safe_dump(zoo_job(name, EXAMPLES / "profiles" / profile, replicas))
+            )
+            out.append(path)
+        hog = jobs / f"{HOG}.yaml"
+        hog.write_text(HOG_MANIFEST)
+        out.append(hog)
+        gpus = self.options.nodes * self.options.gpus_per_node
+        waiting = zoo_job(WAITING, EXAMPLES / "profiles" / "resnet50-b64.yaml", gpus)
+        waiting["spec"].update(
+            priority=-1000, gpu={"mode": "explicit", "corePercent": 100, "memoryMiB": 40960}
+        )
+        path = jobs / f"{WAITING}.yaml"
+        path.write_text(
+            f"# DEMO ONLY: {gpus} replicas, each a whole GPU: fits only an empty cluster, so it\n"
+            "# waits in the queue with the scheduler's reason (horus_queue_length).\n"
+            + yaml.safe_dump(waiting)
+        )
+        out.append(path)  # last, lowest priority: the others are placed first
+        return out
+
+    # -- live table --
+
+    def watch(self, state: DemoState, prom_t0: float, procs: list[DemoProcess]) -> None:
+        """Refresh the placement table until the story is told (or ``watch_seconds``)."""
+        opts = self.options
+        tty = self.out.isatty()
+        deadline = time.monotonic() + opts.watch_seconds
+        last = ""
+        while True:
+            for p in procs:
+                if not process_running(p):
+                    raise ClusterError(f"{p.name} exited; see {p.log}:\n{_tail(p)}")
+            jobs = json.loads(self.kubectl(state, "get", "dljobs", "-A", "-o", "json").stdout)
+            pods = json.loads(
+                self.kubectl(
+                    state, "get", "pods", "-A", "-l", c.LABEL_DLJOB_NAME, "-o", "json", check=False
+                ).stdout
+                or '{"items": []}'
+            )
+            table = render_table(jobs["items"], pods["items"])
+            elapsed = time.time() - prom_t0
+            header = (
+                f"Horus demo — {len(jobs['items'])} DLJobs, t={elapsed:4.0f}s "
+                f"(refresh {opts.refresh_seconds:.0f}s, Prometheus {state.prometheus_url})"
+            )
+            if tty:
+                self.out.write("\033[H\033[J" + header + "\n" + table + "\n")
+                self.out.flush()
+            elif table != last:
+                self.say(header + "\n" + table)
+            last = table
+            done = settled(jobs["items"]) and elapsed >= opts.min_history_seconds
+            if done and self._evictions_seen(state):
+                break
+            if time.monotonic() > deadline:
+                self.say(f"(stopped watching after {opts.watch_seconds:.0f}s)")
+                break
+            time.sleep(opts.refresh_seconds)
+        if tty:
+            self.say("")
+
+    def _evictions_seen(self, state: DemoState) -> bool:
+        url = f"{state.prometheus_url}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": f"{c.METRIC_ENFORCEMENT_EVICTIONS}_total"}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return bool(json.load(resp)["data"]["result"])
+        except (OSError, KeyError, ValueError):
+            return False
+
+    # -- down / status --
+
+    def down(self, quiet: bool = False, keep_logs: bool = False) -> bool:
+        """Stop every recorded process and the cluster; keep only the report (and logs)."""
+        state = self.state()
+        cluster = LocalCluster(Path(state.cluster_dir) if state else self.directory / "cluster")
+        found = state is not None or cluster.state() is not None
+        if state is not None:
+            for proc in reversed(state.processes):
+                _stop(proc)
+        cluster.down()
+        if self.directory.is_dir():
+            keep = {REPORT_FILE} | ({"logs"} if keep_logs else set())
+            for entry in self.directory.iterdir():
+                if entry.name in keep:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+        if not quiet:
+            if found:
+                report = self.directory / REPORT_FILE
+                kept = f"; the report stays at {report}" if report.exists() else ""
+                self.say(f"demo in {self.directory} stopped{kept}")
+            else:
+                self.say(f"no demo runs in {self.directory}; nothing to stop")
+        return found
+
+    def status(self) -> dict[str, Any]:
+        state = self.state()
+        if state is None:
+            return {"up": False, "directory": str(self.directory)}
+        return {
+            "up": True,
+            "directory": str(self.directory),
+            "kubeconfig": state.kubeconfig,
+            "prometheus": state.prometheus_url,
+            "report": state.report,
+            "processes": {
+                p.name: {"pid": p.pid, "running": process_running(p), "log": p.log}
+                for p in state.processes
+            },
+            "cluster": LocalCluster(Path(state.cluster_dir)).status(),
+        }
+
+
+def _short(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+HOG_MANIFEST = f"""\
+# DEMO/TEST ONLY: a job whose simulated GPU memory use (3 GiB) exceeds its explicit share
+# (2 GiB). The agent's watchdog (enforcement mps → evict) evicts it after the grace period
+# and records horus_enforcement_evictions_total; the annotation is read only by the
+# simulated backend, never on real GPUs.
+apiVersion: horus.io/v1alpha1
+kind: DLJob
+metadata:
+  name: {HOG}
+spec:
+  gpu:
+    mode: explicit
+    corePercent: 20
+    memoryMiB: 2048
+  profile:
+    configMapRef:
+      name: bert-base-profile
+      key: profile.yaml
+  template:
+    metadata:
+      annotations:
+        {c.ANNOTATION_SIMULATED_MEMORY}: "3072"
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: hog
+          image: busybox:1.36
+          command: ["sleep", "infinity"]
+"""
+
+
+def zoo_job(name: str, profile_file: Path, replicas: int) -> dict[str, Any]:
+    """A DLJob for one profile of the zoo (``examples/profiles``), GPU share sized by Horus."""
+    profile = yaml.safe_load(profile_file.read_text())
+    profile.pop("apiVersion", None)
+    profile.pop("kind", None)
+    return {
+        "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
+        "kind": "DLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "gpu": {"mode": "auto"},
+            "profile": profile,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                            "command": ["python", "/workspace/train.py"],
+                            "args": ["--model", str(profile.get("model", name))],
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+# --- the table ------------------------------------------------------------------------------
+
+
+def settled(jobs: list[dict[str, Any]]) -> bool:
+    """Every job has been decided: running/finished, or waiting with a reason given."""
+    if not jobs:
+        return False
+    for job in jobs:
+        st = job.get("status") or {}
+        phase = st.get("phase", "")
+        if phase in (c.DLJOB_PHASE_RUNNING, *TERMINAL):
+            continue
+        if job["metadata"]["name"] in (UNPLACEABLE, WAITING) and st.get("reason"):
+            continue
+        return False
+    return True
+
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+    """One row per DLJob: phase, where its replicas run (node/GPU, share), prediction, reason."""
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(c.LABEL_DLJOB_NAME)
+        if job:
+            by_job.setdefault((meta.get("namespace", ""), job), []).append(pod)
+    rows = [
+        ("DLJOB", "PHASE", "PRED UTIL", "PRED MEM", "PLACEMENT (node/gpu core% memMiB)", "REASON")
+    ]
+    for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
+        meta = job["metadata"]
+        st = job.get("status") or {}
+        pred = st.get("predicted") or {}
+        util = pred.get("utilMean")
+        mem = pred.get("memoryMiBUpper")
+        places = []
+        for pod in sorted(
+            by_job.get((meta.get("namespace", ""), meta["name"]), []),
+            key=lambda p: p["metadata"]["name"],
+        ):
+            text = (pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_GPU_ASSIGNMENT)
+            if not text or pod["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                a = decode_assignment(text)
+            except (ValueError, HorusError):
+                continue
+            node = a.node.replace("gpu-node-", "n")
+            for g in a.gpus or (a,):
+                places.append(f"{node}/{g.gpu_index} {g.core_percent}% {g.memory_mib}")
+        reason = (
+            ""
+            if st.get("phase") == c.DLJOB_PHASE_RUNNING
+            else (st.get("message") or st.get("reason") or "")
+        )
+        rows.append(
+            (
+                meta["name"],
+                st.get("phase", "-"),
+                f"{float(util):.0f}%" if isinstance(util, int | float) else "-",
+                f"{int(mem)}" if isinstance(mem, int | float) else "-",
+                ", ".join(places) or "-",
+                reason[:70],
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for r in rows:
+        lines.append("  ".join(r[i].ljust(widths[i]) for i in range(len(widths))) + "  " + r[-1])
+    return "\n".join(lines)
