@@ -101,7 +101,15 @@ def test_pods_go_where_the_extender_prefers(ext_cluster: ExtenderCluster) -> Non
     ec.core.create_namespaced_pod("default", _pod("second"))
     second = _bound(ec, "second")
     a2 = _check_assignment(ec, second)
-    assert a2.node == other
+    if a2.node != other:  # say everything that could explain it
+        events = ec.core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=second"
+        ).items
+        log = (Path(ec.local.directory) / "logs" / "kube-scheduler.log").read_text()[-4000:]
+        raise AssertionError(
+            f"second landed on {a2.node}, not {other}; extender scores before: {scores}; "
+            f"events: {[(e.reason, e.message) for e in events]}; scheduler log tail:\n{log}"
+        )
     assert a2.gpu_uuid != a1.gpu_uuid
 
     # kwok runs what was bound
