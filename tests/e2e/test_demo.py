@@ -1,0 +1,158 @@
+"""The one-command demo, start to finish, and the dashboards proven against it.
+
+Why one test: the demo *is* the e2e environment a cluster admin sees — helm-installed Horus, the
+operator and agent authenticating as the chart's ServiceAccounts, a real Prometheus — so it is
+the only place where every Grafana panel can be shown to have data. The test runs the quick
+variant (``horus dev demo up --quick``, what ``DEMO_QUICK=1 make demo`` runs), then:
+
+* evaluates EVERY panel query of ``dashboards/*.json`` (template variables substituted) through
+  the demo's Prometheus HTTP API and requires data — and, because ``… or vector(0)`` panels
+  always "have data", also requires every metric name a panel mentions to have series, so a
+  dashboard over a metric nothing exports fails;
+* refuses a second ``up`` with a clear message;
+* runs ``tools/dev/demo.sh down`` (what ``make demo-down`` runs) and checks that none of the
+  demo's processes is left and none of its ports still listens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from horus.devcluster.demo import REPORT_FILE, DemoState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dashboards as dash
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS = "/usr/bin/prometheus"
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _series(url: str, expr: str) -> int:
+    q = urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as resp:
+        return len(json.load(resp)["data"]["result"])
+
+
+def _panels_without_data(url: str) -> list[str]:
+    boards = dash.load()
+    missing: list[str] = []
+    for (board, panel), results in dash.evaluate_all(url, boards).items():
+        for query, n in results:
+            if n == 0:
+                missing.append(f"{board} / {panel} [{query.ref}]: {query.expr}")
+            for name in sorted(dash.metric_names(query.expr)):
+                if _series(url, f'count({{__name__="{name}"}})') == 0:
+                    missing.append(f"{board} / {panel} [{query.ref}]: metric {name} has no series")
+    return missing
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _ours(marker: str) -> list[str]:
+    """Command lines of live processes that mention the demo folder."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state != "Z":
+            found.append(f"{proc.name}: {cmd[:200]}")
+    return found
+
+
+@pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="Debian's prometheus is not installed")
+def test_demo_start_to_finish_dashboards_have_data_and_down_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "demo"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HORUS_", "DEMO_"))},
+        "HORUS_DEMO_DIR": str(folder),
+        "DEMO_QUICK": "1",
+    }
+    if "HORUS_BIN_DIR" in os.environ:
+        env["HORUS_BIN_DIR"] = os.environ["HORUS_BIN_DIR"]
+    horus = [sys.executable, "-m", "horus", "dev", "demo"]
+    t0 = time.monotonic()
+    up = _run([*horus, "up"], env, timeout=420)
+    took = time.monotonic() - t0
+    state = DemoState.load(folder)
+    try:
+        assert up.returncode == 0, f"demo up failed after {took:.0f}s:\n{up.stdout}\n{up.stderr}"
+        assert state is not None
+        out = up.stdout
+        # the story: placements with predictions, the refused job's reason, the explore lines
+        assert "kubectl get dljobs" in out and state.prometheus_url in out
+        assert "does-not-fit" in out and "largest GPU" in out
+        assert any(
+            line.startswith("whole-cluster") and "Queued" in line and len(line.split()) > 6
+            for line in out.splitlines()
+        ), "the whole-cluster gang should wait in the queue with a reason"
+        report = folder / REPORT_FILE
+        assert report.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and report.stat().st_size > 20_000
+
+        # every panel of every dashboard has data in the demo's Prometheus
+        deadline = time.monotonic() + 30  # rate()/increase() need two scrapes in their window
+        missing = _panels_without_data(state.prometheus_url)
+        while missing and time.monotonic() < deadline:
+            time.sleep(3)
+            missing = _panels_without_data(state.prometheus_url)
+        assert not missing, "dashboard queries without data:\n" + "\n".join(missing)
+
+        # a second `up` is refused, clearly, and leaves the running demo alone
+        again = _run([*horus, "up"], env, timeout=60)
+        assert again.returncode != 0 and "already up" in again.stderr, again.stderr
+        assert _series(state.prometheus_url, "up") >= 2
+    finally:
+        cluster = (
+            json.loads((Path(state.cluster_dir) / "state.json").read_text())
+            if (state and (Path(state.cluster_dir) / "state.json").exists())
+            else {"ports": {}}
+        )
+        down = _run(["bash", "tools/dev/demo.sh", "down"], env, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert "stopped" in down.stdout
+
+    # nothing left: no process mentions the folder, no recorded port listens
+    assert state is not None
+    for _ in range(20):
+        if not _ours(str(folder)):
+            break
+        time.sleep(0.5)
+    assert not _ours(str(folder)), _ours(str(folder))
+    ports = {**state.ports, **{f"cluster {k}": v for k, v in cluster["ports"].items()}}
+    assert len(ports) >= 5, ports
+    listening = {name: port for name, port in ports.items() if _listening(port)}
+    assert not listening, f"still listening after demo-down: {listening}"
+    assert sorted(p.name for p in folder.iterdir()) == [REPORT_FILE]
+    print(f"quick demo up took {took:.0f}s")
+
+
+def test_demo_down_without_a_demo_says_so(tmp_path: Path) -> None:
+    env = {**os.environ, "HORUS_DEMO_DIR": str(tmp_path / "none")}
+    down = _run([sys.executable, "-m", "horus", "dev", "demo", "down"], env, timeout=60)
+    assert down.returncode == 0 and "nothing to stop" in down.stdout
