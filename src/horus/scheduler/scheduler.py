@@ -272,6 +272,9 @@ class Scheduler:
             # stable: best score first, lowest GPU number among ties
             order = np.lexsort((idx, -s))[:reps]
             return [[int(idx[i])] for i in order]
+        per_node = np.bincount(st.node_of[idx], minlength=len(st.node_names))
+        if int(np.count_nonzero(per_node >= k)) < reps:
+            return None  # fast refusal: not enough nodes with k suitable GPUs
         avail = mask.copy()
         out: list[list[int]] = []
         for _ in range(reps):
@@ -460,6 +463,11 @@ class Scheduler:
         )
 
     # --- reservations (the starvation guard) ----------------------------------------------
+    @property
+    def reserved_for(self) -> str | None:
+        """The starving job that GPUs are reserved for after the last pass, if any."""
+        return self._reservation[0] if self._reservation is not None else None
+
     def _reserve(self, st: ClusterState, job: JobRequest) -> BoolArray:
         """GPUs backfill may not touch while ``job`` (starving, blocked) waits.
 
@@ -588,6 +596,11 @@ class Scheduler:
                 job.gpu_models,
                 job.prediction,
             )
+            if protect is not None and not explain:
+                # cheap exit: no unreserved GPU has a free job slot, so no backfill can fit
+                slots = self.policy.max_jobs_per_gpu(self.settings)
+                if not np.any(state.healthy & ~protect & (state.njobs < slots)):
+                    break
             hit = failed_shapes.get(shape)
             if hit is not None:
                 refused.append(Refusal(job.name, hit.reason, hit.code))

@@ -306,8 +306,13 @@ class Simulator:
                 queue.push(req)
                 new.append(req)
             head = queue.head()
+            # A full pass is needed when GPUs were freed, or when the head has just started
+            # to starve and needs its reservation; otherwise only the new jobs can change
+            # anything (an existing reservation still binds them).
             starving = (
-                head is not None and now - head.submit_time > sched.settings.starvation_seconds
+                head is not None
+                and now - head.submit_time > sched.settings.starvation_seconds
+                and sched.reserved_for != head.name
             )
             if freed or starving:
                 res = sched.schedule(st, queue, now=now, explain=False)
