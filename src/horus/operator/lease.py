@@ -57,7 +57,7 @@ class LeaseElector:
 
     @property
     def retry_period(self) -> float:
-        return max(0.2, self.lease_duration / 5.0)
+        return max(0.2, self.lease_duration / 10.0)
 
     def is_leader(self) -> bool:
         """True while our last successful acquire/renew is younger than the renew deadline."""

@@ -127,6 +127,24 @@ class Kube:
     def events(self) -> list[dict[str, Any]]:
         return self._raw(self.core.list_namespaced_event, self.namespace)
 
+    def all_bound(self, names: list[str] | None = None) -> bool:
+        """Every (named) DLJob is placed and each of its replica pods is bound to a node.
+
+        Bound, not Running: kwok turns bound pods Running at its own (rate-limited) pace,
+        which says nothing about the operator."""
+        jobs = self.jobs_by_name()
+        wanted = names if names is not None else list(jobs)
+        pods = {p["metadata"]["name"]: p for p in self.pods(self.namespace)}
+        for n in wanted:
+            j = jobs.get(n)
+            if j is None or not (j.get("status") or {}).get("placements"):
+                return False
+            for i in range(j["spec"].get("replicas", 1)):
+                pod = pods.get(f"{n}-{i}")
+                if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+                    return False
+        return True
+
     def jobs_by_name(self) -> dict[str, dict[str, Any]]:
         return {j["metadata"]["name"]: j for j in self.jobs()}
 
@@ -177,7 +195,8 @@ def kube(cluster: Any, dljob_crd: None, request: pytest.FixtureRequest) -> Itera
     ns = "".join(ch for ch in ns if ch.isalnum() or ch == "-").strip("-")
     from kubernetes import client
 
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    core: Any = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
     k = Kube(api, ns)
     try:
         yield k
@@ -219,9 +238,23 @@ class OperatorProc:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(15)
+                self.proc.wait(3)
             except subprocess.TimeoutExpired:
                 self.kill9()
+
+    def wait_leader(self, timeout: float = 60.0) -> None:
+        """Wait until this process (start number ``starts``) has logged taking the lease."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace") if self.log.exists() else ""
+            if text.count(f"{self.identity} is now leader") >= self.starts:
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(
+                    f"operator exited with {self.proc.returncode}:\n{text[-3000:]}"
+                )
+            time.sleep(0.1)
+        raise AssertionError(f"operator {self.identity} did not become leader in {timeout:.0f}s")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -232,7 +265,7 @@ def operator_factory(cluster: Any, tmp_path: Path) -> Iterator[Callable[..., Ope
     lease = f"horus-operator-{uuid.uuid4().hex[:6]}"
     made: list[OperatorProc] = []
 
-    def make(identity: str = "", lease_duration: float = 5.0, start: bool = True) -> OperatorProc:
+    def make(identity: str = "", lease_duration: float = 10.0, start: bool = True) -> OperatorProc:
         ident = identity or f"op-{len(made)}"
         log = tmp_path / f"operator-{ident}.log"
         argv = [

@@ -16,7 +16,7 @@ def workload(n: int, seed: int = 7) -> list[dict[str, Any]]:
     bodies = []
     for i in range(n):
         profile = rng.choice(["resnet50-bs64", "mobilenetv2-cifar-bs128", "lstm-lm-bs20"])
-        replicas = rng.choice([1, 1, 1, 2, 3])
+        replicas = rng.choice([1, 1, 1, 1, 2])
         if rng.random() < 0.4:
             bodies.append(
                 dljob_body(

@@ -1,0 +1,222 @@
+"""DLJob status from pods, conditions, lease election and the replica pod manifest."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from opfixtures import dljob, share
+
+from horus.api.assignment import decode_assignment
+from horus.api.signing import verify_assignment
+from horus.common import constants as c
+from horus.common.errors import ConfigError
+from horus.common.settings import load_settings
+from horus.operator import status as st
+from horus.operator.lease import LeaseElector
+from horus.operator.settings import SECTION, OperatorSettings
+
+R, S, F, P = "Running", "Succeeded", "Failed", "Pending"
+
+
+def pv(replica: int, phase: str, reason: str = "") -> st.PodView:
+    return st.PodView(f"j-{replica}", replica, phase, "n", reason=reason)
+
+
+@pytest.mark.parametrize(
+    ("pods", "current", "phase"),
+    [
+        ([], c.DLJOB_PHASE_SCHEDULED, c.DLJOB_PHASE_SCHEDULED),
+        ([pv(0, R)], c.DLJOB_PHASE_SCHEDULED, c.DLJOB_PHASE_SCHEDULED),
+        ([pv(0, R), pv(1, P)], c.DLJOB_PHASE_SCHEDULED, c.DLJOB_PHASE_SCHEDULED),
+        ([pv(0, R), pv(1, R)], c.DLJOB_PHASE_SCHEDULED, c.DLJOB_PHASE_RUNNING),
+        ([pv(0, S), pv(1, R)], c.DLJOB_PHASE_RUNNING, c.DLJOB_PHASE_RUNNING),
+        ([pv(0, S), pv(1, S)], c.DLJOB_PHASE_RUNNING, c.DLJOB_PHASE_SUCCEEDED),
+        ([pv(0, F, "OOMKilled"), pv(1, R)], c.DLJOB_PHASE_RUNNING, c.DLJOB_PHASE_FAILED),
+        ([pv(0, R)], c.DLJOB_PHASE_RUNNING, c.DLJOB_PHASE_FAILED),  # replica 1 deleted
+        ([pv(0, R), pv(1, R)], c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_SUCCEEDED),  # final
+    ],
+)
+def test_progress(pods: list[st.PodView], current: str, phase: str) -> None:
+    assert st.progress(2, pods, current).phase == phase
+
+
+def test_failed_message_names_replica_and_reason() -> None:
+    prog = st.progress(2, [pv(0, R), pv(1, F, "OOMKilled")], c.DLJOB_PHASE_RUNNING)
+    assert prog.reason == "ReplicaFailed"
+    assert "replica 1" in prog.message and "OOMKilled" in prog.message
+
+
+def test_pod_view_reads_labels_and_terminated_reason() -> None:
+    pod = {
+        "metadata": {"name": "j-1", "labels": {c.LABEL_REPLICA_INDEX: "1"}},
+        "spec": {"nodeName": "n"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"reason": "Error"}}}],
+        },
+    }
+    view = st.PodView.from_pod(pod)
+    assert view is not None and (view.replica, view.phase, view.reason) == (1, F, "Error")
+    assert st.PodView.from_pod({"metadata": {"labels": {}}}) is None
+
+
+def test_set_condition_keeps_transition_time_unless_status_flips() -> None:
+    conds = st.set_condition([], "Scheduled", "False", "NoIdleGPU", "m1", "t1")
+    conds = st.set_condition(conds, "Scheduled", "False", "InsufficientGPUMemory", "m2", "t2")
+    assert conds[0]["lastTransitionTime"] == "t1" and conds[0]["reason"] == "InsufficientGPUMemory"
+    conds = st.set_condition(conds, "Scheduled", "True", "Placed", "m3", "t3")
+    assert conds[0]["lastTransitionTime"] == "t3"
+    conds = st.set_condition(conds, "Running", "True", "AllReplicasRunning", "", "t4")
+    assert [cd["type"] for cd in conds] == ["Scheduled", "Running"]
+
+
+def test_status_patch_only_owned_changed_fields() -> None:
+    old = {"phase": "Queued", "observed": {"util": 3}, "message": "a"}
+    new = {"phase": "Queued", "observed": {"util": 9}, "message": "b"}
+    assert st.status_patch(old, new) == {"message": "b"}
+
+
+def test_refusal_reasons_are_condition_reasons() -> None:
+    import re
+
+    for code in (
+        "impossible",
+        "memory",
+        "core",
+        "slots",
+        "interference",
+        "busy",
+        "gang",
+        "held",
+        "queued",
+        "?",
+    ):
+        assert re.match(r"^[A-Z][A-Za-z]+$", st.refusal_reason(code))
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+def test_settings_precedence_and_errors(tmp_path: Any) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("operator: {policy: binpack, lease_duration: 9, metrics_port: 9100}\n")
+    env = {"HORUS_OPERATOR_LEASE_DURATION": "7"}
+    s = load_settings(OperatorSettings, SECTION, cli={"metrics_port": 0}, env=env, config_file=cfg)
+    assert (s.policy, s.lease_duration, s.metrics_port) == ("binpack", 7.0, 0)
+    with pytest.raises(ConfigError, match="policy must be one of"):
+        load_settings(OperatorSettings, SECTION, cli={"policy": "nope"}, env={})
+    with pytest.raises(ConfigError, match="lease_duration"):
+        load_settings(OperatorSettings, SECTION, cli={"lease_duration": 0.1}, env={})
+
+
+# --- lease ------------------------------------------------------------------------------------
+
+
+class FakeLeaseApi:
+    """An in-memory Lease store with resourceVersion checks (like the apiserver)."""
+
+    def __init__(self) -> None:
+        self.obj: dict[str, Any] | None = None
+        self.rv = 0
+
+    def _view(self) -> Any:
+        assert self.obj is not None
+        spec = self.obj["spec"]
+        return SimpleNamespace(
+            metadata=SimpleNamespace(resource_version=str(self.rv)),
+            spec=SimpleNamespace(
+                holder_identity=spec.get("holderIdentity"),
+                renew_time=spec.get("renewTime"),
+                acquire_time=None,
+                lease_transitions=spec.get("leaseTransitions"),
+                lease_duration_seconds=spec.get("leaseDurationSeconds"),
+            ),
+        )
+
+    def read_namespaced_lease(self, name: str, ns: str) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        if self.obj is None:
+            raise ApiException(status=404)
+        return self._view()
+
+    def create_namespaced_lease(self, ns: str, body: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        if self.obj is not None:
+            raise ApiException(status=409)
+        self.obj, self.rv = body, self.rv + 1
+
+    def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        if body["metadata"].get("resourceVersion") != str(self.rv):
+            raise ApiException(status=409)
+        self.obj, self.rv = body, self.rv + 1
+
+
+def test_lease_one_leader_and_takeover_after_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    api = FakeLeaseApi()
+    a = LeaseElector(api, "ns", "l", "a", lease_duration=3.0)
+    b = LeaseElector(api, "ns", "l", "b", lease_duration=3.0)
+    assert a.tick() and a.is_leader()
+    assert not b.tick() and not b.is_leader()
+    clock[0] += 1.0
+    assert a.tick()  # renew
+    clock[0] += 1.0
+    assert not b.tick()  # b saw the record change 1 s ago
+    clock[0] += 3.1  # a is dead: no renewals for longer than the lease
+    assert not a.is_leader()  # a itself stops writing after the renew deadline
+    assert b.tick() and b.is_leader()
+    assert api.obj is not None and api.obj["spec"]["holderIdentity"] == "b"
+    assert api.obj["spec"]["leaseTransitions"] == 1
+
+
+def test_lease_race_has_one_winner() -> None:
+    api = FakeLeaseApi()
+    a = LeaseElector(api, "ns", "l", "a", lease_duration=3.0)
+    b = LeaseElector(api, "ns", "l", "b", lease_duration=3.0)
+    api.obj = {"spec": {"holderIdentity": None, "leaseDurationSeconds": 3}}  # released
+    # both read the same resourceVersion; only the first replace succeeds
+    assert a.tick()
+    assert not b.tick()
+
+
+# --- pod manifest -----------------------------------------------------------------------------
+
+
+def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
+    from horus.operator.reconcile import JobCtx, Reconciler
+
+    obj = dljob(
+        "train",
+        [share("n1", 2, core=40, mem=8000), share("n1", 3, core=40, mem=8000)],
+        phase="Scheduled",
+        gpus_per_replica=2,
+    )
+    obj["status"]["placements"][1]["replica"] = 0  # one replica with two GPUs
+    rec = Reconciler.__new__(Reconciler)
+    rec.key = b"k" * 32
+    ctx = JobCtx(obj, None, json.loads(json.dumps(obj["status"])))
+    pod = rec.pod_manifest(ctx, 0, ctx.status["placements"])
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "train-0"
+    assert meta["ownerReferences"][0]["uid"] == "uid-train"
+    assert meta["ownerReferences"][0]["controller"] is True
+    assert meta["labels"] == {c.LABEL_DLJOB_NAME: "train", c.LABEL_REPLICA_INDEX: "0"}
+    assert spec["schedulerName"] == c.SCHEDULER_NAME and spec["restartPolicy"] == "Never"
+    res = spec["containers"][0]["resources"]
+    assert res["requests"][c.RESOURCE_GPU_CORE] == res["limits"][c.RESOURCE_GPU_CORE] == "80"
+    assert res["requests"][c.RESOURCE_GPU_MEMORY] == "16000"
+    text = meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]
+    a = decode_assignment(text)
+    assert (a.job, a.replica, len(a.all_gpus)) == ("train", 0, 2)
+    assert verify_assignment(
+        rec.key, "default", "train-0", text, meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
+    )
