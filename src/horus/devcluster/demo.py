@@ -101,8 +101,9 @@ class DemoOptions:
     gpus_per_node: int = 4
     #: Longest time the live table refreshes before the report is drawn anyway.
     watch_seconds: float = 150.0
-    #: Metrics history the report needs at least (seconds since Prometheus started).
-    min_history_seconds: float = 45.0
+    #: Seconds of metrics the report shows at least after every job has settled (running,
+    #: or refused/queued with a reason).
+    min_history_seconds: float = 40.0
     #: Fixed Prometheus port (0: a free one).
     prometheus_port: int = 0
     #: Seconds between live-table refreshes.
@@ -112,7 +113,7 @@ class DemoOptions:
     def make(cls, directory: Path | None, quick: bool, **overrides: Any) -> DemoOptions:
         base: dict[str, Any] = {"directory": directory or default_dir(), "quick": quick}
         if quick:
-            base.update(nodes=2, gpus_per_node=2, watch_seconds=90.0, min_history_seconds=20.0)
+            base.update(nodes=2, gpus_per_node=2, watch_seconds=90.0, min_history_seconds=10.0)
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -594,6 +595,7 @@ class Demo:
         tty = self.out.isatty()
         deadline = time.monotonic() + opts.watch_seconds
         last = ""
+        settled_at = 0.0
         while True:
             for p in procs:
                 if not process_running(p):
@@ -617,7 +619,8 @@ class Demo:
             elif table != last:
                 self.say(header + "\n" + table)
             last = table
-            done = settled(jobs["items"]) and elapsed >= opts.min_history_seconds
+            settled_at = (settled_at or time.monotonic()) if settled(jobs["items"]) else 0.0
+            done = settled_at > 0 and time.monotonic() - settled_at >= opts.min_history_seconds
             if done and self._evictions_seen(state):
                 break
             if time.monotonic() > deadline:
