@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,11 @@ def ext_cluster() -> Iterator[ExtenderCluster]:
         settings = ExtenderSettings(host="127.0.0.1", port=port, cache_seconds=2.0)
         extender = build_extender(settings, SchedulerSettings(), api)
         server = ExtenderServer(extender, "127.0.0.1", port).start()
+        core = client.CoreV1Api(api)
+        deadline = time.monotonic() + 60  # pods need the controller-made "default" ServiceAccount
+        while not core.list_namespaced_service_account("default").items:
+            assert time.monotonic() < deadline, "no default ServiceAccount after 60 s"
+            time.sleep(0.3)
         nodes = add_nodes(
             state.kubeconfig,
             NodeSpec(count=2, gpus_per_node=1, gpu_memory_mib=81920, prefix="ext"),

@@ -37,7 +37,7 @@ class ExtenderCluster:
         return proc.stdout
 
     def wait_for(
-        self, what: str, check: Callable[[], Any], timeout: float = 45.0, every: float = 0.3
+        self, what: str, check: Callable[[], Any], timeout: float = 90.0, every: float = 0.3
     ) -> Any:
         deadline = time.monotonic() + timeout
         while True:
