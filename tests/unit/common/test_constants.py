@@ -15,8 +15,17 @@ def test_design_names() -> None:
 
 
 def test_metric_names_follow_prometheus_conventions() -> None:
-    metrics = [v for k, v in vars(c).items() if k.startswith("METRIC_") and k != "METRIC_PREFIX"]
-    assert metrics
+    items = vars(c).items()
+    metrics = [
+        v
+        for k, v in items
+        if k.startswith("METRIC_") and k != "METRIC_PREFIX" and not k.startswith("METRIC_LABEL_")
+    ]
+    labels = [v for k, v in items if k.startswith("METRIC_LABEL_")]
+    assert metrics and labels
+    for name in metrics + labels:
+        assert name == name.lower() and " " not in name and "-" not in name, name
     for name in metrics:
         assert name.startswith(c.METRIC_PREFIX), name
-        assert name == name.lower() and " " not in name
+    for label in labels:
+        assert not label.startswith("__"), f"{label}: names starting with __ are reserved"
