@@ -21,7 +21,11 @@ comparison between policies compares only these decisions.
 * ``horus`` — ours: the GPU that maximises predicted cluster throughput, i.e. the rise in the
   sum of normalised speeds of the new job and the jobs it joins (pairwise interference model;
   for three or more jobs the pairwise speeds multiply), subject to memory fit at the upper
-  quantile, a cap on summed predicted utilisation and a floor on every job's speed.
+  quantile, a cap on summed predicted utilisation and a floor on every job's speed. An idle
+  GPU gains 1.0 and wins whenever there is one; otherwise the alternative to a share is
+  waiting (gain 0), so a share is taken unless even its optimistic bound — the predicted
+  pair speeds plus ``uncertainty_z`` × the predictor's own held-out pair error — does not
+  beat ``min_gain``/``min_speed``.
 * ``oracle`` — ``horus`` driven by the measured pair tables instead of the predictor (the
   simulator passes a ground-truth pair-speed source): an upper reference, not deployable.
 """
@@ -56,6 +60,8 @@ class ScoreContext:
     util_need: FloatArray  # per GPU: predicted mean utilisation of the job there
     settings: SchedulerSettings
     pair_speed: PairSpeed
+    #: Error of one pair speed from ``pair_speed`` × ``settings.uncertainty_z``.
+    pair_margin: float = 0.0
     # Filled by the interference-aware policies for reasons/placements:
     best_gain: float = math.nan
     best_gain_gpu: int = -1
@@ -235,7 +241,7 @@ class Horus(Policy):
         that once existed but no longer occur cost nothing.
         """
         st = ctx.state
-        key = (id(st), ctx.job.kind, model_id)
+        key = (id(st), ctx.job.kind, model_id)  # settings and margin are fixed per scheduler
         n = len(st.signatures)
         raw, adm = self._tables_cache.get(key, (np.empty(0), np.empty(0)))
         if len(raw) < n:
@@ -249,8 +255,13 @@ class Horus(Policy):
                 sig = st.signatures[sid]
                 gain, speed, slowest = self.gain(ctx.job.kind, model, sig, ctx.pair_speed)
                 raw[sid] = gain
+                # Optimistic bounds: every predicted pair speed may be ``m`` too low. The new
+                # job's speed has len(sig) pair terms, the summed gain twice as many.
+                m, n = ctx.pair_margin, len(sig)
                 bad = bool(sig) and (
-                    gain < cfg.min_gain or speed < cfg.min_speed or slowest < cfg.min_speed
+                    gain + 2 * n * m < cfg.min_gain
+                    or speed + n * m < cfg.min_speed
+                    or slowest + m < cfg.min_speed
                 )
                 adm[sid] = -np.inf if bad else gain
         return raw, adm

@@ -17,7 +17,7 @@ starve a large one, and the rest of the cluster keeps working meanwhile.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +79,17 @@ class Scheduler:
             tuple[object, ...], tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]
         ] = {}
 
+    @property
+    def pair_error(self) -> float:
+        """Typical error of one pair speed: 0 for an explicit source (``oracle``'s measured
+        tables), else the predictor card's held-out pair MAE (0 when it publishes none)."""
+        if self._pair_override is not None or self.predictor is None:
+            return 0.0
+        card = getattr(self.predictor, "card", None)
+        metrics = card.get("metrics_heldout_family", {}) if isinstance(card, Mapping) else {}
+        mae = metrics.get("pair_heldout_mae", 0.0) if isinstance(metrics, Mapping) else 0.0
+        return float(mae) if isinstance(mae, int | float) and mae > 0 else 0.0
+
     # --- predictions ----------------------------------------------------------------------
     def predict(self, job: JobRequest, gpu_model: str) -> ResourcePrediction:
         """The job's prediction on ``gpu_model`` (its own if it carries one; cached by kind)."""
@@ -113,6 +124,22 @@ class Scheduler:
                     a, b = self._profiles.get(kind), self._profiles.get(other)
                 if a is None or b is None:
                     raise ValidationError(f"no profile known for job kind {kind!r} or {other!r}")
+                batch = getattr(self.predictor, "pair_speeds", None)
+                if callable(batch):
+                    # One batched call for this kind against every known kind, both ways:
+                    # the trained model costs ~1 ms per call but little more per extra row.
+                    todo = [(kind, o) for o in self._profiles] + [
+                        (o, kind) for o in self._profiles if o != kind
+                    ]
+                    todo = [t for t in todo if (*t, gpu_model) not in self._pair_cache]
+                    pairs = [
+                        (self._profiles[x].profile, self._profiles[y].profile) for x, y in todo
+                    ]
+                    for (x, y), v in zip(todo, batch(pairs, gpu_model), strict=True):
+                        self._pair_cache[(x, y, gpu_model)] = float(min(1.0, max(0.0, v)))
+                    cached = self._pair_cache.get(key)
+                    if cached is not None:
+                        return cached
                 hit = self.predictor.pair_speed(a.profile, b.profile, gpu_model)
             hit = float(min(1.0, max(0.0, hit)))
             self._pair_cache[key] = hit
@@ -243,7 +270,16 @@ class Scheduler:
         core_ok = st.core_used + core_need <= GPU_CORE_UNITS_PER_GPU
         slots_ok = st.njobs < max_jobs
         mask = usable & mem_ok & core_ok & slots_ok
-        ctx = ScoreContext(st, job, mem_need, core_need, util_need, cfg, self.pair_speed)
+        ctx = ScoreContext(
+            st,
+            job,
+            mem_need,
+            core_need,
+            util_need,
+            cfg,
+            self.pair_speed,
+            pair_margin=cfg.uncertainty_z * self.pair_error,
+        )
         need = job.gpu_count
         if int(np.count_nonzero(mask)) >= need:
             mask = pol.refine(ctx, mask)
@@ -445,7 +481,13 @@ class Scheduler:
                 f"sharing would not pay: the best candidate {where} gains "
                 f"{ctx.best_gain:.2f} in summed speed (needs ≥ {self.settings.min_gain:.2f}) "
                 f"and its slowest job would run at {ctx.worst_speed:.2f}× "
-                f"(needs ≥ {self.settings.min_speed:.2f}×); waiting for a better GPU",
+                f"(needs ≥ {self.settings.min_speed:.2f}×)"
+                + (
+                    f", even allowing ±{ctx.pair_margin:.2f} predictor error per pair"
+                    if ctx.pair_margin > 0
+                    else ""
+                )
+                + "; waiting for a better GPU",
                 "interference",
             )
         if job.gpus_per_replica > 1 or job.replicas > 1:

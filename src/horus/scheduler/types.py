@@ -177,6 +177,12 @@ class SchedulerSettings:
     #: ``horus``/``oracle``: never place a job where any job on the GPU is predicted to run
     #: slower than this fraction of its solo speed (chosen as ``min_gain``).
     min_speed: float = 0.3
+    #: ``horus``/``oracle``: how many times the pair-speed source's own error (the
+    #: predictor card's held-out pair MAE; 0 for the measured tables ``oracle`` uses) a share
+    #: may fall short of ``min_gain``/``min_speed`` and still be taken. A share is refused
+    #: only when even its optimistic bound (each predicted pair speed + ``uncertainty_z`` ×
+    #: error) does not beat waiting. Chosen with ``min_gain`` on the same selection trace.
+    uncertainty_z: float = 1.0
     #: Most jobs that may share one GPU (``horus``, ``binpack``, ``spread``).
     max_jobs_per_gpu: int = 3
     #: Smallest core share given to an auto-sized job on a shared GPU.
@@ -194,6 +200,8 @@ class SchedulerSettings:
             raise ValidationError(f"util_cap must be > 0, got {self.util_cap}")
         if self.max_jobs_per_gpu < 1:
             raise ValidationError(f"max_jobs_per_gpu must be >= 1, got {self.max_jobs_per_gpu}")
+        if self.uncertainty_z < 0:
+            raise ValidationError(f"uncertainty_z must be >= 0, got {self.uncertainty_z}")
         if not 0 <= self.min_speed <= 1:
             raise ValidationError(f"min_speed must be in [0, 1], got {self.min_speed}")
         if not 1 <= self.min_core_percent <= GPU_CORE_UNITS_PER_GPU:
