@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 from sched_helpers import TablePredictor, cluster, job
 
@@ -265,3 +267,37 @@ def test_reservation_protects_gang_partners_of_reserved_gpus() -> None:
     assert "held back" in str(res.reason_for("light"))
     res = sched.schedule(state, [job("light2", "light", 1.0)], now=500.0)
     assert [p.job for p in res.placed] == ["light2"]  # without the starving job it would fit
+
+
+class CardPredictor(TablePredictor):
+    """A table predictor that publishes a held-out pair error, as the trained one does."""
+
+    card: ClassVar[dict[str, dict[str, float]]] = {
+        "metrics_heldout_family": {"pair_heldout_mae": 0.1}
+    }
+
+
+def test_share_within_predictor_error_of_paying_is_taken_and_exact_source_refuses() -> None:
+    pairs = {("light", "hot"): 0.45, ("hot", "light"): 0.5}  # predicted gain −0.05
+    usage = {"light": (20.0, 2000.0), "hot": (95.0, 3000.0)}
+    state = cluster(1, 1)
+    sched = Scheduler("horus", CardPredictor(usage, pairs))
+    assert sched.pair_error == pytest.approx(0.1)
+    sched.place(state, job("h", "hot"))
+    p = sched.place(state, job("l", "light"))
+    # −0.05 + 2 × 0.1 ≥ 0 and 0.45 + 0.1 ≥ 0.3: the share may well beat waiting.
+    assert isinstance(p, Placement) and p.predicted_gain == pytest.approx(-0.05)
+    # The same speeds from an exact source (as oracle gets them): no error, refused.
+    by_kind = {(f"{a}@32", f"{b}@32"): v for (a, b), v in pairs.items()}
+    exact = Scheduler("horus", TablePredictor(usage), pair_speed=lambda a, b, g: by_kind[(a, b)])
+    assert exact.pair_error == 0.0
+    state2 = cluster(1, 1)
+    exact.place(state2, job("h", "hot"))
+    r = exact.place(state2, job("l", "light"))
+    assert isinstance(r, Refusal) and r.code == "interference"
+    # With uncertainty_z = 0 the card is ignored too.
+    zero = Scheduler("horus", CardPredictor(usage, pairs), SchedulerSettings(uncertainty_z=0))
+    state3 = cluster(1, 1)
+    zero.place(state3, job("h", "hot"))
+    r3 = zero.place(state3, job("l", "light"))
+    assert isinstance(r3, Refusal) and "predictor error" not in r3.reason
