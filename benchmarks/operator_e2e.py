@@ -1,0 +1,286 @@
+"""End-to-end placement through the real apiserver: Horus operator vs the stock kube-scheduler.
+
+    .venv/bin/python benchmarks/operator_e2e.py                 # 300 jobs, 50 nodes × 8 GPUs
+    .venv/bin/python benchmarks/operator_e2e.py --jobs 100 --nodes 20   # a quicker run
+
+Starts its own local control plane (etcd, kube-apiserver, controller-manager, kube-scheduler,
+kwok; ``horus.devcluster``), adds kwok GPU nodes that advertise both the Horus resources and
+``nvidia.com/gpu: 8``, then runs the same workload twice:
+
+* **horus** — N single-replica DLJobs (auto-sized from the prediction) created as fast as a
+  client can; the operator (``python -m horus.operator``, a subprocess as in production)
+  validates, predicts, places, creates and binds each replica pod;
+* **baseline** — N plain pods requesting ``nvidia.com/gpu: 1`` (whole GPUs), placed by the
+  stock kube-scheduler.
+
+Measured from a pod watch: pods Bound per second (first creation → last binding) and, per
+job, creation → its pod Bound (p50/p99). Writes ``benchmarks/results/operator-e2e.json``.
+Numbers depend on the machine: on a loaded 2-core VM the apiserver, etcd, kwok and both
+schedulers share two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from horus.common import constants as c  # noqa: E402
+from horus.devcluster.cluster import LocalCluster  # noqa: E402
+from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
+
+PROFILE = ROOT / "examples" / "profiles" / "resnet50-bs64.yaml"
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+class BoundWatch:
+    """Records, per pod name in a namespace, when it was first seen bound."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        from kubernetes import client
+        from kubernetes import watch as _watch
+
+        watch: Any = _watch
+        self.core: Any = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self._stopped = False
+        self._w = watch.Watch()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            try:
+                for ev in self._w.stream(self.core.list_namespaced_pod, self.namespace):
+                    pod = ev["object"]
+                    if pod.spec.node_name and pod.metadata.name not in self.bound:
+                        self.bound[pod.metadata.name] = time.time()
+            except Exception:  # a broken watch is restarted (or we are done)
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._w.stop()
+
+
+def add_gpu_nodes(api: Any, count: int, gpus: int) -> None:
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    spec = NodeSpec(count=count, gpus_per_node=gpus, prefix="bench")
+    for i in range(count):
+        m = node_manifest(f"bench-{i:04d}", spec)
+        for k in ("capacity", "allocatable"):
+            m["status"][k]["nvidia.com/gpu"] = str(gpus)
+        core.create_node(m)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        ready = 0
+        for n in core.list_node().items:
+            conds = {x.type: x.status for x in n.status.conditions or []}
+            ready += conds.get("Ready") == "True"
+        if ready >= count:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("nodes not Ready in 120 s")
+
+
+def dljob(name: str) -> dict[str, Any]:
+    import yaml
+
+    doc = yaml.safe_load(PROFILE.read_text())
+    return {
+        "apiVersion": c.API_GROUP_VERSION,
+        "kind": c.DLJOB_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "profile": {k: doc[k] for k in ("model", "batchSize", "features", "family")},
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            },
+        },
+    }
+
+
+def plain_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def run_round(api: Any, namespace: str, jobs: int, horus: bool, workers: int) -> dict[str, Any]:
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    watch = BoundWatch(api, namespace)
+    time.sleep(0.5)
+    created: dict[str, float] = {}
+
+    def create(i: int) -> None:
+        name = f"j-{i:04d}"
+        created[name] = time.time()
+        if horus:
+            custom.create_namespaced_custom_object(
+                c.API_GROUP, c.API_VERSION, namespace, c.DLJOB_PLURAL, dljob(name)
+            )
+        else:
+            core.create_namespaced_pod(namespace, plain_pod(name))
+
+    t0 = time.time()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(create, range(jobs)))
+    t_created = time.time()
+    pod_of = {name: (f"{name}-0" if horus else name) for name in created}
+    deadline = time.time() + 600
+    while time.time() < deadline and len(watch.bound) < jobs:
+        time.sleep(0.2)
+    watch.stop()
+    lat = [watch.bound[pod_of[n]] - t for n, t in created.items() if pod_of[n] in watch.bound]
+    last = max(watch.bound.values()) if watch.bound else float("nan")
+    return {
+        "jobs": jobs,
+        "bound": len(watch.bound),
+        "create_seconds": round(t_created - t0, 3),
+        "makespan_seconds": round(last - t0, 3),
+        "bound_per_second": round(len(watch.bound) / (last - t0), 2) if watch.bound else 0.0,
+        "latency_p50_seconds": round(percentile(lat, 50), 3),
+        "latency_p99_seconds": round(percentile(lat, 99), 3),
+        "latency_mean_seconds": round(statistics.fmean(lat), 3) if lat else None,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=300)
+    ap.add_argument("--nodes", type=int, default=50)
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=16, help="client threads creating objects")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/operator-e2e.json")
+    args = ap.parse_args()
+    if args.jobs > args.nodes * args.gpus_per_node:
+        ap.error("the baseline needs one whole GPU per job: --jobs <= nodes × GPUs")
+    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
+    if cached and "HORUS_BIN_DIR" not in os.environ:
+        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+    folder = Path(tempfile.mkdtemp(prefix="horus-bench-op-")) / "c"
+    local = LocalCluster(folder)
+    state = local.up(timeout=180)
+    op: subprocess.Popen[bytes] | None = None
+    try:
+        from kubernetes import config as _config
+
+        config: Any = _config
+        api = config.new_client_from_config(config_file=state.kubeconfig)
+        api.configuration.connection_pool_maxsize = args.workers + 4
+        subprocess.run(
+            [
+                str(Path(state.bin_dir) / "kubectl"),
+                "--kubeconfig",
+                state.kubeconfig,
+                "apply",
+                "-f",
+                str(ROOT / "manifests/crds/horus.io_dljobs.yaml"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        add_gpu_nodes(api, args.nodes, args.gpus_per_node)
+        log = folder / "operator.log"
+        op = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "horus.operator",
+                "--kubeconfig",
+                state.kubeconfig,
+                "--metrics-port",
+                "0",
+                "--identity",
+                "bench",
+            ],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 60
+        while "is now leader" not in log.read_text(errors="replace"):
+            if time.time() > deadline or op.poll() is not None:
+                raise RuntimeError(f"operator did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        time.sleep(1.0)
+        print(f"horus: {args.jobs} DLJobs over {args.nodes}×{args.gpus_per_node} GPUs …")
+        horus = run_round(api, "bench-horus", args.jobs, True, args.workers)
+        print(json.dumps(horus))
+        op.terminate()
+        op.wait(15)
+        op = None
+        print(f"baseline: {args.jobs} pods with nvidia.com/gpu: 1, stock kube-scheduler …")
+        base = run_round(api, "bench-baseline", args.jobs, False, args.workers)
+        print(json.dumps(base))
+        result = {
+            "benchmark": "operator-e2e",
+            "cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node},
+            "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
+            "horus": horus,
+            "baseline_kube_scheduler": base,
+            "target_bound_per_second": 100,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
+        print(
+            f"horus   : {horus['bound_per_second']:7.1f} pods bound/s, p50 "
+            f"{horus['latency_p50_seconds']:.2f}s p99 {horus['latency_p99_seconds']:.2f}s\n"
+            f"baseline: {base['bound_per_second']:7.1f} pods bound/s, p50 "
+            f"{base['latency_p50_seconds']:.2f}s p99 {base['latency_p99_seconds']:.2f}s"
+        )
+        return 0
+    finally:
+        if op is not None:
+            op.kill()
+        local.down(quiet=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
