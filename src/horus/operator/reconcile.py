@@ -46,6 +46,7 @@ from horus.api.dljob import (
     parse_dljob,
     parse_profile_document,
 )
+from horus.api.resources import node_memory_unit_mib, pod_gpu_requests
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
@@ -176,6 +177,8 @@ class Reconciler:
         self.event_pool = ThreadPoolExecutor(
             max_workers=max(2, workers // 4), thread_name_prefix="horus-events"
         )
+        #: node → MiB per unit of horus.io/gpu-memory (refreshed every pass; 1 if unset)
+        self.node_units: dict[str, int] = {}
         self._kind_profiles: dict[str, GraphProfile] = {}
         self._uid_profiles: dict[str, GraphProfile] = {}
 
@@ -279,6 +282,7 @@ class Reconciler:
             self.custom.list_cluster_custom_object, c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL
         )
         nodes = self._list(self.core.list_node)
+        self.node_units = _node_units(nodes)
         report.timings["list"] = time.monotonic() - t0
         ctxs = self._contexts(dljobs, pods)
         placed_before = [
@@ -558,7 +562,6 @@ class Reconciler:
                 ctx.job = parse_dljob(ctx.obj)  # now with status.predicted
             except ValidationError:
                 ctx.job = job
-            self.event(ctx, "Queued", message)
         except Conflict as exc:
             report.conflicts += 1
             log.debug("%s", exc)
@@ -853,15 +856,15 @@ class Reconciler:
         pspec["schedulerName"] = c.SCHEDULER_NAME
         pspec.setdefault("restartPolicy", "Never")
         pspec.pop("nodeName", None)
-        core_total = sum(g.core_percent for g in gpus)
-        mem_total = sum(g.memory_mib for g in gpus)
+        # Quantities in the chosen node's gpu-memory unit (docs/decisions.md, device plugin).
+        wanted = pod_gpu_requests(assignment, self.node_units.get(assignment.node, 1))
         containers = pspec.get("containers") or []
         if containers:
             res = containers[0].setdefault("resources", {})
             for kind in ("requests", "limits"):
                 res.setdefault(kind, {})
-                res[kind][c.RESOURCE_GPU_CORE] = str(core_total)
-                res[kind][c.RESOURCE_GPU_MEMORY] = str(mem_total)
+                for resource, amount in wanted.items():
+                    res[kind][resource] = str(amount)
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -1016,6 +1019,19 @@ def _max_gpu_memory(nodes: list[dict[str, Any]]) -> int | None:
         except ValidationError:
             continue
     return best
+
+
+def _node_units(nodes: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        try:
+            out[name] = node_memory_unit_mib(meta.get("annotations") or {}, f"node {name}")
+        except ValidationError as exc:
+            log.warning("%s; assuming 1 MiB units", exc)
+            out[name] = 1
+    return out
 
 
 def _stable_refusal(reason: str, code: str) -> str:

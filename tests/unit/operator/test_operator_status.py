@@ -203,6 +203,7 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
     obj["status"]["placements"][1]["replica"] = 0  # one replica with two GPUs
     rec = Reconciler.__new__(Reconciler)
     rec.key = b"k" * 32
+    rec.node_units = {"n1": 256}
     ctx = JobCtx(obj, None, json.loads(json.dumps(obj["status"])))
     pod = rec.pod_manifest(ctx, 0, ctx.status["placements"])
     meta, spec = pod["metadata"], pod["spec"]
@@ -213,7 +214,7 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
     assert spec["schedulerName"] == c.SCHEDULER_NAME and spec["restartPolicy"] == "Never"
     res = spec["containers"][0]["resources"]
     assert res["requests"][c.RESOURCE_GPU_CORE] == res["limits"][c.RESOURCE_GPU_CORE] == "80"
-    assert res["requests"][c.RESOURCE_GPU_MEMORY] == "16000"
+    assert res["requests"][c.RESOURCE_GPU_MEMORY] == str(2 * -(-8000 // 256))  # units
     text = meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]
     a = decode_assignment(text)
     assert (a.job, a.replica, len(a.all_gpus)) == ("train", 0, 2)
