@@ -23,6 +23,8 @@ def test_export_matches_sklearn(loss: str) -> None:
     trees = TreeEnsemble.from_sklearn(est)
     test = rng.normal(size=(300, 6))
     np.testing.assert_allclose(trees.predict(test), est.predict(test), rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(trees.predict(test, chunk=7), est.predict(test), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        trees.predict(test, chunk=7), est.predict(test), rtol=1e-10, atol=1e-10
+    )
     again = TreeEnsemble.from_json(json.loads(json.dumps(trees.to_json())))
     np.testing.assert_array_equal(again.predict(test), trees.predict(test))
