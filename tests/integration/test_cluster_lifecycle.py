@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from horus.devcluster.binaries import repo_root
-from horus.devcluster.cluster import ClusterState, process_alive
+from horus.devcluster.cluster import ClusterState
+from horus.devcluster.processes import port_open
 
 BUILD = repo_root() / "tools" / "controlplane" / "build.sh"
 
@@ -26,11 +26,6 @@ def horus(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         timeout=300,
         env=env,
     )
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_up_twice_status_down_twice(tmp_path: Path) -> None:
@@ -60,8 +55,8 @@ def test_up_twice_status_down_twice(tmp_path: Path) -> None:
     finally:
         down = horus("dev", "cluster", "--dir", str(folder), "down")
     assert down.returncode == 0 and "stopped" in down.stdout
-    assert not any(process_alive(p) for p in state.processes)
-    assert not any(_port_open(port) for port in state.ports.values())
+    assert not any(p.running() for p in state.processes)
+    assert not any(port_open(port) for port in state.ports.values())
     assert not folder.exists()
 
     again = horus("dev", "cluster", "--dir", str(folder), "down")

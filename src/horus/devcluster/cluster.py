@@ -10,16 +10,15 @@ killed) and removes the folder. ``up`` refuses to start a second copy in the sam
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import shutil
 import signal
-import socket
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,14 @@ import yaml
 
 from horus.common.errors import ClusterError
 from horus.devcluster import binaries, certs
+from horus.devcluster.processes import (
+    ManagedProcess,
+    free_port,
+    load_state_fields,
+    port_open,
+    save_state,
+    spawn,
+)
 
 STATE_FILE = "state.json"
 ADMIN_KUBECONFIG = "kubeconfig"
@@ -42,14 +49,6 @@ def default_dir() -> Path:
 
 
 @dataclass
-class Process:
-    name: str
-    pid: int
-    binary: str
-    log: str
-
-
-@dataclass
 class ClusterState:
     """What ``up`` started; enough for ``status`` and ``down`` in another process."""
 
@@ -58,48 +57,19 @@ class ClusterState:
     kubeconfig: str
     ports: dict[str, int]
     bin_dir: str
-    processes: list[Process] = field(default_factory=list)
+    processes: list[ManagedProcess] = field(default_factory=list)
     token: str = ""
 
     def save(self) -> None:
-        path = Path(self.directory) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
+        save_state(Path(self.directory) / STATE_FILE, self)
 
     @classmethod
     def load(cls, directory: Path) -> ClusterState | None:
-        path = directory / STATE_FILE
-        if not path.is_file():
-            return None
-        raw = json.loads(path.read_text())
-        raw["processes"] = [Process(**p) for p in raw.get("processes", [])]
-        return cls(**raw)
+        raw = load_state_fields(directory / STATE_FILE)
+        return None if raw is None else cls(**raw)
 
     def ca_file(self) -> Path:
         return Path(self.directory) / "pki" / "ca.crt"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _running_binary(pid: int) -> str | None:
-    """The executable a live PID runs, or None when the PID is gone (zombies count as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return None
-        return os.readlink(f"/proc/{pid}/exe")
-    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
-        return None
-
-
-def process_alive(proc: Process) -> bool:
-    exe = _running_binary(proc.pid)
-    return exe is not None and os.path.realpath(proc.binary) == exe.removesuffix(" (deleted)")
 
 
 def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str) -> None:
@@ -161,7 +131,7 @@ class LocalCluster:
         state = self.state()
         if state is None:
             return {"up": False, "directory": str(self.directory)}
-        procs = {p.name: {"pid": p.pid, "running": process_alive(p)} for p in state.processes}
+        procs = {p.name: {"pid": p.pid, "running": p.running()} for p in state.processes}
         return {
             "up": True,
             "directory": state.directory,
@@ -180,7 +150,7 @@ class LocalCluster:
         """Start every component and wait for ``/readyz``; refuses when already up."""
         existing = self.state()
         if existing is not None:
-            alive = [p.name for p in existing.processes if process_alive(p)]
+            alive = [p.name for p in existing.processes if p.running()]
             if alive:
                 raise ClusterError(
                     f"a local cluster is already up in {self.directory} (running: "
@@ -196,7 +166,7 @@ class LocalCluster:
         self.directory.chmod(0o700)
         creds = certs.generate(self.directory / "pki")
         ports = {
-            name: _free_port()
+            name: free_port()
             for name in (
                 "etcd",
                 "etcd-peer",
@@ -316,36 +286,23 @@ class LocalCluster:
         return state
 
     def _start(self, state: ClusterState, name: str, argv: list[str]) -> None:
-        log = self.directory / "logs" / f"{name}.log"
-        log.parent.mkdir(exist_ok=True)
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.directory,
-            )
-        state.processes.append(Process(name=name, pid=proc.pid, binary=argv[0], log=str(log)))
+        state.processes.append(spawn(name, argv, self.directory))
         state.save()
 
     def _check_alive(self, state: ClusterState) -> None:
         for p in state.processes:
-            if not process_alive(p):
-                tail = Path(p.log).read_text(errors="replace").splitlines()[-15:]
+            if not p.running():
                 raise ClusterError(
                     f"{p.name} exited while the cluster was starting; last lines of {p.log}:\n"
-                    + "\n".join(tail)
+                    + p.log_tail()
                 )
 
     def _wait_port(self, state: ClusterState, name: str, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive(state)
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
+            if port_open(port):
+                return
             time.sleep(0.2)
         raise ClusterError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
 
@@ -369,19 +326,15 @@ class LocalCluster:
             if self.directory.exists() and not quiet:
                 self._remove_directory()
             return False
+        # Signal everything first (newest first) so they shut down in parallel, then wait.
         for proc in reversed(state.processes):
-            if process_alive(proc):
-                os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
+            if proc.running():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
         for proc in reversed(state.processes):
-            while process_alive(proc) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if process_alive(proc):
-                os.kill(proc.pid, signal.SIGKILL)
-                while process_alive(proc):
-                    time.sleep(0.05)
+            proc.stop(grace)
         self._remove_directory()
         return True
 
     def _remove_directory(self) -> None:
-        subprocess.run(["rm", "-rf", str(self.directory)], check=False)
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -30,11 +30,9 @@ import-linter layers keep ``horus.devcluster`` independent of the operator and a
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,7 +41,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -54,6 +52,13 @@ from horus.common import constants as c
 from horus.common.errors import ClusterError, HorusError
 from horus.devcluster.cluster import LocalCluster, write_kubeconfig
 from horus.devcluster.nodes import NodeSpec, add_nodes
+from horus.devcluster.processes import (
+    ManagedProcess,
+    free_port,
+    load_state_fields,
+    save_state,
+    spawn,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
@@ -119,17 +124,6 @@ class DemoOptions:
 
 
 @dataclass
-class DemoProcess:
-    """One background process of the demo (operator, agent, Prometheus)."""
-
-    name: str
-    pid: int
-    #: A string in its command line that identifies it as ours (the demo folder).
-    marker: str
-    log: str
-
-
-@dataclass
 class DemoState:
     """What ``up`` started; ``down`` (another process, later) reads it."""
 
@@ -139,91 +133,20 @@ class DemoState:
     bin_dir: str
     prometheus_url: str = ""
     ports: dict[str, int] = field(default_factory=dict)
-    processes: list[DemoProcess] = field(default_factory=list)
+    processes: list[ManagedProcess] = field(default_factory=list)
     started_at: float = 0.0
     report: str = ""
 
     def save(self) -> None:
-        path = Path(self.directory) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
+        save_state(Path(self.directory) / STATE_FILE, self)
 
     @classmethod
     def load(cls, directory: Path) -> DemoState | None:
-        path = directory / STATE_FILE
-        if not path.is_file():
-            return None
-        raw = json.loads(path.read_text())
-        raw["processes"] = [DemoProcess(**p) for p in raw.get("processes", [])]
-        return cls(**raw)
+        raw = load_state_fields(directory / STATE_FILE)
+        return None if raw is None else cls(**raw)
 
 
 # --- processes ------------------------------------------------------------------------------
-
-
-def process_running(proc: DemoProcess) -> bool:
-    """True while ``proc.pid`` is alive (not a zombie) and still runs the command we started."""
-    try:
-        stat = Path(f"/proc/{proc.pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except (OSError, IndexError):
-        return False
-    return proc.marker.encode() in cmdline
-
-
-def _stop(proc: DemoProcess, timeout: float = 15.0) -> None:
-    if not process_running(proc):
-        return
-    try:
-        os.kill(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _reap(proc.pid)
-        if not process_running(proc):
-            return
-        time.sleep(0.2)
-    try:
-        os.kill(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    for _ in range(50):
-        _reap(proc.pid)
-        if not process_running(proc):
-            return
-        time.sleep(0.1)
-
-
-def _reap(pid: int) -> None:
-    """Collect our own child's exit status (when ``down`` runs in the process that started it)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _spawn(name: str, argv: Sequence[str], folder: Path, env: dict[str, str]) -> DemoProcess:
-    log = folder / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=str(folder),
-            start_new_session=True,  # outlives `make demo`; a Ctrl-C there does not reach it
-        )
-    return DemoProcess(name=name, pid=proc.pid, marker=str(folder), log=str(log))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _check_port_free(port: int, what: str) -> None:
@@ -245,25 +168,20 @@ def _http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _wait(what: str, check: Callable[[], bool], timeout: float, proc: DemoProcess | None) -> None:
+def _wait(
+    what: str, check: Callable[[], bool], timeout: float, proc: ManagedProcess | None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
-        if proc is not None and not process_running(proc):
+        if proc is not None and not proc.running():
             raise ClusterError(
-                f"{what}: {proc.name} exited; see its log {proc.log}:\n{_tail(proc)}"
+                f"{what}: {proc.name} exited; see its log {proc.log}:\n{proc.log_tail()}"
             )
         time.sleep(0.5)
-    where = f"; see {proc.log}:\n{_tail(proc)}" if proc else ""
+    where = f"; see {proc.log}:\n{proc.log_tail()}" if proc else ""
     raise ClusterError(f"{what}: not ready after {timeout:.0f}s{where}")
-
-
-def _tail(proc: DemoProcess, lines: int = 15) -> str:
-    try:
-        return "\n".join(Path(proc.log).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 # --- the demo -------------------------------------------------------------------------------
@@ -362,7 +280,7 @@ class Demo:
             if LocalCluster(self.directory / "cluster").state() is not None:
                 LocalCluster(self.directory / "cluster").down()  # a half-started demo's cluster
             return
-        alive = [p.name for p in existing.processes if process_running(p)]
+        alive = [p.name for p in existing.processes if p.running()]
         cluster = LocalCluster(Path(existing.cluster_dir)).status()
         if alive or any(p["running"] for p in cluster.get("processes", {}).values()):
             raise ClusterError(
@@ -428,7 +346,7 @@ class Demo:
         state.ports = {"operator-metrics": op_port, "agent-metrics": agent_port}
 
         self.step(f"operator (local process, ServiceAccount horus-operator, metrics :{op_port})")
-        op = _spawn(
+        op = spawn(
             "operator",
             [
                 *py,
@@ -446,7 +364,7 @@ class Demo:
         self.step(
             f"agent (simulated backend for type=kwok nodes, ServiceAccount horus-node, :{agent_port})"
         )
-        agent = _spawn(
+        agent = spawn(
             "agent",
             [
                 *py,
@@ -485,7 +403,7 @@ class Demo:
                 sort_keys=False,
             )
         )
-        prom = _spawn(
+        prom = spawn(
             "prometheus",
             [
                 PROMETHEUS,
@@ -589,7 +507,7 @@ class Demo:
 
     # -- live table --
 
-    def watch(self, state: DemoState, prom_t0: float, procs: list[DemoProcess]) -> None:
+    def watch(self, state: DemoState, prom_t0: float, procs: list[ManagedProcess]) -> None:
         """Refresh the placement table until the story is told (or ``watch_seconds``)."""
         opts = self.options
         tty = self.out.isatty()
@@ -598,8 +516,8 @@ class Demo:
         settled_at = 0.0
         while True:
             for p in procs:
-                if not process_running(p):
-                    raise ClusterError(f"{p.name} exited; see {p.log}:\n{_tail(p)}")
+                if not p.running():
+                    raise ClusterError(f"{p.name} exited; see {p.log}:\n{p.log_tail()}")
             jobs = json.loads(self.kubectl(state, "get", "dljobs", "-A", "-o", "json").stdout)
             pods = json.loads(
                 self.kubectl(
@@ -649,7 +567,7 @@ class Demo:
         found = state is not None or cluster.state() is not None
         if state is not None:
             for proc in reversed(state.processes):
-                _stop(proc)
+                proc.stop()
         cluster.down()
         if self.directory.is_dir():
             keep = {REPORT_FILE} | ({"logs"} if keep_logs else set())
@@ -680,7 +598,7 @@ class Demo:
             "prometheus": state.prometheus_url,
             "report": state.report,
             "processes": {
-                p.name: {"pid": p.pid, "running": process_running(p), "log": p.log}
+                p.name: {"pid": p.pid, "running": p.running(), "log": p.log}
                 for p in state.processes
             },
             "cluster": LocalCluster(Path(state.cluster_dir)).status(),
