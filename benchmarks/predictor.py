@@ -196,17 +196,33 @@ def speed_benchmarks(results: dict[str, object]) -> None:
         walls.append(len(batch) / (time.perf_counter() - t0))
         cpus.append(len(batch) / (time.process_time() - c0))
     batched, batched_cpu = max(walls), max(cpus)
-    lat, cpu = [], []
-    for i in range(5000):
-        s, c = time.perf_counter(), time.process_time()
+
+    # Single predictions: the scalar fast path. "cached" cycles through the 92 catalogued job
+    # types (the scheduler's case: the same job kinds are asked about again and again, so after
+    # the first call per kind and GPU the answer comes from the per-profile cache); "uncached"
+    # clears the cache before every call, so every call computes features and walks the trees.
+    def timed(fn: object, n: int, clear: bool) -> tuple[list[float], list[float]]:
+        lat, cpu = [], []
+        p.clear_cache()
+        for i in range(n):
+            if clear:
+                p.clear_cache()
+            s, c = time.perf_counter(), time.process_time()
+            fn(i)  # type: ignore[operator]
+            lat.append(time.perf_counter() - s)
+            cpu.append(time.process_time() - c)
+        return lat, cpu
+
+    def single(i: int) -> None:
         p.predict(profs[i % len(profs)], "A100")
-        lat.append(time.perf_counter() - s)
-        cpu.append(time.process_time() - c)
-    pair_lat = []
-    for i in range(500):
-        s = time.perf_counter()
+
+    def pair(i: int) -> None:
         p.pair_speed(profs[i % len(profs)], profs[(i * 7) % len(profs)], "A100")
-        pair_lat.append(time.perf_counter() - s)
+
+    lat, cpu = timed(single, 5000, clear=False)
+    lat_u, cpu_u = timed(single, 5000, clear=True)
+    pair_lat, pair_cpu = timed(pair, 2000, clear=False)
+    pair_lat_u, pair_cpu_u = timed(pair, 2000, clear=True)
     import os
 
     results["speed"] = {
@@ -219,8 +235,15 @@ def speed_benchmarks(results: dict[str, object]) -> None:
         "single_p50_ms": float(np.percentile(lat, 50) * 1e3),
         "single_p99_ms": float(np.percentile(lat, 99) * 1e3),
         "single_cpu_mean_ms": float(np.mean(cpu) * 1e3),
+        "single_uncached_p50_ms": float(np.percentile(lat_u, 50) * 1e3),
+        "single_uncached_p99_ms": float(np.percentile(lat_u, 99) * 1e3),
+        "single_uncached_cpu_mean_ms": float(np.mean(cpu_u) * 1e3),
         "pair_p50_ms": float(np.percentile(pair_lat, 50) * 1e3),
         "pair_p99_ms": float(np.percentile(pair_lat, 99) * 1e3),
+        "pair_cpu_mean_ms": float(np.mean(pair_cpu) * 1e3),
+        "pair_uncached_p50_ms": float(np.percentile(pair_lat_u, 50) * 1e3),
+        "pair_uncached_p99_ms": float(np.percentile(pair_lat_u, 99) * 1e3),
+        "pair_uncached_cpu_mean_ms": float(np.mean(pair_cpu_u) * 1e3),
     }
     try:
         import torch  # noqa: F401
@@ -317,13 +340,26 @@ def markdown(r: dict) -> str:  # type: ignore[type-arg]
         f"{sp['batched_predictions_per_cpu_s']:,.0f} per CPU-second | | | | ≥ 20,000 | "
         f"{'yes' if sp['batched_predictions_per_s'] >= 20000 else 'no'} |"
     )
+
+    def lat(key: str) -> str:
+        if f"{key}_cpu_mean_ms" not in sp:
+            return "n/a"
+        return (
+            f"p50 {sp[f'{key}_p50_ms']:.3f} ms, p99 {sp[f'{key}_p99_ms']:.2f} ms wall; "
+            f"mean CPU {sp[f'{key}_cpu_mean_ms']:.3f} ms"
+        )
+
+    load = f"load average {sp['load_average_1m']:.1f} on {sp['cpus']} CPUs"
     lines.append(
-        f"| single prediction latency | p50 {sp['single_p50_ms']:.2f} ms, p99 {sp['single_p99_ms']:.2f} ms wall; "
-        f"mean CPU {sp['single_cpu_mean_ms']:.2f} ms (load average {sp['load_average_1m']:.1f} on {sp['cpus']} CPUs) "
+        f"| single prediction latency, repeated job kinds (per-profile cache) | {lat('single')} ({load}) "
         f"| | | | p99 ≤ 1 ms | {'yes' if sp['single_p99_ms'] <= 1 else 'no'} |"
     )
     lines.append(
-        f"| pair prediction latency | p50 {sp['pair_p50_ms']:.2f} ms, p99 {sp['pair_p99_ms']:.2f} ms | | | | | |"
+        f"| ↳ uncached (features + tree walk every call) | {lat('single_uncached')} | | | | p99 ≤ 1 ms "
+        f"| {'yes' if sp.get('single_uncached_p99_ms', 99) <= 1 else 'no'} |"
+    )
+    lines.append(
+        f"| pair prediction latency, cached / uncached | {lat('pair')}; {lat('pair_uncached')} | | | | | |"
     )
     prof = sp.get("profile_resnet50_b64_s")
     lines.append(

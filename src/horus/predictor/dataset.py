@@ -128,6 +128,59 @@ def feature_columns(raw: np.ndarray, gpu: GpuSpec) -> dict[str, np.ndarray]:
     return out
 
 
+def row_values(features: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
+    """Scalar :func:`feature_columns` for one profile: the single-prediction fast path.
+
+    Plain-float arithmetic, with every logarithm of the row taken in one NumPy call (NumPy's
+    ``log``/``log1p`` may use SIMD kernels whose last bit differs from ``math``'s, so using the
+    same ufuncs keeps the fast path bit-identical to the batched one) — ~15x cheaper than
+    :func:`feature_columns` on length-1 arrays. A unit test compares the two on every catalogued
+    job type and several GPUs.
+    """
+    f = {k: float(features.get(k, 0.0)) for k in FEATURE_NAMES}
+    batch = max(f["batch_size"], 1.0)
+    flops = f["fwd_flops"] + f["bwd_flops"]
+    compute_ms = flops / (gpu.fp32_tflops * 1e12) * 1e3
+    memory_ms = (
+        (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
+    )
+    other = 0.0
+    for fam in FAMILIES:
+        if fam not in ("conv", "matmul", "elementwise"):
+            other += f[f"count_{fam}"]
+    kernels = 3.0 * f["layers"] + 1.0
+    gpu_ms = max(compute_ms, memory_ms)
+    names1p = [f"log_{k}" for k in _LOG] + [f"log_count_{fam}" for fam in FAMILIES]
+    args1p = [max(f[k], 0.0) for k in _LOG] + [f[f"count_{fam}"] for fam in FAMILIES]
+    names1p += ["log_flops_per_sample", "log_act_per_sample", "log_compute_ms", "log_memory_ms"]
+    args1p += [flops / batch, f["activation_bytes"] / batch, compute_ms, memory_ms]
+    names1p.append("log_count_other")
+    args1p.append(other)
+    out = dict(zip(names1p, np.log1p(np.array(args1p)).tolist(), strict=True))
+    logs = np.log(
+        np.array(
+            [
+                (flops + 1.0) / (f["activation_bytes"] + 3 * f["param_bytes"] + 1.0),
+                kernels,
+                gpu_ms / kernels + 1e-9,
+            ]
+        )
+    ).tolist()
+    out["log_intensity"], out["log_kernels"], out["log_ms_per_kernel"] = logs
+    out["amp"] = f["amp"]
+    for fam in FAMILIES:
+        out[f"share_{fam}"] = f[f"share_{fam}"]
+    out["compute_vs_memory"] = out["log_compute_ms"] - out["log_memory_ms"]
+    est = (
+        2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]
+    ) / 2**20
+    out["est_memory_mib"] = est
+    out["est_memory_frac"] = est / gpu.memory_mib
+    out["busy_frac"] = gpu_ms / (gpu_ms + 0.02 * kernels)
+    out.update(gpu.features())
+    return out
+
+
 def raw_matrix(features: Sequence[Mapping[str, float]]) -> np.ndarray:
     """(n, len(FEATURE_NAMES)) matrix of profile features; absent features are 0."""
     return np.array([[m.get(k, 0.0) for k in FEATURE_NAMES] for m in features], dtype=np.float64)

@@ -32,14 +32,16 @@ from typing import Any
 import numpy as np
 
 from horus.common.errors import ValidationError
-from horus.predictor.dataset import feature_columns, raw_matrix
+from horus.predictor.dataset import feature_columns, raw_matrix, row_values
 from horus.predictor.gpus import GpuSpec, gpu_spec
 from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.predictor.schema import REQUIRED_FEATURES, SCHEMA_VERSION
 from horus.predictor.tables import DATA_DIR
-from horus.predictor.trees import TreeEnsemble
+from horus.predictor.trees import JointEnsembles, TreeEnsemble
 
 ARTIFACT_FORMAT = 1
+# Entries of the per-profile caches of the single-prediction fast path (cleared when full).
+CACHE_SIZE = 4096
 DEFAULT_ARTIFACT = DATA_DIR / "model-default.json"
 
 # Features whose training range decides "low confidence".
@@ -115,6 +117,10 @@ class Head:
         x = np.array([[r[n] for n in self.inputs] for r in rows], dtype=np.float64)
         return self.trees.predict(x)
 
+    def predict_row(self, row: Mapping[str, float]) -> float:
+        """One row: the single-prediction fast path (same result as :meth:`predict`)."""
+        return self.trees.predict_one(np.array([row[n] for n in self.inputs], dtype=np.float64))
+
     def predict_columns(self, cols: Mapping[str, np.ndarray]) -> np.ndarray:
         return self.trees.predict(np.column_stack([cols[n] for n in self.inputs]))
 
@@ -151,29 +157,59 @@ class HorusPredictor:
             k: (float(v[0]), float(v[1])) for k, v in artifact["ranges"].items()
         }
         self.card: Mapping[str, Any] = artifact.get("card", {})
+        # Fast-path caches, keyed by (GPU name, schema version, profile feature items): the
+        # scheduler asks about the same few job kinds over and over.
+        self._gpus: dict[str, GpuSpec] = {}
+        self._single_cache: dict[Any, ResourcePrediction] = {}
+        self._row_cache: dict[Any, dict[str, float]] = {}
+        self._pair_cache: dict[Any, float] = {}
+        # Util and memory heads share their inputs: one tree walk serves both on the fast path.
+        self._joint: JointEnsembles | None = None
+        if (
+            self.util.inputs == self.memory.inputs
+            and self.util.trees.depth == self.memory.trees.depth
+        ):
+            self._joint = JointEnsembles((self.util.trees, self.memory.trees))
 
     @property
     def version(self) -> str:
         return self._version
 
+    def clear_cache(self) -> None:
+        """Forget the fast path's per-profile results (benchmarks time the uncached path)."""
+        self._single_cache.clear()
+        self._row_cache.clear()
+        self._pair_cache.clear()
+
     # ------------------------------------------------------------------ single jobs
+
+    @staticmethod
+    def _check(p: GraphProfile) -> None:
+        if p.schema_version != SCHEMA_VERSION:
+            raise ValidationError(
+                f"profile {p.model!r} has schema version {p.schema_version}, expected {SCHEMA_VERSION}"
+            )
+        feats = p.features
+        if not all(k in feats for k in REQUIRED_FEATURES):
+            missing = [k for k in REQUIRED_FEATURES if k not in feats]
+            raise ValidationError(
+                f"profile {p.model!r} lacks features {', '.join(missing)}; "
+                "regenerate it with 'horus profile'"
+            )
+
+    def _spec(self, gpu: str) -> GpuSpec:
+        spec = self._gpus.get(gpu)
+        if spec is None:
+            spec = gpu_spec(gpu)  # raises, naming the known GPUs
+            self._gpus[gpu] = spec
+        return spec
 
     def _columns(
         self, profiles: Sequence[GraphProfile], gpu: str
     ) -> tuple[dict[str, np.ndarray], GpuSpec]:
-        spec = gpu_spec(gpu)
+        spec = self._spec(gpu)
         for p in profiles:
-            if p.schema_version != SCHEMA_VERSION:
-                raise ValidationError(
-                    f"profile {p.model!r} has schema version {p.schema_version}, expected {SCHEMA_VERSION}"
-                )
-            feats = p.features
-            if not all(k in feats for k in REQUIRED_FEATURES):
-                missing = [k for k in REQUIRED_FEATURES if k not in feats]
-                raise ValidationError(
-                    f"profile {p.model!r} lacks features {', '.join(missing)}; "
-                    "regenerate it with 'horus profile'"
-                )
+            self._check(p)
         cols = feature_columns(raw_matrix([p.features for p in profiles]), spec)
         return cols, spec
 
@@ -216,7 +252,53 @@ class HorusPredictor:
         ]
 
     def predict(self, profile: GraphProfile, gpu: str) -> ResourcePrediction:
-        return self.predict_many([profile], gpu)[0]
+        """One profile: the fast path (cached per profile and GPU; scalar on a miss).
+
+        Gives exactly what :meth:`predict_many` gives for the same profile (tested).
+        """
+        key = _key(profile, gpu)
+        if key is not None:
+            hit = self._single_cache.get(key)
+            if hit is not None:
+                return hit
+        row = self._row(profile, gpu, key)
+        util, log_mem, low = row["pred_util"], row["log_mem"], row["low"] > 0
+        mem, mem_up = np.exp([log_mem, log_mem + self.memory.upper_offset]).tolist()
+        mem_up = max(mem_up, mem)
+        util_up = 100.0 if low else max(min(100.0, util + self.util.upper_offset), util)
+        if low:
+            mem_up = 2.0 * mem_up
+        r = ResourcePrediction(util, util_up, mem, mem_up, self.quantile, low, self._version)
+        if key is not None:
+            _put(self._single_cache, key, r)
+        return r
+
+    def _row(self, profile: GraphProfile, gpu: str, key: Any) -> dict[str, float]:
+        """Model inputs of one profile plus its predicted util / ln(memory) (cached)."""
+        if key is not None:
+            hit = self._row_cache.get(key)
+            if hit is not None:
+                return hit
+        spec = self._spec(gpu)
+        self._check(profile)
+        row = row_values(profile.features, spec)
+        if self._joint is not None:
+            x = np.array([row[n] for n in self.util.inputs], dtype=np.float64)
+            util, log_mem = self._joint.predict_one(x)
+        else:
+            util, log_mem = self.util.predict_row(row), self.memory.predict_row(row)
+        row["pred_util"] = 0.0 if util < 0.0 else 100.0 if util > 100.0 else util
+        row["log_mem"] = log_mem
+        row["pred_mem_frac"] = float(np.exp(log_mem)) / spec.memory_mib
+        low = False
+        for k, (lo, hi) in self.ranges.items():
+            margin = 0.1 * (hi - lo) + 1e-9
+            v = row[k]
+            low = low or v < lo - margin or v > hi + margin
+        row["low"] = 1.0 if low else 0.0
+        if key is not None:
+            _put(self._row_cache, key, row)
+        return row
 
     # ------------------------------------------------------------------ pairs
 
@@ -242,7 +324,35 @@ class HorusPredictor:
         return [float(s) for s in speeds]
 
     def pair_speed(self, job: GraphProfile, other: GraphProfile, gpu: str) -> float:
-        return self.pair_speeds([(job, other)], gpu)[0]
+        """One pair: the fast path (cached; scalar on a miss), equal to :meth:`pair_speeds`."""
+        ka, kb = _key(job, gpu), _key(other, gpu)
+        key = None if ka is None or kb is None else (ka, kb[2])
+        if key is not None:
+            hit = self._pair_cache.get(key)
+            if hit is not None:
+                return hit
+        a, b = self._row(job, gpu, ka), self._row(other, gpu, kb)
+        speed = self.pair.predict_row(pair_row(a, b, self._spec(gpu)))
+        speed = 0.05 if speed < 0.05 else 1.0 if speed > 1.0 else speed
+        if key is not None:
+            _put(self._pair_cache, key, speed)
+        return speed
+
+
+def _key(profile: GraphProfile, gpu: str) -> Any:
+    """Cache key of a profile on a GPU, or None when its features are not hashable."""
+    try:
+        key = (gpu, profile.schema_version, tuple(profile.features.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _put(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
 
 
 def artifact_digest(artifact: Mapping[str, Any]) -> str:

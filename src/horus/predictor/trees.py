@@ -13,6 +13,7 @@ little-endian bytes), so the same training run gives a byte-identical artifact.
 from __future__ import annotations
 
 import base64
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,14 @@ class TreeEnsemble:
         )
         return result
 
+    def predict_one(self, x: np.ndarray) -> float:
+        """Prediction for one row ``x`` of shape (features,): the single-prediction fast path."""
+        joint = self.__dict__.get("_joint")
+        if joint is None:
+            joint = JointEnsembles((self,))
+            object.__setattr__(self, "_joint", joint)
+        return joint.predict_one(x)[0]
+
     def _complete(self) -> tuple[np.ndarray, ...]:
         """Complete-tree arrays (cached on first use)."""
         cached = self.__dict__.get("_complete_cache")
@@ -148,3 +157,67 @@ def _b64(a: np.ndarray) -> str:
 
 def _unb64(s: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(s), dtype=dtype).reshape(shape).copy()
+
+
+class JointEnsembles:
+    """Several ensembles of the same depth over the same inputs, walked together for one row.
+
+    The single-prediction fast path: the same arithmetic as :meth:`TreeEnsemble.predict` (same
+    complete-tree walk, each ensemble's leaves summed the same way, so results are
+    bit-identical), but on 1-D arrays and with all ensembles' trees in one walk — ~6 NumPy calls
+    per tree level for every head together, a few tens of microseconds per row.
+    """
+
+    def __init__(self, ensembles: tuple[TreeEnsemble, ...]) -> None:
+        depths = {e.depth for e in ensembles}
+        if len(depths) != 1:
+            raise ValueError("JointEnsembles needs ensembles of one depth")
+        self.ensembles = ensembles
+        self.depth = depths.pop()
+        parts = [e._complete() for e in ensembles]
+        self.feat = np.concatenate([p[0] for p in parts])
+        self.thr = np.concatenate([p[1] for p in parts])
+        self.leaf = np.concatenate([p[2] for p in parts])
+        n_trees = sum(e.feature.shape[0] for e in ensembles)
+        n_int, n_leaf = max(2**self.depth - 1, 1), 2**self.depth
+        self.node_off = np.arange(n_trees, dtype=np.int32) * np.int32(n_int)
+        self.leaf_off = np.arange(n_trees, dtype=np.int32) * np.int32(n_leaf) - np.int32(
+            2**self.depth - 1
+        )
+        # Depth <= 4 (15 internal nodes): compare every node at once, pack each tree's
+        # comparison bits into a 16-bit word and look its leaf up in a 65,536-entry table —
+        # ~8 NumPy calls per row whatever the depth instead of ~6 per level.
+        self.table: np.ndarray | None = None
+        if 1 <= self.depth <= 4:
+            width = 16
+            self.feat16 = np.zeros((n_trees, width), dtype=np.int32)
+            self.thr16 = np.full((n_trees, width), np.inf)
+            self.feat16[:, :n_int] = self.feat.reshape(n_trees, n_int)
+            self.thr16[:, :n_int] = self.thr.reshape(n_trees, n_int)
+            self.feat16 = self.feat16.ravel().astype(np.intp)  # intp: no index conversion
+            self.thr16 = self.thr16.ravel()
+            words = np.arange(2**width, dtype=np.int64)
+            i = np.zeros_like(words)
+            for _ in range(self.depth):
+                i = 2 * i + 1 + ((words >> i) & 1)
+            self.table = (i - (2**self.depth - 1)).astype(np.intp)
+            self.leaf_base = np.arange(n_trees, dtype=np.intp) * n_leaf
+        bounds = np.cumsum([0] + [e.feature.shape[0] for e in ensembles])
+        self.slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+    def predict_one(self, x: np.ndarray) -> list[float]:
+        if self.table is not None:
+            # 16 bits per tree, so the flat little-endian bytes are each tree's word.
+            bits = np.packbits(x.take(self.feat16) > self.thr16, bitorder="little")
+            leaves = self.leaf.take(self.table.take(bits.view("<u2")) + self.leaf_base)
+        else:
+            feat, thr, node_off = self.feat, self.thr, self.node_off
+            idx = np.zeros(node_off.shape[0], dtype=np.int32)
+            for _ in range(self.depth):
+                g = idx + node_off
+                idx = (idx << 1) + 1 + (x.take(feat.take(g)) > thr.take(g))
+            leaves = self.leaf.take(idx + self.leaf_off)
+        return [
+            float(e.init + e.scale * leaves[sl].sum())
+            for e, sl in zip(self.ensembles, self.slices, strict=True)
+        ]

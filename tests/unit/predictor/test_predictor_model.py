@@ -35,6 +35,31 @@ def test_predict_many_matches_predict() -> None:
     assert p.predict_many([], "A100") == []
 
 
+def test_fast_path_is_identical_to_batched() -> None:
+    """The scalar, cached single/pair path answers exactly what the batched path answers."""
+    from horus.predictor.dataset import feature_columns, raw_matrix, row_values
+    from horus.predictor.gpus import gpu_spec
+
+    p = load_default_predictor()
+    profs = [jt.profile for jt in measured_job_types()]
+    for gpu in ("A100", "K80", "RTX3090"):
+        spec = gpu_spec(gpu)
+        cols = feature_columns(raw_matrix([x.features for x in profs]), spec)
+        for i, x in enumerate(profs):
+            row = row_values(x.features, spec)
+            assert row == {k: float(v[i]) for k, v in cols.items()}
+        p.clear_cache()
+        batched = p.predict_many(profs, gpu)
+        assert [p.predict(x, gpu) for x in profs] == batched  # misses
+        assert [p.predict(x, gpu) for x in profs] == batched  # cache hits
+        pairs = [(a, b) for a in profs[:12] for b in profs[::9]]
+        assert [p.pair_speed(a, b, gpu) for a, b in pairs] == p.pair_speeds(pairs, gpu)
+    # an unhashable feature value skips the cache but still answers
+    f = dict(profs[0].features)
+    odd = GraphProfile("odd", 1, {**f, "note": [1]})  # type: ignore[dict-item]
+    assert p.predict(odd, "A100") == p.predict(profs[0], "A100")
+
+
 def test_pair_speed_is_normalised() -> None:
     p = load_default_predictor()
     a = job_type("gavel", "ResNet-50 (batch size 64)").profile

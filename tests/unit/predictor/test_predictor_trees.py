@@ -28,3 +28,29 @@ def test_export_matches_sklearn(loss: str) -> None:
     )
     again = TreeEnsemble.from_json(json.loads(json.dumps(trees.to_json())))
     np.testing.assert_array_equal(again.predict(test), trees.predict(test))
+
+
+@pytest.mark.parametrize("depth", [2, 4, 5])
+def test_single_row_fast_path_is_bit_identical(depth: int) -> None:
+    """``predict_one`` / ``JointEnsembles`` (packed-bits lookup at depth <= 4, level walk
+    above) give exactly the batched result, and a joint walk equals separate walks."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    from horus.predictor.trees import JointEnsembles
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 5))
+    ens = [
+        TreeEnsemble.from_sklearn(
+            GradientBoostingRegressor(n_estimators=15, max_depth=depth, random_state=s).fit(
+                x, x[:, s] * 2 + x[:, 4] ** 2
+            )
+        )
+        for s in (0, 1)
+    ]
+    joint = JointEnsembles((ens[0], ens[1]))
+    test = rng.normal(size=(50, 5))
+    batched = [e.predict(test) for e in ens]
+    for i, row in enumerate(test):
+        assert [ens[0].predict_one(row), ens[1].predict_one(row)] == [b[i] for b in batched]
+        assert joint.predict_one(row) == [b[i] for b in batched]
