@@ -97,6 +97,9 @@ class JobCtx:
     job: DLJob | None
     status: dict[str, Any]
     pods: dict[int, dict[str, Any]] = field(default_factory=dict)  # replica → pod
+    #: Admission result (phase Queued, predicted) not yet written: it goes out with this
+    #: pass's decision for the job (placement or refusal) in one status write.
+    pending: dict[str, Any] | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -210,7 +213,7 @@ class Reconciler:
         """Merge-patch owned status fields; with ``precondition`` fail on a stale object."""
         from kubernetes.client.exceptions import ApiException
 
-        body: dict[str, Any] = {"status": dict(fields)}
+        body: dict[str, Any] = {"status": {**(ctx.pending or {}), **fields}}
         if precondition:
             body["metadata"] = {"resourceVersion": ctx.rv}
         try:
@@ -229,7 +232,8 @@ class Reconciler:
                 ) from None
             raise
         ctx.obj = out
-        ctx.status.update(fields)
+        ctx.status.update(body["status"])
+        ctx.pending = None
 
     def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
         """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
@@ -377,6 +381,13 @@ class Reconciler:
             futures.append(self.pool.submit(self._follow_guarded, ctx, report))
         t_commit = time.monotonic()
         for f in futures:
+            f.result()
+        leftovers = [
+            self.pool.submit(self._guarded, self._flush, ctx, report)
+            for ctx in ctxs.values()
+            if ctx.pending is not None
+        ]
+        for f in leftovers:
             f.result()
         report.timings["commit"] = time.monotonic() - t_commit
         self.metrics.set_queue(by_reason)
@@ -556,15 +567,23 @@ class Reconciler:
             }
             if gen is not None:
                 fields["observedGeneration"] = gen
-            self.patch_status(ctx, fields, precondition=True)
-            report.status_writes += 1
+            # Not written yet: the decision of this pass carries it (one write per job).
+            ctx.pending = fields
+            ctx.status.update(fields)
             try:
-                ctx.job = parse_dljob(ctx.obj)  # now with status.predicted
+                ctx.job = parse_dljob({**ctx.obj, "status": ctx.status})  # with predicted
             except ValidationError:
                 ctx.job = job
         except Conflict as exc:
             report.conflicts += 1
             log.debug("%s", exc)
+
+    def _flush(self, ctx: JobCtx, report: PassReport) -> None:
+        """Write an admission that got no decision in this pass (e.g. leadership lapsed)."""
+        if ctx.pending is None or not self.is_leader():
+            return
+        self.patch_status(ctx, {}, precondition=True)
+        report.status_writes += 1
 
     def _fail(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
         now = now_rfc3339()
@@ -646,7 +665,11 @@ class Reconciler:
 
     def _refused(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
         cond = st.condition(ctx.status.get("conditions") or [], st.COND_SCHEDULED) or {}
-        if cond.get("reason") == reason and ctx.status.get("message") == message:
+        if (
+            ctx.pending is None
+            and cond.get("reason") == reason
+            and ctx.status.get("message") == message
+        ):
             return
         if not self.is_leader():
             return
