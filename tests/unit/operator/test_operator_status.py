@@ -221,3 +221,31 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
     assert verify_assignment(
         rec.key, "default", "train-0", text, meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
     )
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def test_metrics_names_and_stale_series_dropped() -> None:
+    from prometheus_client import generate_latest
+
+    from horus.operator.metrics import OperatorMetrics
+    from horus.scheduler import GpuView
+
+    m = OperatorMetrics()
+    m.set_queue({"NoIdleGPU": 3, "NeverFits": 1})
+    m.set_queue({"NeverFits": 1})
+    m.set_phases({"Running": 5})
+    view = GpuView("n", 0, "GPU-x", "H100", 81920, True, 100, 40, 130.0, ("a", "b"))
+    m.set_gpus([view])
+    m.decisions.labels(outcome="placed").inc()
+    m.latency.observe(0.01)
+    text = generate_latest(m.registry).decode()
+    assert 'horus_queue_length{reason="NoIdleGPU"} 0.0' in text
+    assert 'horus_queue_length{reason="NeverFits"} 1.0' in text
+    assert 'horus_dljobs{phase="Running"} 5.0' in text
+    assert 'horus_gpu_predicted_utilization_ratio{gpu="0",node="n",uuid="GPU-x"} 1.3' in text
+    assert 'horus_scheduling_decisions_total{outcome="placed"} 1.0' in text
+    assert "horus_scheduling_decision_duration_seconds_bucket" in text
+    m.set_gpus([])
+    assert "GPU-x" not in generate_latest(m.registry).decode()
