@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common import constants as c
+from horus.common.errors import ConfigError
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.settings import OperatorSettings
@@ -39,12 +40,23 @@ def load_kube_config(kubeconfig: str) -> None:
 
     config: Any = _config
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
+        if not Path(kubeconfig).is_file():
+            raise ConfigError(f"kubeconfig {kubeconfig} does not exist (--kubeconfig)")
+        try:
+            config.load_kube_config(config_file=kubeconfig)
+        except config.ConfigException as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig} is not usable: {exc}") from None
         return
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        try:
+            config.load_kube_config()
+        except config.ConfigException as exc:
+            raise ConfigError(
+                "no Kubernetes credentials: not running in a pod, and no kubeconfig "
+                f"($KUBECONFIG or ~/.kube/config): {exc}; pass --kubeconfig"
+            ) from None
 
 
 def new_api_client(pool_size: int) -> Any:
