@@ -37,7 +37,7 @@ def test_kill9_twenty_times_while_submitting(
         # Kill at a random instant once the process leads (startup alone is ~2 s of imports):
         # mid-admission, between status and pod, between pod and binding, mid status sync.
         op.wait_leader()
-        time.sleep(rng.uniform(0.0, 2.0))
+        time.sleep(rng.uniform(0.0, 1.2))
         op.kill9()
         kills += 1
         op.start()
