@@ -188,7 +188,7 @@ class Horus(Policy):
     def __init__(self) -> None:
         # (kind, gpu model, signature) -> (gain, new job's speed, slowest resident after)
         self._gain_cache: dict[tuple[str, str, tuple[str, ...]], tuple[float, float, float]] = {}
-        # (state id, kind, model id) -> per-signature (raw gain, admissible gain) arrays
+        # (state token, kind, model id) -> per-signature (raw gain, admissible gain) arrays
         self._tables_cache: dict[tuple[int, str, int], tuple[FloatArray, FloatArray]] = {}
 
     def core_share(
@@ -241,7 +241,7 @@ class Horus(Policy):
         that once existed but no longer occur cost nothing.
         """
         st = ctx.state
-        key = (id(st), ctx.job.kind, model_id)  # settings and margin are fixed per scheduler
+        key = (st.token, ctx.job.kind, model_id)  # settings and margin are fixed per scheduler
         n = len(st.signatures)
         raw, adm = self._tables_cache.get(key, (np.empty(0), np.empty(0)))
         if len(raw) < n:

@@ -72,7 +72,7 @@ class Scheduler:
         self._pair_cache: dict[tuple[str, str, str], float] = {}
         self._profiles: dict[str, JobRequest] = {}
         self._queue_model: str | None = None
-        #: (job, id(state), GPUs) reserved for a starving job; see :meth:`_reserve`.
+        #: (job, state token, GPUs) reserved for a starving job; see :meth:`_reserve`.
         self._reservation: tuple[str, int, list[int]] | None = None
         self._last_state: ClusterState | None = None  # to find profiles of residents
         self._needs_cache: dict[
@@ -221,7 +221,7 @@ class Scheduler:
         self, st: ClusterState, job: JobRequest
     ) -> tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]:
         """Per-GPU memory, core and utilisation of ``job`` (cached: they depend on no state)."""
-        key = (id(st.model_of), job.kind, job.memory_mib, job.core_percent, job.prediction)
+        key = (st.layout_token, job.kind, job.memory_mib, job.core_percent, job.prediction)
         hit = self._needs_cache.get(key)
         if hit is not None:
             return hit
@@ -524,13 +524,13 @@ class Scheduler:
         """
         keep = self._reservation
         gpus: list[int] | None = None
-        if keep is not None and keep[0] == job.name and keep[1] == id(st):
+        if keep is not None and keep[0] == job.name and keep[1] == st.token:
             gpus = [g for g in keep[2] if st.healthy[g]]
             if len(gpus) != job.gpu_count:
                 gpus = None
         if gpus is None:
             gpus = self._pick_reservation(st, job)
-            self._reservation = (job.name, id(st), gpus)
+            self._reservation = (job.name, st.token, gpus)
         protect = np.zeros(st.gpu_count, dtype=np.bool_)
         protect[gpus] = True
         for g in gpus:

@@ -13,6 +13,7 @@ and :meth:`ClusterState.add_job`; the simulator keeps one state and applies/rele
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,9 @@ class _PlacedJob:
     gpus: list[int]
 
 
+_STATE_TOKENS = itertools.count(1)
+
+
 class ClusterState:
     """Mutable state of a GPU cluster as the scheduler sees it.
 
@@ -57,6 +61,12 @@ class ClusterState:
     """
 
     def __init__(self, nodes: Mapping[str, Sequence[GpuDevice]]) -> None:
+        #: Unique per instance (copies get their own). Caches keyed by a state use this, not
+        #: ``id()``: Python reuses the id of a freed object, which would hand a new state the
+        #: cached tables of an old one.
+        self.token = next(_STATE_TOKENS)
+        #: Identifies the GPU layout (nodes, models, memory sizes), which copies share.
+        self.layout_token = self.token
         self.node_names: list[str] = []
         node_of: list[int] = []
         self.gpu_index: list[int] = []
@@ -172,6 +182,7 @@ class ClusterState:
         """An independent copy (for dry runs: ``scheduler.schedule(state.copy(), …)``)."""
         new = ClusterState.__new__(ClusterState)
         new.__dict__.update(self.__dict__)
+        new.token = next(_STATE_TOKENS)
         for name in ("mem_used", "core_used", "util_sum", "njobs", "sig_id", "healthy"):
             setattr(new, name, getattr(self, name).copy())
         new.residents = [list(r) for r in self.residents]
