@@ -123,5 +123,11 @@ def load_state_fields(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     raw: dict[str, Any] = json.loads(path.read_text())
-    raw["processes"] = [ManagedProcess(**p) for p in raw.get("processes", [])]
+    procs = []
+    for p in raw.get("processes", []):
+        if "binary" in p:  # written before 0.1.0's shared process module: marker = folder
+            p.pop("binary")
+            p.setdefault("marker", str(path.parent))
+        procs.append(ManagedProcess(**p))
+    raw["processes"] = procs
     return raw

@@ -1,0 +1,39 @@
+"""The process state file round-trips, and files from older versions still load."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from horus.devcluster.processes import ManagedProcess, load_state_fields, save_state
+
+
+@dataclass
+class _State:
+    directory: str
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    state = _State(str(tmp_path), [ManagedProcess("etcd", 123, str(tmp_path), "etcd.log")])
+    save_state(tmp_path / "state.json", state)
+    raw = load_state_fields(tmp_path / "state.json")
+    assert raw is not None and _State(**raw) == state
+    assert load_state_fields(tmp_path / "missing.json") is None
+
+
+def test_old_state_file_with_binary_field_loads(tmp_path: Path) -> None:
+    old = {
+        "directory": str(tmp_path),
+        "processes": [{"name": "etcd", "pid": 1, "binary": "/usr/bin/etcd", "log": "x.log"}],
+    }
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    raw = load_state_fields(tmp_path / "state.json")
+    assert raw is not None
+    assert raw["processes"] == [ManagedProcess("etcd", 1, str(tmp_path), "x.log")]
+
+
+def test_a_pid_running_something_else_is_not_ours(tmp_path: Path) -> None:
+    # PID 1 exists but its command line does not name our folder: never ours.
+    assert not ManagedProcess("x", 1, str(tmp_path / "folder"), "x.log").running()
