@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` (the main job) and `make test` (everything).
-.PHONY: demo demo-down test setup lint
+.PHONY: demo demo-down test setup lint bench
 
 demo:        ## local control plane + simulated GPU nodes, shown
 	bash tools/dev/demo.sh
@@ -12,3 +12,6 @@ test:        ## install what is missing, lint, type-check, run every test tier t
 
 setup:       ## only install (apt packages, .venv, control-plane binaries)
 	bash tools/dev/setup.sh
+
+bench:       ## every benchmark (prints figures, writes benchmarks/results/*.json; ~30 min)
+	bash tools/dev/bench.sh
