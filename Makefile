@@ -13,5 +13,5 @@ test:        ## install what is missing, lint, type-check, run every test tier t
 setup:       ## only install (apt packages, .venv, control-plane binaries)
 	bash tools/dev/setup.sh
 
-bench:       ## every benchmark (prints figures, writes benchmarks/results/*.json; ~30 min)
+bench:       ## every benchmark (prints figures, writes benchmarks/results/*.json)
 	bash tools/dev/bench.sh
