@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from horus.predictor.dataset import FEATURE_SETS, load_gpumemnet, load_lucid_single  # noqa: E402
 from horus.predictor.model import PAIR_FEATURES  # noqa: E402
-from horus.predictor.train import PAIR_PARAMS, QUANTILE, fit_gbr  # noqa: E402
+from horus.predictor.train import QUANTILE, fit_gbr, fit_pair  # noqa: E402
 
 
 def _x(rows: list[dict[str, float]], names: list[str]) -> np.ndarray:
@@ -129,7 +129,7 @@ def pair_benchmarks(results: dict[str, object], lucid_dir: Path) -> None:
     rows, y, ga, gb = lucid_pairs(None, None, lucid_dir, measured_isolated=True)
     ga_a, gb_a = np.array(ga), np.array(gb)
     graph_only = [
-        n for n in PAIR_FEATURES if "pred_" not in n and n not in ("util_sum", "mem_frac_sum")
+        n for n in PAIR_FEATURES if "pred_" not in n and not n.startswith(("util_", "mem_"))
     ]
     iso_only = ["a_pred_util", "b_pred_util", "a_pred_mem_frac", "b_pred_mem_frac", "util_sum"]
     variants = {
@@ -149,7 +149,7 @@ def pair_benchmarks(results: dict[str, object], lucid_dir: Path) -> None:
             if name == "mean":
                 pred[test] = y[train].mean()
             else:
-                pred[test] = fit_gbr(x[train], y[train], 0, **PAIR_PARAMS).predict(x[test])
+                pred[test] = fit_pair(x[train], y[train], 0).predict(x[test])
         mae = float(np.mean(np.abs(pred - y)))
         # rows come in (a,b),(b,a) order: pair i = rows 2i and 2i+1
         true_slow = np.minimum(y[0::2], y[1::2]) < 0.85
@@ -173,6 +173,34 @@ def pair_benchmarks(results: dict[str, object], lucid_dir: Path) -> None:
     shipped = np.array(p.pair_speeds(prof_pairs, "RTX3090"))
     entry["shipped_default_mae"] = float(np.mean(np.abs(shipped - y)))
     results["lucid_pairs_lomo"] = entry
+
+
+def gavel_pair_benchmarks(results: dict[str, object]) -> None:
+    """The shipped pair head's own data, leave-one-GPU-out (K80/P100/V100): how the head
+    carries to a GPU generation it has not seen, without any Lucid row."""
+    import csv
+
+    from horus.predictor.model import load_default_predictor
+    from horus.predictor.tables import DATA_DIR
+    from horus.predictor.train import gavel_pairs
+
+    p = load_default_predictor()
+    rows, y, _ = gavel_pairs(p.util, p.memory)
+    with (DATA_DIR / "gavel_pairs.csv").open() as fh:
+        gpus = np.array([r["gpu"] for r in csv.DictReader(fh)])
+    x = _x(rows, PAIR_FEATURES)
+    pred = np.full(len(y), np.nan)
+    for g in sorted(set(gpus)):
+        test = gpus == g
+        pred[test] = fit_pair(x[~test], y[~test], 0).predict(x[test])
+    err = np.abs(pred - y)
+    results["gavel_pairs_logo"] = {
+        "rows": len(y),
+        "mae": float(err.mean()),
+        "per_gpu_mae": {g: round(float(err[gpus == g].mean()), 3) for g in sorted(set(gpus))},
+        "mean_speed_per_gpu": {g: round(float(y[gpus == g].mean()), 3) for g in sorted(set(gpus))},
+    }
+    print("gavel pairs", results["gavel_pairs_logo"], flush=True)
 
 
 def speed_benchmarks(results: dict[str, object]) -> None:
@@ -316,6 +344,13 @@ def markdown(r: dict) -> str:  # type: ignore[type-arg]
         lines.append(
             f"| ↳ shipped artifact (Gavel pairs only) on Lucid pairs | {e['shipped_default_mae']:.3f} | | | | | |"
         )
+    if "gavel_pairs_logo" in r:
+        e = r["gavel_pairs_logo"]
+        per = ", ".join(f"{g.split(':')[-1].upper()} {v:.3f}" for g, v in e["per_gpu_mae"].items())
+        lines.append(
+            f"| Gavel pair speed MAE, leave-one-GPU-out ({e['rows']} ordered pairs; shipped head's data) "
+            f"| {e['mae']:.3f} ({per}) | | | | | |"
+        )
     covs = [
         (name, r[key]["full_coverage_p90"])
         for name, key in (
@@ -393,6 +428,7 @@ def main() -> int:
         return 0
     speed_benchmarks(results)
     single_benchmarks(results, lucid)
+    gavel_pair_benchmarks(results)
     if lucid is not None:
         pair_benchmarks(results, lucid)
     results["wall_s"] = time.perf_counter() - start

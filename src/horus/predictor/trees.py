@@ -35,8 +35,18 @@ class TreeEnsemble:
 
     @classmethod
     def from_sklearn(cls, est: Any) -> TreeEnsemble:
-        """Export a fitted ``sklearn.ensemble.GradientBoostingRegressor``."""
-        trees = [e[0].tree_ for e in est.estimators_]
+        """Export a fitted ``GradientBoostingRegressor`` or ``RandomForestRegressor``.
+
+        A forest is ``0 + (1/T) x Σ trees``; both export to the same arrays.
+        """
+        if hasattr(est, "init_"):
+            init = float(np.asarray(est.init_.constant_).ravel()[0])
+            return cls._from_trees([e[0].tree_ for e in est.estimators_], init, est.learning_rate)
+        trees = [e.tree_ for e in est.estimators_]
+        return cls._from_trees(trees, 0.0, 1.0 / len(trees))
+
+    @classmethod
+    def _from_trees(cls, trees: list[Any], init: float, scale: float) -> TreeEnsemble:
         n = max(t.node_count for t in trees)
         shape = (len(trees), n)
         feature = np.full(shape, -1, dtype=np.int32)
@@ -52,9 +62,34 @@ class TreeEnsemble:
             left[i, :c] = np.where(leaf, np.arange(c), t.children_left[:c])
             right[i, :c] = np.where(leaf, np.arange(c), t.children_right[:c])
             value[i, :c] = t.value[:c, 0, 0]
-        init = float(np.asarray(est.init_.constant_).ravel()[0])
         depth = max(int(t.max_depth) for t in trees)
-        return cls(init, float(est.learning_rate), feature, threshold, left, right, value, depth)
+        return cls(init, float(scale), feature, threshold, left, right, value, depth)
+
+    @classmethod
+    def blend(cls, parts: list[tuple[TreeEnsemble, float]]) -> TreeEnsemble:
+        """``Σ weight x part`` as one ensemble (each part's scale folded into its leaf values)."""
+        n = max(e.feature.shape[1] for e, _ in parts)
+
+        def pad(a: np.ndarray, fill: float) -> np.ndarray:
+            out = np.full((a.shape[0], n), fill, dtype=a.dtype)
+            out[:, : a.shape[1]] = a
+            return out
+
+        def idx(a: np.ndarray) -> np.ndarray:  # padded nodes point at themselves (leaves)
+            out = np.tile(np.arange(n, dtype=np.int32), (a.shape[0], 1))
+            out[:, : a.shape[1]] = a
+            return out
+
+        return cls(
+            float(sum(w * e.init for e, w in parts)),
+            1.0,
+            np.concatenate([pad(e.feature, -1) for e, _ in parts]).astype(np.int32),
+            np.concatenate([pad(e.threshold, 0.0) for e, _ in parts]),
+            np.concatenate([idx(e.left) for e, _ in parts]),
+            np.concatenate([idx(e.right) for e, _ in parts]),
+            np.concatenate([pad(e.value * (w * e.scale), 0.0) for e, w in parts]),
+            max(e.depth for e, _ in parts),
+        )
 
     def predict(self, x: np.ndarray, chunk: int = 2048) -> np.ndarray:
         """Predictions for rows ``x`` of shape (n, features), all trees at once.

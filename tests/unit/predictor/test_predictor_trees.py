@@ -54,3 +54,23 @@ def test_single_row_fast_path_is_bit_identical(depth: int) -> None:
     for i, row in enumerate(test):
         assert [ens[0].predict_one(row), ens[1].predict_one(row)] == [b[i] for b in batched]
         assert joint.predict_one(row) == [b[i] for b in batched]
+
+
+def test_forest_export_and_blend() -> None:
+    """A random forest exports to the same arrays; a blend predicts the weighted sum."""
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 4))
+    y = x[:, 0] - 2 * (x[:, 1] > 0.3) + rng.normal(scale=0.1, size=300)
+    rf = RandomForestRegressor(n_estimators=12, max_depth=6, random_state=0).fit(x, y)
+    gb = GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=0).fit(x, y)
+    trf, tgb = TreeEnsemble.from_sklearn(rf), TreeEnsemble.from_sklearn(gb)
+    test = rng.normal(size=(200, 4))
+    np.testing.assert_allclose(trf.predict(test), rf.predict(test), rtol=1e-10, atol=1e-10)
+    both = TreeEnsemble.blend([(tgb, 0.5), (trf, 0.5)])
+    want = 0.5 * gb.predict(test) + 0.5 * rf.predict(test)
+    np.testing.assert_allclose(both.predict(test), want, rtol=1e-10, atol=1e-10)
+    assert [both.predict_one(r) for r in test] == both.predict(test).tolist()
+    again = TreeEnsemble.from_json(json.loads(json.dumps(both.to_json())))
+    np.testing.assert_array_equal(again.predict(test), both.predict(test))
