@@ -12,7 +12,8 @@ Why these choices (measured in ``benchmarks/predictor.py``, see ``docs/predictor
   calibrated against unseen architectures, which is what a scheduler meets.
 * **Pairs**: the interference head predicts job A's normalised speed next to job B from both
   jobs' features, both jobs' *predicted* util/memory (from the heads above, as at serving
-  time) and the GPU.
+  time), terms of the two together (:data:`horus.predictor.model.PAIR_TERMS`) and the GPU.
+  Learner: a random forest (:data:`PAIR_PARAMS`), exported to the same tree arrays.
 
 Data and licences: the default artifact uses only GPUMemNet (CC BY 4.0) and Gavel (MIT).
 ``include_lucid`` adds Lucid (S-Lab 1.0, non-commercial) for a model a user trains for their
