@@ -198,6 +198,9 @@ def main() -> int:
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--workers", type=int, default=16, help="client threads creating objects")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/operator-e2e.json")
+    ap.add_argument(
+        "--operator-log", type=Path, default=None, help="keep the operator's log (pass timings)"
+    )
     args = ap.parse_args()
     if args.jobs > args.nodes * args.gpus_per_node:
         ap.error("the baseline needs one whole GPU per job: --jobs <= nodes × GPUs")
@@ -279,6 +282,8 @@ def main() -> int:
     finally:
         if op is not None:
             op.kill()
+        if args.operator_log is not None and (folder / "operator.log").is_file():
+            args.operator_log.write_bytes((folder / "operator.log").read_bytes())
         local.down(quiet=True)
 
 

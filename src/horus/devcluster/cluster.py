@@ -90,6 +90,25 @@ def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: s
     path.chmod(0o600)
 
 
+#: Pod stage workers of kwok (its default is 4). kwok's own client is not rate limited
+#: (``flowcontrol.NewFakeAlwaysRateLimiter``), so with 4 workers each waiting on one status
+#: patch to a busy apiserver, bound pods reached Running at ~5/s; more workers overlap them.
+KWOK_POD_STAGE_PARALLELISM = 32
+KWOK_NODE_STAGE_PARALLELISM = 8
+
+
+def _kwok_config() -> dict[str, Any]:
+    """kwok's ``KwokConfiguration`` (``--config``), the documented home of these options."""
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "podPlayStageParallelism": KWOK_POD_STAGE_PARALLELISM,
+            "nodePlayStageParallelism": KWOK_NODE_STAGE_PARALLELISM,
+        },
+    }
+
+
 def _scheduler_config(kubeconfig: Path, extra: dict[str, Any] | None) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -194,6 +213,9 @@ class LocalCluster:
             )
         )
 
+        kwok_cfg = self.directory / "kwok.yaml"
+        kwok_cfg.write_text(yaml.safe_dump(_kwok_config()))
+
         state = ClusterState(
             directory=str(self.directory),
             server=server,
@@ -265,6 +287,7 @@ class LocalCluster:
             "kwok": [
                 str(bin_dir / "kwok"),
                 f"--kubeconfig={kubeconfigs['kwok']}",
+                f"--config={kwok_cfg}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--server-address=127.0.0.1:{ports['kwok']}",

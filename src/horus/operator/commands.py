@@ -38,7 +38,7 @@ def _register_run(rsub: Any) -> None:
     run.add_argument("--resync-period", type=float, default=None, help="seconds (30)")
     run.add_argument("--kubeconfig", default=None, help="default in-cluster or $KUBECONFIG")
     run.add_argument("--identity", default=None, help="name in the Lease (<host>-<pid>)")
-    run.add_argument("--workers", type=int, default=None, help="parallel API writers (16)")
+    run.add_argument("--workers", type=int, default=None, help="job commit chains in flight (16)")
     run.add_argument("--assignment-key-file", default=None, help="default: the Secret")
     run.add_argument("--debounce", type=float, default=None, help="seconds (0.05)")
     run.set_defaults(handler=_run)

@@ -109,7 +109,11 @@ class Controller:
 
         s = self.settings
         self.nudge = asyncio.Event()
-        api = new_api_client(s.workers + 4)
+        # One connection pool for every thread that talks to the apiserver: the commit
+        # chains and their replicas (2 × workers), the event posters (workers / 4), the
+        # Lease thread and the pass's own lists. Smaller, and urllib3 would open and drop
+        # extra connections under load ("Connection pool is full").
+        api = new_api_client(2 * s.workers + max(2, s.workers // 4) + 4)
         key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
         key = await asyncio.to_thread(
             load_or_create_assignment_key, client.CoreV1Api(api), key_file

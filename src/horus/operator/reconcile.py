@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Mapping
@@ -148,6 +149,12 @@ class PassReport:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, what: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``what`` (called from many commit threads at once)."""
+        with self._lock:
+            setattr(self, what, getattr(self, what) + n)
 
 
 class Reconciler:
@@ -175,7 +182,14 @@ class Reconciler:
         self.is_leader = is_leader
         self.identity = identity
         self.scheduler = Scheduler(policy, predictor, pair_speed=self._pair_speed)
+        #: One job's commit chain (status → its pods → their Bindings) per task: up to
+        #: ``workers`` chains in flight, each in its own order.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")
+        #: A job's replicas after its status write (pod create → Binding per replica). A
+        #: separate pool: a chain waits on its replicas, so sharing ``pool`` could deadlock.
+        self.replica_pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="horus-replica"
+        )
         # Events are best effort and off the critical path (status → pod → binding).
         self.event_pool = ThreadPoolExecutor(
             max_workers=max(2, workers // 4), thread_name_prefix="horus-events"
@@ -187,6 +201,7 @@ class Reconciler:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.replica_pool.shutdown(wait=True, cancel_futures=True)
         self.event_pool.shutdown(wait=False, cancel_futures=True)
 
     # --- pair speeds (known profiles from the predictor, a fixed guess for unknown ones) ----
@@ -340,7 +355,7 @@ class Reconciler:
                 futures.append(
                     self.pool.submit(self._guarded, self._refused, ctx, reason, never, report)
                 )
-                report.refused += 1
+                report.count("refused")
                 continue
             requests[req.name] = req
         if requests and state.gpu_count and self.is_leader():
@@ -352,7 +367,7 @@ class Reconciler:
                 ctx = ctxs[placement.job]
                 self.metrics.decisions.labels(outcome="placed").inc()
                 futures.append(self.pool.submit(self._commit_guarded, ctx, placement, report))
-                report.placed += 1
+                report.count("placed")
             for refusal in result.refused:
                 ctx = ctxs[refusal.job]
                 reason = st.refusal_reason(refusal.code)
@@ -361,7 +376,7 @@ class Reconciler:
                 futures.append(
                     self.pool.submit(self._guarded, self._refused, ctx, reason, message, report)
                 )
-                report.refused += 1
+                report.count("refused")
         elif requests:
             reason = "NoGPUNodes"
             for ctx in queued:
@@ -447,7 +462,7 @@ class Reconciler:
                 doomed.append((str(meta.get("namespace")), str(meta.get("name"))))
         for ns, name in doomed:
             self._delete_pod(ns, name)
-            report.pods_deleted += 1
+            report.count("pods_deleted")
 
     def _delete_pod(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -575,7 +590,7 @@ class Reconciler:
             except ValidationError:
                 ctx.job = job
         except Conflict as exc:
-            report.conflicts += 1
+            report.count("conflicts")
             log.debug("%s", exc)
 
     def _flush(self, ctx: JobCtx, report: PassReport) -> None:
@@ -583,7 +598,7 @@ class Reconciler:
         if ctx.pending is None or not self.is_leader():
             return
         self.patch_status(ctx, {}, precondition=True)
-        report.status_writes += 1
+        report.count("status_writes")
 
     def _fail(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
         now = now_rfc3339()
@@ -602,8 +617,8 @@ class Reconciler:
             ),
         }
         self.patch_status(ctx, fields, precondition=True)
-        report.status_writes += 1
-        report.failed += 1
+        report.count("status_writes")
+        report.count("failed")
         self.metrics.failures.labels(reason=reason).inc()
         self.event(ctx, reason, message, warning=True)
 
@@ -625,7 +640,7 @@ class Reconciler:
             ),
         }
         self.patch_status(ctx, fields, precondition=True)
-        report.status_writes += 1
+        report.count("status_writes")
         self.event(ctx, reason, message, warning=True)
 
     # --- queue → requests -------------------------------------------------------------------
@@ -691,9 +706,9 @@ class Reconciler:
         try:
             self.patch_status(ctx, fields, precondition=True)
         except Conflict:
-            report.conflicts += 1
+            report.count("conflicts")
             return
-        report.status_writes += 1
+        report.count("status_writes")
         if cond.get("reason") != reason:  # events only when the reason changes: no storms
             self.event(ctx, reason, message, warning=True)
 
@@ -711,7 +726,7 @@ class Reconciler:
         try:
             self._commit(ctx, placement, report)
         except Conflict as exc:
-            report.conflicts += 1
+            report.count("conflicts")
             log.info("%s", exc)
         except Exception:  # a bug or API outage for one job must not stop the others
             log.exception("committing the placement of DLJob %s failed", ctx.key)
@@ -767,7 +782,7 @@ class Reconciler:
         }
         # 1. the durable record (fails with Conflict if the job changed since we read it)
         self.patch_status(ctx, fields, precondition=True)
-        report.status_writes += 1
+        report.count("status_writes")
         self.event(ctx, "Scheduled", message)
         # 2. + 3. pods and bindings
         self._ensure_pods(ctx, report)
@@ -779,61 +794,88 @@ class Reconciler:
                 self._ensure_pods(ctx, report)
             self._sync_status(ctx, report)
         except Conflict as exc:
-            report.conflicts += 1
+            report.count("conflicts")
             log.debug("%s", exc)
         except Exception:
             log.exception("following DLJob %s failed", ctx.key)
             report.problems.append(f"follow of {ctx.key} failed")
 
     def _ensure_pods(self, ctx: JobCtx, report: PassReport) -> None:
-        """Create and bind every replica pod from ``status.placements`` (idempotent)."""
-        assert ctx.job is not None or ctx.obj
+        """Create and bind every replica pod from ``status.placements`` (idempotent).
+
+        Replicas are independent of each other (each has its own record in the status that
+        was written first), so they go out concurrently; each replica keeps its own order,
+        pod create → Binding. The first error is re-raised after every replica has finished,
+        so the pass sees the job as not done and the next pass finishes it from the record.
+        """
         by_replica: dict[int, list[dict[str, Any]]] = {}
         for rec in ctx.status.get("placements") or []:
             by_replica.setdefault(int(rec["replica"]), []).append(rec)
-        for replica, recs in sorted(by_replica.items()):
-            if not self.is_leader():
-                return
-            pod = ctx.pods.get(replica)
-            node = str(recs[0]["node"])
-            name = pod_name(ctx.name, replica)
-            if pod is None:
-                manifest = self.pod_manifest(ctx, replica, recs)
-                created = self._create_pod(ctx.namespace, manifest)
-                if created is not None:
-                    report.pods_created += 1
-                    pod = created
-                else:  # AlreadyExists: a previous attempt made it; read it back
-                    pod = self._read_pod(ctx.namespace, name)
-                    if pod is None:
-                        continue
-                ctx.pods[replica] = pod
-            if _owner_uid(pod) != ctx.uid:
-                log.warning(
-                    "pod %s/%s belongs to an older DLJob of the same name; deleting it",
-                    ctx.namespace,
-                    name,
-                )
-                self._delete_pod(ctx.namespace, name)
-                ctx.pods.pop(replica, None)
-                continue
-            bound = (pod.get("spec") or {}).get("nodeName")
-            if bound == node:
-                continue
-            if bound:
-                log.warning(
-                    "pod %s/%s is bound to %s, not its assigned node %s; deleting it to redo",
-                    ctx.namespace,
-                    name,
-                    bound,
-                    node,
-                )
-                self._delete_pod(ctx.namespace, name)
-                ctx.pods.pop(replica, None)
-                continue
-            if self._bind(ctx.namespace, name, node):
-                report.pods_bound += 1
-            pod.setdefault("spec", {})["nodeName"] = node
+        items = sorted(by_replica.items())
+        if len(items) <= 1:
+            for replica, recs in items:
+                self._ensure_replica(ctx, replica, recs, report)
+            return
+        futures = [
+            self.replica_pool.submit(self._ensure_replica, ctx, replica, recs, report)
+            for replica, recs in items
+        ]
+        first: BaseException | None = None
+        for f in futures:
+            exc = f.exception()
+            if exc is not None and first is None:
+                first = exc
+        if first is not None:
+            raise first
+
+    def _ensure_replica(
+        self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], report: PassReport
+    ) -> None:
+        """One replica: create its pod (if missing), then bind it to its recorded node."""
+        if not self.is_leader():
+            return
+        pod = ctx.pods.get(replica)
+        node = str(recs[0]["node"])
+        name = pod_name(ctx.name, replica)
+        if pod is None:
+            manifest = self.pod_manifest(ctx, replica, recs)
+            created = self._create_pod(ctx.namespace, manifest)
+            if created is not None:
+                report.count("pods_created")
+                pod = created
+            else:  # AlreadyExists: a previous attempt made it; read it back
+                pod = self._read_pod(ctx.namespace, name)
+                if pod is None:
+                    return
+            ctx.pods[replica] = pod
+        if _owner_uid(pod) != ctx.uid:
+            log.warning(
+                "pod %s/%s belongs to an older DLJob of the same name; deleting it",
+                ctx.namespace,
+                name,
+            )
+            self._delete_pod(ctx.namespace, name)
+            ctx.pods.pop(replica, None)
+            return
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound == node:
+            return
+        if bound:
+            log.warning(
+                "pod %s/%s is bound to %s, not its assigned node %s; deleting it to redo",
+                ctx.namespace,
+                name,
+                bound,
+                node,
+            )
+            self._delete_pod(ctx.namespace, name)
+            ctx.pods.pop(replica, None)
+            return
+        if not self.is_leader():  # lost the lease between create and bind: the next leader binds
+            return
+        if self._bind(ctx.namespace, name, node):
+            report.count("pods_bound")
+        pod.setdefault("spec", {})["nodeName"] = node
 
     def pod_manifest(self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]]) -> dict[str, Any]:
         """The replica pod: template + owner, scheduler name, GPU resources, annotations."""
@@ -989,7 +1031,7 @@ class Reconciler:
             return  # Scheduled → Scheduled with another count: not worth a write
         fields["conditions"] = conds
         self.patch_status(ctx, fields, precondition=True)
-        report.status_writes += 1
+        report.count("status_writes")
         if prog.phase == c.DLJOB_PHASE_FAILED:
             self.metrics.failures.labels(reason=prog.reason).inc()
             self.event(ctx, prog.reason, prog.message, warning=True)

@@ -37,7 +37,10 @@ class OperatorSettings:
     kubeconfig: str = ""
     #: This replica's name in the Lease; empty means ``<hostname>-<pid>``.
     identity: str = ""
-    #: Parallel API writers when committing placements (patch status → create pod → bind).
+    #: Commit chains in flight: jobs whose placement is committed concurrently, each in its
+    #: own order (status write with a resourceVersion precondition → its pods → their
+    #: Bindings); a job's replicas go out concurrently after its status write. The
+    #: decision itself is made once per pass, before any commit. 8–32 suits one apiserver.
     workers: int = 16
     #: File holding the assignment signing key; empty: ``$HORUS_ASSIGNMENT_KEY_FILE`` or the
     #: Secret ``horus-system/horus-assignment-key`` (created with a random key when absent).
