@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,22 @@ class RunningCluster:
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
         return proc
+
+    def apply_crds(self, path: Path | str, name: str, timeout: float = 60.0) -> None:
+        """``kubectl apply -f path``, then wait until CRD ``name`` is Established.
+
+        Polls the condition itself: ``kubectl wait --for=condition=Established`` errors out
+        instead of waiting when a just-created CRD has no ``status.conditions`` yet.
+        """
+        self.kubectl("apply", "-f", str(path))
+        query = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.kubectl("get", "crd", name, "-o", f"jsonpath={query}", check=False)
+            if got.returncode == 0 and got.stdout.strip() == "True":
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"CRD {name} not Established within {timeout:.0f}s")
 
     def api_client(self) -> Any:
         from kubernetes import config

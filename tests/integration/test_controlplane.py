@@ -30,10 +30,7 @@ def test_python_client_lists_namespaces(cluster):
 
 
 def test_crd_is_served_and_its_schema_enforced(cluster):
-    cluster.kubectl("apply", "-f", str(DATA / "widget-crd.yaml"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/widgets.test.horus.io", "--timeout=60s"
-    )
+    cluster.apply_crds(DATA / "widget-crd.yaml", "widgets.test.horus.io")
     good = "apiVersion: test.horus.io/v1\nkind: Widget\nmetadata: {name: ok}\nspec: {size: 3}\n"
     cluster.kubectl("apply", "-f", "-", input=good)
     assert cluster.kubectl("get", "widget", "ok", "-o", "jsonpath={.spec.size}").stdout == "3"

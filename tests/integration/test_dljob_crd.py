@@ -30,10 +30,7 @@ NS = "dljob-crd-test"
 
 @pytest.fixture(scope="module")
 def crd(cluster: Any) -> Any:
-    cluster.kubectl("apply", "-f", str(CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", f"crd/{c.DLJOB_CRD_NAME}", "--timeout=60s"
-    )
+    cluster.apply_crds(CRD, c.DLJOB_CRD_NAME)
     if cluster.kubectl("get", "namespace", NS, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", NS)
     return cluster

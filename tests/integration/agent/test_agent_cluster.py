@@ -99,10 +99,7 @@ def _wait(pred: Any, timeout: float, what: str) -> Any:
 
 @pytest.fixture(scope="module")
 def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", f"crd/{c.DLJOB_CRD_NAME}", "--timeout=60s"
-    )
+    cluster.apply_crds(ROOT / "manifests" / "crds", c.DLJOB_CRD_NAME)
     (node,) = add_nodes(cluster.kubeconfig, NodeSpec(count=1, gpus_per_node=4, prefix="agent-it"))
     cluster.kubectl("create", "namespace", NS, check=False)
     docs = list(yaml.safe_load_all((ROOT / "examples" / "resnet50-train.yaml").read_text()))

@@ -176,10 +176,7 @@ def cleanup_namespace(kube: Kube) -> None:
 @pytest.fixture(scope="session")
 def dljob_crd(cluster: Any) -> None:
     """The DLJob CRD installed and Established (idempotent: other tests may apply it too)."""
-    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", f"crd/{c.DLJOB_CRD_NAME}", "--timeout=60s"
-    )
+    cluster.apply_crds(ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml", c.DLJOB_CRD_NAME)
 
 
 @pytest.fixture(scope="session")
