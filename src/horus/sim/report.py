@@ -22,6 +22,9 @@ COLUMNS = (
 )
 
 
+_COUNTS = frozenset({"jobs_slowed"})  # counts print as whole numbers, even when small
+
+
 def table(results: Sequence[SimResult]) -> str:
     """A fixed-width text table, one row per policy."""
     head = f"{'policy':<15}" + "".join(f"{label:>12}" for _, label in COLUMNS)
@@ -31,7 +34,8 @@ def table(results: Sequence[SimResult]) -> str:
         cells = []
         for key, _ in COLUMNS:
             v = m[key]
-            cells.append(f"{v:>12.3f}" if abs(v) < 10 else f"{v:>12.0f}")
+            whole = key in _COUNTS or abs(v) >= 10
+            cells.append(f"{v:>12.0f}" if whole else f"{v:>12.3f}")
         lines.append(f"{r.policy:<15}" + "".join(cells))
     return "\n".join(lines)
 
