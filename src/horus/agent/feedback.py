@@ -2,11 +2,11 @@
 
 Two outputs, both from per-pod running statistics (mean and peak of utilisation and memory):
 
-* **DLJob ``status.observed``** — ``util`` is the mean utilisation (percent) over the job's pods
-  this agent sees, ``memoryMiB`` the largest peak memory of one replica (what a share must hold),
-  ``sampledAt`` the time. Written with a JSON merge patch on the status subresource that touches
-  only ``observed``: the operator owns the rest of status. (Per-pod peaks and means are in the
-  metrics and the training rows; the CRD's ``observed`` has no room for them.)
+* **DLJob ``status.observed``** — over the job's pods this agent sees: ``util`` the mean and
+  ``utilPeak`` the highest utilisation (percent), ``memoryMiB`` the largest peak memory of one
+  replica (what a share must hold) and ``memoryMiBMean`` the mean memory, ``sampledAt`` the time.
+  Written with a JSON merge patch on the status subresource that touches only ``observed``: the
+  operator owns the rest of status. (Per-pod figures are in the metrics and the training rows.)
 * **Training rows** — one CSV row per finished pod (and per pod still running at agent
   shutdown) appended to ``training_rows``, in exactly the columns
   ``horus predictor train --extra-rows`` reads (:func:`horus.predictor.dataset.load_extra_rows`):
@@ -118,10 +118,12 @@ class Feedback:
             means = [m for m in (s.util_mean for s in sts) if m is not None]
             obs: dict[str, Any] = {
                 "memoryMiB": round(max(s.mem_peak for s in sts), 1),
+                "memoryMiBMean": round(sum(s.mem_mean for s in sts) / len(sts), 1),
                 "sampledAt": now,
             }
             if means:
                 obs["util"] = round(min(100.0, sum(means) / len(means)), 2)
+                obs["utilPeak"] = round(min(100.0, max(s.util_peak for s in sts)), 2)
             out[key] = obs
         return out
 

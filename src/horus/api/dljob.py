@@ -221,16 +221,22 @@ class Placement:
 class ObservedUsage:
     """Measured GPU use of the job, written by the node agent."""
 
-    util: float | None = None  # percent of the GPU's compute
-    memory_mib: float | None = None
+    util: float | None = None  # mean percent of the GPU's compute over the replicas
+    memory_mib: float | None = None  # peak MiB of the largest replica
     sampled_at: datetime | None = None
+    util_peak: float | None = None  # highest percent one replica reached
+    memory_mib_mean: float | None = None  # mean MiB over the replicas
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.util is not None:
             out["util"] = self.util
+        if self.util_peak is not None:
+            out["utilPeak"] = self.util_peak
         if self.memory_mib is not None:
             out["memoryMiB"] = self.memory_mib
+        if self.memory_mib_mean is not None:
+            out["memoryMiBMean"] = self.memory_mib_mean
         if self.sampled_at is not None:
             out["sampledAt"] = format_time(self.sampled_at)
         return out
@@ -690,15 +696,17 @@ def _parse_placement(value: object, path: str) -> Placement:
 
 def _parse_observed(value: object, path: str) -> ObservedUsage:
     raw = require_object(value, path)
-    reject_unknown(raw, ("util", "memoryMiB", "sampledAt"), path)
+    reject_unknown(raw, ("util", "utilPeak", "memoryMiB", "memoryMiBMean", "sampledAt"), path)
+
+    def number(key: str, hi: float) -> float | None:
+        return read_number(raw, key, path, lo=0.0, hi=hi) if key in raw else None
+
     return ObservedUsage(
-        util=read_number(raw, "util", path, lo=0.0, hi=100.0) if "util" in raw else None,
-        memory_mib=(
-            read_number(raw, "memoryMiB", path, lo=0.0, hi=float(MAX_GPU_MEMORY_MIB))
-            if "memoryMiB" in raw
-            else None
-        ),
+        util=number("util", 100.0),
+        memory_mib=number("memoryMiB", float(MAX_GPU_MEMORY_MIB)),
         sampled_at=_read_time(raw, "sampledAt", path),
+        util_peak=number("utilPeak", 100.0),
+        memory_mib_mean=number("memoryMiBMean", float(MAX_GPU_MEMORY_MIB)),
     )
 
 

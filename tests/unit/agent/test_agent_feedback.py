@@ -29,6 +29,9 @@ def test_job_observed_mean_util_and_peak_memory() -> None:
     o = obs[("ns", "j1")]
     assert o["util"] == pytest.approx((40.0 + 20.0) / 2)
     assert o["memoryMiB"] == 1200.0 and o["sampledAt"].endswith("Z")
+    # Peaks and means of both: a reached 50 % and 1100 MiB on average, b 25 % and 550 MiB.
+    assert o["utilPeak"] == pytest.approx(50.0)
+    assert o["memoryMiBMean"] == pytest.approx((1100.0 + 550.0) / 2)
 
 
 def test_rows_are_accepted_by_the_predictor(tmp_path: Path) -> None:

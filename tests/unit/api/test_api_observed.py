@@ -1,0 +1,30 @@
+"""status.observed carries mean and peak of utilisation and memory, range-checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from horus.api.dljob import ObservedUsage, parse_dljob_status
+from horus.common.errors import ValidationError
+
+
+def test_observed_round_trip() -> None:
+    raw = {"util": 30.0, "utilPeak": 50.0, "memoryMiB": 1200.0, "memoryMiBMean": 825.0}
+    observed = parse_dljob_status({"observed": raw}).observed
+    assert observed == ObservedUsage(
+        util=30.0, memory_mib=1200.0, util_peak=50.0, memory_mib_mean=825.0
+    )
+    assert observed.to_json() == raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"utilPeak": 150}, r"status.observed.utilPeak: must be 0..100, got 150"),
+        ({"memoryMiBMean": -1}, r"status.observed.memoryMiBMean: must be 0..1048576"),
+        ({"utilMax": 1}, r"utilMax"),
+    ],
+)
+def test_bad_observed(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        parse_dljob_status({"observed": raw})
