@@ -102,7 +102,7 @@ def test_kwok_gpu_nodes_ready_and_bound_pod_runs(cluster):
         "target": {"apiVersion": "v1", "kind": "Node", "name": names[1]},
     }
     cluster.kubectl("create", "-f", "-", input=json.dumps(binding))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # kwok may still be busy with earlier tests' pods
     phase = ""
     while time.monotonic() < deadline:
         phase = cluster.kubectl(

@@ -37,14 +37,20 @@ class ManagedProcess:
 
     def running(self) -> bool:
         """True while the PID is alive (not a zombie) and still runs the command we started."""
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        # While a freshly spawned child is inside execve(), /proc/<pid>/cmdline reads empty
+        # for a moment: re-read briefly instead of declaring it gone (seen on a loaded machine).
+        for attempt in range(20):
+            try:
+                stat = Path(f"/proc/{self.pid}/stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+                cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except (OSError, IndexError):
                 return False
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except (OSError, IndexError):
-            return False
-        return self.marker.encode() in cmdline
+            if cmdline.strip() or attempt == 19:
+                return self.marker.encode() in cmdline
+            time.sleep(0.01)
+        return False
 
     def log_tail(self, lines: int = 15) -> str:
         try:

@@ -37,3 +37,23 @@ def test_old_state_file_with_binary_field_loads(tmp_path: Path) -> None:
 def test_a_pid_running_something_else_is_not_ours(tmp_path: Path) -> None:
     # PID 1 exists but its command line does not name our folder: never ours.
     assert not ManagedProcess("x", 1, str(tmp_path / "folder"), "x.log").running()
+
+
+def test_a_child_inside_exec_is_not_declared_gone(tmp_path: Path, monkeypatch) -> None:
+    """/proc/<pid>/cmdline reads empty for a moment during execve(); that is not 'exited'."""
+    import os
+
+    real = Path.read_bytes
+    reads = {"n": 0}
+
+    def flaky(self: Path) -> bytes:
+        if self.name == "cmdline":
+            reads["n"] += 1
+            if reads["n"] <= 2:
+                return b""
+            return f"/bin/tool --dir={tmp_path}\0".encode()
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", flaky)
+    assert ManagedProcess("me", os.getpid(), str(tmp_path), "x.log").running()
+    assert reads["n"] == 3
