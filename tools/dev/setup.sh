@@ -38,7 +38,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   touch "$stamp"
 fi
 
-step "control-plane binaries (first build: ~15-25 min on 2 cores; cached afterwards)"
+step "control-plane binaries (first build measured at 23-30 min on 2 cores; cached afterwards)"
 bin_dir=$(bash tools/controlplane/build.sh) || exit 1
 echo "$bin_dir" > .venv/.horus-bin-dir
 step "ready: binaries in $bin_dir"
