@@ -616,12 +616,15 @@ HOG_MANIFEST = f"""\
 # DEMO/TEST ONLY: a job whose simulated GPU memory use (3 GiB) exceeds its explicit share
 # (2 GiB). The agent's watchdog (enforcement mps → evict) evicts it after the grace period
 # and records horus_enforcement_evictions_total; the annotation is read only by the
-# simulated backend, never on real GPUs.
+# simulated backend, never on real GPUs. Highest priority so it is placed first, on an idle
+# GPU: placed last it may find only shared GPUs that the interference model declines, and the
+# eviction this job exists to show would never happen.
 apiVersion: horus.io/v1alpha1
 kind: DLJob
 metadata:
   name: {HOG}
 spec:
+  priority: 1000
   gpu:
     mode: explicit
     corePercent: 20
