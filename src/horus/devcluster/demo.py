@@ -489,8 +489,14 @@ class Demo:
             )
             out.append(path)
         hog = jobs / f"{HOG}.yaml"
-        hog.write_text(HOG_MANIFEST)
-        out.append(hog)
+        hog_doc = yaml.safe_load(HOG_MANIFEST)
+        # Inline profile (not the bert example's ConfigMap): it is submitted before that exists.
+        profile = yaml.safe_load((EXAMPLES / "profiles" / "bert-base-bs16.yaml").read_text())
+        profile.pop("apiVersion", None)
+        profile.pop("kind", None)
+        hog_doc["spec"]["profile"] = profile
+        hog.write_text(HOG_MANIFEST.split("apiVersion:", 1)[0] + yaml.safe_dump(hog_doc))
+        out.insert(0, hog)  # first: it must get an idle GPU before the others fill them
         gpus = self.options.nodes * self.options.gpus_per_node
         waiting = zoo_job(WAITING, EXAMPLES / "profiles" / "resnet50-b64.yaml", gpus)
         waiting["spec"].update(
@@ -616,9 +622,9 @@ HOG_MANIFEST = f"""\
 # DEMO/TEST ONLY: a job whose simulated GPU memory use (3 GiB) exceeds its explicit share
 # (2 GiB). The agent's watchdog (enforcement mps → evict) evicts it after the grace period
 # and records horus_enforcement_evictions_total; the annotation is read only by the
-# simulated backend, never on real GPUs. Highest priority so it is placed first, on an idle
-# GPU: placed last it may find only shared GPUs that the interference model declines, and the
-# eviction this job exists to show would never happen.
+# simulated backend, never on real GPUs. Submitted first and at the highest priority so it is
+# placed on an idle GPU: placed last it may find only shared GPUs that the interference model
+# declines, and the eviction this job exists to show would never happen.
 apiVersion: horus.io/v1alpha1
 kind: DLJob
 metadata:
