@@ -199,7 +199,8 @@ def test_registration_refused_is_retried(plugin_dir: Path, start_plugin: object)
         time.sleep(0.5)
         assert running.thread.is_alive() and running.manager.registrations == 0
         kubelet.accept = True
-        assert kubelet.wait(lambda: len(kubelet.registrations) == 2, timeout=10)
+        # Retries back off exponentially up to 30 s (server.py), so wait past that cap.
+        assert kubelet.wait(lambda: len(kubelet.registrations) == 2, timeout=35)
     finally:
         kubelet.stop()
 
