@@ -91,11 +91,13 @@ class FakeKubelet:
         return self
 
     def stop(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        # Stop serving first: a Register call still in flight adds to _channels from a gRPC
+        # thread, so iterate a snapshot.
         if self._server is not None:
             self._server.stop(0).wait(2)
+        for channel in list(self._channels.values()):
+            channel.close()
+        self._channels.clear()
         self.socket.unlink(missing_ok=True)
 
     def wait(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
