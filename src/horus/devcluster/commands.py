@@ -118,11 +118,17 @@ def _demo_status(args: argparse.Namespace) -> int:
         return 1
     print(f"demo in {info['directory']}: Prometheus {info['prometheus']}")
     print(f"KUBECONFIG={info['kubeconfig']}")
-    for name, proc in info["processes"].items():
-        print(f"  {name:<12} pid {proc['pid']:<8} {'running' if proc['running'] else 'STOPPED'}")
+    _print_processes(info["processes"], width=12)
     cluster = info["cluster"]
     print(f"  cluster ready={cluster.get('ready')}")
     return 0
+
+
+def _print_processes(processes: dict[str, dict[str, Any]], width: int) -> None:
+    """One line per recorded process: name, PID, whether it still runs."""
+    for name, proc in processes.items():
+        state = "running" if proc["running"] else "STOPPED"
+        print(f"  {name:<{width}} pid {proc['pid']:<8} {state}")
 
 
 def _cluster(args: argparse.Namespace) -> Any:
@@ -159,8 +165,7 @@ def _status(args: argparse.Namespace) -> int:
         return 1
     print(f"server {info['server']}  ready={info['ready']}")
     print(f"KUBECONFIG={info['kubeconfig']}")
-    for name, proc in info["processes"].items():
-        print(f"  {name:<24} pid {proc['pid']:<8} {'running' if proc['running'] else 'STOPPED'}")
+    _print_processes(info["processes"], width=24)
     return 0 if info["ready"] else 1
 
 
