@@ -85,6 +85,22 @@ class RunningCluster:
             time.sleep(0.2)
         raise AssertionError(f"CRD {name} not Established within {timeout:.0f}s")
 
+    def diagnose(self, namespace: str) -> str:
+        """What a failed wait on kwok needs in its message: pods, nodes, live components, logs."""
+        parts = [
+            self.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout,
+            self.kubectl("get", "nodes", "-o", "wide", check=False).stdout[-3000:],
+            self.kubectl(
+                "get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False
+            ).stdout[-3000:],
+        ]
+        for proc in self.state.processes:
+            alive = Path(f"/proc/{proc.pid}").exists()
+            parts.append(f"{proc.name} pid {proc.pid}: {'alive' if alive else 'GONE'}")
+            if proc.name == "kwok" and Path(proc.log).exists():
+                parts.append(Path(proc.log).read_text(errors="replace")[-3000:])
+        return "\n".join(parts)
+
     def api_client(self) -> Any:
         from kubernetes import config
 

@@ -31,6 +31,7 @@ _REFUSAL_REASONS = {
     "gang": "GangDoesNotFit",
     "held": "HeldForOlderJob",
     "queued": "WaitingInQueue",
+    "resident": "AlreadyHoldsGPUShares",
 }
 
 #: Owned top-level status fields (a merge patch touches nothing else).

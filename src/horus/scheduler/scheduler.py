@@ -617,6 +617,18 @@ class Scheduler:
                     barrier = waiting[0]
                     protect = self._reserve(state, barrier)
         for pos, job in enumerate(jobs):
+            if job.name in state.jobs:
+                # Already holds shares (e.g. its pods exist but the caller's record lost the
+                # placement): placing it again would count it twice. Not a blocker for others.
+                refused.append(
+                    Refusal(
+                        job.name,
+                        f"job {job.name} already holds GPU shares in the cluster; it is not "
+                        "placed a second time until those shares are released",
+                        "resident",
+                    )
+                )
+                continue
             if blocked > depth:
                 if not explain:
                     break

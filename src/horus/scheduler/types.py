@@ -134,7 +134,8 @@ class Refusal:
     ``code`` is a short machine-readable category: ``impossible`` (can never fit this
     cluster), ``memory``, ``core``, ``slots`` (max jobs per GPU), ``interference`` (sharing
     would cost more than it gains), ``busy`` (no idle GPU), ``gang`` (not all replicas fit),
-    ``held`` (held back so an older job is not starved), ``queued`` (not examined this pass).
+    ``held`` (held back so an older job is not starved), ``queued`` (not examined this pass),
+    ``resident`` (the job already holds shares in the state; it is never placed twice).
     """
 
     job: str

@@ -117,25 +117,29 @@ def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         _pod(sign_key, "garbled", node, 2, 2048, raw='{"node": 5}'),
         _pod(sign_key, "forged", node, 3, 2048, forge=True),
     ]
-    cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
-    )
-    _wait(
-        lambda: (
-            "Pending"
-            not in cluster.kubectl(
+    try:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}),
+        )
+
+        def all_running() -> bool:
+            phases = cluster.kubectl(
                 "get", "pods", "-n", NS, "-o", "jsonpath={.items[*].status.phase}"
-            ).stdout
-            and cluster.kubectl(
-                "get", "pods", "-n", NS, "-o", "jsonpath={.items[*].status.phase}"
-            ).stdout.count("Running")
-            == 4
-        ),
-        60,
-        "kwok to run the pods",
-    )
-    yield {"node": node, "key_file": key_file, "folder": folder}
-    cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+            ).stdout.split()
+            return phases.count("Running") == len(pods)
+
+        try:
+            _wait(all_running, 120, "kwok to run the pods")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{cluster.diagnose(NS)}") from None
+        yield {"node": node, "key_file": key_file, "folder": folder}
+    finally:
+        # Also on a failed setup: a DLJob and assigned pods left behind would hold shares
+        # that later tests (the operator's) would have to work around.
+        cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
 
 
 def test_agent_end_to_end(

@@ -301,3 +301,19 @@ def test_share_within_predictor_error_of_paying_is_taken_and_exact_source_refuse
     zero.place(state3, job("h", "hot"))
     r3 = zero.place(state3, job("l", "light"))
     assert isinstance(r3, Refusal) and "predictor error" not in r3.reason
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_a_job_already_in_the_state_is_refused_not_placed_twice(policy: str) -> None:
+    # e.g. its pods still hold an assignment while the caller's record lost the placement:
+    # the pass must neither place it again nor fail for the other jobs.
+    state = cluster(1, 2)
+    sched = Scheduler(policy, PRED)
+    first = sched.place(state, job("a", "light"))
+    assert isinstance(first, Placement)
+    result = sched.schedule(state, [job("a", "light"), job("b", "light", submit=1.0)], now=2.0)
+    assert [p.job for p in result.placed] == ["b"]
+    (refusal,) = result.refused
+    assert (refusal.job, refusal.code) == ("a", "resident")
+    assert "already holds GPU shares" in refusal.reason
+    assert sum(1 for name in state.jobs if name == "a") == 1
