@@ -415,6 +415,25 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     if core is None and memory is None:
         return PodDemand(False)
     where = f"pod {ns}/{name}"
+    asking = [
+        str(ctr.get("name") or f"#{i}")
+        for i, ctr in enumerate(spec.get("containers") or [])
+        if isinstance(ctr, Mapping)
+        and any(
+            r in ((ctr.get("resources") or {}).get(kind) or {})
+            for kind in ("requests", "limits")
+            for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
+        )
+    ]
+    if len(asking) > 1:
+        return PodDemand(
+            True,
+            problem=(
+                f"{REASON_PREFIX}{where}: containers {', '.join(asking)} all request Horus GPU "
+                "resources, but a pod's GPU share goes to one container; request "
+                f"{c.RESOURCE_GPU_CORE}/{c.RESOURCE_GPU_MEMORY} in one container only"
+            ),
+        )
     if core is not None and not 1 <= core <= c.GPU_CORE_UNITS_PER_GPU:
         return PodDemand(
             True,

@@ -201,15 +201,23 @@ def test_demand_of_plain_pods() -> None:
     assert d.request.name == "pod:default/p"
 
 
-def test_demand_sums_containers_and_takes_init_max() -> None:
+def test_demand_takes_the_larger_of_container_and_init_container() -> None:
     pod = plain_pod("p", core=20, memory=1000)
-    ctr = pod["spec"]["containers"][0]
-    pod["spec"]["containers"].append({**ctr, "name": "side"})
+    pod["spec"]["containers"].append({"name": "side", "image": "busybox"})  # asks for no GPU
     pod["spec"]["initContainers"] = [
         {"name": "init", "resources": {"requests": {c.RESOURCE_GPU_CORE: "60"}}}
     ]
     d = pod_demand(pod)
-    assert d.request is not None and d.request.core_percent == 60 and d.request.memory_mib == 2000
+    assert d.request is not None and d.request.core_percent == 60 and d.request.memory_mib == 1000
+
+
+def test_two_containers_asking_for_gpu_shares_are_refused() -> None:
+    pod = plain_pod("p", core=20, memory=1000)
+    ctr = pod["spec"]["containers"][0]
+    pod["spec"]["containers"].append({**ctr, "name": "side"})
+    d = pod_demand(pod)
+    assert d.interested and d.request is None and d.problem is not None
+    assert "all request Horus GPU resources" in d.problem and "side" in d.problem
 
 
 @pytest.mark.parametrize(
