@@ -13,10 +13,13 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
-from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY
+from horus.api._fields import read_int, read_str, require_object, type_name
+from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY, MAX_GPU_MEMORY_MIB
 from horus.common.errors import ValidationError
 
 _HEALTH = (GPU_HEALTHY, GPU_UNHEALTHY)
+_MAX_GPU_INDEX = 1023
+_MAX_NAME = 256
 _UUID_NAMESPACE = uuidlib.UUID("6f1c1f3e-6a7e-4f1e-9a43-2f9c1f0b6a11")
 
 
@@ -69,7 +72,11 @@ def encode_inventory(gpus: list[GpuDevice]) -> str:
 
 
 def decode_inventory(text: str, where: str = "gpu-inventory") -> list[GpuDevice]:
-    """Parse an annotation value; errors name ``where`` (e.g. the node) and the bad entry."""
+    """Parse an annotation value; errors name ``where`` (e.g. the node) and the bad field.
+
+    Fields this version does not know are ignored, so a newer device plugin that adds one
+    does not take its node out of an older scheduler's cluster.
+    """
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -77,31 +84,25 @@ def decode_inventory(text: str, where: str = "gpu-inventory") -> list[GpuDevice]
             f"{where}: not valid JSON ({exc.msg} at position {exc.pos})"
         ) from None
     if not isinstance(raw, list):
-        raise ValidationError(f"{where}: must be a JSON list of GPUs, got {type(raw).__name__}")
+        raise ValidationError(f"{where}: must be a JSON list of GPUs, got {type_name(raw)}")
     gpus: list[GpuDevice] = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise ValidationError(f"{where}[{i}]: must be an object, got {type(item).__name__}")
-        missing = [k for k in ("index", "uuid", "model", "memoryMiB") if k not in item]
-        if missing:
-            raise ValidationError(f"{where}[{i}]: missing field(s) {', '.join(missing)}")
-        index, memory = item["index"], item["memoryMiB"]
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise ValidationError(f"{where}[{i}].index: must be an integer, got {index!r}")
-        if not isinstance(memory, int) or isinstance(memory, bool):
-            raise ValidationError(f"{where}[{i}].memoryMiB: must be an integer, got {memory!r}")
-        try:
-            gpus.append(
-                GpuDevice(
-                    index=index,
-                    uuid=str(item["uuid"]),
-                    model=str(item["model"]),
-                    memory_mib=memory,
-                    health=str(item.get("health", GPU_HEALTHY)),
-                )
+    for i, value in enumerate(raw):
+        path = f"{where}[{i}]"
+        item = require_object(value, path)
+        health = read_str(item, "health", path, max_length=32, default=GPU_HEALTHY)
+        if health not in _HEALTH:
+            raise ValidationError(
+                f"{path}.health: must be one of {', '.join(_HEALTH)}, got {health!r}"
             )
-        except ValidationError as exc:
-            raise ValidationError(f"{where}[{i}]: {exc}") from None
+        gpus.append(
+            GpuDevice(
+                index=read_int(item, "index", path, lo=0, hi=_MAX_GPU_INDEX),
+                uuid=read_str(item, "uuid", path, max_length=_MAX_NAME),
+                model=read_str(item, "model", path, max_length=_MAX_NAME),
+                memory_mib=read_int(item, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB),
+                health=health,
+            )
+        )
     indices = [g.index for g in gpus]
     if len(set(indices)) != len(indices):
         raise ValidationError(f"{where}: duplicate GPU index in {indices}")

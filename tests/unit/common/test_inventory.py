@@ -24,15 +24,20 @@ def test_uuids_are_stable_and_unique() -> None:
         ("{", "node-a: not valid JSON"),
         ('{"index": 0}', "must be a JSON list"),
         ("[3]", r"node-a\[0\]: must be an object"),
-        ('[{"index": 0, "uuid": "u", "model": "m"}]', r"missing field\(s\) memoryMiB"),
+        ('[{"index": 0, "uuid": "u", "model": "m"}]', r"node-a\[0\]\.memoryMiB: required"),
         (
             '[{"index": "0", "uuid": "u", "model": "m", "memoryMiB": 1}]',
-            "index: must be an integer",
+            r"node-a\[0\]\.index: must be an integer",
         ),
-        ('[{"index": 0, "uuid": "u", "model": "m", "memoryMiB": -5}]', "memoryMiB must be > 0"),
+        (
+            '[{"index": 0, "uuid": "u", "model": "m", "memoryMiB": -5}]',
+            r"node-a\[0\]\.memoryMiB: must be 1\.\.1048576, got -5",
+        ),
+        ('[{"index": 0, "uuid": "", "model": "m", "memoryMiB": 5}]', r"\.uuid: must not be empty"),
+        ('[{"index": 0, "uuid": 7, "model": "m", "memoryMiB": 5}]', r"\.uuid: must be a string"),
         (
             '[{"index": 0, "uuid": "u", "model": "m", "memoryMiB": 5, "health": "meh"}]',
-            "health must be one of",
+            r"node-a\[0\]\.health: must be one of",
         ),
         (
             '[{"index": 0, "uuid": "a", "model": "m", "memoryMiB": 5},'
@@ -44,3 +49,8 @@ def test_uuids_are_stable_and_unique() -> None:
 def test_bad_inventories(text: str, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         decode_inventory(text, where="node-a")
+
+
+def test_unknown_fields_from_a_newer_plugin_are_ignored() -> None:
+    text = '[{"index": 1, "uuid": "u", "model": "H100", "memoryMiB": 5, "migProfile": "1g"}]'
+    assert decode_inventory(text) == [GpuDevice(1, "u", "H100", 5)]
