@@ -281,7 +281,66 @@ class Allocator:
                 f"unfinished pod there has a container requesting exactly that amount",
             )
         pod = found[0]
-        return pod, self._verified(pod, resource, amount)
+        assignment = self._verified(pod, resource, amount)
+        self._check_capacity(pods, pod, assignment)
+        return pod, assignment
+
+    def _check_capacity(
+        self, pods: list[dict[str, Any]], pod: dict[str, Any], assignment: GpuAssignment
+    ) -> None:
+        """Last line against over-commit: refuse a share that, with the shares already
+        allocated on this node, would pass a GPU's core or memory.
+
+        Two placers (the operator and the extender) decide independently; each re-checks after
+        writing, but a narrow window remains in which both may pick the same GPU. Here every
+        Allocate is serialised, so the first pod admitted keeps its share and the second is
+        refused with the figures. Only pods this plugin allocated (with a valid signature)
+        count; a pod being deleted still holds its GPU until its containers stop.
+        """
+        mine = _name(pod)
+        core: dict[str, int] = {}
+        memory: dict[str, int] = {}
+        holders: dict[str, list[str]] = {}
+        for other in pods:
+            meta = other.get("metadata") or {}
+            if _name(other) == mine or not _allocated(other):
+                continue
+            if (other.get("status") or {}).get("phase") in _FINISHED:
+                continue
+            annotations = meta.get("annotations") or {}
+            text = annotations.get(c.ANNOTATION_GPU_ASSIGNMENT)
+            if not text:
+                continue
+            try:
+                held = decode_assignment(text)
+                key = self.key.get()
+            except (ValidationError, ConfigError):
+                continue
+            signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
+            if not verify_assignment(
+                key, str(meta.get("namespace")), str(meta.get("name")), text, signature
+            ):
+                continue
+            for ref in held.all_gpus:
+                core[ref.gpu_uuid] = core.get(ref.gpu_uuid, 0) + ref.core_percent
+                memory[ref.gpu_uuid] = memory.get(ref.gpu_uuid, 0) + ref.memory_mib
+                holders.setdefault(ref.gpu_uuid, []).append(_name(other))
+        sizes = {g.uuid: g for g in self.inventory()}
+        for ref in assignment.all_gpus:
+            gpu = sizes[ref.gpu_uuid]  # _verified checked it is on this node
+            used_core, used_mem = core.get(ref.gpu_uuid, 0), memory.get(ref.gpu_uuid, 0)
+            if (
+                used_core + ref.core_percent > c.GPU_CORE_UNITS_PER_GPU
+                or used_mem + ref.memory_mib > gpu.memory_mib
+            ):
+                raise self._refuse(
+                    pod,
+                    f"pod {mine}: GPU {gpu.index} ({gpu.uuid}) would be over-committed: "
+                    f"{', '.join(sorted(holders[ref.gpu_uuid]))} already hold {used_core}% core "
+                    f"and {used_mem} MiB of {gpu.memory_mib} MiB, and this pod's assignment "
+                    f"adds {ref.core_percent}% and {ref.memory_mib} MiB (two placements raced "
+                    "for the GPU; delete the pod to have it placed again)",
+                )
 
     def match(self, resource: str, amount: int) -> GpuAssignment | None:
         """The assignment of the pod an Allocate for ``amount`` would pick (no side effects)."""

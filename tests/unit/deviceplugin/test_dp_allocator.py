@@ -206,3 +206,33 @@ def test_memory_units_and_node_unit() -> None:
         node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "big"})
     with pytest.raises(ValidationError, match=r"1\.\.65536"):
         node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "0"})
+
+
+def test_a_share_that_would_over_commit_the_gpu_is_refused(fake_api: FakeNodeApi) -> None:
+    # Two placers raced: both pods hold valid assignments for GPU 1, 60 % core each.
+    add_pod(fake_api, "first", core=60, created="2026-01-01T00:00:00Z")
+    add_pod(fake_api, "second", core=60, created="2026-01-01T00:00:01Z")
+    alloc = make_allocator(fake_api)
+    assert alloc.allocate(CORE, 60).envs[c.ENV_POD_NAME] == "first"
+    with pytest.raises(AllocationRefused, match=r"GPU 1 \(GPU-bbbb\) would be over-committed"):
+        alloc.allocate(CORE, 60)
+    (event,) = fake_api.events
+    assert event[0] == "second" and "ml/first already hold 60% core" in event[2]
+    # memory as well: 12 GiB is allocated on GPU 1; 70 GiB more does not fit 80 GiB
+    add_pod(fake_api, "big", core=10, mem_mib=71680, created="2026-01-01T00:00:02Z")
+    with pytest.raises(AllocationRefused, match="over-committed"):
+        alloc.allocate(CORE, 10)
+
+
+def test_only_allocated_signed_unfinished_shares_count(fake_api: FakeNodeApi) -> None:
+    forged = assignment_annotations(b"x" * 32, "ml", "forged", NODE, GPUS[1].uuid, 1, 90, 1024)
+    forged[c.ANNOTATION_GPU_ALLOCATED] = json.dumps({CORE: "2026-01-01T00:00:00Z"})
+    add_pod(fake_api, "forged", core=90, annotations=forged)
+    add_pod(fake_api, "done", core=90)
+    fake_api.get("done")["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED] = json.dumps(
+        {CORE: "2026-01-01T00:00:00Z"}
+    )
+    fake_api.get("done")["status"] = {"phase": "Succeeded"}
+    add_pod(fake_api, "waiting", core=95)  # assigned, not allocated yet: holds nothing
+    add_pod(fake_api, "p", core=60, created="2026-01-02T00:00:00Z")
+    assert make_allocator(fake_api).allocate(CORE, 60).envs[c.ENV_POD_NAME] == "p"
