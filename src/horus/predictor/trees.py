@@ -35,7 +35,8 @@ class TreeEnsemble:
 
     @classmethod
     def from_sklearn(cls, est: Any) -> TreeEnsemble:
-        """Export a fitted ``GradientBoostingRegressor`` or ``RandomForestRegressor``.
+        """Export a fitted ``GradientBoostingRegressor``, ``RandomForestRegressor`` or
+        ``ExtraTreesRegressor``.
 
         A forest is ``0 + (1/T) x Σ trees``; both export to the same arrays.
         """

@@ -74,3 +74,17 @@ def test_forest_export_and_blend() -> None:
     assert [both.predict_one(r) for r in test] == both.predict(test).tolist()
     again = TreeEnsemble.from_json(json.loads(json.dumps(both.to_json())))
     np.testing.assert_array_equal(again.predict(test), both.predict(test))
+
+
+def test_extra_trees_export() -> None:
+    """The pair head's learner (ExtraTrees) exports exactly, like the random forest."""
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 4))
+    y = x[:, 0] * x[:, 2] + (x[:, 1] > 0) + rng.normal(scale=0.1, size=300)
+    et = ExtraTreesRegressor(n_estimators=15, max_depth=8, random_state=0).fit(x, y)
+    tet = TreeEnsemble.from_sklearn(et)
+    test = rng.normal(size=(200, 4))
+    np.testing.assert_allclose(tet.predict(test), et.predict(test), rtol=1e-10, atol=1e-10)
+    assert [tet.predict_one(r) for r in test] == tet.predict(test).tolist()
