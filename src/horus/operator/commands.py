@@ -25,7 +25,9 @@ def _register_run(rsub: Any) -> None:
         description=(
             "Watches DLJobs, pods and GPU nodes; the replica holding the Lease places queued "
             "DLJobs and binds their pods. Every flag also reads HORUS_OPERATOR_<FLAG> and the "
-            "'operator' section of --config (CLI > environment > file > default)."
+            "'operator' section of --config (CLI > environment > file > default). The "
+            "scheduling thresholds come from the 'scheduler' section and HORUS_SCHEDULER_<FIELD>, "
+            "as for the extender."
         ),
     )
     run.add_argument("--config", type=Path, default=None, help="Horus YAML config file")
@@ -48,6 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     from horus.common.settings import load_settings
     from horus.operator.controller import run as run_operator
     from horus.operator.settings import SECTION, OperatorSettings
+    from horus.scheduler import SchedulerSettings
 
     fields = (
         "namespace",
@@ -65,7 +68,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
-    run_operator(settings)
+    # The scheduling thresholds: the 'scheduler' section and HORUS_SCHEDULER_* (as the
+    # extender reads them), so one config places DLJobs and plain pods by the same rule.
+    scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=args.config)
+    run_operator(settings, scheduler_settings=scheduler_settings)
     return 0
 
 

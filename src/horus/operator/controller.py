@@ -30,6 +30,7 @@ from horus.common.errors import ConfigError
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.settings import OperatorSettings
+from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ class Controller:
     """State shared by the kopf handlers and the loop (one per operator process)."""
 
     settings: OperatorSettings
+    #: Thresholds of the scheduling core (the ``scheduler`` section the extender reads too).
+    scheduler_settings: SchedulerSettings | None = None
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     identity: str = ""
     nudge: asyncio.Event | None = None
@@ -136,6 +139,7 @@ class Controller:
             metrics=self.metrics,
             is_leader=self.elector.is_leader,
             identity=self.identity,
+            scheduler_settings=self.scheduler_settings,
         )
         self.metrics.serve(s.metrics_port, s.metrics_host)
         self.tasks = [
@@ -356,7 +360,12 @@ def build_registry(ctl: Controller) -> Any:
     return registry
 
 
-def run(settings: OperatorSettings, stop_flag: Any = None, ready_flag: Any = None) -> None:
+def run(
+    settings: OperatorSettings,
+    stop_flag: Any = None,
+    ready_flag: Any = None,
+    scheduler_settings: SchedulerSettings | None = None,
+) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag`` set)."""
     import kopf
 
@@ -364,7 +373,7 @@ def run(settings: OperatorSettings, stop_flag: Any = None, ready_flag: Any = Non
     # kopf logs every handler call at INFO; ours only nudge a loop, so keep kopf to warnings.
     for name in ("kopf.objects", "kopf.activities.startup", "kopf.activities.cleanup"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    ctl = Controller(settings)
+    ctl = Controller(settings, scheduler_settings)
     registry = build_registry(ctl)
     started = time.monotonic()
     asyncio.run(

@@ -61,7 +61,14 @@ from horus.operator.livestate import (
 )
 from horus.operator.metrics import OperatorMetrics
 from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
-from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler
+from horus.scheduler import (
+    ClusterState,
+    JobRequest,
+    Placement,
+    Scheduler,
+    SchedulerSettings,
+    published_pair_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +177,7 @@ class Reconciler:
         metrics: OperatorMetrics | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         identity: str = COMPONENT,
+        scheduler_settings: SchedulerSettings | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -181,7 +189,15 @@ class Reconciler:
         self.metrics = metrics or OperatorMetrics()
         self.is_leader = is_leader
         self.identity = identity
-        self.scheduler = Scheduler(policy, predictor, pair_speed=self._pair_speed)
+        # The pair-speed wrapper only adds a guess for unknown kinds, so the uncertainty
+        # margin stays the predictor's published error (as in the simulator).
+        self.scheduler = Scheduler(
+            policy,
+            predictor,
+            scheduler_settings,
+            pair_speed=self._pair_speed,
+            pair_error=published_pair_error(predictor),
+        )
         #: One job's commit chain (status → its pods → their Bindings) per task: up to
         #: ``workers`` chains in flight, each in its own order.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")

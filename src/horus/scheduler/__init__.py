@@ -13,7 +13,7 @@ Public API (see ``docs/scheduler.md``)::
 
 from horus.scheduler.policies import POLICY_NAMES, Policy, get_policy
 from horus.scheduler.queue import JobQueue
-from horus.scheduler.scheduler import Scheduler
+from horus.scheduler.scheduler import Scheduler, published_pair_error
 from horus.scheduler.state import ClusterState
 from horus.scheduler.types import (
     GpuShare,
@@ -41,4 +41,5 @@ __all__ = [
     "Scheduler",
     "SchedulerSettings",
     "get_policy",
+    "published_pair_error",
 ]

@@ -66,6 +66,10 @@ class ScoreContext:
     best_gain: float = math.nan
     best_gain_gpu: int = -1
     worst_speed: float = math.nan
+    # The best candidate GPU that the sharing rule refused (for the refusal's reason).
+    refused_gain: float = math.nan
+    refused_gpu: int = -1
+    refused_worst: float = math.nan
 
 
 class Policy:
@@ -286,6 +290,13 @@ class Horus(Policy):
             _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[best], sig, ctx.pair_speed)
             ctx.worst_speed = min(speed, slowest)
         score = np.where(mask, score, -np.inf)
+        refused = np.where(mask & ~np.isfinite(score), raw_g, -np.inf)
+        worst = int(np.argmax(refused))
+        if np.isfinite(refused[worst]):
+            ctx.refused_gain, ctx.refused_gpu = float(refused[worst]), worst
+            sig = st.signatures[int(st.sig_id[worst])]
+            _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[worst], sig, ctx.pair_speed)
+            ctx.refused_worst = min(speed, slowest)
         # Among equal gains prefer the fuller GPU (keeps idle GPUs whole for big gangs).
         return np.asarray(score + 1e-3 * st.core_used / GPU_CORE_UNITS_PER_GPU, dtype=np.float64)
 

@@ -49,12 +49,23 @@ class _Attempt:
     refusal: Refusal | None
 
 
+def published_pair_error(predictor: Predictor | None) -> float:
+    """The held-out pair-speed MAE in the predictor's model card (0 when it publishes none)."""
+    card = getattr(predictor, "card", None)
+    metrics = card.get("metrics_heldout_family", {}) if isinstance(card, Mapping) else {}
+    mae = metrics.get("pair_heldout_mae", 0.0) if isinstance(metrics, Mapping) else 0.0
+    return float(mae) if isinstance(mae, int | float) and mae > 0 else 0.0
+
+
 class Scheduler:
     """Places jobs on a :class:`ClusterState` with one policy.
 
     ``predictor`` supplies resource predictions (unless a job carries its own) and, for the
     interference-aware policies, pairwise speeds. ``pair_speed`` overrides the predictor's
-    pair speeds — the simulator passes the measured tables for ``oracle``.
+    pair speeds — the simulator passes the measured tables for ``oracle``. ``pair_error`` is
+    the typical error of one pair speed (see :attr:`pair_error`); a caller whose override
+    only wraps the predictor (the operator) passes :func:`published_pair_error` so the
+    uncertainty margin is the same as without an override.
     """
 
     def __init__(
@@ -63,7 +74,11 @@ class Scheduler:
         predictor: Predictor | None = None,
         settings: SchedulerSettings | None = None,
         pair_speed: PairSpeed | None = None,
+        pair_error: float | None = None,
     ) -> None:
+        if pair_error is not None and not (math.isfinite(pair_error) and pair_error >= 0):
+            raise ValidationError(f"pair_error must be a finite number >= 0, got {pair_error}")
+        self._pair_error = pair_error
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.predictor = predictor
         self.settings = settings or SchedulerSettings()
@@ -81,14 +96,13 @@ class Scheduler:
 
     @property
     def pair_error(self) -> float:
-        """Typical error of one pair speed: 0 for an explicit source (``oracle``'s measured
-        tables), else the predictor card's held-out pair MAE (0 when it publishes none)."""
-        if self._pair_override is not None or self.predictor is None:
+        """Typical error of one pair speed: as given to the constructor; else 0 for an
+        explicit source (``oracle``'s measured tables), else the predictor's published one."""
+        if self._pair_error is not None:
+            return self._pair_error
+        if self._pair_override is not None:
             return 0.0
-        card = getattr(self.predictor, "card", None)
-        metrics = card.get("metrics_heldout_family", {}) if isinstance(card, Mapping) else {}
-        mae = metrics.get("pair_heldout_mae", 0.0) if isinstance(metrics, Mapping) else 0.0
-        return float(mae) if isinstance(mae, int | float) and mae > 0 else 0.0
+        return published_pair_error(self.predictor)
 
     # --- predictions ----------------------------------------------------------------------
     def predict(self, job: JobRequest, gpu_model: str) -> ResourcePrediction:
@@ -475,12 +489,23 @@ class Scheduler:
                     f"{self.settings.util_cap:.0f}% (job predicted at {util:.0f}%)",
                     "core",
                 )
-            where = st.label(ctx.best_gain_gpu) if ctx.best_gain_gpu >= 0 else "none"
+            n_ok = int(np.count_nonzero(final))
+            if ctx.refused_gpu >= 0:  # the best GPU the sharing rule turned down
+                gpu, gain, worst = ctx.refused_gpu, ctx.refused_gain, ctx.refused_worst
+            else:
+                gpu, gain, worst = ctx.best_gain_gpu, ctx.best_gain, ctx.worst_speed
+            where = st.label(gpu) if gpu >= 0 else "none"
+            head = (
+                "sharing would not pay"
+                if n_ok == 0
+                else f"needs {plural} but only {n_ok} qualify (idle, or sharing pays there); "
+                "sharing would not pay on the rest"
+            )
             return Refusal(
                 job.name,
-                f"sharing would not pay: the best candidate {where} gains "
-                f"{ctx.best_gain:.2f} in summed speed (needs ≥ {self.settings.min_gain:.2f}) "
-                f"and its slowest job would run at {ctx.worst_speed:.2f}× "
+                f"{head}: the best candidate {where} gains "
+                f"{gain:.2f} in summed speed (needs ≥ {self.settings.min_gain:.2f}) "
+                f"and its slowest job would run at {worst:.2f}× "
                 f"(needs ≥ {self.settings.min_speed:.2f}×)"
                 + (
                     f", even allowing ±{ctx.pair_margin:.2f} predictor error per pair"

@@ -7,7 +7,7 @@ from typing import ClassVar
 import pytest
 from sched_helpers import TablePredictor, cluster, job
 
-from horus.common.errors import ConfigError
+from horus.common.errors import ConfigError, ValidationError
 from horus.scheduler import (
     POLICY_NAMES,
     GpuShare,
@@ -317,3 +317,29 @@ def test_a_job_already_in_the_state_is_refused_not_placed_twice(policy: str) -> 
     assert (refusal.job, refusal.code) == ("a", "resident")
     assert "already holds GPU shares" in refusal.reason
     assert sum(1 for name in state.jobs if name == "a") == 1
+
+
+def test_gang_refusal_names_the_gpu_that_was_turned_down() -> None:
+    # GPU 0 runs a job that the new one would slow to 0.2x; GPU 1 is idle. A 2-replica job
+    # gets the idle GPU but not the shared one: the reason must name GPU 0 and its figures,
+    # not the idle GPU's (which qualifies).
+    pred = TablePredictor(
+        {"hot": (95.0, 3000.0), "bad": (50.0, 2000.0)},
+        pairs={("bad", "hot"): 0.2, ("hot", "bad"): 0.25},
+    )
+    state = cluster(1, 2)
+    sched = Scheduler("horus", pred)
+    assert gpu_of(sched.place(state, job("h", "hot"))) == "node-0/gpu-0"
+    refusal = sched.place(state, job("g", "bad", replicas=2))
+    assert isinstance(refusal, Refusal) and refusal.code == "interference", refusal
+    assert "needs 2 GPUs but only 1 qualify" in refusal.reason
+    assert "best candidate node-0/gpu-0 gains -0.55" in refusal.reason
+    assert "slowest job would run at 0.20×" in refusal.reason
+
+
+def test_pair_error_given_explicitly_wins_over_the_override_rule() -> None:
+    wrapped = Scheduler("horus", PRED, pair_speed=PRED.pair_speed)
+    assert wrapped.pair_error == 0.0  # an override alone is taken as exact (oracle)
+    assert Scheduler("horus", PRED, pair_speed=PRED.pair_speed, pair_error=0.12).pair_error == 0.12
+    with pytest.raises(ValidationError, match="pair_error must be a finite number"):
+        Scheduler("horus", PRED, pair_error=-1.0)
