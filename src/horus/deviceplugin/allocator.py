@@ -327,7 +327,11 @@ class Allocator:
                 holders.setdefault(ref.gpu_uuid, []).append(_name(other))
         sizes = {g.uuid: g for g in self.inventory()}
         for ref in assignment.all_gpus:
-            gpu = sizes[ref.gpu_uuid]  # _verified checked it is on this node
+            gpu = sizes.get(ref.gpu_uuid)
+            if gpu is None:  # removed since _verified looked (hot unplug, plugin restart)
+                raise self._refuse(
+                    pod, f"pod {mine}: assigned GPU {ref.gpu_uuid} left node {self.node}"
+                )
             used_core, used_mem = core.get(ref.gpu_uuid, 0), memory.get(ref.gpu_uuid, 0)
             if (
                 used_core + ref.core_percent > c.GPU_CORE_UNITS_PER_GPU

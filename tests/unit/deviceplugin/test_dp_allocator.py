@@ -236,3 +236,17 @@ def test_only_allocated_signed_unfinished_shares_count(fake_api: FakeNodeApi) ->
     add_pod(fake_api, "waiting", core=95)  # assigned, not allocated yet: holds nothing
     add_pod(fake_api, "p", core=60, created="2026-01-02T00:00:00Z")
     assert make_allocator(fake_api).allocate(CORE, 60).envs[c.ENV_POD_NAME] == "p"
+
+
+def test_a_gpu_that_leaves_during_allocate_is_a_refusal_not_a_crash(
+    fake_api: FakeNodeApi,
+) -> None:
+    add_pod(fake_api, "p1")
+    answers = [GPUS, []]  # the check sees the GPU; the capacity check a moment later does not
+
+    def inventory() -> list[GpuDevice]:
+        return answers.pop(0) if answers else []
+
+    alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, None), inventory, 256)  # type: ignore[arg-type]
+    with pytest.raises(AllocationRefused, match="assigned GPU GPU-bbbb left node"):
+        alloc.allocate(CORE, 40)
