@@ -69,6 +69,8 @@ class FakeKubelet:
                     self._cond.notify_all()
         except grpc.RpcError:
             return
+        except ValueError:  # "Channel closed!": stop() or a re-registration closed it first
+            return
 
     # --- lifecycle -------------------------------------------------------------------------
 
