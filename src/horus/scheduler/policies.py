@@ -62,14 +62,11 @@ class ScoreContext:
     pair_speed: PairSpeed
     #: Error of one pair speed from ``pair_speed`` × ``settings.uncertainty_z``.
     pair_margin: float = 0.0
-    # Filled by the interference-aware policies for reasons/placements:
-    best_gain: float = math.nan
-    best_gain_gpu: int = -1
-    worst_speed: float = math.nan
-    # The best candidate GPU that the sharing rule refused (for the refusal's reason).
-    refused_gain: float = math.nan
-    refused_gpu: int = -1
-    refused_worst: float = math.nan
+    # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
+    #: predicted gain per GPU, −inf off the scored mask;
+    gains: FloatArray | None = None
+    #: the gain where the sharing rule admits the GPU, else −inf.
+    admissible: FloatArray | None = None
 
 
 class Policy:
@@ -109,6 +106,11 @@ class Policy:
     def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
         """Score of every GPU (only entries where ``mask`` holds matter); default first fit."""
         return -np.arange(ctx.state.gpu_count, dtype=np.float64)
+
+    def turned_down(self, ctx: ScoreContext) -> tuple[int, float, float] | None:
+        """The best GPU this policy's sharing rule refused after ``score``, as (GPU, gain,
+        slowest speed there); None when it refused none (default: it has no such rule)."""
+        return None
 
 
 def _clamp_core(util: float, settings: SchedulerSettings) -> int:
@@ -282,23 +284,23 @@ class Horus(Policy):
                 sel = st.model_of == m
                 raw, adm = self._tables(ctx, m, st.sig_id[sel & mask])
                 raw_g[sel], score[sel] = raw[st.sig_id[sel]], adm[st.sig_id[sel]]
-        masked = np.where(mask, raw_g, -np.inf)  # NaN only off the mask
-        best = int(np.argmax(masked))
-        if np.isfinite(masked[best]):
-            ctx.best_gain, ctx.best_gain_gpu = float(masked[best]), best
-            sig = st.signatures[int(st.sig_id[best])]
-            _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[best], sig, ctx.pair_speed)
-            ctx.worst_speed = min(speed, slowest)
         score = np.where(mask, score, -np.inf)
-        refused = np.where(mask & ~np.isfinite(score), raw_g, -np.inf)
-        worst = int(np.argmax(refused))
-        if np.isfinite(refused[worst]):
-            ctx.refused_gain, ctx.refused_gpu = float(refused[worst]), worst
-            sig = st.signatures[int(st.sig_id[worst])]
-            _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[worst], sig, ctx.pair_speed)
-            ctx.refused_worst = min(speed, slowest)
+        ctx.gains = np.where(mask, raw_g, -np.inf)  # raw_g is NaN only off the mask
+        ctx.admissible = score
         # Among equal gains prefer the fuller GPU (keeps idle GPUs whole for big gangs).
         return np.asarray(score + 1e-3 * st.core_used / GPU_CORE_UNITS_PER_GPU, dtype=np.float64)
+
+    def turned_down(self, ctx: ScoreContext) -> tuple[int, float, float] | None:
+        if ctx.gains is None or ctx.admissible is None:
+            return None
+        refused = np.where(np.isfinite(ctx.admissible), -np.inf, ctx.gains)
+        gpu = int(np.argmax(refused))
+        if not np.isfinite(refused[gpu]):
+            return None
+        st = ctx.state
+        sig = st.signatures[int(st.sig_id[gpu])]
+        _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[gpu], sig, ctx.pair_speed)
+        return gpu, float(refused[gpu]), min(speed, slowest)
 
 
 class Oracle(Horus):

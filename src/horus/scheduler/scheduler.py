@@ -480,8 +480,9 @@ class Scheduler:
                 f"enough memory; best candidate {st.label(best)} has {int(free[best])}% free",
                 "core",
             )
-        if int(np.count_nonzero(final)) < need and self.policy.name in ("horus", "oracle"):
-            if math.isnan(ctx.best_gain):
+        n_ok = int(np.count_nonzero(final))
+        if n_ok < need and self.policy.name in ("horus", "oracle"):
+            if ctx.gains is None:  # not scored: the utilisation cap left too few GPUs
                 util = float(ctx.util_need.max())
                 return Refusal(
                     job.name,
@@ -489,32 +490,29 @@ class Scheduler:
                     f"{self.settings.util_cap:.0f}% (job predicted at {util:.0f}%)",
                     "core",
                 )
-            n_ok = int(np.count_nonzero(final))
-            if ctx.refused_gpu >= 0:  # the best GPU the sharing rule turned down
-                gpu, gain, worst = ctx.refused_gpu, ctx.refused_gain, ctx.refused_worst
-            else:
-                gpu, gain, worst = ctx.best_gain_gpu, ctx.best_gain, ctx.worst_speed
-            where = st.label(gpu) if gpu >= 0 else "none"
-            head = (
-                "sharing would not pay"
-                if n_ok == 0
-                else f"needs {plural} but only {n_ok} qualify (idle, or sharing pays there); "
-                "sharing would not pay on the rest"
-            )
-            return Refusal(
-                job.name,
-                f"{head}: the best candidate {where} gains "
-                f"{gain:.2f} in summed speed (needs ≥ {self.settings.min_gain:.2f}) "
-                f"and its slowest job would run at {worst:.2f}× "
-                f"(needs ≥ {self.settings.min_speed:.2f}×)"
-                + (
-                    f", even allowing ±{ctx.pair_margin:.2f} predictor error per pair"
-                    if ctx.pair_margin > 0
-                    else ""
+            turned_down = self.policy.turned_down(ctx)
+            if turned_down is not None:
+                gpu, gain, worst = turned_down  # the best GPU the sharing rule refused
+                head = (
+                    "sharing would not pay"
+                    if n_ok == 0
+                    else f"needs {plural} but only {n_ok} qualify (idle, or sharing pays "
+                    "there); sharing would not pay on the rest"
                 )
-                + "; waiting for a better GPU",
-                "interference",
-            )
+                return Refusal(
+                    job.name,
+                    f"{head}: the best candidate {st.label(gpu)} gains "
+                    f"{gain:.2f} in summed speed (needs ≥ {self.settings.min_gain:.2f}) "
+                    f"and its slowest job would run at {worst:.2f}× "
+                    f"(needs ≥ {self.settings.min_speed:.2f}×)"
+                    + (
+                        f", even allowing ±{ctx.pair_margin:.2f} predictor error per pair"
+                        if ctx.pair_margin > 0
+                        else ""
+                    )
+                    + "; waiting for a better GPU",
+                    "interference",
+                )
         if job.gpus_per_replica > 1 or job.replicas > 1:
             per_node = np.bincount(st.node_of[final], minlength=len(st.node_names))
             best = int(np.argmax(per_node))
