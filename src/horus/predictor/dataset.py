@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,29 @@ FLOPS_ONLY = ["log_fwd_flops"]
 FEATURE_SETS: dict[str, list[str]] = {"full": FULL, "thesis": THESIS, "flops": FLOPS_ONLY}
 
 
+def _roofline(f: Mapping[str, Any], flops: Any, gpu: GpuSpec) -> dict[str, Any]:
+    """Step times, memory estimate and busy fraction on ``gpu``: one formula for the batched
+    path (NumPy columns) and the scalar one (floats), so both compute them identically."""
+    compute_ms = flops / (gpu.fp32_tflops * 1e12) * 1e3
+    memory_ms = (
+        (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
+    )
+    est = (
+        2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]
+    ) / 2**20
+    kernels = 3.0 * f["layers"] + 1.0
+    gpu_ms = np.maximum(compute_ms, memory_ms)
+    return {
+        "compute_ms": compute_ms,
+        "memory_ms": memory_ms,
+        "kernels": kernels,
+        "gpu_ms": gpu_ms,
+        "est_memory_mib": est,
+        "est_memory_frac": est / gpu.memory_mib,
+        "busy_frac": gpu_ms / (gpu_ms + 0.02 * kernels),
+    }
+
+
 def feature_columns(raw: np.ndarray, gpu: GpuSpec) -> dict[str, np.ndarray]:
     """Vectorised :func:`row_features`: ``raw`` is (n, len(FEATURE_NAMES)) in schema order.
 
@@ -101,23 +125,15 @@ def feature_columns(raw: np.ndarray, gpu: GpuSpec) -> dict[str, np.ndarray]:
     out["log_intensity"] = np.log(
         (flops + 1.0) / (f["activation_bytes"] + 3 * f["param_bytes"] + 1.0)
     )
-    compute_ms = flops / (gpu.fp32_tflops * 1e12) * 1e3
-    memory_ms = (
-        (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
-    )
-    out["log_compute_ms"] = np.log1p(compute_ms)
-    out["log_memory_ms"] = np.log1p(memory_ms)
+    r = _roofline(f, flops, gpu)
+    out["log_compute_ms"] = np.log1p(r["compute_ms"])
+    out["log_memory_ms"] = np.log1p(r["memory_ms"])
     out["compute_vs_memory"] = out["log_compute_ms"] - out["log_memory_ms"]
-    est = (
-        2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]
-    ) / 2**20
-    out["est_memory_mib"] = est
-    out["est_memory_frac"] = est / gpu.memory_mib
-    kernels = 3.0 * f["layers"] + 1.0
-    gpu_ms = np.maximum(compute_ms, memory_ms)
-    out["log_kernels"] = np.log(kernels)
-    out["log_ms_per_kernel"] = np.log(gpu_ms / kernels + 1e-9)
-    out["busy_frac"] = gpu_ms / (gpu_ms + 0.02 * kernels)
+    out["est_memory_mib"] = r["est_memory_mib"]
+    out["est_memory_frac"] = r["est_memory_frac"]
+    out["log_kernels"] = np.log(r["kernels"])
+    out["log_ms_per_kernel"] = np.log(r["gpu_ms"] / r["kernels"] + 1e-9)
+    out["busy_frac"] = r["busy_frac"]
     n = raw.shape[0]
     for k, v in gpu.features().items():
         out[k] = np.full(n, v)
@@ -140,16 +156,13 @@ def row_values(features: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
     f = {k: float(features.get(k, 0.0)) for k in FEATURE_NAMES}
     batch = max(f["batch_size"], 1.0)
     flops = f["fwd_flops"] + f["bwd_flops"]
-    compute_ms = flops / (gpu.fp32_tflops * 1e12) * 1e3
-    memory_ms = (
-        (2 * f["activation_bytes"] + 4 * f["param_bytes"]) / (gpu.memory_bandwidth_gbs * 1e9) * 1e3
-    )
+    r = _roofline(f, flops, gpu)
+    compute_ms, memory_ms, kernels = r["compute_ms"], r["memory_ms"], r["kernels"]
+    gpu_ms = float(r["gpu_ms"])
     other = 0.0
     for fam in FAMILIES:
         if fam not in ("conv", "matmul", "elementwise"):
             other += f[f"count_{fam}"]
-    kernels = 3.0 * f["layers"] + 1.0
-    gpu_ms = max(compute_ms, memory_ms)
     names1p = [f"log_{k}" for k in _LOG] + [f"log_count_{fam}" for fam in FAMILIES]
     args1p = [max(f[k], 0.0) for k in _LOG] + [f[f"count_{fam}"] for fam in FAMILIES]
     names1p += ["log_flops_per_sample", "log_act_per_sample", "log_compute_ms", "log_memory_ms"]
@@ -171,12 +184,9 @@ def row_values(features: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
     for fam in FAMILIES:
         out[f"share_{fam}"] = f[f"share_{fam}"]
     out["compute_vs_memory"] = out["log_compute_ms"] - out["log_memory_ms"]
-    est = (
-        2 * f["param_bytes"] + f["optimizer_bytes"] + f["activation_bytes"] + f["input_bytes"]
-    ) / 2**20
-    out["est_memory_mib"] = est
-    out["est_memory_frac"] = est / gpu.memory_mib
-    out["busy_frac"] = gpu_ms / (gpu_ms + 0.02 * kernels)
+    out["est_memory_mib"] = r["est_memory_mib"]
+    out["est_memory_frac"] = r["est_memory_frac"]
+    out["busy_frac"] = float(r["busy_frac"])
     out.update(gpu.features())
     return out
 
