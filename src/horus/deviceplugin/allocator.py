@@ -205,7 +205,9 @@ class Allocator:
             self.api.pod_event(pod, c.EVENT_REASON_ALLOCATE_REFUSED, message, self.node)
         return AllocationRefused(message)
 
-    def _verified(self, pod: dict[str, Any], resource: str, amount: int) -> GpuAssignment:
+    def _verified(
+        self, pod: dict[str, Any], resource: str, amount: int, gpus: dict[str, GpuDevice]
+    ) -> GpuAssignment:
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
         annotations = meta.get("annotations") or {}
@@ -252,7 +254,6 @@ class Allocator:
                 f"{who}: the container requests {resource}={amount} but its assignment grants "
                 f"{expected}{unit}; the request must match the assignment",
             )
-        gpus = {g.uuid: g for g in self.inventory()}
         for ref in assignment.all_gpus:
             gpu = gpus.get(ref.gpu_uuid)
             if gpu is None:
@@ -281,12 +282,17 @@ class Allocator:
                 f"unfinished pod there has a container requesting exactly that amount",
             )
         pod = found[0]
-        assignment = self._verified(pod, resource, amount)
-        self._check_capacity(pods, pod, assignment)
+        gpus = {g.uuid: g for g in self.inventory()}  # one read: both checks see the same GPUs
+        assignment = self._verified(pod, resource, amount, gpus)
+        self._check_capacity(pods, pod, assignment, gpus)
         return pod, assignment
 
     def _check_capacity(
-        self, pods: list[dict[str, Any]], pod: dict[str, Any], assignment: GpuAssignment
+        self,
+        pods: list[dict[str, Any]],
+        pod: dict[str, Any],
+        assignment: GpuAssignment,
+        gpus: dict[str, GpuDevice],
     ) -> None:
         """Last line against over-commit: refuse a share that, with the shares already
         allocated on this node, would pass a GPU's core or memory.
@@ -298,6 +304,7 @@ class Allocator:
         count; a pod being deleted still holds its GPU until its containers stop.
         """
         mine = _name(pod)
+        key = self.key.get()  # _verified has just read it (cached)
         core: dict[str, int] = {}
         memory: dict[str, int] = {}
         holders: dict[str, list[str]] = {}
@@ -313,8 +320,7 @@ class Allocator:
                 continue
             try:
                 held = decode_assignment(text)
-                key = self.key.get()
-            except (ValidationError, ConfigError):
+            except ValidationError:
                 continue
             signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
             if not verify_assignment(
@@ -325,13 +331,8 @@ class Allocator:
                 core[ref.gpu_uuid] = core.get(ref.gpu_uuid, 0) + ref.core_percent
                 memory[ref.gpu_uuid] = memory.get(ref.gpu_uuid, 0) + ref.memory_mib
                 holders.setdefault(ref.gpu_uuid, []).append(_name(other))
-        sizes = {g.uuid: g for g in self.inventory()}
         for ref in assignment.all_gpus:
-            gpu = sizes.get(ref.gpu_uuid)
-            if gpu is None:  # removed since _verified looked (hot unplug, plugin restart)
-                raise self._refuse(
-                    pod, f"pod {mine}: assigned GPU {ref.gpu_uuid} left node {self.node}"
-                )
+            gpu = gpus[ref.gpu_uuid]  # _verified checked every assigned GPU is in ``gpus``
             used_core, used_mem = core.get(ref.gpu_uuid, 0), memory.get(ref.gpu_uuid, 0)
             if (
                 used_core + ref.core_percent > c.GPU_CORE_UNITS_PER_GPU

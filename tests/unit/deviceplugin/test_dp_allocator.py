@@ -238,15 +238,15 @@ def test_only_allocated_signed_unfinished_shares_count(fake_api: FakeNodeApi) ->
     assert make_allocator(fake_api).allocate(CORE, 60).envs[c.ENV_POD_NAME] == "p"
 
 
-def test_a_gpu_that_leaves_during_allocate_is_a_refusal_not_a_crash(
-    fake_api: FakeNodeApi,
-) -> None:
+def test_allocate_reads_the_inventory_once_for_all_its_checks(fake_api: FakeNodeApi) -> None:
+    # The assignment check and the capacity check must see the same GPUs: a GPU that leaves
+    # the inventory between two reads once made the second check fail with a KeyError.
     add_pod(fake_api, "p1")
-    answers = [GPUS, []]  # the check sees the GPU; the capacity check a moment later does not
+    answers = [GPUS, []]
 
     def inventory() -> list[GpuDevice]:
         return answers.pop(0) if answers else []
 
     alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, None), inventory, 256)  # type: ignore[arg-type]
-    with pytest.raises(AllocationRefused, match="assigned GPU GPU-bbbb left node"):
-        alloc.allocate(CORE, 40)
+    assert alloc.allocate(CORE, 40).pod == "p1"
+    assert answers == [[]]  # one read for the whole Allocate
