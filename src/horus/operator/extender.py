@@ -415,13 +415,11 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     if core is None and memory is None:
         return PodDemand(False)
     where = f"pod {ns}/{name}"
-    asking = [
+    asking = [  # quantities already parsed above, so _container_amount cannot raise here
         str(ctr.get("name") or f"#{i}")
         for i, ctr in enumerate(spec.get("containers") or [])
-        if isinstance(ctr, Mapping)
-        and any(
-            r in ((ctr.get("resources") or {}).get(kind) or {})
-            for kind in ("requests", "limits")
+        if any(
+            _container_amount(ctr, r, f"spec.containers[{i}]") is not None
             for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
         )
     ]
