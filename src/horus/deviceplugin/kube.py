@@ -9,12 +9,12 @@ comes from the API server, never from the kubelet's request (which names no pod)
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from horus.api.raw import discard, read_items
 from horus.common.constants import (
     ASSIGNMENT_KEY_SECRET,
     ASSIGNMENT_KEY_SECRET_KEY,
@@ -75,11 +75,11 @@ class KubeApi:
         self.core: Any = client.CoreV1Api(api)
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
-        resp = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", _preload_content=False
+        return read_items(
+            self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}", _preload_content=False
+            )
         )
-        items: list[dict[str, Any]] = json.loads(resp.data).get("items") or []
-        return items
 
     def patch_pod_annotations(
         self, namespace: str, name: str, annotations: dict[str, str], resource_version: str
@@ -91,7 +91,7 @@ class KubeApi:
             metadata["resourceVersion"] = resource_version
         body = {"metadata": metadata}
         try:
-            self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            discard(self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
                 raise ConflictError(f"pod {namespace}/{name} changed") from None
@@ -124,7 +124,9 @@ class KubeApi:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            discard(
+                self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            )
         except Exception as exc:  # an Event is best effort; the gRPC error still says it all
             log.warning("could not record Event %s on pod %s: %s", reason, meta.get("name"), exc)
 

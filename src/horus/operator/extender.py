@@ -54,6 +54,7 @@ from horus.api.assignment import (
     encode_predicted,
 )
 from horus.api.dljob import InlineProfile, parse_profile_document
+from horus.api.raw import discard, read_items, read_object
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
@@ -512,13 +513,7 @@ class KubeClusterSource:
         self.custom: Any = client.CustomObjectsApi(api_client)
 
     def _list(self, call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        resp = call(*args, _preload_content=False, **kwargs)
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        items = body.get("items") if isinstance(body, dict) else None
-        return [i for i in items or [] if isinstance(i, dict)]
+        return read_items(call(*args, _preload_content=False, **kwargs))
 
     def list_objects(self) -> LiveObjects:
         from kubernetes.client.exceptions import ApiException
@@ -545,11 +540,7 @@ class KubeClusterSource:
             if exc.status == 404:
                 return None
             raise
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        return body if isinstance(body, dict) else None
+        return read_object(resp)
 
     def patch_pod_annotations(
         self,
@@ -571,11 +562,7 @@ class KubeClusterSource:
             if exc.status == 409:
                 raise ConflictError(f"pod {namespace}/{name} changed meanwhile") from None
             raise
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        return body if isinstance(body, dict) else {}
+        return read_object(resp)
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
@@ -588,10 +575,9 @@ class KubeClusterSource:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         # _preload_content=False: the client cannot deserialise the Binding it gets back.
-        resp = self.core.create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False
+        discard(
+            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         )
-        resp.release_conn()
 
 
 # --- the decisions -----------------------------------------------------------------------------

@@ -26,7 +26,6 @@ part that fetches them. The scheduler extender uses the same module.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from horus.api.dljob import (
     parse_profile_document,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
+from horus.api.raw import read_items
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
@@ -471,13 +471,7 @@ class LiveObjects:
 
 def _list_raw(call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """A list call, decoded straight from JSON (camelCase, ~10× faster than model objects)."""
-    resp = call(*args, _preload_content=False, **kwargs)
-    try:
-        body = json.loads(resp.data)
-    finally:
-        resp.release_conn()
-    items = body.get("items") or []
-    return [i for i in items if isinstance(i, dict)]
+    return read_items(call(*args, _preload_content=False, **kwargs))
 
 
 def list_live_objects(api_client: Any, namespace: str | None = None) -> LiveObjects:

@@ -22,7 +22,6 @@ record, never re-placed. Status is a JSON merge patch of the fields this operato
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import threading
 import time
@@ -47,6 +46,7 @@ from horus.api.dljob import (
     parse_dljob,
     parse_profile_document,
 )
+from horus.api.raw import discard, read_items, read_object
 from horus.api.resources import node_memory_unit_mib, pod_gpu_requests
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
@@ -233,12 +233,7 @@ class Reconciler:
 
     # --- API helpers ----------------------------------------------------------------------
     def _list(self, call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        resp = call(*args, _preload_content=False, **kwargs)
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        return [i for i in body.get("items") or [] if isinstance(i, dict)]
+        return read_items(call(*args, _preload_content=False, **kwargs))
 
     def patch_status(self, ctx: JobCtx, fields: Mapping[str, Any], precondition: bool) -> None:
         """Merge-patch owned status fields; with ``precondition`` fail on a stale object."""
@@ -300,7 +295,7 @@ class Reconciler:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, body, _preload_content=False)
+            discard(self.core.create_namespaced_event(namespace, body, _preload_content=False))
         except ApiException as exc:
             log.warning(
                 "could not post event %s on DLJob %s: %s", reason, f"{namespace}/{name}", exc.reason
@@ -485,7 +480,7 @@ class Reconciler:
 
         try:
             # The pod's own grace period: its GPU is not free until its containers stopped.
-            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            discard(self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
             log.info("deleted pod %s/%s (its DLJob is gone or failed)", namespace, name)
         except ApiException as exc:
             if exc.status != 404:
@@ -977,8 +972,7 @@ class Reconciler:
             if exc.status == 409:
                 return None
             raise
-        out = json.loads(resp.data)
-        return out if isinstance(out, dict) else None
+        return read_object(resp)
 
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -989,8 +983,7 @@ class Reconciler:
             if exc.status == 404:
                 return None
             raise
-        out = json.loads(resp.data)
-        return out if isinstance(out, dict) else None
+        return read_object(resp)
 
     def _bind(self, namespace: str, name: str, node: str) -> bool:
         """Bind; False when a previous attempt already did (HTTP 409 "already assigned")."""
@@ -1003,7 +996,7 @@ class Reconciler:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            self.core.create_namespaced_binding(namespace, body, _preload_content=False)
+            discard(self.core.create_namespaced_binding(namespace, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
                 return False
