@@ -201,6 +201,12 @@ def main() -> int:
     ap.add_argument(
         "--operator-log", type=Path, default=None, help="keep the operator's log (pass timings)"
     )
+    ap.add_argument(
+        "--baseline-qps",
+        type=int,
+        default=None,
+        help="kube-scheduler client QPS (burst 2x) for the baseline; default: its own (50/100)",
+    )
     args = ap.parse_args()
     if args.jobs > args.nodes * args.gpus_per_node:
         ap.error("the baseline needs one whole GPU per job: --jobs <= nodes × GPUs")
@@ -209,7 +215,11 @@ def main() -> int:
         os.environ["HORUS_BIN_DIR"] = str(cached[-1])
     folder = Path(tempfile.mkdtemp(prefix="horus-bench-op-")) / "c"
     local = LocalCluster(folder)
-    state = local.up(timeout=180)
+    qps = args.baseline_qps
+    if qps is not None and not 1 <= qps <= 100_000:
+        ap.error(f"--baseline-qps must be 1..100000, got {qps}")
+    sched = {"clientConnection": {"qps": qps, "burst": 2 * qps}} if qps else None
+    state = local.up(timeout=180, scheduler_config=sched)
     op: subprocess.Popen[bytes] | None = None
     try:
         from kubernetes import config as _config
@@ -264,6 +274,7 @@ def main() -> int:
         result = {
             "benchmark": "operator-e2e",
             "cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node},
+            "baseline_scheduler_qps": qps or "default (50, burst 100)",
             "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
             "horus": horus,
             "baseline_kube_scheduler": base,

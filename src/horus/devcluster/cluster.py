@@ -117,7 +117,10 @@ def _scheduler_config(kubeconfig: Path, extra: dict[str, Any] | None) -> dict[st
         "leaderElection": {"leaderElect": False},
     }
     if extra:
+        # clientConnection is merged, so a caller can set qps/burst and keep the kubeconfig.
+        conn = {**cfg["clientConnection"], **(extra.get("clientConnection") or {})}
         cfg.update(extra)
+        cfg["clientConnection"] = conn
     return cfg
 
 

@@ -1,0 +1,276 @@
+"""What each API write of a placement costs the control plane: CPU per request, by kind.
+
+    .venv/bin/python benchmarks/apiserver_costs.py [--requests 300]
+
+Why: ``benchmarks/operator_e2e.py`` is bound by CPU on a small machine, where the apiserver,
+etcd, kwok, the operator and the benchmark's client share the cores. This measures, on its own
+local control plane (``horus.devcluster``, 50 kwok GPU nodes, no operator running), the CPU
+seconds kube-apiserver and etcd spend per request for each write Horus makes for one job —
+DLJob create (the user's), DLJob status merge patch (the operator's placement record), pod
+create, Binding, Event — with the stock scheduler's writes (pod create, Binding, Event) among
+them as the baseline, all in the same run. Requests go out from 16 client threads, as in the
+end-to-end benchmark; an idle window of the same length is measured too and subtracted.
+
+Writes ``benchmarks/results/apiserver-costs.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from operator_e2e import add_gpu_nodes, dljob  # noqa: E402
+
+from horus.api.raw import discard  # noqa: E402
+from horus.common import constants as c  # noqa: E402
+from horus.devcluster.cluster import LocalCluster  # noqa: E402
+
+NS = "costs"
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def status_patch(i: int) -> dict[str, Any]:
+    """The operator's placement record for one single-GPU replica (as ``reconcile._commit``)."""
+    now = "2026-01-01T00:00:00Z"
+    return {
+        "status": {
+            "phase": c.DLJOB_PHASE_SCHEDULED,
+            "reason": "Placed",
+            "message": "placed by policy horus: replica 0 → bench-0001/gpu-3 (25% core, "
+            "4096 MiB); predicted speed 0.93",
+            "placements": [
+                {
+                    "replica": 0,
+                    "pod": f"j-{i:04d}-0",
+                    "node": "bench-0001",
+                    "gpuUUID": "GPU-00000000-0000-0000-0000-000000000003",
+                    "gpuIndex": 3,
+                    "corePercent": 25,
+                    "memoryMiB": 4096,
+                }
+            ],
+            "scheduledTime": now,
+            "conditions": [
+                {
+                    "type": "Scheduled",
+                    "status": "True",
+                    "reason": "Placed",
+                    "message": "placed",
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+    }
+
+
+def pod(i: int) -> dict[str, Any]:
+    amount = {c.RESOURCE_GPU_CORE: "25", c.RESOURCE_GPU_MEMORY: "4"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"j-{i:04d}-0",
+            "labels": {c.LABEL_DLJOB_NAME: f"j-{i:04d}"},
+            # About the size of a signed assignment and a prediction annotation.
+            "annotations": {
+                c.ANNOTATION_GPU_ASSIGNMENT: "a" * 400,
+                c.ANNOTATION_PREDICTED: "p" * 200,
+            },
+        },
+        "spec": {
+            "schedulerName": c.SCHEDULER_NAME,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": amount, "limits": amount},
+                }
+            ],
+        },
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=300, help="requests of each kind (1..5000)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/apiserver-costs.json")
+    args = ap.parse_args()
+    if not 1 <= args.requests <= 5000:
+        ap.error(f"--requests must be 1..5000, got {args.requests}")
+    n = args.requests
+    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
+    if cached and "HORUS_BIN_DIR" not in os.environ:
+        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+    folder = Path(tempfile.mkdtemp(prefix="horus-bench-costs-")) / "c"
+    local = LocalCluster(folder)
+    state = local.up(timeout=180)
+    try:
+        from kubernetes import client
+        from kubernetes import config as _config
+
+        config: Any = _config
+        api = config.new_client_from_config(config_file=state.kubeconfig)
+        api.configuration.connection_pool_maxsize = 20
+        subprocess.run(
+            [
+                str(Path(state.bin_dir) / "kubectl"),
+                "--kubeconfig",
+                state.kubeconfig,
+                "apply",
+                "-f",
+                str(ROOT / "manifests/crds/horus.io_dljobs.yaml"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        add_gpu_nodes(api, 50, 8)
+        core: Any = client.CoreV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": NS}})
+        pids = {p.name: p.pid for p in state.processes if p.name in ("kube-apiserver", "etcd")}
+        if len(pids) != 2:
+            raise RuntimeError(f"kube-apiserver and etcd not found among {state.processes}")
+        time.sleep(2.0)
+
+        def window(fn: Callable[[int], None] | None, seconds: float = 0.0) -> dict[str, float]:
+            before = {k: cpu_seconds(p) for k, p in pids.items()}
+            t0 = time.perf_counter()
+            if fn is None:
+                time.sleep(seconds)
+            else:
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(fn, range(n)))
+            wall = time.perf_counter() - t0
+            time.sleep(1.0)  # let watch fan-out and etcd writes of the burst finish
+            out = {k: cpu_seconds(p) - before[k] for k, p in pids.items()}
+            out["wall"] = wall + 1.0
+            return out
+
+        def dl_create(i: int) -> None:
+            discard(
+                custom.create_namespaced_custom_object(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    c.DLJOB_PLURAL,
+                    dljob(f"j-{i:04d}"),
+                    _preload_content=False,
+                )
+            )
+
+        def dl_status(i: int) -> None:
+            discard(
+                custom.patch_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    c.DLJOB_PLURAL,
+                    f"j-{i:04d}",
+                    status_patch(i),
+                    _preload_content=False,
+                )
+            )
+
+        def pod_create(i: int) -> None:
+            discard(core.create_namespaced_pod(NS, pod(i), _preload_content=False))
+
+        def binding(i: int) -> None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": f"j-{i:04d}-0", "namespace": NS},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": f"bench-{i % 50:04d}"},
+            }
+            discard(core.create_namespaced_binding(NS, body, _preload_content=False))
+
+        def event(i: int) -> None:
+            body = {
+                "metadata": {"generateName": f"j-{i:04d}.", "namespace": NS},
+                "involvedObject": {
+                    "apiVersion": c.API_GROUP_VERSION,
+                    "kind": c.DLJOB_KIND,
+                    "name": f"j-{i:04d}",
+                    "namespace": NS,
+                },
+                "reason": "Scheduled",
+                "message": "placed by policy horus",
+                "type": "Normal",
+                "source": {"component": "horus-operator"},
+                "firstTimestamp": "2026-01-01T00:00:00Z",
+                "lastTimestamp": "2026-01-01T00:00:00Z",
+                "count": 1,
+            }
+            discard(core.create_namespaced_event(NS, body, _preload_content=False))
+
+        idle = window(None, 3.0)
+        idle_rate = {k: idle[k] / idle["wall"] for k in pids}
+        kinds = {
+            "dljob_create": dl_create,
+            "dljob_status_patch": dl_status,
+            "pod_create": pod_create,
+            "binding": binding,
+            "event": event,
+        }
+        per: dict[str, dict[str, float]] = {}
+        for name, fn in kinds.items():
+            w = window(fn)
+            row = {
+                f"{k}_ms": round(max(0.0, w[k] - idle_rate[k] * w["wall"]) * 1e3 / n, 2)
+                for k in pids
+            }
+            row["requests_per_s"] = round(n / (w["wall"] - 1.0), 1)
+            per[name] = row
+            print(f"{name:20s} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+
+        def total(names: list[str]) -> float:
+            return round(sum(per[x]["kube-apiserver_ms"] + per[x]["etcd_ms"] for x in names), 2)
+
+        horus_path = ["dljob_create", "dljob_status_patch", "pod_create", "binding", "event"]
+        stock_path = ["pod_create", "binding", "event"]
+        result = {
+            "benchmark": "apiserver-costs",
+            "requests_per_kind": n,
+            "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
+            "idle_cpu_share": {k: round(v, 3) for k, v in idle_rate.items()},
+            "per_request": per,
+            "horus_job_until_bound_ms": total(horus_path),
+            "horus_running_status_and_event_ms": total(["dljob_status_patch", "event"]),
+            "stock_pod_until_bound_ms": total(stock_path),
+        }
+        result["ratio_horus_over_stock"] = round(
+            result["horus_job_until_bound_ms"] / result["stock_pod_until_bound_ms"], 2
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(
+            f"apiserver+etcd CPU per job until Bound: Horus {result['horus_job_until_bound_ms']} ms"
+            f" (+{result['horus_running_status_and_event_ms']} ms for Running), stock "
+            f"{result['stock_pod_until_bound_ms']} ms per pod: "
+            f"{result['ratio_horus_over_stock']}x\nwrote {args.out}"
+        )
+        return 0
+    finally:
+        local.down(quiet=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
