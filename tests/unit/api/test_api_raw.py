@@ -10,7 +10,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import urllib3
@@ -20,9 +20,9 @@ from horus.api.raw import discard, read_items, read_json, read_object
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: one TCP connection serves many requests
-    connections: set[int] = set()
+    connections: ClassVar[set[int]] = set()
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         _Handler.connections.add(self.client_address[1])
         body = {"/list": {"items": [{"a": 1}, "junk", {"b": 2}]}, "/scalar": 7}.get(
             self.path, {"kind": "Status", "padding": "x" * 100_000}
