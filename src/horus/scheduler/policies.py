@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,22 @@ class ScoreContext:
     pair_speed: PairSpeed
     #: Error of one pair speed from ``pair_speed`` × ``settings.uncertainty_z``.
     pair_margin: float = 0.0
+    #: Pairs whose speed was measured (``Scheduler.observe_pair``): (kind, other, GPU model).
+    #: Their margin is 0; every other pair keeps ``pair_margin``.
+    observed: AbstractSet[tuple[str, str, str]] = frozenset()
+
+    def signature_margin(self, kind: str, model: str, sig: tuple[str, ...]) -> float:
+        """Margin of one pair term when ``kind`` joins a GPU running ``sig``: the mean over
+        the pair terms the share adds (its speed next to each job, each job's next to it),
+        0 for the measured ones."""
+        if not self.observed or not sig or self.pair_margin == 0:
+            return self.pair_margin
+        unmeasured = sum(
+            ((kind, r, model) not in self.observed) + ((r, kind, model) not in self.observed)
+            for r in sig
+        )
+        return self.pair_margin * unmeasured / (2 * len(sig))
+
     # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
     #: predicted gain per GPU, −inf off the scored mask;
     gains: FloatArray | None = None
@@ -111,6 +128,9 @@ class Policy:
         """The best GPU this policy's sharing rule refused after ``score``, as (GPU, gain,
         slowest speed there); None when it refused none (default: it has no such rule)."""
         return None
+
+    def forget_pairs(self) -> None:
+        """Drop whatever was derived from pair speeds (one of them has changed)."""
 
 
 def _clamp_core(util: float, settings: SchedulerSettings) -> int:
@@ -197,6 +217,10 @@ class Horus(Policy):
         # (state token, kind, model id) -> per-signature (raw gain, admissible gain) arrays
         self._tables_cache: dict[tuple[int, str, int], tuple[FloatArray, FloatArray]] = {}
 
+    def forget_pairs(self) -> None:
+        self._gain_cache.clear()
+        self._tables_cache.clear()
+
     def core_share(
         self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
     ) -> int:
@@ -263,7 +287,7 @@ class Horus(Policy):
                 raw[sid] = gain
                 # Optimistic bounds: every predicted pair speed may be ``m`` too low. The new
                 # job's speed has len(sig) pair terms, the summed gain twice as many.
-                m, n = ctx.pair_margin, len(sig)
+                m, n = ctx.signature_margin(ctx.job.kind, model, sig), len(sig)
                 bad = bool(sig) and (
                     gain + 2 * n * m < cfg.min_gain
                     or speed + n * m < cfg.min_speed

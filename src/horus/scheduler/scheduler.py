@@ -85,6 +85,8 @@ class Scheduler:
         self._pair_override = pair_speed
         self._pred_cache: dict[tuple[str, str], ResourcePrediction] = {}
         self._pair_cache: dict[tuple[str, str, str], float] = {}
+        #: Measured pair speeds (:meth:`observe_pair`); they win over any other source.
+        self._observed: dict[tuple[str, str, str], float] = {}
         self._profiles: dict[str, JobRequest] = {}
         self._queue_model: str | None = None
         #: (job, state token, GPUs) reserved for a starving job; see :meth:`_reserve`.
@@ -158,6 +160,27 @@ class Scheduler:
             hit = float(min(1.0, max(0.0, hit)))
             self._pair_cache[key] = hit
         return hit
+
+    def observe_pair(self, kind: str, other: str, gpu_model: str, speed: float) -> None:
+        """Record a *measured* normalised speed of ``kind`` while it shares a ``gpu_model``
+        with ``other`` (what a node agent sees where Horus runs). From then on it replaces
+        the predicted speed of that pair, and the pair gets no uncertainty margin."""
+        if not (math.isfinite(speed) and 0.0 < speed <= 1.0):
+            raise ValidationError(
+                f"observed pair speed of {kind!r} next to {other!r} on {gpu_model!r} must be "
+                f"in (0, 1], got {speed}"
+            )
+        key = (kind, other, gpu_model)
+        if self._observed.get(key) == speed:
+            return
+        self._observed[key] = speed
+        self._pair_cache[key] = speed
+        self.policy.forget_pairs()
+
+    @property
+    def observed_pairs(self) -> Mapping[tuple[str, str, str], float]:
+        """Every measured pair speed so far, by (kind, other, GPU model)."""
+        return self._observed
 
     def remember(self, job: JobRequest) -> None:
         """Record ``job``'s profile under its kind (needed to ask the predictor about pairs)."""
@@ -293,6 +316,7 @@ class Scheduler:
             cfg,
             self.pair_speed,
             pair_margin=cfg.uncertainty_z * self.pair_error,
+            observed=self._observed.keys(),
         )
         need = job.gpu_count
         if int(np.count_nonzero(mask)) >= need:
@@ -493,6 +517,8 @@ class Scheduler:
             turned_down = self.policy.turned_down(ctx)
             if turned_down is not None:
                 gpu, gain, worst = turned_down  # the best GPU the sharing rule refused
+                sig = st.signatures[int(st.sig_id[gpu])]
+                margin = ctx.signature_margin(job.kind, st.gpu_model[gpu], sig)
                 head = (
                     "sharing would not pay"
                     if n_ok == 0
@@ -506,8 +532,8 @@ class Scheduler:
                     f"and its slowest job would run at {worst:.2f}× "
                     f"(needs ≥ {self.settings.min_speed:.2f}×)"
                     + (
-                        f", even allowing ±{ctx.pair_margin:.2f} predictor error per pair"
-                        if ctx.pair_margin > 0
+                        f", even allowing ±{margin:.2f} predictor error per pair"
+                        if margin > 0
                         else ""
                     )
                     + "; waiting for a better GPU",

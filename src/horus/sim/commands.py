@@ -50,13 +50,19 @@ def register(sub: Any) -> None:
         ),
     )
     _common(sim)
-    sim.add_argument("--policy", default="horus", help=f"one of {', '.join(_POLICIES)}")
+    sim.add_argument(
+        "--policy",
+        default="horus",
+        help=f"one of {', '.join(_POLICIES)}, or horus+observed (fed measured pair speeds)",
+    )
     sim.set_defaults(handler=_run_one)
     ssub = sim.add_subparsers(dest="sim_command", metavar="ACTION")
     cmp_ = ssub.add_parser("compare", help="several policies on the same trace, with ratios")
     _common(cmp_)
     cmp_.add_argument(
-        "--policies", default=",".join(_POLICIES), help="comma-separated policy names"
+        "--policies",
+        default=",".join(_POLICIES),
+        help="comma-separated policy names (horus+observed too)",
     )
     cmp_.set_defaults(handler=_compare)
 
@@ -114,10 +120,9 @@ def _emit(args: argparse.Namespace, results: list[Any], predictor: Any) -> None:
 
 
 def _run_one(args: argparse.Namespace) -> int:
-    from horus.scheduler.policies import get_policy
-    from horus.sim.engine import Simulator
+    from horus.sim.engine import Simulator, parse_run
 
-    get_policy(args.policy)  # unknown names fail before any loading
+    parse_run(args.policy)  # unknown names fail before any loading
     truth, trace, predictor, config = _setup(args)
     t0 = time.perf_counter()
     result = Simulator(trace, truth, args.policy, predictor, config, None, args.trace).run()
@@ -127,12 +132,12 @@ def _run_one(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from horus.scheduler.policies import get_policy
+    from horus.sim.engine import parse_run
     from horus.sim.run import run_policies
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
-        get_policy(p)
+        parse_run(p)
     truth, trace, predictor, config = _setup(args)
     results = run_policies(trace, truth, policies, predictor, config, None, args.trace)
     _emit(args, results, predictor)

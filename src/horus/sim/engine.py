@@ -11,6 +11,12 @@ After completions a full scheduling pass runs over the queue; after arrivals alo
 new jobs are tried (nothing else changed, so the rest would fail exactly as before), unless
 the head of the queue is old enough to trigger the starvation guard.
 
+A run named ``horus+observed`` is ``horus`` fed back what a node agent would measure: each
+time a GPU holds exactly two jobs, their true pair speeds (both ways) are reported to the
+scheduler (``Scheduler.observe_pair``), which uses them instead of its predictions from then
+on, with no uncertainty margin. The measurement is taken as instant and exact, so the run is
+an upper bound on what such feedback gives, not a claim about a real agent.
+
 A job asking for more GPUs than one node has becomes ⌈n / gpus_per_node⌉ replicas of
 ``gpus_per_node`` GPUs (rounded up, as a multi-node gang); a job that can never fit the
 cluster is an error naming it, raised before the run starts.
@@ -27,11 +33,34 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from horus.common.errors import ValidationError
+from horus.common.errors import ConfigError, ValidationError
 from horus.predictor.interface import Predictor
 from horus.scheduler import ClusterState, JobRequest, Scheduler, SchedulerSettings
+from horus.scheduler.policies import get_policy
 from horus.sim.groundtruth import GroundTruth
 from horus.sim.traces import TraceJob
+
+#: Suffix of a run whose scheduler is told the measured speed of every pair it has co-located.
+OBSERVED_SUFFIX = "+observed"
+#: Policies that use pair speeds, so that feeding them measurements means something.
+OBSERVABLE_POLICIES = ("horus",)
+
+
+def parse_run(name: str) -> tuple[str, bool]:
+    """``"horus+observed"`` → (``"horus"``, True); a plain policy name → (name, False).
+
+    Unknown policies, or ``+observed`` on a policy that ignores pair speeds, are errors."""
+    base, observe = name, False
+    if name.endswith(OBSERVED_SUFFIX):
+        base, observe = name[: -len(OBSERVED_SUFFIX)], True
+    get_policy(base)  # raises ConfigError listing the known names
+    if observe and base not in OBSERVABLE_POLICIES:
+        raise ConfigError(
+            f"{name!r}: only {', '.join(OBSERVABLE_POLICIES)} uses pair speeds, so only "
+            f"{', '.join(p + OBSERVED_SUFFIX for p in OBSERVABLE_POLICIES)} can learn from "
+            "observed ones"
+        )
+    return base, observe
 
 
 @dataclass(frozen=True)
@@ -161,8 +190,9 @@ class Simulator:
         if nodes * cfg.gpus_per_node != cfg.gpus:  # last node smaller: mark extra GPUs unhealthy
             for i in range(cfg.gpus, nodes * cfg.gpus_per_node):
                 self.state.set_health(f"node-{nodes - 1}", i % cfg.gpus_per_node, False)
-        pair = truth.speed if policy == "oracle" else None
-        self.scheduler = Scheduler(policy, predictor, settings, pair_speed=pair)
+        base, self.observe = parse_run(policy)
+        pair = truth.speed if base == "oracle" else None
+        self.scheduler = Scheduler(base, predictor, settings, pair_speed=pair)
         self.policy = policy
         seen: set[str] = set()
         for j in self.trace:
@@ -240,6 +270,13 @@ class Simulator:
                 for res in st.residents[g]:
                     touched[res.job] = running[res.job]
             util_gpus: set[int] = set(gpus)
+            if self.observe:
+                for g in gpus:
+                    pair = st.residents[g]
+                    if len(pair) == 2:
+                        a, b = pair[0].kind, pair[1].kind
+                        sched.observe_pair(a, b, truth.gpu_model, speed(a, b))
+                        sched.observe_pair(b, a, truth.gpu_model, speed(b, a))
             for r in touched.values():
                 r.remaining -= r.rate * (now - r.last)
                 r.last = now

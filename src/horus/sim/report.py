@@ -41,18 +41,20 @@ def table(results: Sequence[SimResult]) -> str:
 
 
 def ratios(results: Sequence[SimResult]) -> dict[str, float]:
-    """The target ratios of ``horus`` against the other policies (those present)."""
+    """The target ratios of ``horus`` (and ``horus+observed``) against the other policies
+    present."""
     by = {r.policy: r.metrics() for r in results}
     out: dict[str, float] = {}
-    h = by.get("horus")
-    if h is None:
-        return out
-    for other in ("exclusive", "binpack", "spread", "horus-original", "oracle"):
-        o = by.get(other)
-        if o is None:
+    for ours in ("horus", "horus+observed"):
+        h = by.get(ours)
+        if h is None:
             continue
-        out[f"makespan_horus_over_{other}"] = h["makespan_s"] / o["makespan_s"]
-        out[f"jct_mean_horus_over_{other}"] = h["jct_mean_s"] / o["jct_mean_s"]
+        for other in ("exclusive", "binpack", "spread", "horus-original", "oracle"):
+            o = by.get(other)
+            if o is None:
+                continue
+            out[f"makespan_{ours}_over_{other}"] = h["makespan_s"] / o["makespan_s"]
+            out[f"jct_mean_{ours}_over_{other}"] = h["jct_mean_s"] / o["jct_mean_s"]
     return out
 
 

@@ -343,3 +343,52 @@ def test_pair_error_given_explicitly_wins_over_the_override_rule() -> None:
     assert Scheduler("horus", PRED, pair_speed=PRED.pair_speed, pair_error=0.12).pair_error == 0.12
     with pytest.raises(ValidationError, match="pair_error must be a finite number"):
         Scheduler("horus", PRED, pair_error=-1.0)
+
+
+def test_observed_pair_speeds_replace_predictions_and_carry_no_margin() -> None:
+    # Predicted gain −0.05 is within the card's error (0.1) of paying: taken while predicted.
+    pairs = {("light", "hot"): 0.45, ("hot", "light"): 0.5}
+    usage = {"light": (20.0, 2000.0), "hot": (95.0, 3000.0)}
+    sched = Scheduler("horus", CardPredictor(usage, pairs))
+    state = cluster(1, 1)
+    sched.place(state, job("h", "hot"))
+    assert isinstance(sched.place(state, job("l", "light")), Placement)
+    # Measured at the same speeds: nothing uncertain is left, so the share is refused, and
+    # the refusal no longer claims a predictor error.
+    sched.observe_pair("light@32", "hot@32", "RTX3090", 0.45)
+    sched.observe_pair("hot@32", "light@32", "RTX3090", 0.5)
+    assert sched.pair_speed("light@32", "hot@32", "RTX3090") == 0.45
+    state2 = cluster(1, 1)
+    sched.place(state2, job("h2", "hot"))
+    r = sched.place(state2, job("l2", "light"))
+    assert isinstance(r, Refusal) and r.code == "interference", r
+    assert "predictor error" not in r.reason
+    # A later measurement that says the pair gets on well wins over the cached decision.
+    sched.observe_pair("light@32", "hot@32", "RTX3090", 0.9)
+    sched.observe_pair("hot@32", "light@32", "RTX3090", 0.8)
+    p = sched.place(state2, job("l3", "light"))
+    assert isinstance(p, Placement) and p.predicted_gain == pytest.approx(0.7)
+    assert sched.observed_pairs[("hot@32", "light@32", "RTX3090")] == 0.8
+
+
+def test_one_unmeasured_pair_term_keeps_half_the_margin() -> None:
+    # Predicted gain (0.4 + 0.45) − 1 = −0.15: within 2 × 0.1 of paying, not within 2 × 0.05.
+    pairs = {("light", "hot"): 0.4, ("hot", "light"): 0.45}
+    usage = {"light": (20.0, 2000.0), "hot": (95.0, 3000.0)}
+    sched = Scheduler("horus", CardPredictor(usage, pairs))
+    state = cluster(1, 1)
+    sched.place(state, job("h", "hot"))
+    assert isinstance(sched.place(state, job("l", "light")), Placement)  # full margin
+    state2 = cluster(1, 1)
+    sched.place(state2, job("h2", "hot"))
+    sched.observe_pair("hot@32", "light@32", "RTX3090", 0.45)  # one direction measured
+    r = sched.place(state2, job("l2", "light"))
+    assert isinstance(r, Refusal) and "allowing ±0.05 predictor error per pair" in r.reason, r
+
+
+@pytest.mark.parametrize("speed", [0.0, -0.1, 1.5, float("nan"), float("inf")])
+def test_an_observed_speed_outside_0_1_is_refused(speed: float) -> None:
+    sched = Scheduler("horus", PRED)
+    with pytest.raises(ValidationError, match=r"observed pair speed .* must be in \(0, 1\]"):
+        sched.observe_pair("a", "b", "RTX3090", speed)
+    assert sched.observed_pairs == {}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from horus.common.errors import ConfigError, ValidationError
-from horus.sim.engine import SimConfig, Simulator
+from horus.sim.engine import SimConfig, Simulator, parse_run
 from horus.sim.groundtruth import GroundTruth, JobType, load_truth
 from horus.sim.predictors import ProfiledPredictor
 from horus.sim.traces import SyntheticSpec, TraceJob, load_alibaba, load_philly, synthetic
@@ -27,7 +27,9 @@ def tiny_truth() -> GroundTruth:
     return GroundTruth("tiny", "RTX3090", 24576, [a, b], measured)
 
 
-@pytest.mark.parametrize("policy", ["exclusive", "binpack", "horus-original", "horus", "oracle"])
+@pytest.mark.parametrize(
+    "policy", ["exclusive", "binpack", "horus-original", "horus", "horus+observed", "oracle"]
+)
 def test_every_job_finishes_exactly_once(truth: GroundTruth, policy: str) -> None:
     trace = synthetic(
         SyntheticSpec(jobs=150, arrival_rate=0.05, duration_median=600, seed=3), truth
@@ -66,6 +68,37 @@ def test_impossible_job_is_named(truth: GroundTruth) -> None:
     trace = [TraceJob("huge", 0.0, 10.0, 64, truth.kinds[0])]
     with pytest.raises(ValidationError, match="job huge needs 64 GPUs"):
         Simulator(trace, truth, "horus", ProfiledPredictor(truth), SimConfig(gpus=16))
+
+
+def test_observed_run_tells_the_scheduler_the_true_speeds_of_pairs_it_co_located() -> None:
+    t = tiny_truth()
+    trace = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 0.0, 100.0, 1, "b")]
+    plain = Simulator(trace, t, "horus", ProfiledPredictor(t), SimConfig(gpus=1))
+    plain.run()
+    assert plain.scheduler.observed_pairs == {}
+    sim = Simulator(trace, t, "horus+observed", ProfiledPredictor(t), SimConfig(gpus=1))
+    res = sim.run()
+    assert res.policy == "horus+observed"
+    assert [r.start for r in res.records] == [0.0, 0.0]  # both on the one GPU at once
+    assert sim.scheduler.observed_pairs == {
+        ("a", "b", "RTX3090"): 0.9,
+        ("b", "a", "RTX3090"): 0.8,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("binpack+observed", "only horus uses pair speeds"),
+        ("oracle+observed", "only horus uses pair speeds"),
+        ("fifo+observed", "unknown scheduling policy 'fifo'"),
+    ],
+)
+def test_observed_is_only_for_policies_that_use_pair_speeds(name: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_run(name)
+    assert parse_run("horus+observed") == ("horus", True)
+    assert parse_run("oracle") == ("oracle", False)
 
 
 def test_unknown_policy(truth: GroundTruth) -> None:
