@@ -40,7 +40,7 @@ from horus.sim.traces import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POLICIES = ["exclusive", "binpack", "spread", "horus-original", "horus", "oracle"]
+POLICIES = ["exclusive", "binpack", "spread", "horus-original", "horus", "horus+observed", "oracle"]
 
 
 def policies(args: argparse.Namespace) -> dict[str, object]:

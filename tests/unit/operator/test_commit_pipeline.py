@@ -21,6 +21,7 @@ class FakeCore:
         self.in_flight = 0
         self.max_in_flight = 0
         self.fail_bind = fail_bind
+        self.responses: list[RawResp] = []
 
     def _enter(self, what: str, name: str) -> None:
         with self.lock:
@@ -31,19 +32,36 @@ class FakeCore:
         with self.lock:
             self.in_flight -= 1
 
+    def _resp(self, body: dict[str, Any]) -> RawResp:
+        resp = RawResp(json.dumps(body).encode())
+        with self.lock:
+            self.responses.append(resp)
+        return resp
+
     def create_namespaced_pod(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
         self._enter("create", body["metadata"]["name"])
+        return self._resp(body)
 
-        class Resp:
-            data = json.dumps(body).encode()
-
-        return Resp()
-
-    def create_namespaced_binding(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
+    def create_namespaced_binding(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
         name = body["metadata"]["name"]
         self._enter("bind", name)
         if name == self.fail_bind:
             raise RuntimeError("apiserver unavailable")
+        return self._resp({"kind": "Status", "status": "Success"})
+
+
+class RawResp:
+    """Stands in for urllib3's raw response: the pooled connection is held until released."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.released = False
+
+    def drain_conn(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        self.released = True
 
 
 def _reconciler(core: FakeCore, leader: Any = lambda: True) -> Any:
@@ -83,6 +101,8 @@ def test_replicas_concurrent_each_created_before_bound() -> None:
         name = f"train-{r}"
         assert core.calls.index(("create", name)) < core.calls.index(("bind", name))
     assert all(ctx.pods[r]["spec"]["nodeName"] for r in range(4))
+    # every raw response (4 pods, 4 Bindings) gave its connection back to the pool
+    assert len(core.responses) == 8 and all(r.released for r in core.responses)
 
 
 def test_one_failed_replica_is_reraised_after_the_others_finish() -> None:
