@@ -303,6 +303,20 @@ SHARED_CASES: list[Case] = [
 # Status written through the status subresource: rejected by the apiserver and parse_dljob.
 STATUS_CASES: list[Case] = [
     Case(
+        "observed-pair-speed-over-1",
+        _set(
+            "status",
+            {
+                "observed": {
+                    "pairs": [{"other": "bert@8", "gpuModel": "H100", "speed": 1.5, "samples": 4}]
+                }
+            },
+        ),
+        "status.observed.pairs[0].speed",
+        "must be 0.05..1, got 1.5",
+        "less than or equal to 1",
+    ),
+    Case(
         "bad-phase",
         _set("status", {"phase": "Exploded"}),
         "status.phase",

@@ -125,6 +125,8 @@ def test_status_subresource_and_printer_columns(crd: Any) -> None:
         "conditions": [{"type": "Scheduled", "status": "True", "reason": "Placed",
                         "message": "ok", "lastTransitionTime": "2024-05-01T12:00:00Z"}],
         "scheduledTime": "2024-05-01T12:00:00Z",
+        "observed": {"util": 30.5, "pairs": [{"other": "bert@8", "gpuModel": "H100",
+                                              "speed": 0.71, "samples": 12}]},
     }  # fmt: skip
     crd.kubectl(
         "patch", "dljob", name, "-n", NS, "--subresource=status", "--type=merge",
@@ -141,6 +143,10 @@ def test_status_subresource_and_printer_columns(crd: Any) -> None:
     job = parse_dljob(stored)
     assert job.status.phase == "Running" and job.status.placements[0].gpu_index == 3
     assert job.status.predicted is not None and job.status.predicted.util_upper == 47.0
+    assert job.status.observed is not None
+    assert [(x.other, x.gpu_model, x.speed, x.samples) for x in job.status.observed.pairs] == [
+        ("bert@8", "H100", 0.71, 12)
+    ]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -37,6 +37,7 @@ from horus.api.signing import load_key_file
 from horus.common import constants as c
 from horus.common.errors import HorusError
 from horus.predictor.interface import GraphProfile, Predictor
+from horus.scheduler import job_kind
 
 log = logging.getLogger("horus.agent")
 
@@ -199,6 +200,7 @@ class Agent:
                     (g.model for g in sample.gpus if g.index == pod.assignment.gpu_index), ""
                 )
                 self.feedback.add(pod, gpu, sample.backend, ps.utilization, ps.memory_used_bytes)
+            self._pair_samples(sample, snap)
         self.watchdog.forget(present)
         self._write_rows(self.feedback.finished(present))
         if time.monotonic() - self._last_feedback >= self.settings.feedback_interval_seconds:
@@ -211,6 +213,23 @@ class Agent:
         self.collector.update(snap)
         self.last_snapshot = snap
         return snap
+
+    def _pair_samples(self, sample: NodeSample, snap: Snapshot) -> None:
+        """Feed each GPU's Horus pods (alone, or in a pair) to the pair-speed estimates."""
+        on_gpu: dict[int, list[PodInfo]] = {}
+        for uid in sample.pods:
+            pod = snap.pods[uid]
+            on_gpu.setdefault(pod.assignment.gpu_index, []).append(pod)
+        models = {g.index: g.model for g in sample.gpus}
+        for index, pods in on_gpu.items():
+            group: list[tuple[str, str | None, float | None]] = []
+            for pod in pods:
+                kind = None
+                if len(pods) == 2:  # a neighbour's kind is needed only in a pair
+                    profile = self._profile(pod)
+                    kind = job_kind(profile) if profile is not None else None
+                group.append((pod.uid, kind, sample.pods[pod.uid].utilization))
+            self.feedback.pairs.add(models.get(index, ""), group)
 
     def _sample_node(self, name: str, snap: Snapshot) -> NodeSample | None:
         node = self._node(name)

@@ -1,6 +1,6 @@
 """Feedback: what pods really used goes back to the DLJob and to the predictor's training data.
 
-Two outputs, both from per-pod running statistics (mean and peak of utilisation and memory):
+Outputs, from per-pod running statistics (mean and peak of utilisation and memory):
 
 * **DLJob ``status.observed``** — over the job's pods this agent sees: ``util`` the mean and
   ``utilPeak`` the highest utilisation (percent), ``memoryMiB`` the largest peak memory of one
@@ -14,6 +14,9 @@ Two outputs, both from per-pod running statistics (mean and peak of utilisation 
   provenance columns it ignores (``backend`` says ``simulated`` for rows from simulated GPUs —
   filter those out before training a production model). Pods whose graph profile is unknown
   are not written: a row without features cannot train anything.
+* **Measured pair speeds** — ``status.observed.pairs``: for each job kind a replica has shared
+  a GPU with, its normalised speed there (:class:`PairSpeeds`), which the operator gives the
+  scheduler (``Scheduler.observe_pair``) in place of the predicted one.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.agent.pods import MIB, PodInfo
+from horus.common.constants import MAX_OBSERVED_PAIRS, MIN_OBSERVED_PAIR_SPEED
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
 
@@ -81,11 +85,77 @@ class PodStats:
         return self.mem_sum / self.samples if self.samples else 0.0
 
 
+#: Samples needed of a pod alone and of it next to one neighbour kind before a speed is given.
+MIN_PAIR_SAMPLES = 3
+
+
+@dataclass
+class _Mean:
+    n: int = 0
+    total: float = 0.0
+
+    def add(self, v: float) -> None:
+        self.n += 1
+        self.total += v
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+
+class PairSpeeds:
+    """A pod's normalised speed next to each job kind it has shared a GPU with.
+
+    Estimated from utilisation, the only per-pod signal NVML gives: the pod's mean utilisation
+    while its GPU holds exactly one other Horus pod, over its mean utilisation while it held the
+    GPU alone, clipped to [0.05, 1]. Time-slicing or MPS hands a GPU-bound job a fraction of its
+    solo throughput, and its utilisation falls by that fraction; a job that was not GPU-bound
+    keeps its utilisation, and indeed barely slows. A pod that never ran alone gives no speed
+    (its solo baseline is unknown), nor does one with fewer than ``min_samples`` of either.
+    """
+
+    def __init__(self, min_samples: int = MIN_PAIR_SAMPLES) -> None:
+        self.min_samples = min_samples
+        self.solo: dict[str, _Mean] = {}
+        self.shared: dict[str, dict[tuple[str, str], _Mean]] = {}  # uid → (kind, GPU) → mean
+
+    def add(self, gpu_model: str, group: list[tuple[str, str | None, float | None]]) -> None:
+        """One sample of one GPU: each Horus pod on it as (uid, the pod's own job kind or None
+        when unknown, utilisation 0..1 or None). A neighbour's kind names the pair."""
+        if len(group) == 1:
+            uid, _, util = group[0]
+            if util is not None:
+                self.solo.setdefault(uid, _Mean()).add(util)
+        elif len(group) == 2:
+            for (uid, _, util), (_, other, _) in ((group[0], group[1]), (group[1], group[0])):
+                if util is not None and other is not None:
+                    per = self.shared.setdefault(uid, {})
+                    per.setdefault((other, gpu_model), _Mean()).add(util)
+
+    def speeds(self, uid: str) -> dict[tuple[str, str], tuple[float, int]]:
+        """(neighbour kind, GPU model) → (speed, samples next to it) for one pod."""
+        solo = self.solo.get(uid)
+        if solo is None or solo.n < self.min_samples or solo.mean <= 0:
+            return {}
+        out: dict[tuple[str, str], tuple[float, int]] = {}
+        for key, m in self.shared.get(uid, {}).items():
+            if m.n >= self.min_samples:
+                out[key] = (min(1.0, max(MIN_OBSERVED_PAIR_SPEED, m.mean / solo.mean)), m.n)
+        return out
+
+    def forget(self, present_uids: Iterable[str]) -> None:
+        keep = set(present_uids)
+        for d in (self.solo, self.shared):
+            for uid in [u for u in d if u not in keep]:
+                del d[uid]
+
+
 class Feedback:
-    """Accumulates per-pod statistics and renders the two outputs."""
+    """Accumulates per-pod statistics and renders the outputs."""
 
     def __init__(self) -> None:
         self.stats: dict[str, PodStats] = {}
+        self.pairs = PairSpeeds()
 
     def add(
         self, pod: PodInfo, gpu_model: str, backend: str, util_ratio: float | None, mem_bytes: float
@@ -98,6 +168,7 @@ class Feedback:
     def finished(self, present_uids: Iterable[str]) -> list[PodStats]:
         """Remove and return the statistics of pods no longer present."""
         keep = set(present_uids)
+        self.pairs.forget(keep)
         gone = [uid for uid in self.stats if uid not in keep]
         return [self.stats.pop(uid) for uid in gone]
 
@@ -124,6 +195,17 @@ class Feedback:
             if means:
                 obs["util"] = round(min(100.0, sum(means) / len(means)), 2)
                 obs["utilPeak"] = round(min(100.0, max(s.util_peak for s in sts)), 2)
+            pairs: dict[tuple[str, str], tuple[float, int]] = {}
+            for st in sts:  # per neighbour, the replica that measured it longest
+                for k, (speed, n) in self.pairs.speeds(st.pod.uid).items():
+                    if n > pairs.get(k, (0.0, 0))[1]:
+                        pairs[k] = (speed, n)
+            if pairs:
+                best = sorted(pairs.items(), key=lambda kv: (-kv[1][1], kv[0]))
+                obs["pairs"] = [
+                    {"other": other, "gpuModel": gpu, "speed": round(speed, 4), "samples": n}
+                    for (other, gpu), (speed, n) in best[:MAX_OBSERVED_PAIRS]
+                ]
             out[key] = obs
         return out
 

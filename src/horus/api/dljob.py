@@ -53,7 +53,9 @@ from horus.common.constants import (
     MAX_DLJOB_REPLICAS,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS_PER_REPLICA,
+    MAX_OBSERVED_PAIRS,
     MAX_PROFILE_FEATURES,
+    MIN_OBSERVED_PAIR_SPEED,
     PROFILE_CONFIGMAP_DEFAULT_KEY,
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
@@ -218,6 +220,24 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class ObservedPair:
+    """The job's measured normalised speed next to one other job kind on one GPU model."""
+
+    other: str  # the neighbour's job kind (model@batch)
+    gpu_model: str
+    speed: float  # MIN_OBSERVED_PAIR_SPEED..1
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "other": self.other,
+            "gpuModel": self.gpu_model,
+            "speed": self.speed,
+            "samples": self.samples,
+        }
+
+
+@dataclass(frozen=True)
 class ObservedUsage:
     """Measured GPU use of the job, written by the node agent."""
 
@@ -226,6 +246,7 @@ class ObservedUsage:
     sampled_at: datetime | None = None
     util_peak: float | None = None  # highest percent one replica reached
     memory_mib_mean: float | None = None  # mean MiB over the replicas
+    pairs: tuple[ObservedPair, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -239,6 +260,8 @@ class ObservedUsage:
             out["memoryMiBMean"] = self.memory_mib_mean
         if self.sampled_at is not None:
             out["sampledAt"] = format_time(self.sampled_at)
+        if self.pairs:
+            out["pairs"] = [p.to_json() for p in self.pairs]
         return out
 
 
@@ -696,17 +719,39 @@ def _parse_placement(value: object, path: str) -> Placement:
 
 def _parse_observed(value: object, path: str) -> ObservedUsage:
     raw = require_object(value, path)
-    reject_unknown(raw, ("util", "utilPeak", "memoryMiB", "memoryMiBMean", "sampledAt"), path)
+    reject_unknown(
+        raw, ("util", "utilPeak", "memoryMiB", "memoryMiBMean", "sampledAt", "pairs"), path
+    )
 
     def number(key: str, hi: float) -> float | None:
         return read_number(raw, key, path, lo=0.0, hi=hi) if key in raw else None
 
+    pairs: list[ObservedPair] = []
+    if "pairs" in raw:
+        items = raw["pairs"]
+        if not isinstance(items, list) or len(items) > MAX_OBSERVED_PAIRS:
+            raise ValidationError(
+                f"{path}.pairs: must be a list of at most {MAX_OBSERVED_PAIRS} entries"
+            )
+        for i, item in enumerate(items):
+            where = f"{path}.pairs[{i}]"
+            entry = require_object(item, where)
+            reject_unknown(entry, ("other", "gpuModel", "speed", "samples"), where)
+            pairs.append(
+                ObservedPair(
+                    other=read_str(entry, "other", where, max_length=256),
+                    gpu_model=read_str(entry, "gpuModel", where, max_length=64),
+                    speed=read_number(entry, "speed", where, lo=MIN_OBSERVED_PAIR_SPEED, hi=1.0),
+                    samples=read_int(entry, "samples", where, lo=1),
+                )
+            )
     return ObservedUsage(
         util=number("util", 100.0),
         memory_mib=number("memoryMiB", float(MAX_GPU_MEMORY_MIB)),
         sampled_at=_read_time(raw, "sampledAt", path),
         util_peak=number("utilPeak", 100.0),
         memory_mib_mean=number("memoryMiBMean", float(MAX_GPU_MEMORY_MIB)),
+        pairs=tuple(pairs),
     )
 
 

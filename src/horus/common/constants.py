@@ -135,6 +135,9 @@ DLJOB_MAX_NAME_LENGTH: Final = 63  # the name is a label value (horus.io/dljob) 
 DEFAULT_QUEUE: Final = "default"
 PROFILE_CONFIGMAP_DEFAULT_KEY: Final = "profile.yaml"  # `horus profile` output (YAML or JSON)
 MAX_PROFILE_FEATURES: Final = 256
+#: Measured pair speeds one DLJob's status.observed may carry, and the lowest speed reported.
+MAX_OBSERVED_PAIRS: Final = 16
+MIN_OBSERVED_PAIR_SPEED: Final = 0.05
 GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
 
 # --- Node sharing agent (horus.agent) ----------------------------------------------------------

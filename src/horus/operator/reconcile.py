@@ -67,6 +67,7 @@ from horus.scheduler import (
     Placement,
     Scheduler,
     SchedulerSettings,
+    job_kind,
     published_pair_error,
 )
 
@@ -153,6 +154,8 @@ class PassReport:
     pods_deleted: int = 0
     status_writes: int = 0
     conflicts: int = 0
+    #: measured pair speeds handed to the scheduler (DLJobs' status.observed.pairs)
+    pairs_observed: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -324,6 +327,7 @@ class Reconciler:
         profiles = {
             k: p for k, x in ctxs.items() if (p := self._uid_profiles.get(x.uid)) is not None
         }
+        report.pairs_observed = self._observe_pairs(ctxs)
         live = build_live_state(nodes, pods, dljobs, self.predictor, profiles)
         report.problems.extend(live.problems)
         for resident in live.residents.values():
@@ -421,6 +425,27 @@ class Reconciler:
         self.metrics.set_gpus(state.views())
         report.seconds = time.monotonic() - t0
         return report
+
+    def _observe_pairs(self, ctxs: Mapping[str, JobCtx]) -> int:
+        """Hand the scheduler every pair speed node agents measured (``status.observed.pairs``):
+        it uses them instead of predicted ones. Jobs whose profile is not known here yet (a
+        ConfigMap profile not read since this process started) are skipped until it is."""
+        n = 0
+        for ctx in ctxs.values():
+            job = ctx.job
+            observed = job.status.observed if job is not None else None
+            if job is None or observed is None or not observed.pairs:
+                continue
+            profile = self._uid_profiles.get(ctx.uid)
+            if profile is None and isinstance(job.spec.profile, InlineProfile):
+                profile = graph_profile(job.spec.profile)
+            if profile is None:
+                continue
+            kind = job_kind(profile)
+            for pair in observed.pairs:
+                self.scheduler.observe_pair(kind, pair.other, pair.gpu_model, pair.speed)
+                n += 1
+        return n
 
     # --- contexts and cleanup ---------------------------------------------------------------
     def _contexts(

@@ -24,6 +24,7 @@ from horus.scheduler.types import (
     ReplicaPlacement,
     ScheduleResult,
     SchedulerSettings,
+    job_kind,
 )
 
 __all__ = [
@@ -41,5 +42,6 @@ __all__ = [
     "Scheduler",
     "SchedulerSettings",
     "get_policy",
+    "job_kind",
     "published_pair_error",
 ]

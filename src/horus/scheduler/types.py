@@ -17,6 +17,12 @@ from horus.common.errors import ValidationError
 from horus.predictor.interface import GraphProfile, ResourcePrediction
 
 
+def job_kind(profile: GraphProfile) -> str:
+    """The default job kind of a profile, ``model@batch``: what pair speeds are cached and
+    measured under (the operator, the simulator and the node agent all name kinds this way)."""
+    return f"{profile.model}@{profile.batch_size}"
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """One job asking for GPUs: what it is, how much of it there is, and how urgent it is.
@@ -59,7 +65,7 @@ class JobRequest:
         if self.memory_mib is not None and self.memory_mib <= 0:
             raise ValidationError(f"job {self.name}: memory MiB must be > 0, got {self.memory_mib}")
         if not self.kind:
-            object.__setattr__(self, "kind", f"{self.profile.model}@{self.profile.batch_size}")
+            object.__setattr__(self, "kind", job_kind(self.profile))
 
     @property
     def gpu_count(self) -> int:

@@ -102,6 +102,16 @@ def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     cluster.apply_crds(ROOT / "manifests" / "crds", c.DLJOB_CRD_NAME)
     (node,) = add_nodes(cluster.kubeconfig, NodeSpec(count=1, gpus_per_node=4, prefix="agent-it"))
     cluster.kubectl("create", "namespace", NS, check=False)
+    # Pods are refused until the controller-manager has made the namespace's default
+    # service account (seen as "serviceaccount default not found" on a busy machine).
+    _wait(
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode
+            == 0
+        ),
+        60,
+        f"the default service account of namespace {NS}",
+    )
     docs = list(yaml.safe_load_all((ROOT / "examples" / "resnet50-train.yaml").read_text()))
     job = next(d for d in docs if d and d.get("kind") == c.DLJOB_KIND)
     job["metadata"] = {"name": "rn50", "namespace": NS}
@@ -250,3 +260,82 @@ def test_nvml_absent_keeps_agent_running(
     msgs = [r.getMessage() for r in caplog.records if "NVML" in r.getMessage()]
     assert len(msgs) == 1, msgs  # said once, retried later, not a log flood or a crash
     assert "driver" in msgs[0] or "nvidia-ml-py" in msgs[0]
+
+
+def test_agent_measures_pair_speeds_into_the_dljob_status(
+    cluster: Any, placed: dict[str, Any]
+) -> None:
+    """Pod A runs alone, then B joins its GPU: the agent turns A's utilisation alone and in the
+    pair into A's speed next to B's kind, and writes it to A's ``status.observed.pairs`` (which
+    the real CRD schema must accept). The simulated GPU slows A by the predictor's pair speed,
+    so that is what the measurement must come back with, within the backend's noise."""
+    from horus.api.dljob import parse_dljob
+    from horus.predictor.model import load_default_predictor
+    from horus.predictor.schema import profile_from_dict
+    from horus.scheduler import job_kind
+
+    (node,) = add_nodes(
+        cluster.kubeconfig, NodeSpec(count=1, gpus_per_node=2, prefix="agent-pairs")
+    )
+    profiles = {}
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "resnet50-train.yaml").read_text()))
+    template = next(d for d in docs if d and d.get("kind") == c.DLJOB_KIND)
+    for name, example in (("pa", "resnet50-bs64.yaml"), ("pb", "bert-base-bs16.yaml")):
+        doc = yaml.safe_load((ROOT / "examples" / "profiles" / example).read_text())
+        job = json.loads(json.dumps(template))
+        job["metadata"] = {"name": name, "namespace": NS}
+        job["spec"]["profile"] = {k: doc[k] for k in ("model", "batchSize", "features", "family")}
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(job))
+        stored = json.loads(cluster.kubectl("get", "dljob", name, "-n", NS, "-o", "json").stdout)
+        inline = parse_dljob(stored).spec.profile
+        profiles[name] = profile_from_dict(inline.to_document(), name)  # type: ignore[union-attr]
+    key = Path(placed["key_file"]).read_bytes()
+    settings = AgentSettings(
+        nodes=node,
+        backend="auto",
+        watchdog="off",
+        interval_seconds=0.5,
+        metrics_port=0,
+        assignment_key_file=placed["key_file"],
+        kubeconfig=Path(cluster.kubeconfig),
+    )
+    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+
+    def run(name: str) -> None:
+        pod = _pod(key, f"{name}-0", node, 0, 8192, job=name)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+        def running() -> bool:
+            out = cluster.kubectl(
+                "get", "pod", f"{name}-0", "-n", NS, "-o", "jsonpath={.status.phase}"
+            )
+            return out.stdout == "Running"
+
+        try:
+            _wait(running, 120, f"kwok to run {name}-0")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{cluster.diagnose(NS)}") from None
+
+    try:
+        run("pa")
+        for _ in range(4):
+            agent.cycle()  # pa alone on GPU 0
+        run("pb")
+        for _ in range(6):
+            agent.cycle()  # pa and pb share GPU 0
+        assert agent.publish_observed() >= 2
+        obj = json.loads(cluster.kubectl("get", "dljob", "pa", "-n", NS, "-o", "json").stdout)
+        pairs = obj["status"]["observed"]["pairs"]
+        assert [(p["other"], p["gpuModel"]) for p in pairs] == [(job_kind(profiles["pb"]), "H100")]
+        assert pairs[0]["samples"] >= 3
+        expected = load_default_predictor().pair_speed(profiles["pa"], profiles["pb"], "H100")
+        assert abs(pairs[0]["speed"] - expected) < 0.1, (pairs, expected)
+        observed = parse_dljob(obj).status.observed
+        assert observed is not None and observed.pairs[0].other == job_kind(profiles["pb"])
+    finally:
+        agent.shutdown()
+        for name in ("pa", "pb"):
+            cluster.kubectl("delete", "dljob", name, "-n", NS, "--wait=false", check=False)
+            cluster.kubectl(
+                "delete", "pod", f"{name}-0", "-n", NS, "--grace-period=0", "--force", check=False
+            )

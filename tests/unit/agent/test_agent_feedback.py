@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from agent_helpers import ROOT, pod
 
-from horus.agent.feedback import ROW_COLUMNS, Feedback, append_rows, training_row
+from horus.agent.feedback import ROW_COLUMNS, Feedback, PairSpeeds, append_rows, training_row
 from horus.predictor.dataset import load_extra_rows
 from horus.predictor.schema import load_profile
 
@@ -65,3 +65,44 @@ def test_foreign_header_is_not_appended_to(tmp_path: Path) -> None:
     profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-bs64.yaml")
     rows = [r for st in _stats().drain() if (r := training_row(st, profile))]
     assert append_rows(path, rows) == 0
+
+
+def _feed(ps: PairSpeeds, group: list[tuple[str, str | None, float | None]], n: int) -> None:
+    for _ in range(n):
+        ps.add("H100", group)
+
+
+def test_pair_speed_is_shared_over_solo_utilisation() -> None:
+    ps = PairSpeeds(min_samples=3)
+    _feed(ps, [("a", None, 0.80)], 3)  # a alone at 80 %
+    _feed(ps, [("b", None, 0.50)], 3)  # b alone at 50 %
+    _feed(ps, [("a", "a@32", 0.60), ("b", "b@8", 0.50)], 4)  # together (uid, own kind, util)
+    assert ps.speeds("a") == {("b@8", "H100"): (pytest.approx(0.75), 4)}
+    assert ps.speeds("b") == {("a@32", "H100"): (1.0, 4)}  # b was not GPU-bound
+    # three on one GPU is not a pair: nothing recorded for it
+    _feed(ps, [("a", "a@32", 0.1), ("b", "b@8", 0.1), ("c", "c@1", 0.1)], 5)
+    assert ps.speeds("a")[("b@8", "H100")] == (pytest.approx(0.75), 4)
+
+
+def test_no_pair_speed_without_enough_samples_or_a_solo_baseline() -> None:
+    ps = PairSpeeds(min_samples=3)
+    _feed(ps, [("a", "a@32", 0.4), ("b", "b@8", 0.4)], 5)
+    assert ps.speeds("a") == {}  # never alone: no baseline
+    _feed(ps, [("a", None, 0.8)], 2)
+    assert ps.speeds("a") == {}  # 2 solo samples < 3
+    _feed(ps, [("a", None, 0.8)], 1)
+    assert ps.speeds("a") == {("b@8", "H100"): (pytest.approx(0.5), 5)}
+    _feed(ps, [("c", None, None)], 5)  # a backend without per-pod utilisation
+    assert ps.speeds("c") == {}
+    ps.forget(["b"])
+    assert ps.speeds("a") == {} and "a" not in ps.shared
+
+
+def test_job_observed_reports_measured_pairs() -> None:
+    fb = Feedback()
+    a = pod("a", job="j1")
+    fb.add(a, "H100", "simulated", 0.4, 1000 * MIB)
+    _feed(fb.pairs, [(a.uid, None, 0.8)], 3)
+    _feed(fb.pairs, [(a.uid, "resnet@64", 0.2), ("uid-x", "bert@8", 0.5)], 3)
+    pairs = fb.job_observed()[("ns", "j1")]["pairs"]
+    assert pairs == [{"other": "bert@8", "gpuModel": "H100", "speed": 0.25, "samples": 3}]

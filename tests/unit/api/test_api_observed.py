@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from horus.api.dljob import ObservedUsage, parse_dljob_status
+from horus.api.dljob import ObservedPair, ObservedUsage, parse_dljob_status
 from horus.common.errors import ValidationError
 
 
@@ -28,3 +28,27 @@ def test_observed_round_trip() -> None:
 def test_bad_observed(raw: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         parse_dljob_status({"observed": raw})
+
+
+def test_observed_pairs_round_trip() -> None:
+    pairs = [{"other": "bert@8", "gpuModel": "H100", "speed": 0.71, "samples": 12}]
+    observed = parse_dljob_status({"observed": {"util": 30.0, "pairs": pairs}}).observed
+    assert observed is not None
+    assert observed.pairs == (ObservedPair("bert@8", "H100", 0.71, 12),)
+    assert observed.to_json() == {"util": 30.0, "pairs": pairs}
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        ([{"other": "a@1", "gpuModel": "H100", "speed": 0.0, "samples": 3}], r"pairs\[0\].speed"),
+        ([{"other": "a@1", "gpuModel": "H100", "speed": 0.5, "samples": 0}], r"samples"),
+        ([{"other": "a@1", "gpuModel": "H100", "speed": 0.5}], r"pairs\[0\].samples"),
+        ([{"other": "a@1", "gpuModel": "H100", "speed": 0.5, "samples": 3, "x": 1}], r"'x'|x"),
+        ("bert", r"must be a list of at most 16"),
+        ([{"other": "a@1", "gpuModel": "H", "speed": 0.5, "samples": 1}] * 17, r"at most 16"),
+    ],
+)
+def test_bad_observed_pairs(pairs: object, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        parse_dljob_status({"observed": {"pairs": pairs}})
