@@ -11,11 +11,14 @@ After completions a full scheduling pass runs over the queue; after arrivals alo
 new jobs are tried (nothing else changed, so the rest would fail exactly as before), unless
 the head of the queue is old enough to trigger the starvation guard.
 
-A run named ``horus+observed`` is ``horus`` fed back what a node agent would measure: each
-time a GPU holds exactly two jobs, their true pair speeds (both ways) are reported to the
-scheduler (``Scheduler.observe_pair``), which uses them instead of its predictions from then
-on, with no uncertainty margin. The measurement is taken as instant and exact, so the run is
-an upper bound on what such feedback gives, not a claim about a real agent.
+A run named ``horus+observed`` is ``horus`` fed back what the node agent measures
+(``horus.agent.feedback.PairSpeeds``): a job's speed next to a neighbour's kind becomes known
+once the job has run both *alone* on its GPU (the agent's baseline) and on a GPU holding
+exactly it and that neighbour, in either order; it is then reported to the scheduler
+(``Scheduler.observe_pair``), which uses it instead of its prediction from then on, with no
+uncertainty margin. The reported value is the true speed — what the agent's utilisation ratio
+gives in this model, where utilisation scales with speed — and no sampling time is needed, so
+the run is an upper bound on what the agent's feedback gives.
 
 A job asking for more GPUs than one node has becomes ⌈n / gpus_per_node⌉ replicas of
 ``gpus_per_node`` GPUs (rounded up, as a multi-node gang); a job that can never fit the
@@ -252,6 +255,13 @@ class Simulator:
         util_known = all(t.util is not None for t in truth.types)
         result.util_source = "measured" if util_known else "predicted"
         speed = truth.speed
+        #: horus+observed: jobs seen alone on a GPU, and the neighbour kinds of jobs not yet
+        #: seen alone (reported once they are), as the agent's baseline requires.
+        alone: set[str] = set()
+        paired: dict[str, set[str]] = {}
+
+        def report(kind: str, other: str) -> None:
+            sched.observe_pair(kind, other, truth.gpu_model, speed(kind, other))
 
         def rate_of(r: _Running) -> float:
             best = 1.0
@@ -272,11 +282,17 @@ class Simulator:
             util_gpus: set[int] = set(gpus)
             if self.observe:
                 for g in gpus:
-                    pair = st.residents[g]
-                    if len(pair) == 2:
-                        a, b = pair[0].kind, pair[1].kind
-                        sched.observe_pair(a, b, truth.gpu_model, speed(a, b))
-                        sched.observe_pair(b, a, truth.gpu_model, speed(b, a))
+                    here = st.residents[g]
+                    if len(here) == 1:  # a baseline: report what this job was paired with
+                        alone.add(here[0].job)
+                        for neighbour in paired.pop(here[0].job, ()):
+                            report(here[0].kind, neighbour)
+                    elif len(here) == 2:
+                        for me, them in ((here[0], here[1]), (here[1], here[0])):
+                            if me.job in alone:
+                                report(me.kind, them.kind)
+                            else:
+                                paired.setdefault(me.job, set()).add(them.kind)
             for r in touched.values():
                 r.remaining -= r.rate * (now - r.last)
                 r.last = now
@@ -317,6 +333,8 @@ class Simulator:
                 if r is None or r.version != version:
                     continue
                 del running[name]
+                alone.discard(name)
+                paired.pop(name, None)
                 r.rec.finish = now
                 gpus = st.gpus_of(name)
                 st.release(name)

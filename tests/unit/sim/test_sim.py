@@ -70,17 +70,25 @@ def test_impossible_job_is_named(truth: GroundTruth) -> None:
         Simulator(trace, truth, "horus", ProfiledPredictor(truth), SimConfig(gpus=16))
 
 
-def test_observed_run_tells_the_scheduler_the_true_speeds_of_pairs_it_co_located() -> None:
+def test_observed_run_reports_a_pair_once_the_job_has_also_run_alone() -> None:
+    # As the agent: a job's speed next to a neighbour needs its own baseline alone on a GPU.
     t = tiny_truth()
-    trace = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 0.0, 100.0, 1, "b")]
-    plain = Simulator(trace, t, "horus", ProfiledPredictor(t), SimConfig(gpus=1))
+    cfg = SimConfig(gpus=1)
+    together = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 0.0, 100.0, 1, "b")]
+    plain = Simulator(together, t, "horus", ProfiledPredictor(t), cfg)
     plain.run()
     assert plain.scheduler.observed_pairs == {}
-    sim = Simulator(trace, t, "horus+observed", ProfiledPredictor(t), SimConfig(gpus=1))
+    sim = Simulator(together, t, "horus+observed", ProfiledPredictor(t), cfg)
     res = sim.run()
     assert res.policy == "horus+observed"
     assert [r.start for r in res.records] == [0.0, 0.0]  # both on the one GPU at once
-    assert sim.scheduler.observed_pairs == {
+    # x (0.9) finishes first and never ran alone; y runs alone afterwards: only y's speed.
+    assert sim.scheduler.observed_pairs == {("b", "a", "RTX3090"): 0.8}
+    # x alone first, then y joins: x's speed is known at once, y's once x has left.
+    staggered = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 10.0, 100.0, 1, "b")]
+    sim2 = Simulator(staggered, t, "horus+observed", ProfiledPredictor(t), cfg)
+    sim2.run()
+    assert sim2.scheduler.observed_pairs == {
         ("a", "b", "RTX3090"): 0.9,
         ("b", "a", "RTX3090"): 0.8,
     }
