@@ -43,7 +43,7 @@ from horus.scheduler.policies import get_policy
 from horus.sim.groundtruth import GroundTruth
 from horus.sim.traces import TraceJob
 
-#: Suffix of a run whose scheduler is told the measured speed of every pair it has co-located.
+#: Suffix of a run whose scheduler is told measured pair speeds, as the node agent reports them.
 OBSERVED_SUFFIX = "+observed"
 #: Policies that use pair speeds, so that feeding them measurements means something.
 OBSERVABLE_POLICIES = ("horus",)
