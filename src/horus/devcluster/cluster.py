@@ -264,6 +264,11 @@ class LocalCluster:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--event-ttl=1h",
+                # Debian's etcd (3.4.23) cannot serve progress requests, so the apiserver's
+                # watch-list streams fail; with WatchList on, the apiserver also turns every
+                # watch at resourceVersion 0 into one (kwok's informers watch that way), and
+                # kwok then sees new pods only when it re-lists, 20-50 s later.
+                "--feature-gates=WatchList=false",
                 "--v=1",
             ],
             "kube-controller-manager": [
