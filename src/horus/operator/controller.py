@@ -223,6 +223,8 @@ class Controller:
                 log.warning("%s", problem)
             if report.conflicts:
                 self.nudge.set()  # a lost race: look again soon
+            elif report.deferred:  # Running writes held back while placing: come back for them
+                asyncio.get_running_loop().call_later(1.0, self.nudge.set)
 
 
 def _ensure_namespace(core: Any, namespace: str) -> None:

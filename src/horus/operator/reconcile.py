@@ -78,6 +78,10 @@ TERMINAL_PHASES = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
 #: Pair speed assumed next to a resident whose profile nobody knows (a plain pod without a
 #: graph-profile annotation): pessimistic enough that Horus prefers idle GPUs.
 UNKNOWN_PAIR_SPEED = 0.6
+#: While a pass is placing jobs, a placed job's Scheduled → Running status write (a CRD write,
+#: 3-4x a pod write) waits, so placements get the apiserver first; never for longer than this
+#: after the job was scheduled.
+RUNNING_SYNC_DEFER_SECONDS = 10.0
 _MAX_MESSAGE = 1024
 
 
@@ -154,6 +158,8 @@ class PassReport:
     pods_deleted: int = 0
     status_writes: int = 0
     conflicts: int = 0
+    #: Scheduled → Running writes held back because this pass was placing jobs
+    deferred: int = 0
     #: measured pair speeds handed to the scheduler (DLJobs' status.observed.pairs)
     pairs_observed: int = 0
     seconds: float = 0.0
@@ -407,8 +413,9 @@ class Reconciler:
                 )
         report.queued = len(requests)
         # Placed jobs: finish their pods from the record, keep status in step with the pods.
+        placing = report.placed > 0
         for ctx in placed_before:
-            futures.append(self.pool.submit(self._follow_guarded, ctx, report))
+            futures.append(self.pool.submit(self._follow_guarded, ctx, report, placing))
         t_commit = time.monotonic()
         for f in futures:
             f.result()
@@ -824,11 +831,11 @@ class Reconciler:
         self._ensure_pods(ctx, report)
         self.metrics.commit_latency.observe(time.perf_counter() - t0)
 
-    def _follow_guarded(self, ctx: JobCtx, report: PassReport) -> None:
+    def _follow_guarded(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         try:
             if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
                 self._ensure_pods(ctx, report)
-            self._sync_status(ctx, report)
+            self._sync_status(ctx, report, placing)
         except Conflict as exc:
             report.count("conflicts")
             log.debug("%s", exc)
@@ -1031,7 +1038,7 @@ class Reconciler:
         return True
 
     # --- status in step with pods ---------------------------------------------------------
-    def _sync_status(self, ctx: JobCtx, report: PassReport) -> None:
+    def _sync_status(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         replicas = (
             ctx.job.spec.replicas
             if ctx.job is not None
@@ -1042,6 +1049,13 @@ class Reconciler:
         if prog.phase == ctx.phase:
             return
         if not self.is_leader():
+            return
+        if (
+            placing
+            and prog.phase == c.DLJOB_PHASE_RUNNING
+            and time.time() - _ts(ctx.status.get("scheduledTime")) < RUNNING_SYNC_DEFER_SECONDS
+        ):
+            report.count("deferred")  # the next pass writes it (the controller nudges one)
             return
         now = now_rfc3339()
         conds = ctx.status.get("conditions") or []
