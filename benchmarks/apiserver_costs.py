@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,11 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from operator_e2e import add_gpu_nodes, dljob  # noqa: E402
+from operator_e2e import dljob, gpu_cluster  # noqa: E402
 
 from horus.api.raw import discard  # noqa: E402
 from horus.common import constants as c  # noqa: E402
-from horus.devcluster.cluster import LocalCluster  # noqa: E402
 
 NS = "costs"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -117,32 +114,10 @@ def main() -> int:
     if not 1 <= args.requests <= 5000:
         ap.error(f"--requests must be 1..5000, got {args.requests}")
     n = args.requests
-    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
-    if cached and "HORUS_BIN_DIR" not in os.environ:
-        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
-    folder = Path(tempfile.mkdtemp(prefix="horus-bench-costs-")) / "c"
-    local = LocalCluster(folder)
-    state = local.up(timeout=180)
+    local, state, api = gpu_cluster("horus-bench-costs-", 50, 8, 20)
     try:
         from kubernetes import client
-        from kubernetes import config as _config
 
-        config: Any = _config
-        api = config.new_client_from_config(config_file=state.kubeconfig)
-        api.configuration.connection_pool_maxsize = 20
-        subprocess.run(
-            [
-                str(Path(state.bin_dir) / "kubectl"),
-                "--kubeconfig",
-                state.kubeconfig,
-                "apply",
-                "-f",
-                str(ROOT / "manifests/crds/horus.io_dljobs.yaml"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        add_gpu_nodes(api, 50, 8)
         core: Any = client.CoreV1Api(api)
         custom: Any = client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NS}})

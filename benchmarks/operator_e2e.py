@@ -105,6 +105,45 @@ def add_gpu_nodes(api: Any, count: int, gpus: int) -> None:
     raise RuntimeError("nodes not Ready in 120 s")
 
 
+def gpu_cluster(
+    prefix: str,
+    nodes: int,
+    gpus: int,
+    pool_size: int,
+    scheduler_config: dict[str, Any] | None = None,
+) -> tuple[LocalCluster, Any, Any]:
+    """A local control plane with the DLJob CRD and ``nodes`` kwok GPU nodes: (cluster, its
+    state, an API client). The caller takes it down (``cluster.down``) when done."""
+    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
+    if cached and "HORUS_BIN_DIR" not in os.environ:
+        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+    local = LocalCluster(Path(tempfile.mkdtemp(prefix=prefix)) / "c")
+    state = local.up(timeout=180, scheduler_config=scheduler_config)
+    try:
+        from kubernetes import config as _config
+
+        config: Any = _config
+        api = config.new_client_from_config(config_file=state.kubeconfig)
+        api.configuration.connection_pool_maxsize = pool_size
+        subprocess.run(
+            [
+                str(Path(state.bin_dir) / "kubectl"),
+                "--kubeconfig",
+                state.kubeconfig,
+                "apply",
+                "-f",
+                str(ROOT / "manifests/crds/horus.io_dljobs.yaml"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        add_gpu_nodes(api, nodes, gpus)
+    except BaseException:
+        local.down(quiet=True)
+        raise
+    return local, state, api
+
+
 def dljob(name: str) -> dict[str, Any]:
     import yaml
 
@@ -210,36 +249,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.jobs > args.nodes * args.gpus_per_node:
         ap.error("the baseline needs one whole GPU per job: --jobs <= nodes × GPUs")
-    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
-    if cached and "HORUS_BIN_DIR" not in os.environ:
-        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
-    folder = Path(tempfile.mkdtemp(prefix="horus-bench-op-")) / "c"
-    local = LocalCluster(folder)
     qps = args.baseline_qps
     if qps is not None and not 1 <= qps <= 100_000:
         ap.error(f"--baseline-qps must be 1..100000, got {qps}")
     sched = {"clientConnection": {"qps": qps, "burst": 2 * qps}} if qps else None
-    state = local.up(timeout=180, scheduler_config=sched)
+    local, state, api = gpu_cluster(
+        "horus-bench-op-", args.nodes, args.gpus_per_node, args.workers + 4, sched
+    )
+    folder = local.directory
     op: subprocess.Popen[bytes] | None = None
     try:
-        from kubernetes import config as _config
-
-        config: Any = _config
-        api = config.new_client_from_config(config_file=state.kubeconfig)
-        api.configuration.connection_pool_maxsize = args.workers + 4
-        subprocess.run(
-            [
-                str(Path(state.bin_dir) / "kubectl"),
-                "--kubeconfig",
-                state.kubeconfig,
-                "apply",
-                "-f",
-                str(ROOT / "manifests/crds/horus.io_dljobs.yaml"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        add_gpu_nodes(api, args.nodes, args.gpus_per_node)
         log = folder / "operator.log"
         op = subprocess.Popen(
             [
