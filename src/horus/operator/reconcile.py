@@ -445,7 +445,7 @@ class Reconciler:
                 continue
             profile = self._uid_profiles.get(ctx.uid)
             if profile is None and isinstance(job.spec.profile, InlineProfile):
-                profile = graph_profile(job.spec.profile)
+                profile = self._profile(ctx)  # parses and caches; no API call for inline ones
             if profile is None:
                 continue
             kind = job_kind(profile)
