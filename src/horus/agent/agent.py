@@ -19,11 +19,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from horus.agent.backend import BackendUnavailable, GpuBackend, NodeSample, NodeView
 from horus.agent.exporter import Snapshot, make_registry
-from horus.agent.feedback import Feedback, PodStats, append_rows, training_row
+from horus.agent.feedback import (
+    PAIR_FILE_COLUMNS,
+    ROW_COLUMNS,
+    Feedback,
+    PodStats,
+    append_rows,
+    pair_rows,
+    training_row,
+)
 from horus.agent.kube import ApiError, Kube, KubeActions
 from horus.agent.mps import MpsSupervisor
 from horus.agent.nvml import NvmlBackend
@@ -90,6 +99,7 @@ class Agent:
         )
         self.last_snapshot = Snapshot()
         self.rows_written = 0
+        self.pair_rows_written = 0
         self._nodes_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
     # --- backends --------------------------------------------------------------------------
@@ -227,7 +237,9 @@ class Agent:
                 kind = None
                 if len(pods) == 2:  # a neighbour's kind is needed only in a pair
                     profile = self._profile(pod)
-                    kind = job_kind(profile) if profile is not None else None
+                    if profile is not None:
+                        kind = job_kind(profile)
+                        self.feedback.pairs.know(kind, profile)
                 group.append((pod.uid, kind, sample.pods[pod.uid].utilization))
             self.feedback.pairs.add(models.get(index, ""), group)
 
@@ -268,11 +280,11 @@ class Agent:
             shared = {p.assignment.gpu_index for p in pods}
             counts = {g: sum(1 for p in pods if p.assignment.gpu_index == g) for g in shared}
             for p in pods:
-                if counts[p.assignment.gpu_index] > 1 or self.settings.training_rows:
+                if counts[p.assignment.gpu_index] > 1 or self._writes_rows:
                     prof = self._profile(p)
                     if prof is not None:
                         profiles[p.uid] = prof
-        elif self.settings.training_rows:
+        elif self._writes_rows:
             for p in pods:
                 self._profile(p)
         return backend.sample(NodeView(name, inventory), pods, profiles)
@@ -294,11 +306,16 @@ class Agent:
                     log.warning("could not write status.observed of DLJob %s/%s: %s", ns, job, exc)
         return done
 
+    @property
+    def _writes_rows(self) -> bool:
+        """Whether finished pods become rows (their profiles are then kept fresh meanwhile)."""
+        return self.settings.training_rows is not None or self.settings.pair_rows is not None
+
     def _write_rows(self, finished: list[PodStats]) -> None:
-        path = self.settings.training_rows
-        if path is None or not finished:
+        if not finished or not self._writes_rows:
             return
-        rows = []
+        rows: list[dict[str, Any]] = []
+        pairs: list[dict[str, Any]] = []
         for st in finished:
             profile = self._profile(st.pod)
             if profile is None:
@@ -307,14 +324,28 @@ class Agent:
             row = training_row(st, profile)
             if row is not None:
                 rows.append(row)
+            pairs += pair_rows(st, profile)
+        self.rows_written += self._append(
+            self.settings.training_rows, rows, ROW_COLUMNS, "training"
+        )
+        self.pair_rows_written += self._append(
+            self.settings.pair_rows, pairs, PAIR_FILE_COLUMNS, "pair"
+        )
+
+    @staticmethod
+    def _append(
+        path: Path | None, rows: list[dict[str, Any]], columns: list[str], what: str
+    ) -> int:
+        if path is None or not rows:
+            return 0
         try:
-            n = append_rows(path, rows)
+            n = append_rows(path, rows, columns)
         except OSError as exc:
-            log.error("feedback: cannot write training rows to %s: %s", path, exc)
-            return
+            log.error("feedback: cannot write %s rows to %s: %s", what, path, exc)
+            return 0
         if n:
-            self.rows_written += n
-            log.info("feedback: appended %d training row(s) to %s", n, path)
+            log.info("feedback: appended %d %s row(s) to %s", n, what, path)
+        return n
 
     def flush(self) -> None:
         """Publish observed use and write rows for every pod still tracked (at shutdown)."""

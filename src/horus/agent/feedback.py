@@ -17,6 +17,13 @@ Outputs, from per-pod running statistics (mean and peak of utilisation and memor
 * **Measured pair speeds** — ``status.observed.pairs``: for each job kind a replica has shared
   a GPU with, its normalised speed there (:class:`PairSpeeds`), which the operator gives the
   scheduler (``Scheduler.observe_pair``) in place of the predicted one.
+* **Pair rows** — when a pod finishes (or the agent shuts down), one CSV row per neighbour kind
+  it has a measured speed next to, appended to ``pair_rows`` in the columns
+  ``horus predictor train --extra-pair-rows`` reads
+  (:data:`horus.predictor.dataset.PAIR_ROW_COLUMNS`: ``gpu``, ``speed`` and both jobs' profile
+  features as ``a_<feature>`` / ``b_<feature>``) plus provenance. The scheduler forgets a
+  measured pair when the operator restarts; a model retrained on these rows keeps it, and
+  generalises it to kinds that have not met yet.
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ from __future__ import annotations
 import csv
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from horus.agent.pods import MIB, PodInfo
 from horus.common.constants import MAX_OBSERVED_PAIRS, MIN_OBSERVED_PAIR_SPEED
+from horus.predictor.dataset import PAIR_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
 
@@ -49,6 +57,21 @@ PROVENANCE = [
     "memory_mib_mean",
 ]
 ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES, *PROVENANCE]
+PAIR_PROVENANCE = [
+    "namespace",
+    "pod",
+    "job",
+    "node",
+    "backend",
+    "model",
+    "other",
+    "other_model",
+    "samples",
+]
+PAIR_FILE_COLUMNS = [*PAIR_ROW_COLUMNS, *PAIR_PROVENANCE]
+
+#: A pair's speed key: (neighbour job kind, GPU model) → (speed, samples next to it).
+PairKey = tuple[str, str]
 
 
 @dataclass
@@ -64,6 +87,10 @@ class PodStats:
     util_peak: float = 0.0
     mem_sum: float = 0.0  # MiB
     mem_peak: float = 0.0
+    pairs: dict[PairKey, tuple[float, int]] = field(default_factory=dict)
+    """Measured pair speeds, filled in when the pod's statistics are handed out (finished)."""
+    neighbours: dict[str, GraphProfile] = field(default_factory=dict)
+    """The profile of each neighbour kind in ``pairs`` (for pair rows)."""
 
     def add(self, util_ratio: float | None, mem_bytes: float) -> None:
         self.samples += 1
@@ -117,7 +144,12 @@ class PairSpeeds:
     def __init__(self, min_samples: int = MIN_PAIR_SAMPLES) -> None:
         self.min_samples = min_samples
         self.solo: dict[str, _Mean] = {}
-        self.shared: dict[str, dict[tuple[str, str], _Mean]] = {}  # uid → (kind, GPU) → mean
+        self.shared: dict[str, dict[PairKey, _Mean]] = {}  # uid → (kind, GPU) → mean
+        self.profiles: dict[str, GraphProfile] = {}  # neighbour kind → its profile (pair rows)
+
+    def know(self, kind: str, profile: GraphProfile) -> None:
+        """Remember the profile behind a neighbour ``kind`` (what a pair row's B features are)."""
+        self.profiles[kind] = profile
 
     def add(self, gpu_model: str, group: list[tuple[str, str | None, float | None]]) -> None:
         """One sample of one GPU: each Horus pod on it as (uid, the pod's own job kind or None
@@ -132,7 +164,7 @@ class PairSpeeds:
                     per = self.shared.setdefault(uid, {})
                     per.setdefault((other, gpu_model), _Mean()).add(util)
 
-    def speeds(self, uid: str) -> dict[tuple[str, str], tuple[float, int]]:
+    def speeds(self, uid: str) -> dict[PairKey, tuple[float, int]]:
         """(neighbour kind, GPU model) → (speed, samples next to it) for one pod."""
         solo = self.solo.get(uid)
         if solo is None or solo.n < self.min_samples or solo.mean <= 0:
@@ -148,6 +180,9 @@ class PairSpeeds:
         for d in (self.solo, self.shared):
             for uid in [u for u in d if u not in keep]:
                 del d[uid]
+        kinds = {kind for per in self.shared.values() for kind, _ in per}
+        for kind in [k for k in self.profiles if k not in kinds]:
+            del self.profiles[kind]
 
 
 class Feedback:
@@ -166,16 +201,25 @@ class Feedback:
         st.add(util_ratio, mem_bytes)
 
     def finished(self, present_uids: Iterable[str]) -> list[PodStats]:
-        """Remove and return the statistics of pods no longer present."""
+        """Remove and return the statistics of pods no longer present (with their pair speeds)."""
         keep = set(present_uids)
+        gone = [
+            self._with_pairs(self.stats.pop(uid)) for uid in list(self.stats) if uid not in keep
+        ]
         self.pairs.forget(keep)
-        gone = [uid for uid in self.stats if uid not in keep]
-        return [self.stats.pop(uid) for uid in gone]
+        return gone
 
     def drain(self) -> list[PodStats]:
-        out = list(self.stats.values())
+        out = [self._with_pairs(st) for st in self.stats.values()]
         self.stats.clear()
         return out
+
+    def _with_pairs(self, st: PodStats) -> PodStats:
+        st.pairs = self.pairs.speeds(st.pod.uid)
+        st.neighbours = {
+            kind: self.pairs.profiles[kind] for kind, _ in st.pairs if kind in self.pairs.profiles
+        }
+        return st
 
     def job_observed(self) -> dict[tuple[str, str], dict[str, Any]]:
         """``status.observed`` per (namespace, job) from the pods currently tracked."""
@@ -195,7 +239,7 @@ class Feedback:
             if means:
                 obs["util"] = round(min(100.0, sum(means) / len(means)), 2)
                 obs["utilPeak"] = round(min(100.0, max(s.util_peak for s in sts)), 2)
-            pairs: dict[tuple[str, str], tuple[float, int]] = {}
+            pairs: dict[PairKey, tuple[float, int]] = {}
             for st in sts:  # per neighbour, the replica that measured it longest
                 for k, (speed, n) in self.pairs.speeds(st.pod.uid).items():
                     if n > pairs.get(k, (0.0, 0))[1]:
@@ -237,8 +281,38 @@ def training_row(st: PodStats, profile: GraphProfile) -> dict[str, Any] | None:
     return row
 
 
-def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Append ``rows`` to the CSV at ``path`` (header written when the file is new)."""
+def pair_rows(st: PodStats, profile: GraphProfile) -> list[dict[str, Any]]:
+    """One CSV row per neighbour kind the pod has a measured speed next to (its profile is
+    ``profile``); a neighbour whose profile the agent no longer knows gives none."""
+    out = []
+    for (other, gpu), (speed, n) in sorted(st.pairs.items()):
+        neighbour = st.neighbours.get(other)
+        if neighbour is None:
+            continue
+        row: dict[str, Any] = {"gpu": gpu, "speed": round(speed, 4)}
+        for name in FEATURE_NAMES:
+            row[f"a_{name}"] = profile.features.get(name, 0.0)
+            row[f"b_{name}"] = neighbour.features.get(name, 0.0)
+        row.update(
+            namespace=st.pod.namespace,
+            pod=st.pod.name,
+            job=st.pod.job or "",
+            node=st.pod.node,
+            backend=st.backend,
+            model=profile.model,
+            other=other,
+            other_model=neighbour.model,
+            samples=n,
+        )
+        out.append(row)
+    return out
+
+
+def append_rows(
+    path: Path, rows: Iterable[Mapping[str, Any]], columns: list[str] = ROW_COLUMNS
+) -> int:
+    """Append ``rows`` to the CSV at ``path`` in ``columns`` (header written when the file is
+    new; nothing appended, with an error logged, when the file has other columns)."""
     rows = list(rows)
     if not rows:
         return 0
@@ -247,7 +321,7 @@ def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> int:
     if not new:
         with path.open(newline="") as fh:
             header = next(csv.reader(fh), [])
-        if header != ROW_COLUMNS:
+        if header != columns:
             log.error(
                 "feedback: %s has different columns than this agent writes; not appending %d "
                 "row(s) (move the file away to start a new one)",
@@ -256,7 +330,7 @@ def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> int:
             )
             return 0
     with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=ROW_COLUMNS)
+        writer = csv.DictWriter(fh, fieldnames=columns)
         if new:
             writer.writeheader()
         for r in rows:

@@ -55,6 +55,8 @@ class AgentSettings:
     """How often observed use is written to the owning DLJobs' ``status.observed``."""
     training_rows: Path | None = None
     """CSV that observed rows are appended to (``horus predictor train --extra-rows``)."""
+    pair_rows: Path | None = None
+    """CSV that measured pair speeds are appended to (``horus predictor train --extra-pair-rows``)."""
     kubeconfig: Path | None = None
     """Kubeconfig file; in-cluster config when unset."""
     assignment_key_file: Path | None = None

@@ -75,7 +75,8 @@ def register(sub: Any) -> None:
             "tables. Default: GPUMemNet (CC BY 4.0) + Gavel (MIT) only, as shipped. "
             "--with-lucid DIR adds Lucid's measurements (S-Lab License 1.0, NON-COMMERCIAL use "
             "only) for a model you train for yourself; --extra-rows adds rows observed in your "
-            "cluster."
+            "cluster and --extra-pair-rows pair speeds measured there (the agent's "
+            "--training-rows and --pair-rows files)."
         ),
     )
     train.add_argument(
@@ -99,6 +100,13 @@ def register(sub: Any) -> None:
         default=None,
         metavar="CSV",
         help="observed rows: profile features + gpu, util, memory_mib",
+    )
+    train.add_argument(
+        "--extra-pair-rows",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="measured pair speeds: gpu, speed, a_/b_ + profile features (the agent's --pair-rows)",
     )
     train.set_defaults(handler=_train)
     tables = psub.add_parser(
@@ -220,7 +228,10 @@ def _train(args: argparse.Namespace) -> int:
         )
     start = time.monotonic()
     artifact = train_artifact(
-        seed=args.seed, include_lucid=args.with_lucid, extra_rows=args.extra_rows
+        seed=args.seed,
+        include_lucid=args.with_lucid,
+        extra_rows=args.extra_rows,
+        extra_pair_rows=args.extra_pair_rows,
     )
     path = args.output or DEFAULT_ARTIFACT
     digest = save_artifact(artifact, path)

@@ -293,3 +293,86 @@ def concat(tables: Sequence[SingleTable]) -> SingleTable:
         [f for t in tables for f in t.family],
         [s for t in tables for s in t.source],
     )
+
+
+# --- observed pair rows (the sharing agent's measured pair speeds) ----------------------------
+
+PAIR_ROW_FEATURES_A = [f"a_{k}" for k in FEATURE_NAMES]
+PAIR_ROW_FEATURES_B = [f"b_{k}" for k in FEATURE_NAMES]
+PAIR_ROW_COLUMNS = ["gpu", "speed", *PAIR_ROW_FEATURES_A, *PAIR_ROW_FEATURES_B]
+"""Columns ``horus predictor train --extra-pair-rows`` needs (other columns are provenance and
+ignored): ``speed`` is job A's normalised speed (throughput next to B ÷ throughput alone) on
+``gpu``; ``a_<feature>`` / ``b_<feature>`` are the two jobs' graph-profile features."""
+MAX_PAIR_ROW_SPEED = 2.0
+"""Measured normalised speeds a little above 1 are noise (Lucid's reach 1.5); above 2 a row is
+not a speed at all and is refused."""
+
+
+@dataclass(frozen=True)
+class ObservedPair:
+    """One measured pair speed: job A (features ``a``) next to job B (``b``) on ``gpu``."""
+
+    a: dict[str, float]
+    b: dict[str, float]
+    gpu: GpuSpec
+    speed: float
+    group: str
+    """Held-out group for cross-validation: job A's model name, or ``observed``."""
+
+
+def load_extra_pair_rows(path: Path) -> list[ObservedPair]:
+    """Pair speeds observed in the user's cluster (the agent's ``--pair-rows`` CSV).
+
+    Every :data:`PAIR_ROW_COLUMNS` column must be present; a row with a missing or non-numeric
+    value, a speed outside (0, 2] or a GPU the predictor does not know is an error naming the
+    file, the line and the value, so a broken file trains nothing rather than something wrong.
+    """
+    from horus.common.errors import ValidationError
+
+    try:
+        fh = path.open(newline="")
+    except OSError as exc:
+        raise ValidationError(f"cannot read extra pair rows {path}: {exc.strerror or exc}") from exc
+    out: list[ObservedPair] = []
+    with fh:
+        reader = csv.DictReader(fh)
+        missing = [k for k in PAIR_ROW_COLUMNS if k not in (reader.fieldnames or [])]
+        if missing:
+            shown = ", ".join(missing[:6]) + (
+                f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+            )
+            raise ValidationError(
+                f"{path}: missing columns {shown}; pair rows need gpu, speed and a_/b_ + every "
+                "profile feature (the columns the agent's --pair-rows file has)"
+            )
+        for i, r in enumerate(reader, start=2):
+            where = f"{path}:{i}"
+            values: dict[str, float] = {}
+            for k in ("speed", *PAIR_ROW_FEATURES_A, *PAIR_ROW_FEATURES_B):
+                text = r.get(k)
+                try:
+                    values[k] = float(text)  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    raise ValidationError(f"{where}: {k} is not a number: {text!r}") from None
+                if not math.isfinite(values[k]):
+                    raise ValidationError(f"{where}: {k} must be finite, got {text!r}")
+            speed = values["speed"]
+            if not 0.0 < speed <= MAX_PAIR_ROW_SPEED:
+                raise ValidationError(
+                    f"{where}: speed must be in (0, {MAX_PAIR_ROW_SPEED:g}] (throughput next to "
+                    f"the other job / throughput alone), got {speed:g}"
+                )
+            try:
+                gpu = gpu_spec(r.get("gpu") or "")
+            except ValidationError as exc:
+                raise ValidationError(f"{where}: {exc}") from None
+            out.append(
+                ObservedPair(
+                    a={k: values[f"a_{k}"] for k in FEATURE_NAMES},
+                    b={k: values[f"b_{k}"] for k in FEATURE_NAMES},
+                    gpu=gpu,
+                    speed=speed,
+                    group=r.get("model") or "observed",
+                )
+            )
+    return out

@@ -18,7 +18,8 @@ Why these choices (measured in ``benchmarks/predictor.py``, see ``docs/predictor
 Data and licences: the default artifact uses only GPUMemNet (CC BY 4.0) and Gavel (MIT).
 ``include_lucid`` adds Lucid (S-Lab 1.0, non-commercial) for a model a user trains for their
 own non-commercial use (``horus predictor train --with-lucid DIR -o model.json``); it is never
-shipped. ``extra_rows`` adds rows observed in the user's own cluster (online-learning hook).
+shipped. ``extra_rows`` adds rows observed in the user's own cluster and ``extra_pair_rows`` pair
+speeds measured there (the online-learning hooks; the sharing agent writes both files).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from horus.common.errors import ValidationError
 from horus.predictor.catalog import job_type, measured_job_types
 from horus.predictor.dataset import (
     FULL,
+    ObservedPair,
     SingleTable,
     concat,
+    load_extra_pair_rows,
     load_extra_rows,
     load_gpumemnet,
     load_lucid_single,
@@ -247,6 +250,23 @@ def lucid_pairs(
     return rows, np.array(ys), ga, gb
 
 
+def observed_pair_rows(
+    pairs: Sequence[ObservedPair], util: Head, mem: Head
+) -> tuple[list[dict[str, float]], np.ndarray, list[str]]:
+    """Pair-model rows from pair speeds measured in a cluster; as for Gavel's and Lucid's, the
+    jobs' util/memory inputs are the heads' *predictions*, which is what serving has."""
+    cache: dict[tuple[tuple[float, ...], str], dict[str, float]] = {}
+
+    def job(features: dict[str, float], gpu: GpuSpec) -> dict[str, float]:
+        key = (tuple(features.values()), gpu.name)
+        if key not in cache:
+            cache[key] = _with_preds(row_features(features, gpu), util, mem, gpu)
+        return cache[key]
+
+    rows = [pair_row(job(p.a, p.gpu), job(p.b, p.gpu), p.gpu) for p in pairs]
+    return rows, np.array([p.speed for p in pairs]), [p.group for p in pairs]
+
+
 def _ranges(rows: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
     return {k: [min(r[k] for r in rows), max(r[k] for r in rows)] for k in RANGE_FEATURES}
 
@@ -256,6 +276,7 @@ def train_artifact(
     seed: int = 0,
     include_lucid: Path | None = None,
     extra_rows: Path | None = None,
+    extra_pair_rows: Path | None = None,
     data_dir: Path = DATA_DIR,
     n_estimators: int | None = None,
 ) -> dict[str, Any]:
@@ -267,13 +288,17 @@ def train_artifact(
     if n_estimators is not None:
         _OVERRIDES["n_estimators"] = n_estimators
     try:
-        return _train_artifact(seed, include_lucid, extra_rows, data_dir)
+        return _train_artifact(seed, include_lucid, extra_rows, extra_pair_rows, data_dir)
     finally:
         _OVERRIDES.clear()
 
 
 def _train_artifact(
-    seed: int, include_lucid: Path | None, extra_rows: Path | None, data_dir: Path
+    seed: int,
+    include_lucid: Path | None,
+    extra_rows: Path | None,
+    extra_pair_rows: Path | None,
+    data_dir: Path,
 ) -> dict[str, Any]:
     tables = [load_gpumemnet(data_dir)]
     sources = ["GPUMemNet (CC BY 4.0)", "Gavel (MIT)"]
@@ -287,6 +312,10 @@ def _train_artifact(
     if extra_rows is not None:
         tables.append(load_extra_rows(extra_rows))
         sources.append(f"observed rows {extra_rows.name}")
+    observed_pairs: list[ObservedPair] = []
+    if extra_pair_rows is not None:
+        observed_pairs = load_extra_pair_rows(extra_pair_rows)  # fail before minutes of training
+        sources.append(f"observed pair rows {extra_pair_rows.name}")
     table = concat(tables)
     util, mem, metrics = train_single_heads(table, seed)
 
@@ -294,6 +323,9 @@ def _train_artifact(
     if include_lucid is not None:
         lrows, ly, la, _ = lucid_pairs(util, mem, include_lucid)
         prow, py, pgroups = prow + lrows, np.concatenate([py, ly]), pgroups + la
+    if observed_pairs:
+        orows, oy, og = observed_pair_rows(observed_pairs, util, mem)
+        prow, py, pgroups = prow + orows, np.concatenate([py, oy]), pgroups + og
     px = _x(prow, PAIR_FEATURES)
     oof = oof_pair(px, py, pgroups, seed)
     metrics["pair_heldout_mae"] = float(np.mean(np.abs(oof - py)))

@@ -33,7 +33,7 @@ from horus.api.inventory import simulated_gpu_uuid
 from horus.api.signing import new_key, sign_assignment
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, add_nodes
-from horus.predictor.dataset import load_extra_rows
+from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 NS = "agent-it"
@@ -267,7 +267,7 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
 ) -> None:
     """Pod A runs alone, then B joins its GPU: the agent turns A's utilisation alone and in the
     pair into A's speed next to B's kind, and writes it to A's ``status.observed.pairs`` (which
-    the real CRD schema must accept). The simulated GPU slows A by the predictor's pair speed,
+    the real CRD schema must accept) and, as a pair row, to ``--pair-rows``. The simulated GPU slows A by the predictor's pair speed,
     so that is what the measurement must come back with, within the backend's noise."""
     from horus.api.dljob import parse_dljob
     from horus.predictor.model import load_default_predictor
@@ -290,12 +290,14 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
         inline = parse_dljob(stored).spec.profile
         profiles[name] = profile_from_dict(inline.to_document(), name)  # type: ignore[union-attr]
     key = Path(placed["key_file"]).read_bytes()
+    pair_rows = placed["folder"] / "pairs.csv"
     settings = AgentSettings(
         nodes=node,
         backend="auto",
         watchdog="off",
         interval_seconds=0.5,
         metrics_port=0,
+        pair_rows=pair_rows,
         assignment_key_file=placed["key_file"],
         kubeconfig=Path(cluster.kubeconfig),
     )
@@ -332,6 +334,13 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
         assert abs(pairs[0]["speed"] - expected) < 0.1, (pairs, expected)
         observed = parse_dljob(obj).status.observed
         assert observed is not None and observed.pairs[0].other == job_kind(profiles["pb"])
+        # the same measurement, as a training row for the pair head (written at flush/shutdown)
+        agent.flush()
+        rows = {(r.group, round(r.speed, 4)): r for r in load_extra_pair_rows(pair_rows)}
+        assert (profiles["pa"].model, pairs[0]["speed"]) in rows, rows.keys()
+        row = rows[(profiles["pa"].model, pairs[0]["speed"])]
+        assert row.gpu.name == "H100"
+        assert row.b["fwd_flops"] == profiles["pb"].features["fwd_flops"]
     finally:
         agent.shutdown()
         for name in ("pa", "pb"):

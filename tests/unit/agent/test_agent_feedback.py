@@ -6,8 +6,16 @@ from pathlib import Path
 import pytest
 from agent_helpers import ROOT, pod
 
-from horus.agent.feedback import ROW_COLUMNS, Feedback, PairSpeeds, append_rows, training_row
-from horus.predictor.dataset import load_extra_rows
+from horus.agent.feedback import (
+    PAIR_FILE_COLUMNS,
+    ROW_COLUMNS,
+    Feedback,
+    PairSpeeds,
+    append_rows,
+    pair_rows,
+    training_row,
+)
+from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
 from horus.predictor.schema import load_profile
 
 MIB = 2**20
@@ -106,3 +114,40 @@ def test_job_observed_reports_measured_pairs() -> None:
     _feed(fb.pairs, [(a.uid, "resnet@64", 0.2), ("uid-x", "bert@8", 0.5)], 3)
     pairs = fb.job_observed()[("ns", "j1")]["pairs"]
     assert pairs == [{"other": "bert@8", "gpuModel": "H100", "speed": 0.25, "samples": 3}]
+
+
+def test_pair_rows_are_accepted_by_the_predictor(tmp_path: Path) -> None:
+    """A finished pod's measured pair speeds become rows ``--extra-pair-rows`` reads: A's
+    features from its own profile, B's from the neighbour kind's profile."""
+    mine = load_profile(ROOT / "examples" / "profiles" / "resnet50-bs64.yaml")
+    theirs = load_profile(ROOT / "examples" / "profiles" / "bert-base-bs16.yaml")
+    fb = Feedback()
+    a = pod("a", job="j1")
+    fb.add(a, "H100", "simulated", 0.4, 1000 * MIB)
+    _feed(fb.pairs, [(a.uid, None, 0.8)], 3)
+    fb.pairs.know("bert@16", theirs)
+    _feed(fb.pairs, [(a.uid, "resnet@64", 0.6), ("uid-x", "bert@16", 0.5)], 3)
+    _feed(fb.pairs, [(a.uid, "resnet@64", 0.2), ("uid-y", "mystery@1", 0.5)], 3)  # no profile
+    (st,) = fb.finished(["uid-x", "uid-y"])
+    rows = pair_rows(st, mine)
+    assert [(r["other"], r["speed"], r["samples"]) for r in rows] == [("bert@16", 0.75, 3)]
+    path = tmp_path / "pairs.csv"
+    assert append_rows(path, rows, PAIR_FILE_COLUMNS) == 1
+    assert append_rows(path, rows, ROW_COLUMNS) == 0  # a file of the other kind is left alone
+    (observed,) = load_extra_pair_rows(path)
+    assert observed.speed == 0.75 and observed.gpu.name == "H100"
+    assert observed.group == mine.model
+    assert observed.a["fwd_flops"] == mine.features["fwd_flops"]
+    assert observed.b["fwd_flops"] == theirs.features["fwd_flops"]
+    assert fb.finished([]) == [] and fb.pairs.profiles == {}  # no kind left to remember
+
+
+def test_pair_speeds_forget_neighbour_profiles_with_their_pairs() -> None:
+    theirs = load_profile(ROOT / "examples" / "profiles" / "bert-base-bs16.yaml")
+    ps = PairSpeeds(min_samples=1)
+    ps.know("bert@16", theirs)
+    _feed(ps, [("a", "r@64", 0.6), ("b", "bert@16", 0.5)], 1)
+    ps.forget(["a"])
+    assert ps.profiles == {"bert@16": theirs}  # a still has a measurement next to it
+    ps.forget([])
+    assert ps.profiles == {}

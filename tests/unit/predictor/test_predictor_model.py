@@ -176,3 +176,76 @@ def test_shipped_artifact_matches_feature_code() -> None:
     p = load_default_predictor()
     assert list(p.util.inputs) == FULL == list(p.memory.inputs)
     assert list(p.pair.inputs) == PAIR_FEATURES
+
+
+def _pair_csv(path: Path, rows: list[dict[str, object]]) -> Path:
+    from horus.predictor.dataset import PAIR_ROW_COLUMNS
+
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[*PAIR_ROW_COLUMNS, "model"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _pair(a: GraphProfile, b: GraphProfile, gpu: str, speed: object) -> dict[str, object]:
+    row: dict[str, object] = {"gpu": gpu, "speed": speed, "model": a.model}
+    row.update({f"a_{k}": a.features[k] for k in FEATURE_NAMES})
+    row.update({f"b_{k}": b.features[k] for k in FEATURE_NAMES})
+    return row
+
+
+def test_extra_pair_rows_teach_the_pair_head(tmp_path: Path) -> None:
+    """Pair speeds measured in a cluster move the pair head towards them for that pair."""
+    from horus.predictor.train import save_artifact, train_artifact
+
+    d = _small_tables(tmp_path)
+    a = job_type("gavel", "ResNet-50 (batch size 64)").profile
+    b = job_type("gavel", "Transformer (batch size 64)").profile
+    base = tmp_path / "base.json"
+    save_artifact(train_artifact(data_dir=d, n_estimators=15), base)
+    before = load_predictor(base).pair_speed(a, b, "A100")
+    # what the cluster measured on its A100s: this pair barely slows A
+    extra = _pair_csv(tmp_path / "pairs.csv", [_pair(a, b, "A100", 0.97)] * 40)
+    art = train_artifact(data_dir=d, n_estimators=15, extra_pair_rows=extra)
+    assert "observed pair rows pairs.csv" in art["card"]["trained_on"]
+    save_artifact(art, tmp_path / "taught.json")
+    after = load_predictor(tmp_path / "taught.json").pair_speed(a, b, "A100")
+    assert abs(after - 0.97) < abs(before - 0.97) / 2, (before, after)
+    assert art["card"]["metrics_heldout_family"]["pair_rows"] > 40
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"speed": "fast"}, r"pairs.csv:2: speed is not a number: 'fast'"),
+        ({"speed": 0}, r"pairs.csv:2: speed must be in \(0, 2\]"),
+        ({"speed": 3.5}, r"pairs.csv:2: speed must be in \(0, 2\]"),
+        ({"speed": "nan"}, r"pairs.csv:2: speed must be finite"),
+        ({"a_fwd_flops": ""}, r"pairs.csv:2: a_fwd_flops is not a number: ''"),
+        ({"gpu": "GTX-9000"}, r"pairs.csv:2: unknown GPU 'GTX-9000'"),
+    ],
+)
+def test_bad_pair_rows_name_the_line_and_value(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    from horus.predictor.dataset import load_extra_pair_rows
+
+    a = job_type("gavel", "ResNet-50 (batch size 64)").profile
+    good = _pair(a, a, "V100", 0.6)
+    path = _pair_csv(tmp_path / "pairs.csv", [{**good, **change}, good])
+    with pytest.raises(ValidationError, match=message):
+        load_extra_pair_rows(path)
+    ok = load_extra_pair_rows(_pair_csv(tmp_path / "ok.csv", [good]))
+    assert ok[0].speed == 0.6 and ok[0].gpu.name == "V100" and ok[0].group == a.model
+
+
+def test_pair_rows_file_without_the_columns(tmp_path: Path) -> None:
+    from horus.predictor.dataset import load_extra_pair_rows
+
+    bad = tmp_path / "rows.csv"
+    bad.write_text("gpu,util,memory_mib\nA100,50,1000\n")  # a training-rows file, not pair rows
+    with pytest.raises(ValidationError, match=r"missing columns speed, a_batch_size, .* more"):
+        load_extra_pair_rows(bad)
+    with pytest.raises(ValidationError, match="cannot read extra pair rows"):
+        load_extra_pair_rows(tmp_path / "absent.csv")
