@@ -274,6 +274,101 @@ def gavel_pair_benchmarks(results: dict[str, object]) -> None:
     print("gavel pairs", results["gavel_pairs_logo"], flush=True)
 
 
+def observed_pair_benchmarks(results: dict[str, object], lucid_dir: Path) -> None:
+    """The online-learning hooks, with Lucid standing in for a user's cluster of RTX 3090s.
+
+    Lucid's measurements are written in the agent's file formats and read back through the
+    loaders ``horus predictor train`` uses: its pairs as ``--pair-rows`` (``--extra-pair-rows``)
+    and its single runs as ``--training-rows`` (``--extra-rows``). For each Lucid model M the
+    pair head is trained on the shipped data (Gavel pairs) plus the pairs *not* involving M, and
+    judged on M's pairs (M next to anything), so M has never been measured next to anything:
+
+    * ``pairs_only``: util/memory heads as shipped (GPUMemNet) — M has not run in the cluster;
+    * ``pairs_and_solo``: heads retrained with every model's single run as an extra row — M has
+      run alone once (the agent needs that baseline anyway before it reports a pair speed);
+    * ``shipped``: the shipped pair head, no observed rows.
+    """
+    import csv
+    import tempfile
+
+    from horus.predictor.catalog import job_type
+    from horus.predictor.dataset import (
+        PAIR_ROW_COLUMNS,
+        concat,
+        load_extra_pair_rows,
+        load_extra_rows,
+        load_gpumemnet,
+    )
+    from horus.predictor.interface import GraphProfile
+    from horus.predictor.model import load_default_predictor
+    from horus.predictor.schema import FEATURE_NAMES
+    from horus.predictor.tables import DATA_DIR
+    from horus.predictor.train import gavel_pairs, observed_pair_rows, train_single_heads
+
+    def profile(model: str, batch: str, amp: str) -> GraphProfile:
+        return job_type("lucid", model, int(batch), amp == "1").profile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pairs_csv, solo_csv = Path(tmp) / "pairs.csv", Path(tmp) / "rows.csv"
+        with (lucid_dir / "colocate_info.csv").open() as src, pairs_csv.open("w") as dst:
+            w = csv.DictWriter(dst, fieldnames=[*PAIR_ROW_COLUMNS, "model", "other_model"])
+            w.writeheader()
+            for r in csv.DictReader(src):
+                a, b = (profile(r[f"model{i}"], r[f"batchsize{i}"], r[f"amp{i}"]) for i in (1, 2))
+                m1, m2 = r["model1"], r["model2"]
+                for ma, mb, pa, pb, speed in (
+                    (m1, m2, a, b, r["speed1"]),
+                    (m2, m1, b, a, r["speed2"]),
+                ):
+                    row = {"gpu": "RTX3090", "speed": speed, "model": ma, "other_model": mb}
+                    row.update({f"a_{k}": pa.features[k] for k in FEATURE_NAMES})
+                    row.update({f"b_{k}": pb.features[k] for k in FEATURE_NAMES})
+                    w.writerow(row)
+        with (lucid_dir / "single_data.csv").open() as src, solo_csv.open("w") as dst:
+            w = csv.DictWriter(dst, fieldnames=["gpu", "util", "memory_mib", *FEATURE_NAMES])
+            w.writeheader()
+            for r in csv.DictReader(src):
+                f = profile(r["model"], r["batchsize"], r["amp"]).features
+                row = {"gpu": "RTX3090", "util": r["gpu_util"], "memory_mib": r["gmem"]}
+                w.writerow({**row, **{k: f[k] for k in FEATURE_NAMES}})
+        observed = load_extra_pair_rows(pairs_csv)
+        with pairs_csv.open() as fh:
+            others = np.array([r["other_model"] for r in csv.DictReader(fh)])
+        solo = load_extra_rows(solo_csv)
+    ga = np.array([o.group for o in observed])
+    y = np.array([o.speed for o in observed])
+    p = load_default_predictor()
+    heads = {
+        "pairs_only": (p.util, p.memory),
+        "pairs_and_solo": train_single_heads(concat([load_gpumemnet(DATA_DIR), solo]), 0)[:2],
+    }
+    preds: dict[str, np.ndarray] = {}
+    for name, (util, mem) in heads.items():
+        grows, gy, _ = gavel_pairs(util, mem)
+        gx = _x(grows, PAIR_FEATURES)
+        orows, _, _ = observed_pair_rows(observed, util, mem)
+        ox = _x(orows, PAIR_FEATURES)
+        pred = np.full(len(y), np.nan)
+        for m in sorted(set(ga)):
+            test = ga == m
+            train = (ga != m) & (others != m)
+            pred[test] = fit_pair(np.r_[gx, ox[train]], np.r_[gy, y[train]], 0).predict(ox[test])
+        preds[name] = pred
+        if name == "pairs_only":
+            preds["shipped"] = np.array(p.pair.predict(orows))
+    entry: dict[str, object] = {"rows": len(y), "models": len(set(ga))}
+    true_slow = np.minimum(y[0::2], y[1::2]) < 0.85  # rows come as (a,b),(b,a)
+    for name, est in preds.items():
+        pred_slow = np.minimum(est[0::2], est[1::2]) < 0.85
+        entry[f"{name}_mae"] = float(np.mean(np.abs(est - y)))
+        entry[f"{name}_bias"] = float(np.mean(est - y))
+        entry[f"{name}_slow085_accuracy"] = float(np.mean(true_slow == pred_slow))
+    entry["mean_predictor_mae"] = float(np.mean(np.abs(y - y.mean())))
+    entry["slow085_base_rate"] = float(np.mean(true_slow))
+    results["observed_pairs_lomo"] = entry
+    print("observed pairs", entry, flush=True)
+
+
 def speed_benchmarks(results: dict[str, object]) -> None:
     from horus.predictor.catalog import measured_job_types
     from horus.predictor.model import load_default_predictor
@@ -421,6 +516,21 @@ def markdown(r: dict) -> str:  # type: ignore[type-arg]
         lines.append(
             f"| ↳ shipped artifact (Gavel pairs only) on Lucid pairs | {e['shipped_default_mae']:.3f} | | | | | |"
         )
+    if "observed_pairs_lomo" in r:
+        e = r["observed_pairs_lomo"]
+
+        def hook(k: str) -> str:
+            return (
+                f"{e[k + '_mae']:.3f} (bias {e[k + '_bias']:+.3f}, 0.85× accuracy "
+                f"{e[k + '_slow085_accuracy'] * 100:.1f} %)"
+            )
+
+        lines.append(
+            "| ↳ online hooks, held-out Lucid model never measured in a pair: shipped head "
+            f"{hook('shipped')}; + the other models' pairs as `--extra-pair-rows` "
+            f"{hook('pairs_only')}; + every model's solo run as `--extra-rows` "
+            f"{hook('pairs_and_solo')} | | | | {e['mean_predictor_mae']:.3f} | | |"
+        )
     if "gavel_pairs_logo" in r:
         e = r["gavel_pairs_logo"]
         per = ", ".join(f"{g.split(':')[-1].upper()} {v:.3f}" for g, v in e["per_gpu_mae"].items())
@@ -508,6 +618,7 @@ def main() -> int:
     gavel_pair_benchmarks(results)
     if lucid is not None:
         pair_benchmarks(results, lucid)
+        observed_pair_benchmarks(results, lucid)
     results["wall_s"] = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
