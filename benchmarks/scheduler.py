@@ -41,6 +41,9 @@ from horus.sim.traces import (
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ["exclusive", "binpack", "spread", "horus-original", "horus", "horus+observed", "oracle"]
+#: Where the ground truth has the GPU's utilisation in each pair (Lucid), also the run fed what
+#: the agent's utilisation-ratio proxy would read.
+POLICIES_WITH_PAIR_UTIL = [*POLICIES[:-1], "horus+observed-util", POLICIES[-1]]
 
 
 def policies(args: argparse.Namespace) -> dict[str, object]:
@@ -88,7 +91,7 @@ def policies(args: argparse.Namespace) -> dict[str, object]:
         results = run_policies(
             trace,
             truth,
-            POLICIES,
+            POLICIES_WITH_PAIR_UTIL if truth.pair_util else POLICIES,
             predictor,
             SimConfig(gpus=gpus, progress=args.progress, drop_impossible=True),
             None,

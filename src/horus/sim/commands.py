@@ -53,7 +53,10 @@ def register(sub: Any) -> None:
     sim.add_argument(
         "--policy",
         default="horus",
-        help=f"one of {', '.join(_POLICIES)}, or horus+observed (fed measured pair speeds)",
+        help=(
+            f"one of {', '.join(_POLICIES)}, or horus+observed (fed measured pair speeds) or "
+            "horus+observed-util (fed what the agent's utilisation ratio would read; Lucid traces)"
+        ),
     )
     sim.set_defaults(handler=_run_one)
     ssub = sim.add_subparsers(dest="sim_command", metavar="ACTION")
@@ -62,7 +65,7 @@ def register(sub: Any) -> None:
     cmp_.add_argument(
         "--policies",
         default=",".join(_POLICIES),
-        help="comma-separated policy names (horus+observed too)",
+        help="comma-separated policy names (horus+observed, horus+observed-util too)",
     )
     cmp_.set_defaults(handler=_compare)
 

@@ -18,7 +18,9 @@ exactly it and that neighbour, in either order; it is then reported to the sched
 (``Scheduler.observe_pair``), which uses it instead of its prediction from then on, with no
 uncertainty margin. The reported value is the true speed — what the agent's utilisation ratio
 gives in this model, where utilisation scales with speed — and no sampling time is needed, so
-the run is an upper bound on what the agent's feedback gives.
+the run is an upper bound on what the agent's feedback gives. ``horus+observed-util`` reports
+instead what that ratio would read given the GPU's measured utilisation in each pair (Lucid
+only; :meth:`GroundTruth.util_ratio_speed`), which is lower than the true speed.
 
 A job asking for more GPUs than one node has becomes ⌈n / gpus_per_node⌉ replicas of
 ``gpus_per_node`` GPUs (rounded up, as a multi-node gang); a job that can never fit the
@@ -43,25 +45,31 @@ from horus.scheduler.policies import get_policy
 from horus.sim.groundtruth import GroundTruth
 from horus.sim.traces import TraceJob
 
-#: Suffix of a run whose scheduler is told measured pair speeds, as the node agent reports them.
+#: Suffix of a run whose scheduler is told measured pair speeds, as the node agent reports them
+#: (``+observed``: the true speeds; ``+observed-util``: what the agent's utilisation-ratio proxy
+#: would report, from the ground truth's pair utilisation — Lucid only).
 OBSERVED_SUFFIX = "+observed"
+OBSERVED_UTIL_SUFFIX = "+observed-util"
 #: Policies that use pair speeds, so that feeding them measurements means something.
 OBSERVABLE_POLICIES = ("horus",)
 
 
-def parse_run(name: str) -> tuple[str, bool]:
-    """``"horus+observed"`` → (``"horus"``, True); a plain policy name → (name, False).
+def parse_run(name: str) -> tuple[str, str | None]:
+    """``"horus+observed"`` → (``"horus"``, ``"exact"``); ``"horus+observed-util"`` →
+    (``"horus"``, ``"util"``); a plain policy name → (name, None).
 
-    Unknown policies, or ``+observed`` on a policy that ignores pair speeds, are errors."""
-    base, observe = name, False
-    if name.endswith(OBSERVED_SUFFIX):
-        base, observe = name[: -len(OBSERVED_SUFFIX)], True
+    Unknown policies, or feedback on a policy that ignores pair speeds, are errors."""
+    base, observe = name, None
+    for suffix, mode in ((OBSERVED_UTIL_SUFFIX, "util"), (OBSERVED_SUFFIX, "exact")):
+        if name.endswith(suffix):
+            base, observe = name[: -len(suffix)], mode
+            break
     get_policy(base)  # raises ConfigError listing the known names
     if observe and base not in OBSERVABLE_POLICIES:
         raise ConfigError(
             f"{name!r}: only {', '.join(OBSERVABLE_POLICIES)} uses pair speeds, so only "
-            f"{', '.join(p + OBSERVED_SUFFIX for p in OBSERVABLE_POLICIES)} can learn from "
-            "observed ones"
+            f"{', '.join(p + OBSERVED_SUFFIX for p in OBSERVABLE_POLICIES)} (or "
+            f"{OBSERVED_UTIL_SUFFIX}) can learn from observed ones"
         )
     return base, observe
 
@@ -194,6 +202,11 @@ class Simulator:
             for i in range(cfg.gpus, nodes * cfg.gpus_per_node):
                 self.state.set_health(f"node-{nodes - 1}", i % cfg.gpus_per_node, False)
         base, self.observe = parse_run(policy)
+        if self.observe == "util" and not truth.pair_util:
+            raise ConfigError(
+                f"{policy!r} needs the GPU's measured utilisation in each pair, which the "
+                f"{truth.source} ground truth does not have (Lucid's does); use horus+observed"
+            )
         pair = truth.speed if base == "oracle" else None
         self.scheduler = Scheduler(base, predictor, settings, pair_speed=pair)
         self.policy = policy
@@ -261,7 +274,12 @@ class Simulator:
         paired: dict[str, set[str]] = {}
 
         def report(kind: str, other: str) -> None:
-            sched.observe_pair(kind, other, truth.gpu_model, speed(kind, other))
+            if self.observe == "util":  # the agent's proxy; nothing where it cannot be derived
+                value = truth.util_ratio_speed(kind, other)
+                if value is not None:
+                    sched.observe_pair(kind, other, truth.gpu_model, value)
+            else:
+                sched.observe_pair(kind, other, truth.gpu_model, speed(kind, other))
 
         def rate_of(r: _Running) -> float:
             best = 1.0

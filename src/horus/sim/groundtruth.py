@@ -74,6 +74,8 @@ class GroundTruth:
     profiles: dict[str, GraphProfile] = field(default_factory=dict)
     #: Gavel: solo steps/s per (job type, GPUs) — step counts in traces become durations.
     throughputs: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: Lucid: the GPU's mean utilisation (%) while a pair shared it, under both orders.
+    pair_util: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.types:
@@ -112,6 +114,26 @@ class GroundTruth:
                 hit = min(1.0, max(0.05, hit))
             self._cache[key] = hit
         return hit
+
+    def util_ratio_speed(self, a: str, b: str) -> float | None:
+        """What the agent's utilisation-ratio proxy would report for ``a`` next to ``b``, or None
+        where the pair's utilisation was not measured.
+
+        The proxy is (a's utilisation in the pair) / (a's utilisation alone). Only the GPU's
+        total in the pair was measured, so a's part of it is taken in proportion to
+        utilisation alone × speed — the split the proxy's own premise implies. Measured pair
+        utilisation falls short of that premise (``benchmarks/pair_signal.py``), so this
+        reports less than the true speed: on average 0.19 less on Lucid.
+        """
+        total = self.pair_util.get((a, b))
+        ua, ub = self.by_kind[a].util, self.by_kind[b].util
+        if total is None or ua is None or ub is None:
+            return None
+        sa, sb = self.speed(a, b), self.speed(b, a)
+        premise = ua * sa + ub * sb
+        if premise <= 0:
+            return None
+        return min(1.0, max(0.05, total * sa / premise))
 
     def coverage(self) -> float:
         """Fraction of ordered kind pairs that were measured."""
@@ -159,6 +181,7 @@ def load_lucid(data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
             memory_mib=_float(row, "gmem", where),
         )
     measured: dict[tuple[str, str], float] = {}
+    pair_util: dict[tuple[str, str], float] = {}
     for i, row in enumerate(_read_csv(data_dir / "lucid" / "colocate_info.csv"), start=2):
         where = f"lucid/colocate_info.csv line {i}"
         a = lucid_kind(
@@ -171,10 +194,11 @@ def load_lucid(data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
             raise ValidationError(f"{where}: pair {a} / {b} has no single-job profile")
         measured[(a, b)] = min(1.0, _float(row, "speed1", where))
         measured[(b, a)] = min(1.0, _float(row, "speed2", where))
+        pair_util[(a, b)] = pair_util[(b, a)] = _float(row, "gpu_util", where)
     # Only job types that appear in at least one measured pair are used by traces.
     paired = {a for a, _ in measured}
     kept = [t for k, t in sorted(types.items()) if k in paired]
-    return GroundTruth("lucid", "RTX3090", 24576, kept, measured)
+    return GroundTruth("lucid", "RTX3090", 24576, kept, measured, pair_util=pair_util)
 
 
 def gavel_kind(job_type: str) -> str:

@@ -41,11 +41,11 @@ def table(results: Sequence[SimResult]) -> str:
 
 
 def ratios(results: Sequence[SimResult]) -> dict[str, float]:
-    """The target ratios of ``horus`` (and ``horus+observed``) against the other policies
+    """The target ratios of ``horus`` (and its ``+observed`` runs) against the other policies
     present."""
     by = {r.policy: r.metrics() for r in results}
     out: dict[str, float] = {}
-    for ours in ("horus", "horus+observed"):
+    for ours in ("horus", "horus+observed", "horus+observed-util"):
         h = by.get(ours)
         if h is None:
             continue

@@ -94,19 +94,52 @@ def test_observed_run_reports_a_pair_once_the_job_has_also_run_alone() -> None:
     }
 
 
+def test_observed_util_run_reports_what_the_utilisation_ratio_reads() -> None:
+    """``+observed-util``: a's part of the pair's measured utilisation (split in proportion to
+    util alone × speed) over a's utilisation alone. Both run at 40 % alone; the GPU read 51 %
+    with a at 0.9 and b at 0.8: a reports 51 × 0.9 / (40 × 0.9 + 40 × 0.8) = 0.675."""
+    import dataclasses
+
+    t = dataclasses.replace(tiny_truth(), pair_util={("a", "b"): 51.0, ("b", "a"): 51.0})
+    assert t.util_ratio_speed("a", "b") == pytest.approx(0.675)
+    assert t.util_ratio_speed("b", "a") == pytest.approx(0.6)
+    assert t.util_ratio_speed("a", "a") is None  # the pair's utilisation was not measured
+    staggered = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 10.0, 100.0, 1, "b")]
+    sim = Simulator(staggered, t, "horus+observed-util", ProfiledPredictor(t), SimConfig(gpus=1))
+    assert sim.run().policy == "horus+observed-util"
+    assert sim.scheduler.observed_pairs == {
+        ("a", "b", "RTX3090"): pytest.approx(0.675),
+        ("b", "a", "RTX3090"): pytest.approx(0.6),
+    }
+    with pytest.raises(ConfigError, match="the tiny ground truth does not have"):
+        Simulator(staggered, tiny_truth(), "horus+observed-util", ProfiledPredictor(t))
+
+
+def test_lucid_truth_carries_pair_utilisation(truth: GroundTruth) -> None:
+    """Every measured Lucid pair has the GPU's utilisation, and the proxy reads below the true
+    speed for most of them (Lucid's pair utilisation falls short of the proxy's premise)."""
+    assert truth.pair_util and all(0 < u <= 100 for u in truth.pair_util.values())
+    read = {k: truth.util_ratio_speed(*k) for k in truth.measured}
+    assert all(v is not None for v in read.values())
+    below = sum(1 for k, v in read.items() if v is not None and v < truth.speed(*k))
+    assert below > 0.6 * len(read), (below, len(read))
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [
         ("binpack+observed", "only horus uses pair speeds"),
         ("oracle+observed", "only horus uses pair speeds"),
         ("fifo+observed", "unknown scheduling policy 'fifo'"),
+        ("binpack+observed-util", "only horus uses pair speeds"),
     ],
 )
 def test_observed_is_only_for_policies_that_use_pair_speeds(name: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_run(name)
-    assert parse_run("horus+observed") == ("horus", True)
-    assert parse_run("oracle") == ("oracle", False)
+    assert parse_run("horus+observed") == ("horus", "exact")
+    assert parse_run("horus+observed-util") == ("horus", "util")
+    assert parse_run("oracle") == ("oracle", None)
 
 
 def test_unknown_policy(truth: GroundTruth) -> None:
