@@ -21,8 +21,9 @@ Outputs, from per-pod running statistics (mean and peak of utilisation and memor
   it has a measured speed next to, appended to ``pair_rows`` in the columns
   ``horus predictor train --extra-pair-rows`` reads
   (:data:`horus.predictor.dataset.PAIR_ROW_COLUMNS`: ``gpu``, ``speed`` and both jobs' profile
-  features as ``a_<feature>`` / ``b_<feature>``) plus provenance. The scheduler forgets a
-  measured pair when the operator restarts; a model retrained on these rows keeps it, and
+  features as ``a_<feature>`` / ``b_<feature>``) plus provenance. ``status.observed.pairs``
+  lasts only as long as its DLJob (a restarted operator re-reads it from the DLJobs still
+  there); a model retrained on these rows keeps the measurement after the job is gone, and
   generalises it to kinds that have not met yet.
 """
 
