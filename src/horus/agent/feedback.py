@@ -255,6 +255,18 @@ class Feedback:
         return out
 
 
+def _provenance(st: PodStats, profile: GraphProfile) -> dict[str, Any]:
+    """Where a row comes from (columns training ignores): the pod, its node and backend, model."""
+    return {
+        "namespace": st.pod.namespace,
+        "pod": st.pod.name,
+        "job": st.pod.job or "",
+        "node": st.pod.node,
+        "backend": st.backend,
+        "model": profile.model,
+    }
+
+
 def training_row(st: PodStats, profile: GraphProfile) -> dict[str, Any] | None:
     """The CSV row of one pod's run, or None when it has no utilisation samples."""
     util = st.util_mean
@@ -268,12 +280,7 @@ def training_row(st: PodStats, profile: GraphProfile) -> dict[str, Any] | None:
     for name in FEATURE_NAMES:
         row[name] = profile.features.get(name, 0.0)
     row.update(
-        namespace=st.pod.namespace,
-        pod=st.pod.name,
-        job=st.pod.job or "",
-        node=st.pod.node,
-        backend=st.backend,
-        model=profile.model,
+        _provenance(st, profile),
         family=profile.family or profile.model,
         samples=st.samples,
         util_peak=round(st.util_peak, 3),
@@ -295,12 +302,7 @@ def pair_rows(st: PodStats, profile: GraphProfile) -> list[dict[str, Any]]:
             row[f"a_{name}"] = profile.features.get(name, 0.0)
             row[f"b_{name}"] = neighbour.features.get(name, 0.0)
         row.update(
-            namespace=st.pod.namespace,
-            pod=st.pod.name,
-            job=st.pod.job or "",
-            node=st.pod.node,
-            backend=st.backend,
-            model=profile.model,
+            _provenance(st, profile),
             other=other,
             other_model=neighbour.model,
             samples=n,
