@@ -39,6 +39,7 @@ def test_helm_lint_is_clean(helm):
         (["metrics.agentPort=70000"], "at '/metrics/agentPort': maximum: got 70,000, want 65,535"),
         (["images.operator.tag=latest"], "at '/images/operator/tag'"),
         (["predictor.source=configMap"], "at '/predictor/configMap'"),
+        (["node.rowsDir=rows"], "at '/node/rowsDir'"),
     ],
 )
 def test_bad_values_fail_install_with_the_schema_message(helm, cluster, sets, message):
@@ -89,7 +90,12 @@ def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
     [
         [],
         ["dashboards.enabled=true", "enforcement=report", "extender.enabled=false"],
-        ["predictor.source=configMap", "predictor.configMap=my-model", "operator.replicas=3"],
+        [
+            "predictor.source=configMap",
+            "predictor.configMap=my-model",
+            "operator.replicas=3",
+            "node.rowsDir=/var/lib/horus/rows",
+        ],
     ],
     ids=["defaults", "dashboards-report-noextender", "predictor-configmap"],
 )
@@ -106,6 +112,49 @@ def test_helm_template_is_accepted_by_the_apiserver(helm, cluster, sets):
             m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps
         )
     assert "(server dry run)" in proc.stdout
+
+
+def test_trained_model_and_rows_dir_reach_the_processes(helm, tmp_path, monkeypatch):
+    """predictor.source=configMap mounts the user's artifact into the operator *and* the
+    extender and points both at it; node.rowsDir gives the agent a host directory for its
+    observed rows. The rendered sections load as the roles' settings."""
+    from horus.agent.settings import AgentSettings
+    from horus.common.settings import load_settings
+    from horus.operator.settings import OperatorSettings
+
+    def render(*sets: str) -> tuple[dict, dict]:
+        args = [arg for s in sets for arg in ("--set", s)]
+        docs = _docs(helm("template", "horus", str(CHART), *NS, KUBE, *args).stdout)
+        objs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        return objs, yaml.safe_load(objs[("ConfigMap", "horus-config")]["data"]["config.yaml"])
+
+    objs, cfg = render()
+    assert "predictor" not in cfg["operator"] and "predictor" not in cfg["extender"]
+    assert "training_rows" not in cfg["agent"] and "pair_rows" not in cfg["agent"]
+
+    objs, cfg = render(
+        "predictor.source=configMap", "predictor.configMap=horus-model", "node.rowsDir=/srv/rows"
+    )
+    model = "/var/lib/horus/model/model.json.gz"
+    assert cfg["operator"]["predictor"] == cfg["extender"]["predictor"] == model
+    op = objs[("Deployment", "horus-operator")]["spec"]["template"]["spec"]
+    assert {"name": "predictor-model", "configMap": {"name": "horus-model"}} in op["volumes"]
+    for container in op["containers"]:  # operator and extender
+        mount = {"name": "predictor-model", "mountPath": "/var/lib/horus/model", "readOnly": True}
+        assert mount in container["volumeMounts"], container["name"]
+    node = objs[("DaemonSet", "horus-node")]["spec"]["template"]["spec"]
+    rows = {"name": "rows", "hostPath": {"path": "/srv/rows", "type": "DirectoryOrCreate"}}
+    assert rows in node["volumes"]
+    agent = next(x for x in node["containers"] if x["name"] == "agent")
+    assert {"name": "rows", "mountPath": "/var/lib/horus/rows"} in agent["volumeMounts"]
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    op_settings = load_settings(OperatorSettings, "operator", config_file=tmp_path / "config.yaml")
+    assert str(op_settings.predictor) == model
+    monkeypatch.setenv("HORUS_AGENT_NODE_NAME", "gpu-node-0")  # the DaemonSet sets NODE_NAME
+    agent_settings = load_settings(AgentSettings, "agent", config_file=tmp_path / "config.yaml")
+    assert str(agent_settings.training_rows) == "/var/lib/horus/rows/training-rows.csv"
+    assert str(agent_settings.pair_rows) == "/var/lib/horus/rows/pair-rows.csv"
 
 
 def test_monitors_render_when_enabled(helm):

@@ -376,6 +376,7 @@ class Demo:
                 *("--assignment-key-file", str(key_file)),
                 *("--metrics-address", "127.0.0.1", "--metrics-port", str(agent_port)),
                 *("--training-rows", str(folder / "training-rows.csv")),
+                *("--pair-rows", str(folder / "pair-rows.csv")),
             ],
             folder,
             env,

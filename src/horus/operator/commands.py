@@ -43,6 +43,9 @@ def _register_run(rsub: Any) -> None:
     run.add_argument("--workers", type=int, default=None, help="job commit chains in flight (16)")
     run.add_argument("--assignment-key-file", default=None, help="default: the Secret")
     run.add_argument("--debounce", type=float, default=None, help="seconds (0.05)")
+    run.add_argument(
+        "--predictor", default=None, help="predictor artifact, .json or .json.gz (shipped)"
+    )
     run.set_defaults(handler=_run)
 
 
@@ -65,6 +68,7 @@ def _run(args: argparse.Namespace) -> int:
         "workers",
         "assignment_key_file",
         "debounce",
+        "predictor",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)

@@ -60,6 +60,18 @@ def load_kube_config(kubeconfig: str) -> None:
             ) from None
 
 
+def load_operator_predictor(settings: OperatorSettings) -> Any:
+    """``settings.predictor`` when set (a :class:`ValidationError` naming the file if it is not
+    a usable artifact), else the shipped model."""
+    from horus.predictor import load_default_predictor, load_predictor
+
+    if settings.predictor is None:
+        return load_default_predictor()
+    predictor = load_predictor(str(settings.predictor))
+    log.info("predictor %s from %s", predictor.version, settings.predictor)
+    return predictor
+
+
 def new_api_client(pool_size: int) -> Any:
     from kubernetes import client
 
@@ -80,6 +92,9 @@ class Controller:
     nudge: asyncio.Event | None = None
     elector: LeaseElector | None = None
     reconciler: Any = None
+    #: The predictor (``settings.predictor`` or the shipped one); loaded by :func:`run` before
+    #: kopf starts, so a bad artifact stops the process with its message, or at :meth:`start`.
+    predictor: Any = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     passes: int = 0
     _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -108,7 +123,6 @@ class Controller:
 
         from horus.operator.assignment_key import load_or_create_assignment_key
         from horus.operator.reconcile import Reconciler
-        from horus.predictor import load_default_predictor
 
         s = self.settings
         self.nudge = asyncio.Event()
@@ -121,7 +135,9 @@ class Controller:
         key = await asyncio.to_thread(
             load_or_create_assignment_key, client.CoreV1Api(api), key_file
         )
-        predictor = await asyncio.to_thread(load_default_predictor)
+        if self.predictor is None:
+            self.predictor = await asyncio.to_thread(load_operator_predictor, s)
+        predictor = self.predictor
         await asyncio.to_thread(_ensure_namespace, client.CoreV1Api(api), s.namespace)
         self.elector = LeaseElector(
             client.CoordinationV1Api(api),
@@ -371,11 +387,12 @@ def run(
     """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag`` set)."""
     import kopf
 
+    predictor = load_operator_predictor(settings)  # a bad artifact fails here, with its name
     load_kube_config(settings.kubeconfig)
     # kopf logs every handler call at INFO; ours only nudge a loop, so keep kopf to warnings.
     for name in ("kopf.objects", "kopf.activities.startup", "kopf.activities.cleanup"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    ctl = Controller(settings, scheduler_settings)
+    ctl = Controller(settings, scheduler_settings, predictor=predictor)
     registry = build_registry(ctl)
     started = time.monotonic()
     asyncio.run(

@@ -8,6 +8,7 @@ device plugin does). Each field is documented where it is declared.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from horus.common.constants import HORUS_NAMESPACE
 from horus.scheduler import POLICY_NAMES
@@ -47,6 +48,11 @@ class OperatorSettings:
     assignment_key_file: str = ""
     #: Seconds to wait after a watch event before a pass, so a burst becomes one pass.
     debounce: float = 0.05
+    #: Predictor artifact to predict and place with (``horus predictor train -o``, JSON or
+    #: ``.json.gz``), e.g. one retrained on the agents' observed rows; unset: the shipped one.
+    #: Read once at start, before anything talks to the cluster (a missing or broken file
+    #: stops the process with a message naming it): restart the operator to pick up a new one.
+    predictor: Path | None = None
 
     def __post_init__(self) -> None:
         if self.lease_duration < 1.0:

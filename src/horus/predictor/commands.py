@@ -97,13 +97,17 @@ def register(sub: Any) -> None:
     train.add_argument(
         "--extra-rows",
         type=Path,
+        nargs="+",
+        action="extend",
         default=None,
         metavar="CSV",
-        help="observed rows: profile features + gpu, util, memory_mib",
+        help="observed rows: profile features + gpu, util, memory_mib (one file per node is fine)",
     )
     train.add_argument(
         "--extra-pair-rows",
         type=Path,
+        nargs="+",
+        action="extend",
         default=None,
         metavar="CSV",
         help="measured pair speeds: gpu, speed, a_/b_ + profile features (the agent's --pair-rows)",

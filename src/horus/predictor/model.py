@@ -396,14 +396,26 @@ def artifact_digest(artifact: Mapping[str, Any]) -> str:
 
 
 def load_predictor(path: Path) -> HorusPredictor:
-    """Load a predictor artifact written by ``horus predictor train``."""
+    """Load a predictor artifact written by ``horus predictor train`` (JSON, or gzip-compressed
+    JSON as ``-o model.json.gz`` writes it; told apart by the gzip magic bytes, not the name)."""
+    import gzip
+    import zlib
+
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except OSError as exc:  # includes gzip.BadGzipFile
         raise ValidationError(
-            f"cannot read predictor artifact {path}: {exc.strerror or exc}"
+            f"cannot read predictor artifact {path}: {getattr(exc, 'strerror', None) or exc}"
         ) from exc
-    except json.JSONDecodeError as exc:
+    except (EOFError, zlib.error) as exc:
+        raise ValidationError(
+            f"{path} is not a predictor artifact (truncated or corrupt gzip: {exc}); "
+            "copy it again from 'horus predictor train -o'"
+        ) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{path} is not a predictor artifact (invalid JSON: {exc})") from exc
     if not isinstance(data, dict):
         raise ValidationError(f"{path} is not a predictor artifact")

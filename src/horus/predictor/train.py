@@ -275,29 +275,39 @@ def train_artifact(
     *,
     seed: int = 0,
     include_lucid: Path | None = None,
-    extra_rows: Path | None = None,
-    extra_pair_rows: Path | None = None,
+    extra_rows: Path | Sequence[Path] | None = None,
+    extra_pair_rows: Path | Sequence[Path] | None = None,
     data_dir: Path = DATA_DIR,
     n_estimators: int | None = None,
 ) -> dict[str, Any]:
     """Train every head and return the artifact (a JSON-serialisable dict).
 
-    ``n_estimators`` overrides the ensemble size (tests use a small one to stay fast).
+    ``extra_rows`` / ``extra_pair_rows``: one observed-rows file or several (one per node, as
+    each node's agent writes its own). ``n_estimators`` overrides the ensemble size (tests use
+    a small one to stay fast).
     """
     _OVERRIDES.clear()
     if n_estimators is not None:
         _OVERRIDES["n_estimators"] = n_estimators
     try:
-        return _train_artifact(seed, include_lucid, extra_rows, extra_pair_rows, data_dir)
+        return _train_artifact(
+            seed, include_lucid, _paths(extra_rows), _paths(extra_pair_rows), data_dir
+        )
     finally:
         _OVERRIDES.clear()
+
+
+def _paths(value: Path | Sequence[Path] | None) -> tuple[Path, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, Path) else tuple(value)
 
 
 def _train_artifact(
     seed: int,
     include_lucid: Path | None,
-    extra_rows: Path | None,
-    extra_pair_rows: Path | None,
+    extra_rows: tuple[Path, ...],
+    extra_pair_rows: tuple[Path, ...],
     data_dir: Path,
 ) -> dict[str, Any]:
     tables = [load_gpumemnet(data_dir)]
@@ -309,13 +319,13 @@ def _train_artifact(
             )
         tables.append(load_lucid_single(include_lucid))
         sources.append("Lucid (S-Lab License 1.0, NON-COMMERCIAL)")
-    if extra_rows is not None:
-        tables.append(load_extra_rows(extra_rows))
-        sources.append(f"observed rows {extra_rows.name}")
+    for path in extra_rows:
+        tables.append(load_extra_rows(path))
+        sources.append(f"observed rows {path.name}")
     observed_pairs: list[ObservedPair] = []
-    if extra_pair_rows is not None:
-        observed_pairs = load_extra_pair_rows(extra_pair_rows)  # fail before minutes of training
-        sources.append(f"observed pair rows {extra_pair_rows.name}")
+    for path in extra_pair_rows:
+        observed_pairs += load_extra_pair_rows(path)  # fail before minutes of training
+        sources.append(f"observed pair rows {path.name}")
     table = concat(tables)
     util, mem, metrics = train_single_heads(table, seed)
 
@@ -371,10 +381,20 @@ LUCID_NOTE = (
 
 
 def save_artifact(artifact: Mapping[str, Any], path: Path) -> str:
-    """Write ``artifact`` as canonical JSON; returns its sha256."""
+    """Write ``artifact`` as canonical JSON; returns the JSON's sha256.
+
+    A path ending in ``.gz`` is written gzip-compressed (about a third of the size, so a
+    trained artifact fits a Kubernetes ConfigMap's 1 MiB), deterministically (no timestamp
+    or name in the gzip header), so the same training gives the same bytes either way.
+    """
+    import gzip
     import hashlib
 
     text = json.dumps(artifact, sort_keys=True, separators=(",", ":"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    if path.name.endswith(".gz"):
+        with path.open("wb") as raw, gzip.GzipFile("", "wb", 9, raw, mtime=0) as fh:
+            fh.write(text.encode())
+    else:
+        path.write_text(text)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,7 +262,12 @@ def operator_factory(cluster: Any, tmp_path: Path) -> Iterator[Callable[..., Ope
     lease = f"horus-operator-{uuid.uuid4().hex[:6]}"
     made: list[OperatorProc] = []
 
-    def make(identity: str = "", lease_duration: float = 10.0, start: bool = True) -> OperatorProc:
+    def make(
+        identity: str = "",
+        lease_duration: float = 10.0,
+        start: bool = True,
+        extra_args: Sequence[str] = (),
+    ) -> OperatorProc:
         ident = identity or f"op-{len(made)}"
         log = tmp_path / f"operator-{ident}.log"
         argv = [
@@ -281,6 +286,7 @@ def operator_factory(cluster: Any, tmp_path: Path) -> Iterator[Callable[..., Ope
             "0",
             "--identity",
             ident,
+            *extra_args,
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         op = OperatorProc(argv, env, log, ident)

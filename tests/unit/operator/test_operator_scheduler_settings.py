@@ -53,3 +53,51 @@ def test_reconciler_uses_the_settings_and_the_published_pair_error() -> None:
         assert rec.scheduler.pair_error == published_pair_error(predictor) > 0
     finally:
         rec.close()
+
+
+def test_run_loads_the_predictor_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--predictor / HORUS_OPERATOR_PREDICTOR: loaded before anything talks to the cluster;
+    a missing or broken file stops the operator with a message naming it."""
+    import os
+    import subprocess
+    import sys
+
+    from horus.common.errors import ValidationError
+    from horus.operator.controller import load_operator_predictor
+    from horus.operator.settings import OperatorSettings
+    from horus.predictor.model import DEFAULT_ARTIFACT
+
+    copy = tmp_path / "mine.json"
+    copy.write_bytes(DEFAULT_ARTIFACT.read_bytes())
+    assert load_operator_predictor(OperatorSettings(predictor=copy)).version == (
+        load_default_predictor().version
+    )
+    assert load_operator_predictor(OperatorSettings()) is load_default_predictor()
+    with pytest.raises(ValidationError, match=r"cannot read predictor artifact .*nope.json"):
+        load_operator_predictor(OperatorSettings(predictor=tmp_path / "nope.json"))
+
+    broken = tmp_path / "model.json.gz"
+    broken.write_bytes(b"\x1f\x8b\x08\x00")
+    for argv, env in (
+        (["--predictor", str(broken)], {}),
+        ([], {"HORUS_OPERATOR_PREDICTOR": str(broken)}),
+    ):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "horus",
+                "operator",
+                "run",
+                "--kubeconfig",
+                "/nonexistent",
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert f"{broken} is not a predictor artifact" in proc.stderr, proc.stderr

@@ -118,6 +118,36 @@ def test_bad_artifact(tmp_path: Path) -> None:
         load_predictor(bad)
 
 
+def test_gzip_artifact_round_trips_and_fits_a_configmap(tmp_path: Path) -> None:
+    """``-o model.json.gz`` writes the same model, deterministically, small enough for a
+    ConfigMap (1 MiB); the loader tells gzip from JSON by content, not by name."""
+    import gzip
+    import json
+
+    from horus.predictor.model import DEFAULT_ARTIFACT
+    from horus.predictor.train import save_artifact
+
+    artifact = json.loads(DEFAULT_ARTIFACT.read_text())
+    plain, packed = tmp_path / "m.json", tmp_path / "m.json.gz"
+    assert save_artifact(artifact, plain) == save_artifact(artifact, packed)
+    first = packed.read_bytes()
+    save_artifact(artifact, packed)
+    assert packed.read_bytes() == first  # no timestamp in the gzip header
+    assert first[:2] == b"\x1f\x8b" and len(first) < 1_048_576 < plain.stat().st_size
+    renamed = tmp_path / "model"  # the ConfigMap key may be any name
+    renamed.write_bytes(first)
+    prof = job_type("gavel", "ResNet-50 (batch size 64)").profile
+    want = load_default_predictor().predict(prof, "V100")
+    for path in (plain, packed, renamed):
+        assert load_predictor(path).predict(prof, "V100") == want
+    renamed.write_bytes(first[: len(first) // 2])
+    with pytest.raises(ValidationError, match="truncated or corrupt gzip"):
+        load_predictor(renamed)
+    renamed.write_bytes(gzip.compress(b"[1, 2]"))
+    with pytest.raises(ValidationError, match="is not a predictor artifact"):
+        load_predictor(renamed)
+
+
 def _small_tables(tmp_path: Path) -> Path:
     """Every 8th GPUMemNet row and every 4th Gavel pair: enough to train, fast."""
     d = tmp_path / "data"
@@ -162,6 +192,20 @@ def test_extra_rows_hook(tmp_path: Path) -> None:
             )
     art = train_artifact(data_dir=d, n_estimators=15, extra_rows=extra)
     assert any("observed" in s for s in art["card"]["trained_on"])
+    # one file per node: several files join the data together
+    other = tmp_path / "node-b.csv"
+    other.write_text(extra.read_text())
+    both = train_artifact(data_dir=d, n_estimators=15, extra_rows=[extra, other])
+    assert {"observed rows observed.csv", "observed rows node-b.csv"} <= set(
+        both["card"]["trained_on"]
+    )
+    assert both["version"] != art["version"]
+    from horus.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["predictor", "train", "--extra-rows", "a.csv", "b.csv", "--extra-rows", "c.csv"]
+    )
+    assert args.extra_rows == [Path("a.csv"), Path("b.csv"), Path("c.csv")]
     bad = tmp_path / "bad.csv"
     bad.write_text("gpu,util\nA100,50\n")
     with pytest.raises(ValidationError, match="missing columns"):

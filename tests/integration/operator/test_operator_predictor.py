@@ -1,0 +1,75 @@
+"""The operator predicts and places with a predictor the user trained (``--predictor``), e.g.
+one retrained on the node agents' observed rows: the online-learning loop's last step.
+
+A small artifact is trained here from the shipped tables plus observed rows (as the agent's
+``--training-rows`` file writes them), saved gzip-compressed as a ConfigMap would carry it,
+and the operator's DLJob status must carry *its* version and *its* prediction, not the
+shipped model's."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, Kube, dljob_body
+from horus.api.dljob import parse_profile_document
+from horus.common import constants as c
+from horus.operator.livestate import graph_profile
+from horus.predictor import load_default_predictor, load_predictor
+from horus.predictor.interface import GraphProfile
+from horus.predictor.schema import FEATURE_NAMES
+from horus.predictor.tables import DATA_DIR
+
+
+def _retrained(tmp_path: Path, profile: GraphProfile) -> Path:
+    """Every 8th GPUMemNet row and every 4th Gavel pair, plus 30 observed rows saying this
+    profile keeps an H100 only 40 % busy: trains in seconds."""
+    from horus.predictor.train import save_artifact, train_artifact
+
+    d = tmp_path / "data"
+    d.mkdir()
+    shutil.copy(DATA_DIR / "job_types.csv", d / "job_types.csv")
+    for name, step in (("gpumemnet.csv", 8), ("gavel_pairs.csv", 4)):
+        with (DATA_DIR / name).open() as src, (d / name).open("w", newline="") as dst:
+            rows = list(csv.reader(src))
+            w = csv.writer(dst, lineterminator="\n")
+            w.writerow(rows[0])
+            w.writerows(rows[1::step])
+    observed = tmp_path / "training-rows.csv"
+    with observed.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "gpu", "util", "memory_mib", *FEATURE_NAMES])
+        for _ in range(30):
+            w.writerow(
+                [profile.model, "H100", 40.0, 9000, *(profile.features[k] for k in FEATURE_NAMES)]
+            )
+    out = tmp_path / "model.json.gz"
+    save_artifact(train_artifact(data_dir=d, n_estimators=15, extra_rows=observed), out)
+    return out
+
+
+def test_operator_uses_the_artifact_it_is_given(
+    gpu_nodes: list[str], kube: Kube, operator_factory: Any, tmp_path: Path
+) -> None:
+    text = (ROOT / "examples" / "profiles" / "resnet50-bs64.yaml").read_text()
+    profile = graph_profile(parse_profile_document(text))
+    artifact = _retrained(tmp_path, profile)
+    mine, shipped = load_predictor(str(artifact)), load_default_predictor()
+    expect = mine.predict(profile, "H100")
+    assert mine.version != shipped.version
+    # the observed rows moved the prediction towards what the cluster measured
+    assert expect.util_mean < shipped.predict(profile, "H100").util_mean - 5.0
+
+    operator_factory(extra_args=["--predictor", str(artifact)])
+    kube.create_jobs([dljob_body("taught", profile="resnet50-bs64")])
+    kube.wait(
+        "the DLJob Running",
+        lambda: kube.phases().get("taught") == c.DLJOB_PHASE_RUNNING,
+        timeout=60,
+    )
+    predicted = kube.jobs_by_name()["taught"]["status"]["predicted"]
+    assert predicted["modelVersion"] == mine.version
+    assert abs(predicted["utilMean"] - expect.util_mean) < 0.01, (predicted, expect)
+    assert abs(predicted["memoryMiBMean"] - expect.memory_mib_mean) < 1.0, (predicted, expect)
