@@ -157,6 +157,31 @@ def test_trained_model_and_rows_dir_reach_the_processes(helm, tmp_path, monkeypa
     assert str(agent_settings.pair_rows) == "/var/lib/horus/rows/pair-rows.csv"
 
 
+def test_a_trained_model_fits_a_configmap(cluster, tmp_path):
+    """The README's `kubectl create configmap horus-model --from-file=model.json.gz`: a
+    full-size artifact, gzipped, is accepted by the apiserver (ConfigMaps hold at most 1 MiB)
+    and what comes back loads as the same model."""
+    import base64
+    import json
+
+    from horus.predictor.model import DEFAULT_ARTIFACT, load_predictor
+    from horus.predictor.train import save_artifact
+
+    path = tmp_path / "model.json.gz"
+    save_artifact(json.loads(DEFAULT_ARTIFACT.read_text()), path)
+    name = f"horus-model-{tmp_path.name[-8:].lower().replace('_', '-')}".rstrip("-")
+    cluster.kubectl("-n", "default", "create", "configmap", name, f"--from-file={path}")
+    try:
+        got = json.loads(
+            cluster.kubectl("-n", "default", "get", "configmap", name, "-o", "json").stdout
+        )
+        back = tmp_path / "back"
+        back.write_bytes(base64.b64decode(got["binaryData"]["model.json.gz"]))
+        assert load_predictor(back).version == load_predictor(DEFAULT_ARTIFACT).version
+    finally:
+        cluster.kubectl("-n", "default", "delete", "configmap", name, check=False)
+
+
 def test_monitors_render_when_enabled(helm):
     rendered = helm(
         "template", "horus", str(CHART), *NS, KUBE,
