@@ -646,6 +646,9 @@ class Extender:
         sched = Scheduler(self.policy, self.predictor, self.scheduler_settings)
         for request in live.profiles().values():
             sched.remember(request)  # residents' profiles, for pair speeds
+        for kind, other, model, speed in live.observed_pairs:
+            # measured beats predicted, as in the operator (Reconciler._observe_pairs)
+            sched.observe_pair(kind, other, model, speed)
         return sched
 
     def _live(self, exclude: str) -> tuple[LiveState, dict[str, int]]:

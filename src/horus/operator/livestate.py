@@ -44,7 +44,7 @@ from horus.api.raw import read_items
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
-from horus.scheduler import ClusterState, GpuShare, JobRequest
+from horus.scheduler import ClusterState, GpuShare, JobRequest, job_kind
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,9 @@ class LiveState:
     excluded_nodes: dict[str, str] = field(default_factory=dict)
     #: Records that could not be counted, each a sentence naming the object and the cause.
     problems: list[str] = field(default_factory=list)
+    #: Pair speeds the node agents measured (DLJob ``status.observed.pairs``, finished jobs
+    #: too) as (job kind, neighbour kind, GPU model, speed), for ``Scheduler.observe_pair``.
+    observed_pairs: list[tuple[str, str, str, float]] = field(default_factory=list)
 
     def profiles(self) -> dict[str, JobRequest]:
         """Resident requests by kind (hand each to ``Scheduler.remember`` for pair speeds)."""
@@ -267,6 +270,12 @@ def build_live_state(
         except ValidationError as exc:
             problems.append(f"DLJob {jname}: unreadable status ({exc}); its pods are used instead")
             continue
+        profile = _dljob_profile(obj, jname, known_profiles)
+        if status.observed is not None and status.observed.pairs and profile is not None:
+            kind = job_kind(profile)
+            live.observed_pairs += [
+                (kind, pair.other, pair.gpu_model, pair.speed) for pair in status.observed.pairs
+            ]
         if status.phase in TERMINAL_JOB_PHASES:
             continue  # pods of a finished job that still run are counted below, from the pods
         shares = [
@@ -275,7 +284,6 @@ def build_live_state(
         ]
         replicas = max(p.replica for p in status.placements) + 1
         per_replica = max(1, len(shares) // replicas)
-        profile = _dljob_profile(obj, jname, known_profiles)
         prediction = (
             resource_prediction(status.predicted)
             if status.predicted is not None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from extfixtures import FakeSource, plain_pod
-from opfixtures import assignment, node
+from opfixtures import assignment, dljob, node, share
 
 from horus.api.assignment import decode_assignment, decode_predicted
 from horus.api.signing import verify_assignment
@@ -432,3 +432,40 @@ def test_profiles_are_parsed_once_per_text() -> None:
     for _ in range(2):  # a bad document fails every time, with its reason
         with pytest.raises(ValidationError, match="features"):
             cached_profile("model: m\nbatchSize: 1\n")
+
+
+def test_measured_pair_speeds_beat_predicted_ones() -> None:
+    """A pair speed a node agent measured (a DLJob's status.observed.pairs, here of a finished
+    job) replaces the predicted one, as in the operator: resnet50 measured at 0.31× next to
+    resnet50 makes node a, which runs one, a bad place for another; node b stays fine."""
+
+    def resident(name: str, node_name: str, profile: str) -> dict[str, Any]:
+        p = plain_pod(name, core=40, memory=10000, node=node_name, profile=profile)
+        p["metadata"]["annotations"][c.ANNOTATION_GPU_ASSIGNMENT] = json.dumps(
+            assignment(node_name, 0, 40, 10000).to_json()
+        )
+        p["status"]["phase"] = "Running"
+        return p
+
+    def filtered(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        src = FakeSource(
+            [node("a", gpus=1), node("b", gpus=1)],
+            [
+                resident("r1", "a", "resnet50-bs64"),
+                resident("r2", "b", "lstm-lm-bs20"),
+                plain_pod("p"),
+            ],
+            jobs,
+        )
+        ext = Extender(src, load_default_predictor(), key=KEY, cache_seconds=0)
+        pod = src.pods[("default", "p")]
+        return ext.filter(parse_extender_args({"Pod": pod, "NodeNames": ["a", "b"]}))
+
+    assert filtered([])["NodeNames"] == ["a", "b"]  # predicted: sharing either GPU pays
+    old = dljob("old", [share("a", 0)], phase="Succeeded")
+    old["status"]["observed"] = {
+        "pairs": [{"other": "resnet50@64", "gpuModel": "H100", "speed": 0.31, "samples": 9}]
+    }
+    out = filtered([old])
+    assert out["NodeNames"] == ["b"]
+    assert "gains -0.38" in out["FailedNodes"]["a"] and "0.31×" in out["FailedNodes"]["a"]

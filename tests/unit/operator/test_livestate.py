@@ -105,3 +105,19 @@ def test_malformed_annotation_is_a_problem() -> None:
     p["metadata"]["annotations"]["horus.io/gpu-assignment"] = "{not json"
     live = build_live_state([node("a")], [p], [])
     assert live.problems and "default/x" in live.problems[0]
+
+
+def test_measured_pairs_of_running_and_finished_dljobs_are_collected() -> None:
+    """status.observed.pairs outlive the job's run: a finished DLJob's measurements count."""
+    pairs = [{"other": "bert@8", "gpuModel": "H100", "speed": 0.7, "samples": 5}]
+    running = dljob("a", [share("n1", 0)], phase="Running")
+    done = dljob("b", [share("n1", 1)], phase="Succeeded")
+    for job, speed in ((running, 0.7), (done, 0.4)):
+        job["status"]["observed"] = {"pairs": [{**pairs[0], "speed": speed}]}
+    unmeasured = dljob("c", [share("n1", 1)], phase="Running")
+    live = build_live_state([node("n1")], [], [running, done, unmeasured])
+    kind = "resnet50@64"  # the fixture profile's model@batch
+    assert sorted(live.observed_pairs) == [
+        (kind, "bert@8", "H100", 0.4),
+        (kind, "bert@8", "H100", 0.7),
+    ]
