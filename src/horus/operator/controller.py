@@ -30,6 +30,7 @@ from horus.common.errors import ConfigError
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.settings import OperatorSettings
+from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def load_kube_config(kubeconfig: str) -> None:
             ) from None
 
 
-def load_operator_predictor(settings: OperatorSettings) -> Any:
+def load_operator_predictor(settings: OperatorSettings) -> Predictor:
     """``settings.predictor`` when set (a :class:`ValidationError` naming the file if it is not
     a usable artifact), else the shipped model."""
     from horus.predictor import load_default_predictor, load_predictor
@@ -94,7 +95,7 @@ class Controller:
     reconciler: Any = None
     #: The predictor (``settings.predictor`` or the shipped one); loaded by :func:`run` before
     #: kopf starts, so a bad artifact stops the process with its message, or at :meth:`start`.
-    predictor: Any = None
+    predictor: Predictor | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     passes: int = 0
     _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
