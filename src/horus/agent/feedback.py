@@ -45,30 +45,11 @@ from horus.predictor.schema import FEATURE_NAMES
 
 log = logging.getLogger("horus.agent.feedback")
 
-PROVENANCE = [
-    "namespace",
-    "pod",
-    "job",
-    "node",
-    "backend",
-    "model",
-    "family",
-    "samples",
-    "util_peak",
-    "memory_mib_mean",
-]
+#: The columns :func:`_provenance` fills, first in both files.
+SOURCE = ["namespace", "pod", "job", "node", "backend", "model"]
+PROVENANCE = [*SOURCE, "family", "samples", "util_peak", "memory_mib_mean"]
 ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES, *PROVENANCE]
-PAIR_PROVENANCE = [
-    "namespace",
-    "pod",
-    "job",
-    "node",
-    "backend",
-    "model",
-    "other",
-    "other_model",
-    "samples",
-]
+PAIR_PROVENANCE = [*SOURCE, "other", "other_model", "samples"]
 PAIR_FILE_COLUMNS = [*PAIR_ROW_COLUMNS, *PAIR_PROVENANCE]
 
 #: A pair's speed key: (neighbour job kind, GPU model) → (speed, samples next to it).

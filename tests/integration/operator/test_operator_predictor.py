@@ -9,7 +9,6 @@ shipped model's."""
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +19,15 @@ from horus.operator.livestate import graph_profile
 from horus.predictor import load_default_predictor, load_predictor
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
-from horus.predictor.tables import DATA_DIR
+from predictor_tables import small_tables
 
 
 def _retrained(tmp_path: Path, profile: GraphProfile) -> Path:
-    """Every 8th GPUMemNet row and every 4th Gavel pair, plus 30 observed rows saying this
-    profile keeps an H100 only 40 % busy: trains in seconds."""
+    """The thinned shipped tables plus 30 observed rows saying this profile keeps an H100
+    only 40 % busy: trains in seconds."""
     from horus.predictor.train import save_artifact, train_artifact
 
-    d = tmp_path / "data"
-    d.mkdir()
-    shutil.copy(DATA_DIR / "job_types.csv", d / "job_types.csv")
-    for name, step in (("gpumemnet.csv", 8), ("gavel_pairs.csv", 4)):
-        with (DATA_DIR / name).open() as src, (d / name).open("w", newline="") as dst:
-            rows = list(csv.reader(src))
-            w = csv.writer(dst, lineterminator="\n")
-            w.writerow(rows[0])
-            w.writerows(rows[1::step])
+    d = small_tables(tmp_path)
     observed = tmp_path / "training-rows.csv"
     with observed.open("w", newline="") as fh:
         w = csv.writer(fh)

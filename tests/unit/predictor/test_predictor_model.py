@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from horus.predictor.catalog import job_type, measured_job_types
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.predictor.model import load_predictor
 from horus.predictor.schema import FEATURE_NAMES
-from horus.predictor.tables import DATA_DIR
+from predictor_tables import small_tables
 
 
 def test_shipped_artifact_loads_and_answers() -> None:
@@ -148,24 +147,10 @@ def test_gzip_artifact_round_trips_and_fits_a_configmap(tmp_path: Path) -> None:
         load_predictor(renamed)
 
 
-def _small_tables(tmp_path: Path) -> Path:
-    """Every 8th GPUMemNet row and every 4th Gavel pair: enough to train, fast."""
-    d = tmp_path / "data"
-    d.mkdir()
-    shutil.copy(DATA_DIR / "job_types.csv", d / "job_types.csv")
-    for name, step in (("gpumemnet.csv", 8), ("gavel_pairs.csv", 4)):
-        with (DATA_DIR / name).open() as src, (d / name).open("w", newline="") as dst:
-            rows = list(csv.reader(src))
-            w = csv.writer(dst, lineterminator="\n")
-            w.writerow(rows[0])
-            w.writerows(rows[1::step])
-    return d
-
-
 def test_training_is_deterministic(tmp_path: Path) -> None:
     from horus.predictor.train import save_artifact, train_artifact
 
-    d = _small_tables(tmp_path)
+    d = small_tables(tmp_path)
     a = train_artifact(data_dir=d, n_estimators=15)
     b = train_artifact(data_dir=d, n_estimators=15)
     assert save_artifact(a, tmp_path / "a.json") == save_artifact(b, tmp_path / "b.json")
@@ -180,7 +165,7 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
 def test_extra_rows_hook(tmp_path: Path) -> None:
     from horus.predictor.train import train_artifact
 
-    d = _small_tables(tmp_path)
+    d = small_tables(tmp_path)
     extra = tmp_path / "observed.csv"
     jt = job_type("gavel", "ResNet-50 (batch size 64)")
     with extra.open("w", newline="") as fh:
@@ -243,7 +228,7 @@ def test_extra_pair_rows_teach_the_pair_head(tmp_path: Path) -> None:
     """Pair speeds measured in a cluster move the pair head towards them for that pair."""
     from horus.predictor.train import save_artifact, train_artifact
 
-    d = _small_tables(tmp_path)
+    d = small_tables(tmp_path)
     a = job_type("gavel", "ResNet-50 (batch size 64)").profile
     b = job_type("gavel", "Transformer (batch size 64)").profile
     base = tmp_path / "base.json"
