@@ -112,6 +112,12 @@ def register(sub: Any) -> None:
         metavar="CSV",
         help="measured pair speeds: gpu, speed, a_/b_ + profile features (the agent's --pair-rows)",
     )
+    train.add_argument(
+        "--keep-simulated",
+        action="store_true",
+        help="keep --extra-rows/--extra-pair-rows rows whose backend column says simulated "
+        "(the agent on simulated nodes writes them; by default they are dropped)",
+    )
     train.set_defaults(handler=_train)
     tables = psub.add_parser(
         "build-tables",
@@ -236,6 +242,7 @@ def _train(args: argparse.Namespace) -> int:
         include_lucid=args.with_lucid,
         extra_rows=args.extra_rows,
         extra_pair_rows=args.extra_pair_rows,
+        keep_simulated=args.keep_simulated,
     )
     path = args.output or DEFAULT_ARTIFACT
     digest = save_artifact(artifact, path)

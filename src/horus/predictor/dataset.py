@@ -15,6 +15,7 @@ size) and ``flops`` (FLOPs only).
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from horus.common.constants import BACKEND_SIMULATED
 from horus.predictor.gpus import DATASET_GPUS, GpuSpec, gpu_spec
 from horus.predictor.schema import FAMILIES, FEATURE_NAMES
 from horus.predictor.tables import DATA_DIR
+
+_log = logging.getLogger("horus.predictor.dataset")
 
 _LOG = (
     "batch_size",
@@ -252,14 +256,60 @@ def load_lucid_single(lucid_dir: Path) -> SingleTable:
     return SingleTable(rows, np.array(util), np.array(mem), fam, src)
 
 
-def load_extra_rows(path: Path) -> SingleTable:
+def _simulated(row: Mapping[str, str | None]) -> bool:
+    """A row the agent wrote on a simulated node (``backend=simulated``): the predictor's own
+    output plus noise, not a measurement."""
+    return (row.get("backend") or "").strip() == BACKEND_SIMULATED
+
+
+class _SimulatedRows:
+    """Counts the rows of one file that came from simulated GPUs and, unless they are to be
+    kept, drops them: a production model trained on them would learn its own predictions."""
+
+    def __init__(self, path: Path, keep: bool) -> None:
+        self.path, self.keep, self.total, self.dropped = path, keep, 0, 0
+
+    def drop(self, row: Mapping[str, str | None]) -> bool:
+        self.total += 1
+        if self.keep or not _simulated(row):
+            return False
+        self.dropped += 1
+        return True
+
+    def check(self, what: str) -> None:
+        """Refuse a file whose every row is simulated; say how many rows a partial one lost."""
+        from horus.common.errors import ValidationError
+
+        if not self.dropped:
+            return
+        if self.dropped == self.total:
+            raise ValidationError(
+                f"{self.path}: all {self.total} {what} come from simulated GPUs "
+                f"(backend={BACKEND_SIMULATED}); they are the predictor's own output, not "
+                "measurements, so training on them teaches it nothing. Use the rows of nodes "
+                "with real GPUs, or pass --keep-simulated to train on them anyway (tests, demos)"
+            )
+        _log.warning(
+            "%s: dropped %d of %d %s from simulated GPUs (backend=%s); --keep-simulated keeps them",
+            self.path,
+            self.dropped,
+            self.total,
+            what,
+            BACKEND_SIMULATED,
+        )
+
+
+def load_extra_rows(path: Path, *, keep_simulated: bool = False) -> SingleTable:
     """Rows observed in the user's cluster: profile features, ``gpu``, ``util``, ``memory_mib``.
 
     The sharing agent writes these; any profile feature missing from a row is an error naming it.
+    Rows whose ``backend`` column says ``simulated`` are dropped unless ``keep_simulated``
+    (a file of nothing else is an error).
     """
     from horus.common.errors import ValidationError
 
     rows, util, mem, fam, src = [], [], [], [], []
+    simulated = _SimulatedRows(path, keep_simulated)
     try:
         fh = path.open()
     except OSError as exc:
@@ -271,6 +321,8 @@ def load_extra_rows(path: Path) -> SingleTable:
         if missing:
             raise ValidationError(f"{path}: missing columns {', '.join(missing)}")
         for i, r in enumerate(reader, start=2):
+            if simulated.drop(r):
+                continue
             try:
                 feats = {k: float(r[k]) for k in FEATURE_NAMES}
                 u = float(r["util"]) if r["util"] else math.nan
@@ -282,6 +334,7 @@ def load_extra_rows(path: Path) -> SingleTable:
             mem.append(m)
             fam.append(r.get("family") or r.get("model") or "observed")
             src.append("observed")
+    simulated.check("rows")
     return SingleTable(rows, np.array(util), np.array(mem), fam, src)
 
 
@@ -320,14 +373,17 @@ class ObservedPair:
     """Held-out group for cross-validation: job A's model name, or ``observed``."""
 
 
-def load_extra_pair_rows(path: Path) -> list[ObservedPair]:
+def load_extra_pair_rows(path: Path, *, keep_simulated: bool = False) -> list[ObservedPair]:
     """Pair speeds observed in the user's cluster (the agent's ``--pair-rows`` CSV).
 
     Every :data:`PAIR_ROW_COLUMNS` column must be present; a row with a missing or non-numeric
     value, a speed outside (0, 2] or a GPU the predictor does not know is an error naming the
     file, the line and the value, so a broken file trains nothing rather than something wrong.
+    Rows from simulated GPUs are dropped as in :func:`load_extra_rows`.
     """
     from horus.common.errors import ValidationError
+
+    simulated = _SimulatedRows(path, keep_simulated)
 
     try:
         fh = path.open(newline="")
@@ -346,6 +402,8 @@ def load_extra_pair_rows(path: Path) -> list[ObservedPair]:
                 "profile feature (the columns the agent's --pair-rows file has)"
             )
         for i, r in enumerate(reader, start=2):
+            if simulated.drop(r):
+                continue
             where = f"{path}:{i}"
             values: dict[str, float] = {}
             for k in ("speed", *PAIR_ROW_FEATURES_A, *PAIR_ROW_FEATURES_B):
@@ -375,4 +433,5 @@ def load_extra_pair_rows(path: Path) -> list[ObservedPair]:
                     group=r.get("model") or "observed",
                 )
             )
+    simulated.check("pair rows")
     return out

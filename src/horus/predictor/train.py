@@ -279,11 +279,13 @@ def train_artifact(
     extra_pair_rows: Path | Sequence[Path] | None = None,
     data_dir: Path = DATA_DIR,
     n_estimators: int | None = None,
+    keep_simulated: bool = False,
 ) -> dict[str, Any]:
     """Train every head and return the artifact (a JSON-serialisable dict).
 
     ``extra_rows`` / ``extra_pair_rows``: one observed-rows file or several (one per node, as
-    each node's agent writes its own). ``n_estimators`` overrides the ensemble size (tests use
+    each node's agent writes its own); their rows from simulated GPUs are dropped unless
+    ``keep_simulated``. ``n_estimators`` overrides the ensemble size (tests use
     a small one to stay fast).
     """
     _OVERRIDES.clear()
@@ -291,7 +293,12 @@ def train_artifact(
         _OVERRIDES["n_estimators"] = n_estimators
     try:
         return _train_artifact(
-            seed, include_lucid, _paths(extra_rows), _paths(extra_pair_rows), data_dir
+            seed,
+            include_lucid,
+            _paths(extra_rows),
+            _paths(extra_pair_rows),
+            data_dir,
+            keep_simulated,
         )
     finally:
         _OVERRIDES.clear()
@@ -309,6 +316,7 @@ def _train_artifact(
     extra_rows: tuple[Path, ...],
     extra_pair_rows: tuple[Path, ...],
     data_dir: Path,
+    keep_simulated: bool,
 ) -> dict[str, Any]:
     tables = [load_gpumemnet(data_dir)]
     sources = ["GPUMemNet (CC BY 4.0)", "Gavel (MIT)"]
@@ -320,12 +328,13 @@ def _train_artifact(
         tables.append(load_lucid_single(include_lucid))
         sources.append("Lucid (S-Lab License 1.0, NON-COMMERCIAL)")
     for path in extra_rows:
-        tables.append(load_extra_rows(path))
-        sources.append(f"observed rows {path.name}")
+        tables.append(load_extra_rows(path, keep_simulated=keep_simulated))
+        sources.append(f"observed rows {path.name} ({len(tables[-1].rows)} rows)")
     observed_pairs: list[ObservedPair] = []
     for path in extra_pair_rows:
-        observed_pairs += load_extra_pair_rows(path)  # fail before minutes of training
-        sources.append(f"observed pair rows {path.name}")
+        pairs = load_extra_pair_rows(path, keep_simulated=keep_simulated)  # fail before training
+        observed_pairs += pairs
+        sources.append(f"observed pair rows {path.name} ({len(pairs)} rows)")
     table = concat(tables)
     util, mem, metrics = train_single_heads(table, seed)
 

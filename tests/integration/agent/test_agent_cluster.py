@@ -230,7 +230,7 @@ def test_agent_end_to_end(
         # the finished pod becomes a training row the predictor accepts
         cluster.kubectl("delete", "pod", "good", "-n", NS, "--grace-period=0", "--force")
         _wait(lambda: rows.exists() and rows.stat().st_size > 0, 20, "a training row")
-        table = load_extra_rows(rows)
+        table = load_extra_rows(rows, keep_simulated=True)  # simulated backend's rows
         assert len(table.rows) == 1 and 10 < table.util[0] < 60
     finally:
         stop.set()
@@ -336,7 +336,10 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
         assert observed is not None and observed.pairs[0].other == job_kind(profiles["pb"])
         # the same measurement, as a training row for the pair head (written at flush/shutdown)
         agent.flush()
-        rows = {(r.group, round(r.speed, 4)): r for r in load_extra_pair_rows(pair_rows)}
+        rows = {
+            (r.group, round(r.speed, 4)): r
+            for r in load_extra_pair_rows(pair_rows, keep_simulated=True)
+        }
         assert (profiles["pa"].model, pairs[0]["speed"]) in rows, rows.keys()
         row = rows[(profiles["pa"].model, pairs[0]["speed"])]
         assert row.gpu.name == "H100"

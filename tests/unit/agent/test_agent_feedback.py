@@ -51,7 +51,7 @@ def test_rows_are_accepted_by_the_predictor(tmp_path: Path) -> None:
     assert append_rows(path, rows) == 2
     assert append_rows(path, rows[:1]) == 1  # appends without a second header
     assert path.read_text().splitlines()[0].split(",") == ROW_COLUMNS
-    table = load_extra_rows(path)
+    table = load_extra_rows(path, keep_simulated=True)  # rows of the simulated backend
     assert len(table.rows) == 3
     assert table.util[0] == pytest.approx(40.0) and table.memory_mib[0] == pytest.approx(1200.0)
     assert not any(math.isnan(v) for r in table.rows for v in r.values())
@@ -63,7 +63,7 @@ def test_rows_train_a_predictor(tmp_path: Path) -> None:
     profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-bs64.yaml")
     path = tmp_path / "rows.csv"
     append_rows(path, [r for st in _stats().drain() if (r := training_row(st, profile))])
-    art = train_artifact(extra_rows=path, n_estimators=5)
+    art = train_artifact(extra_rows=path, n_estimators=5, keep_simulated=True)
     assert any("observed rows rows.csv" in s for s in art["card"]["trained_on"])
 
 
@@ -134,7 +134,7 @@ def test_pair_rows_are_accepted_by_the_predictor(tmp_path: Path) -> None:
     path = tmp_path / "pairs.csv"
     assert append_rows(path, rows, PAIR_FILE_COLUMNS) == 1
     assert append_rows(path, rows, ROW_COLUMNS) == 0  # a file of the other kind is left alone
-    (observed,) = load_extra_pair_rows(path)
+    (observed,) = load_extra_pair_rows(path, keep_simulated=True)
     assert observed.speed == 0.75 and observed.gpu.name == "H100"
     assert observed.group == mine.model
     assert observed.a["fwd_flops"] == mine.features["fwd_flops"]

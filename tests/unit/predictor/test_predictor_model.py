@@ -181,7 +181,7 @@ def test_extra_rows_hook(tmp_path: Path) -> None:
     other = tmp_path / "node-b.csv"
     other.write_text(extra.read_text())
     both = train_artifact(data_dir=d, n_estimators=15, extra_rows=[extra, other])
-    assert {"observed rows observed.csv", "observed rows node-b.csv"} <= set(
+    assert {"observed rows observed.csv (10 rows)", "observed rows node-b.csv (10 rows)"} <= set(
         both["card"]["trained_on"]
     )
     assert both["version"] != art["version"]
@@ -211,7 +211,8 @@ def _pair_csv(path: Path, rows: list[dict[str, object]]) -> Path:
     from horus.predictor.dataset import PAIR_ROW_COLUMNS
 
     with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[*PAIR_ROW_COLUMNS, "model"])
+        extra = ["backend"] if any("backend" in r for r in rows) else []
+        w = csv.DictWriter(fh, fieldnames=[*PAIR_ROW_COLUMNS, "model", *extra])
         w.writeheader()
         w.writerows(rows)
     return path
@@ -237,7 +238,7 @@ def test_extra_pair_rows_teach_the_pair_head(tmp_path: Path) -> None:
     # what the cluster measured on its A100s: this pair barely slows A
     extra = _pair_csv(tmp_path / "pairs.csv", [_pair(a, b, "A100", 0.97)] * 40)
     art = train_artifact(data_dir=d, n_estimators=15, extra_pair_rows=extra)
-    assert "observed pair rows pairs.csv" in art["card"]["trained_on"]
+    assert "observed pair rows pairs.csv (40 rows)" in art["card"]["trained_on"]
     save_artifact(art, tmp_path / "taught.json")
     after = load_predictor(tmp_path / "taught.json").pair_speed(a, b, "A100")
     assert abs(after - 0.97) < abs(before - 0.97) / 2, (before, after)
@@ -267,6 +268,46 @@ def test_bad_pair_rows_name_the_line_and_value(
         load_extra_pair_rows(path)
     ok = load_extra_pair_rows(_pair_csv(tmp_path / "ok.csv", [good]))
     assert ok[0].speed == 0.6 and ok[0].gpu.name == "V100" and ok[0].group == a.model
+
+
+def test_rows_from_simulated_gpus_are_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent on a simulated node writes the predictor's own output as rows
+    (``backend=simulated``): training drops them unless told to keep them, and a file of
+    nothing else is refused rather than silently training on no observed rows at all."""
+    from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
+
+    f = job_type("gavel", "ResNet-50 (batch size 64)").profile.features
+    rows = tmp_path / "training-rows.csv"
+    with rows.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["gpu", "util", "memory_mib", *FEATURE_NAMES, "backend"])
+        for i, backend in enumerate(["nvml"] * 3 + ["simulated"] * 2 + [""]):
+            w.writerow(["A100", 50.0 + i, 9000, *(f[k] for k in FEATURE_NAMES), backend])
+    with caplog.at_level("WARNING", logger="horus.predictor.dataset"):
+        table = load_extra_rows(rows)
+    assert list(table.util) == [50.0, 51.0, 52.0, 55.0]  # no backend column value: kept
+    assert "dropped 2 of 6 rows from simulated GPUs" in caplog.text
+    assert len(load_extra_rows(rows, keep_simulated=True).rows) == 6
+
+    a = job_type("gavel", "ResNet-50 (batch size 64)").profile
+    sim = [{**_pair(a, a, "V100", 0.6), "backend": "simulated"}] * 2
+    pairs = _pair_csv(tmp_path / "pairs.csv", sim)
+    with pytest.raises(ValidationError, match=r"pairs.csv: all 2 pair rows come from simulated"):
+        load_extra_pair_rows(pairs)
+    assert [o.speed for o in load_extra_pair_rows(pairs, keep_simulated=True)] == [0.6, 0.6]
+    mixed = _pair_csv(
+        tmp_path / "mixed.csv", [*sim, {**_pair(a, a, "V100", 0.7), "backend": "nvml"}]
+    )
+    assert [o.speed for o in load_extra_pair_rows(mixed)] == [0.7]
+
+    from horus.cli import build_parser
+
+    args = build_parser().parse_args(["predictor", "train", "--extra-rows", "x.csv"])
+    assert args.keep_simulated is False
+    args = build_parser().parse_args(["predictor", "train", "--keep-simulated"])
+    assert args.keep_simulated is True
 
 
 def test_pair_rows_file_without_the_columns(tmp_path: Path) -> None:
