@@ -33,9 +33,9 @@ comparison between policies compares only these decisions.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,20 +64,24 @@ class ScoreContext:
     #: Error of one pair speed from ``pair_speed`` × ``settings.uncertainty_z``.
     pair_margin: float = 0.0
     #: Pairs whose speed was measured (``Scheduler.observe_pair``): (kind, other, GPU model).
-    #: Their margin is 0; every other pair keeps ``pair_margin``.
+    #: Their margin is 0; every other pair keeps its GPU model's margin.
     observed: AbstractSet[tuple[str, str, str]] = frozenset()
+    #: Per GPU model, a margin learned from measured pairs (``Scheduler.model_pair_error``
+    #: × ``uncertainty_z``); models not in it keep ``pair_margin``.
+    model_margin: Mapping[str, float] = field(default_factory=dict)
 
     def signature_margin(self, kind: str, model: str, sig: tuple[str, ...]) -> float:
         """Margin of one pair term when ``kind`` joins a GPU running ``sig``: the mean over
         the pair terms the share adds (its speed next to each job, each job's next to it),
         0 for the measured ones."""
-        if not self.observed or not sig or self.pair_margin == 0:
-            return self.pair_margin
+        margin = self.model_margin.get(model, self.pair_margin)
+        if not self.observed or not sig or margin == 0:
+            return margin
         unmeasured = sum(
             ((kind, r, model) not in self.observed) + ((r, kind, model) not in self.observed)
             for r in sig
         )
-        return self.pair_margin * unmeasured / (2 * len(sig))
+        return margin * unmeasured / (2 * len(sig))
 
     # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
     #: predicted gain per GPU, −inf off the scored mask;

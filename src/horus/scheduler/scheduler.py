@@ -16,6 +16,7 @@ starve a large one, and the rest of the cluster keeps working meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from horus.common.constants import GPU_CORE_UNITS_PER_GPU
-from horus.common.errors import ValidationError
+from horus.common.errors import HorusError, ValidationError
 from horus.predictor.interface import Predictor, ResourcePrediction
 from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy
 from horus.scheduler.queue import JobQueue
@@ -87,6 +88,10 @@ class Scheduler:
         self._pair_cache: dict[tuple[str, str, str], float] = {}
         #: Measured pair speeds (:meth:`observe_pair`); they win over any other source.
         self._observed: dict[tuple[str, str, str], float] = {}
+        #: The predicted speed of each measured pair, at the time it was first measured.
+        self._observed_predicted: dict[tuple[str, str, str], float] = {}
+        self._model_error: dict[str, float] | None = None
+        self._model_margin: dict[str, float] = {}
         self._profiles: dict[str, JobRequest] = {}
         self._queue_model: str | None = None
         #: (job, state token, GPUs) reserved for a starving job; see :meth:`_reserve`.
@@ -164,7 +169,9 @@ class Scheduler:
     def observe_pair(self, kind: str, other: str, gpu_model: str, speed: float) -> None:
         """Record a *measured* normalised speed of ``kind`` while it shares a ``gpu_model``
         with ``other`` (what a node agent sees where Horus runs). From then on it replaces
-        the predicted speed of that pair, and the pair gets no uncertainty margin."""
+        the predicted speed of that pair, and the pair gets no uncertainty margin. How far
+        it is from the prediction also teaches the margin of the pairs on that GPU model
+        that are still unmeasured (:meth:`model_pair_error`)."""
         if not (math.isfinite(speed) and 0.0 < speed <= 1.0):
             raise ValidationError(
                 f"observed pair speed of {kind!r} next to {other!r} on {gpu_model!r} must be "
@@ -173,9 +180,36 @@ class Scheduler:
         key = (kind, other, gpu_model)
         if self._observed.get(key) == speed:
             return
+        if key not in self._observed:
+            # What was predicted before the measurement replaces it (none for a kind whose
+            # profile is not known: no error sample).
+            with contextlib.suppress(HorusError):
+                self._observed_predicted[key] = self.pair_speed(kind, other, gpu_model)
         self._observed[key] = speed
         self._pair_cache[key] = speed
+        self._model_error = None
         self.policy.forget_pairs()
+
+    def model_pair_error(self) -> dict[str, float]:
+        """Per GPU model, the pair error learned from measured pairs (:meth:`observe_pair`):
+        the mean |measured − predicted| over that model's measured pairs, shrunk towards
+        :attr:`pair_error` as if that were ``settings.pair_error_prior_pairs`` more pairs.
+        Models without a measured pair are absent (they keep :attr:`pair_error`)."""
+        if self._model_error is None:
+            sums: dict[str, list[float]] = {}
+            for key, predicted in self._observed_predicted.items():
+                acc = sums.setdefault(key[2], [0.0, 0.0])
+                acc[0] += abs(self._observed[key] - predicted)
+                acc[1] += 1
+            prior, k = self.pair_error, self.settings.pair_error_prior_pairs
+            self._model_error = {m: (k * prior + e) / (k + n) for m, (e, n) in sums.items()}
+            z = self.settings.uncertainty_z
+            self._model_margin = {m: z * e for m, e in self._model_error.items()}
+        return self._model_error
+
+    def _model_margins(self) -> dict[str, float]:
+        self.model_pair_error()
+        return self._model_margin
 
     @property
     def observed_pairs(self) -> Mapping[tuple[str, str, str], float]:
@@ -317,6 +351,7 @@ class Scheduler:
             self.pair_speed,
             pair_margin=cfg.uncertainty_z * self.pair_error,
             observed=self._observed.keys(),
+            model_margin=self._model_margins(),
         )
         need = job.gpu_count
         if int(np.count_nonzero(mask)) >= need:

@@ -9,6 +9,7 @@ every tunable knob, each documented where it is declared.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +191,12 @@ class SchedulerSettings:
     #: only when even its optimistic bound (each predicted pair speed + ``uncertainty_z`` ×
     #: error) does not beat waiting. Chosen with ``min_gain`` on the same selection trace.
     uncertainty_z: float = 1.0
+    #: ``horus``: once pairs have been measured on a GPU model (``Scheduler.observe_pair``),
+    #: the error behind the margin of that model's unmeasured pairs becomes the mean
+    #: |measured − predicted| of its measured ones, shrunk towards the published error as if
+    #: that were this many more pairs: (k × published + Σ|error|) / (k + n). Fixed a priori
+    #: at 20, not tuned (docs/scheduler.md); larger trusts the published error longer.
+    pair_error_prior_pairs: float = 20.0
     #: Most jobs that may share one GPU (``horus``, ``binpack``, ``spread``).
     max_jobs_per_gpu: int = 3
     #: Smallest core share given to an auto-sized job on a shared GPU.
@@ -209,6 +216,11 @@ class SchedulerSettings:
             raise ValidationError(f"max_jobs_per_gpu must be >= 1, got {self.max_jobs_per_gpu}")
         if self.uncertainty_z < 0:
             raise ValidationError(f"uncertainty_z must be >= 0, got {self.uncertainty_z}")
+        if not (math.isfinite(self.pair_error_prior_pairs) and self.pair_error_prior_pairs >= 0):
+            raise ValidationError(
+                f"pair_error_prior_pairs must be a finite number >= 0, got "
+                f"{self.pair_error_prior_pairs}"
+            )
         if not 0 <= self.min_speed <= 1:
             raise ValidationError(f"min_speed must be in [0, 1], got {self.min_speed}")
         if not 1 <= self.min_core_percent <= GPU_CORE_UNITS_PER_GPU:

@@ -371,6 +371,48 @@ def test_observed_pair_speeds_replace_predictions_and_carry_no_margin() -> None:
     assert sched.observed_pairs[("hot@32", "light@32", "RTX3090")] == 0.8
 
 
+def test_measured_pairs_teach_the_margin_of_unmeasured_ones_on_that_gpu_model() -> None:
+    """The published error (0.1) admits the light/hot share (predicted gain −0.05). Measured
+    pairs on the RTX 3090 that the predictor got exactly right shrink that GPU model's margin
+    and the share is refused; measurements far off widen it again. Other models keep 0.1."""
+    pairs = {("light", "hot"): 0.45, ("hot", "light"): 0.5, ("cool", "light"): 0.95}
+    usage = {"light": (20.0, 2000.0), "hot": (95.0, 3000.0), "cool": (30.0, 3000.0)}
+    sched = Scheduler(
+        "horus", CardPredictor(usage, pairs), SchedulerSettings(pair_error_prior_pairs=1)
+    )
+    for kind in ("cool", "light"):
+        sched.remember(job(kind, kind))
+    assert sched.model_pair_error() == {}
+    sched.observe_pair("cool@32", "light@32", "RTX3090", 0.95)  # as predicted
+    sched.observe_pair("cool@32", "light@32", "V100", 0.55)  # 0.4 off, on another model
+    # (1 × 0.1 + 0) / (1 + 1) and (1 × 0.1 + 0.4) / 2
+    assert sched.model_pair_error() == pytest.approx({"RTX3090": 0.05, "V100": 0.25})
+    state = cluster(1, 1)
+    sched.place(state, job("h", "hot"))
+    r = sched.place(state, job("l", "light"))  # −0.05 + 2 × 0.05 ≥ 0 still: taken
+    assert isinstance(r, Placement), r
+    sched.observe_pair("light@32", "cool@32", "RTX3090", 0.9)  # default 0.9: exact again
+    assert sched.model_pair_error()["RTX3090"] == pytest.approx(0.1 / 3)
+    state2 = cluster(1, 1)
+    sched.place(state2, job("h2", "hot"))
+    r2 = sched.place(state2, job("l2", "light"))  # −0.05 + 2 × 0.033 > 0: still taken
+    assert isinstance(r2, Placement), r2
+    strict = Scheduler(
+        "horus", CardPredictor(usage, pairs), SchedulerSettings(pair_error_prior_pairs=0)
+    )
+    for kind in ("cool", "light"):
+        strict.remember(job(kind, kind))
+    strict.observe_pair("cool@32", "light@32", "RTX3090", 0.95)
+    state3 = cluster(1, 1)
+    strict.place(state3, job("h", "hot"))
+    r3 = strict.place(state3, job("l", "light"))  # margin 0: the predicted loss stands
+    assert isinstance(r3, Refusal) and r3.code == "interference", r3
+    # The same pair measured again with a different speed: its error is the latest one.
+    strict.observe_pair("cool@32", "light@32", "RTX3090", 0.35)
+    assert strict.model_pair_error() == pytest.approx({"RTX3090": 0.6})
+    assert isinstance(strict.place(state3, job("l2", "light")), Placement)
+
+
 def test_one_unmeasured_pair_term_keeps_half_the_margin() -> None:
     # Predicted gain (0.4 + 0.45) − 1 = −0.15: within 2 × 0.1 of paying, not within 2 × 0.05.
     pairs = {("light", "hot"): 0.4, ("hot", "light"): 0.45}
