@@ -75,6 +75,8 @@ METRIC_DLJOB_PHASE: Final = "horus_dljobs"
 METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
 METRIC_COMMIT_LATENCY: Final = "horus_scheduling_commit_duration_seconds"  # decision → bound
 METRIC_OPERATOR_LEADER: Final = "horus_operator_leader"
+METRIC_PREDICTOR_INFO: Final = "horus_predictor_info"  # 1, label version: the model in use
+METRIC_PREDICTOR_RELOADS: Final = "horus_predictor_reloads"  # client adds _total; label result
 
 # --- Environment variables handed to containers by the device plugin -----------------------------
 ENV_PREFIX: Final = "HORUS_"

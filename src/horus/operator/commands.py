@@ -46,6 +46,12 @@ def _register_run(rsub: Any) -> None:
     run.add_argument(
         "--predictor", default=None, help="predictor artifact, .json or .json.gz (shipped)"
     )
+    run.add_argument(
+        "--predictor-reload-seconds",
+        type=float,
+        default=None,
+        help="check the --predictor file for a new model this often; 0: never (30)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -69,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         "assignment_key_file",
         "debounce",
         "predictor",
+        "predictor_reload_seconds",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
@@ -105,6 +112,12 @@ def _register_extender(rsub: Any) -> None:
     )
     ext.add_argument("--key-file", default=None, help="assignment key file (default: the Secret)")
     ext.add_argument("--predictor", default=None, help="predictor artifact (default: shipped)")
+    ext.add_argument(
+        "--predictor-reload-seconds",
+        type=float,
+        default=None,
+        help="check the --predictor file for a new model this often; 0: never (30)",
+    )
     ext.add_argument("--cache-seconds", type=float, default=None, help="filter→prioritize reuse")
     ext.set_defaults(handler=_extender)
 
@@ -119,6 +132,7 @@ def _extender(args: argparse.Namespace) -> int:
         "kubeconfig": args.kubeconfig,
         "key_file": args.key_file,
         "predictor": args.predictor,
+        "predictor_reload_seconds": args.predictor_reload_seconds,
         "cache_seconds": args.cache_seconds,
     }
     return run_extender(cli, args.config)

@@ -29,6 +29,7 @@ from horus.common import constants as c
 from horus.common.errors import ConfigError
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
+from horus.operator.model_reload import PredictorReloader
 from horus.operator.settings import OperatorSettings
 from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
@@ -98,6 +99,10 @@ class Controller:
     predictor: Predictor | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     passes: int = 0
+    #: Watches ``settings.predictor`` for a new model (``predictor_reload_seconds``).
+    reloader: PredictorReloader | None = None
+    #: A reloaded model waiting for the current pass to end before it is used.
+    _next_predictor: Predictor | None = None
     _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -158,11 +163,21 @@ class Controller:
             identity=self.identity,
             scheduler_settings=self.scheduler_settings,
         )
+        self.metrics.set_predictor(predictor.version)
         self.metrics.serve(s.metrics_port, s.metrics_host)
         self.tasks = [
             asyncio.create_task(self._lease_loop(), name="horus-lease"),
             asyncio.create_task(self._reconcile_loop(), name="horus-reconcile"),
         ]
+        if s.predictor is not None and s.predictor_reload_seconds > 0:
+            self.reloader = PredictorReloader(
+                s.predictor,
+                predictor,
+                on_result=lambda result, _p: self.metrics.predictor_reloads.labels(
+                    result=result
+                ).inc(),
+            )
+            self.tasks.append(asyncio.create_task(self._model_loop(), name="horus-model"))
         log.info(
             "operator %s started: policy %s, lease %s/%s (%.0fs), metrics port %s",
             self.identity,
@@ -202,6 +217,30 @@ class Controller:
             was = now
             await asyncio.sleep(self.elector.retry_period)
 
+    async def _model_loop(self) -> None:
+        """Check the predictor file every ``predictor_reload_seconds``; a new model is handed
+        to the reconcile loop, which switches to it between passes."""
+        assert self.reloader is not None
+        while True:
+            await asyncio.sleep(self.settings.predictor_reload_seconds)
+            try:
+                new = await asyncio.to_thread(self.reloader.check)
+            except Exception:
+                log.exception("checking the predictor file failed")
+                continue
+            if new is not None:
+                self._next_predictor = new
+                if self.nudge is not None:
+                    self.nudge.set()
+
+    def _switch_predictor(self) -> None:
+        new, self._next_predictor = self._next_predictor, None
+        if new is None or self.reconciler is None:
+            return
+        self.predictor = new
+        self.reconciler.set_predictor(new)
+        self.metrics.set_predictor(new.version)
+
     async def _reconcile_loop(self) -> None:
         assert self.elector is not None and self.nudge is not None
         s = self.settings
@@ -211,6 +250,7 @@ class Controller:
             if s.debounce:
                 await asyncio.sleep(s.debounce)
             self.nudge.clear()
+            self._switch_predictor()  # between passes: never under a pass in flight
             if not self.elector.is_leader():
                 continue
             try:

@@ -127,6 +127,9 @@ class ExtenderSettings:
     key_file: Path | None = None
     #: Predictor artifact (``horus predictor train -o``); unset: the shipped one.
     predictor: Path | None = None
+    #: Seconds between checks of the ``predictor`` file for a new model (as the operator's
+    #: ``predictor_reload_seconds``); 0: read once at start.
+    predictor_reload_seconds: float = 30.0
     #: How long filter results are reused by the prioritize call of the same pod (seconds).
     cache_seconds: float = 2.0
     #: Largest request body accepted (bytes); a Pod is rarely over 100 KiB.
@@ -143,6 +146,11 @@ class ExtenderSettings:
             )
         if self.cache_seconds < 0:
             raise ConfigError(f"extender cache_seconds must be >= 0, got {self.cache_seconds}")
+        if not self.predictor_reload_seconds >= 0:
+            raise ConfigError(
+                "extender predictor_reload_seconds must be >= 0 (0: never reload), got "
+                f"{self.predictor_reload_seconds}"
+            )
         if self.max_body_bytes < 1024:
             raise ConfigError(f"extender max_body_bytes must be >= 1024, got {self.max_body_bytes}")
 
@@ -635,6 +643,13 @@ class Extender:
         self._bind_lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._cache: dict[tuple[str, ...], tuple[float, dict[str, NodeVerdict]]] = {}
+
+    def set_predictor(self, predictor: Predictor) -> None:
+        """Place with ``predictor`` from the next request on (a reloaded artifact); filter
+        results computed with the old one are not reused."""
+        with self._cache_lock:
+            self.predictor = predictor
+            self._cache.clear()
 
     # --- helpers ----------------------------------------------------------------------------
     def key(self) -> bytes:

@@ -81,6 +81,13 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    reload = None
+    if settings.predictor is not None and settings.predictor_reload_seconds > 0:
+        from horus.operator.model_reload import PredictorReloader, ReloadThread
+
+        reloader = PredictorReloader(settings.predictor, extender.predictor)
+        reload = ReloadThread(reloader, settings.predictor_reload_seconds, extender.set_predictor)
+        reload.start()
     server.start()
     log.info(
         "scheduler extender (policy %s) listening on %s:%d — verbs filter, prioritize, bind",
@@ -89,5 +96,7 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
         server.port,
     )
     stop.wait()
+    if reload is not None:
+        reload.stop()
     server.close()
     return 0

@@ -69,8 +69,26 @@ class OperatorMetrics:
             "1 while this operator replica holds the lease and writes, else 0",
             registry=r,
         )
+        self.predictor_info = Gauge(
+            c.METRIC_PREDICTOR_INFO,
+            "1 for the predictor model version placing new jobs (changes when the artifact "
+            "file is reloaded)",
+            ["version"],
+            registry=r,
+        )
+        self.predictor_reloads = Counter(
+            c.METRIC_PREDICTOR_RELOADS,
+            "Changes of the predictor artifact file seen, by result (reloaded, failed)",
+            ["result"],
+            registry=r,
+        )
         self._gpu_labels: set[tuple[str, str, str]] = set()
         self._queue_reasons: set[str] = set()
+
+    def set_predictor(self, version: str) -> None:
+        """Mark ``version`` as the model in use (the old version's series drops to absent)."""
+        self.predictor_info.clear()
+        self.predictor_info.labels(version=version).set(1)
 
     def set_queue(self, by_reason: Mapping[str, int]) -> None:
         for reason in self._queue_reasons - set(by_reason):

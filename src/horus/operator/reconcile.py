@@ -198,15 +198,8 @@ class Reconciler:
         self.metrics = metrics or OperatorMetrics()
         self.is_leader = is_leader
         self.identity = identity
-        # The pair-speed wrapper only adds a guess for unknown kinds, so the uncertainty
-        # margin stays the predictor's published error (as in the simulator).
-        self.scheduler = Scheduler(
-            policy,
-            predictor,
-            scheduler_settings,
-            pair_speed=self._pair_speed,
-            pair_error=published_pair_error(predictor),
-        )
+        self._policy, self._scheduler_settings = policy, scheduler_settings
+        self.scheduler = self._new_scheduler(predictor)
         #: One job's commit chain (status → its pods → their Bindings) per task: up to
         #: ``workers`` chains in flight, each in its own order.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")
@@ -223,6 +216,27 @@ class Reconciler:
         self.node_units: dict[str, int] = {}
         self._kind_profiles: dict[str, GraphProfile] = {}
         self._uid_profiles: dict[str, GraphProfile] = {}
+
+    def _new_scheduler(self, predictor: Predictor) -> Scheduler:
+        # The pair-speed wrapper only adds a guess for unknown kinds, so the uncertainty
+        # margin stays the predictor's published error (as in the simulator).
+        return Scheduler(
+            self._policy,
+            predictor,
+            self._scheduler_settings,
+            pair_speed=self._pair_speed,
+            pair_error=published_pair_error(predictor),
+        )
+
+    def set_predictor(self, predictor: Predictor) -> None:
+        """Predict and place with ``predictor`` from the next pass on (a reloaded artifact).
+
+        Call between passes. The scheduler starts afresh (its caches hold the old model's
+        answers); measured pair speeds come back from the DLJobs at the next pass, and jobs
+        already admitted keep the prediction recorded in their status.
+        """
+        self.predictor = predictor
+        self.scheduler = self._new_scheduler(predictor)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -50,9 +50,13 @@ class OperatorSettings:
     debounce: float = 0.05
     #: Predictor artifact to predict and place with (``horus predictor train -o``, JSON or
     #: ``.json.gz``), e.g. one retrained on the agents' observed rows; unset: the shipped one.
-    #: Read once at start, before anything talks to the cluster (a missing or broken file
-    #: stops the process with a message naming it): restart the operator to pick up a new one.
+    #: Loaded at start, before anything talks to the cluster (a missing or broken file stops
+    #: the process with a message naming it), then checked every ``predictor_reload_seconds``.
     predictor: Path | None = None
+    #: Seconds between checks of the ``predictor`` file: when it changes (a ConfigMap update)
+    #: new decisions use the new model; one that does not load is logged and the running
+    #: model kept. 0: read once at start.
+    predictor_reload_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.lease_duration < 1.0:
@@ -71,3 +75,8 @@ class OperatorSettings:
             raise ValueError("namespace and lease_name must not be empty")
         if self.debounce < 0:
             raise ValueError(f"debounce must be >= 0, got {self.debounce}")
+        if not self.predictor_reload_seconds >= 0:
+            raise ValueError(
+                "predictor_reload_seconds must be >= 0 (0: never reload), got "
+                f"{self.predictor_reload_seconds}"
+            )

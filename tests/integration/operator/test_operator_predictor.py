@@ -64,3 +64,63 @@ def test_operator_uses_the_artifact_it_is_given(
     assert predicted["modelVersion"] == mine.version
     assert abs(predicted["utilMean"] - expect.util_mean) < 0.01, (predicted, expect)
     assert abs(predicted["memoryMiBMean"] - expect.memory_mib_mean) < 1.0, (predicted, expect)
+
+
+def test_operator_picks_up_a_replaced_artifact_without_restart(
+    gpu_nodes: list[str], kube: Kube, operator_factory: Any, tmp_path: Path
+) -> None:
+    """The model file is laid out as the kubelet mounts a ConfigMap (``model.json.gz`` →
+    ``..data/model.json.gz``, ``..data`` → a timestamped folder, swapped atomically on an
+    update). Swapping in a retrained model changes what new DLJobs are predicted with, no
+    restart; swapping in a broken file is logged and the running model kept."""
+    import gzip
+    import os
+    import shutil
+
+    from horus.predictor.model import DEFAULT_ARTIFACT
+
+    text = (ROOT / "examples" / "profiles" / "resnet50-bs64.yaml").read_text()
+    profile = graph_profile(parse_profile_document(text))
+    mine, shipped = load_predictor(str(_retrained(tmp_path, profile))), load_default_predictor()
+    mount = tmp_path / "mount"
+    mount.mkdir()
+
+    def publish(name: str, content: bytes) -> None:
+        folder = mount / f"..{name}"
+        folder.mkdir()
+        (folder / "model.json.gz").write_bytes(content)
+        (mount / "..data_tmp").symlink_to(folder.name)
+        os.replace(mount / "..data_tmp", mount / "..data")  # atomic, as the kubelet does
+
+    publish("v1", gzip.compress(DEFAULT_ARTIFACT.read_bytes()))
+    (mount / "model.json.gz").symlink_to("..data/model.json.gz")
+    op = operator_factory(
+        extra_args=[
+            "--predictor",
+            str(mount / "model.json.gz"),
+            "--predictor-reload-seconds",
+            "0.5",
+        ]
+    )
+
+    def placed_with(name: str) -> str:
+        kube.create_jobs([dljob_body(name, profile="resnet50-bs64")])
+        kube.wait(
+            f"{name} Running",
+            lambda: kube.phases().get(name) == c.DLJOB_PHASE_RUNNING,
+            timeout=60,
+        )
+        return str(kube.jobs_by_name()[name]["status"]["predicted"]["modelVersion"])
+
+    def logged(what: str) -> None:
+        kube.wait(what, lambda: what in op.log.read_text(errors="replace"), timeout=30)
+
+    assert placed_with("before") == shipped.version
+    publish("v2", (tmp_path / "model.json.gz").read_bytes())
+    logged(f"predictor {shipped.version} replaced by {mine.version}")
+    assert placed_with("after") == mine.version
+    publish("v3", b"\x1f\x8b truncated upload")
+    logged(f"still placing with {mine.version}")
+    assert placed_with("kept") == mine.version
+    assert "Traceback" not in op.log.read_text(errors="replace")
+    shutil.rmtree(mount)
