@@ -69,8 +69,11 @@ class PredictorReloader:
         self._identity = identity
         try:
             new = self._loader()(str(self.path))
-        except (HorusError, OSError, ValueError) as exc:
+        except HorusError as exc:  # the loaders' own messages name the file and the problem
             self._fail(str(exc))
+            return None
+        except Exception as exc:  # anything else: still never drop the running model
+            self._fail(f"{self.path}: {type(exc).__name__}: {exc}")
             return None
         self._failed = None
         if new.version == self.current.version:
