@@ -29,7 +29,7 @@ from horus.common import constants as c
 from horus.common.errors import ConfigError
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
-from horus.operator.model_reload import PredictorReloader
+from horus.operator.model_reload import PredictorReloader, ReloadThread
 from horus.operator.settings import OperatorSettings
 from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
@@ -100,7 +100,7 @@ class Controller:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     passes: int = 0
     #: Watches ``settings.predictor`` for a new model (``predictor_reload_seconds``).
-    reloader: PredictorReloader | None = None
+    reloader: ReloadThread | None = None
     #: A reloaded model waiting for the current pass to end before it is used.
     _next_predictor: Predictor | None = None
     _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -170,14 +170,19 @@ class Controller:
             asyncio.create_task(self._reconcile_loop(), name="horus-reconcile"),
         ]
         if s.predictor is not None and s.predictor_reload_seconds > 0:
-            self.reloader = PredictorReloader(
-                s.predictor,
-                predictor,
-                on_result=lambda result, _p: self.metrics.predictor_reloads.labels(
-                    result=result
-                ).inc(),
+            loop = asyncio.get_running_loop()
+            self.reloader = ReloadThread(
+                PredictorReloader(
+                    s.predictor,
+                    predictor,
+                    on_result=lambda result, _p: self.metrics.predictor_reloads.labels(
+                        result=result
+                    ).inc(),
+                ),
+                s.predictor_reload_seconds,
+                lambda new: loop.call_soon_threadsafe(self._offer_predictor, new),
             )
-            self.tasks.append(asyncio.create_task(self._model_loop(), name="horus-model"))
+            self.reloader.start()
         log.info(
             "operator %s started: policy %s, lease %s/%s (%.0fs), metrics port %s",
             self.identity,
@@ -189,6 +194,8 @@ class Controller:
         )
 
     async def stop(self) -> None:
+        if self.reloader is not None:
+            await asyncio.to_thread(self.reloader.stop)
         for t in self.tasks:
             t.cancel()
         for t in self.tasks:
@@ -217,21 +224,12 @@ class Controller:
             was = now
             await asyncio.sleep(self.elector.retry_period)
 
-    async def _model_loop(self) -> None:
-        """Check the predictor file every ``predictor_reload_seconds``; a new model is handed
-        to the reconcile loop, which switches to it between passes."""
-        assert self.reloader is not None
-        while True:
-            await asyncio.sleep(self.settings.predictor_reload_seconds)
-            try:
-                new = await asyncio.to_thread(self.reloader.check)
-            except Exception:
-                log.exception("checking the predictor file failed")
-                continue
-            if new is not None:
-                self._next_predictor = new
-                if self.nudge is not None:
-                    self.nudge.set()
+    def _offer_predictor(self, new: Predictor) -> None:
+        """A reloaded model (from the reload thread, on the event loop): the reconcile loop
+        switches to it between passes."""
+        self._next_predictor = new
+        if self.nudge is not None:
+            self.nudge.set()
 
     def _switch_predictor(self) -> None:
         new, self._next_predictor = self._next_predictor, None

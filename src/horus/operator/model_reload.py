@@ -111,10 +111,11 @@ class PredictorReloader:
 
 class ReloadThread:
     """Calls ``reloader.check`` every ``interval`` seconds and hands a new model to
-    ``apply``, in a daemon thread (for the extender, whose requests run in HTTP threads)."""
+    ``apply``, in a daemon thread (the extender swaps it in directly; the operator posts it
+    to its event loop)."""
 
     def __init__(
-        self, reloader: PredictorReloader, interval: float, apply: Callable[[Predictor], None]
+        self, reloader: PredictorReloader, interval: float, apply: Callable[[Predictor], object]
     ) -> None:
         self.reloader, self.interval, self.apply = reloader, interval, apply
         self._stop = threading.Event()
@@ -131,8 +132,7 @@ class ReloadThread:
         while not self._stop.wait(self.interval):
             try:
                 new = self.reloader.check()
+                if new is not None:
+                    self.apply(new)
             except Exception:  # never let the watcher die silently
-                log.exception("checking the predictor file failed")
-                continue
-            if new is not None:
-                self.apply(new)
+                log.exception("reloading the predictor failed")

@@ -90,8 +90,9 @@ class Scheduler:
         self._observed: dict[tuple[str, str, str], float] = {}
         #: The predicted speed of each measured pair, at the time it was first measured.
         self._observed_predicted: dict[tuple[str, str, str], float] = {}
+        #: Caches of :meth:`model_pair_error` and of the margins made from it (None: stale).
         self._model_error: dict[str, float] | None = None
-        self._model_margin: dict[str, float] = {}
+        self._model_margin: dict[str, float] | None = None
         self._profiles: dict[str, JobRequest] = {}
         self._queue_model: str | None = None
         #: (job, state token, GPUs) reserved for a starving job; see :meth:`_reserve`.
@@ -187,7 +188,7 @@ class Scheduler:
                 self._observed_predicted[key] = self.pair_speed(kind, other, gpu_model)
         self._observed[key] = speed
         self._pair_cache[key] = speed
-        self._model_error = None
+        self._model_error = self._model_margin = None
         self.policy.forget_pairs()
 
     def model_pair_error(self) -> dict[str, float]:
@@ -203,12 +204,13 @@ class Scheduler:
                 acc[1] += 1
             prior, k = self.pair_error, self.settings.pair_error_prior_pairs
             self._model_error = {m: (k * prior + e) / (k + n) for m, (e, n) in sums.items()}
-            z = self.settings.uncertainty_z
-            self._model_margin = {m: z * e for m, e in self._model_error.items()}
         return self._model_error
 
     def _model_margins(self) -> dict[str, float]:
-        self.model_pair_error()
+        """:meth:`model_pair_error` × ``uncertainty_z``: the per-model margins of a decision."""
+        if self._model_margin is None:
+            z = self.settings.uncertainty_z
+            self._model_margin = {m: z * e for m, e in self.model_pair_error().items()}
         return self._model_margin
 
     @property
