@@ -1,4 +1,4 @@
-"""``horus profile``, ``horus predict`` and ``horus predictor train|build-tables|card``.
+"""``horus profile``, ``horus predict`` and ``horus predictor train|build-tables|card|measure``.
 
 Registration imports nothing heavy: torch is imported only inside ``horus profile`` and
 ``horus predictor build-tables`` (the ``[profile]`` extra), scikit-learn only inside
@@ -44,8 +44,8 @@ def register(sub: Any) -> None:
         "predict",
         help="predict GPU utilisation and memory of a profiled job",
         description=(
-            "Prints the predicted utilisation (%%) and peak memory (MiB) of the job alone on "
-            "a GPU, with their calibrated 90%% upper bounds; with --with, also the normalised "
+            "Prints the predicted utilisation (%) and peak memory (MiB) of the job alone on "
+            "a GPU, with their calibrated 90% upper bounds; with --with, also the normalised "
             "speed of each job when the two share the GPU."
         ),
     )
@@ -131,6 +131,49 @@ def register(sub: Any) -> None:
     )
     tables.add_argument("--out-dir", type=Path, default=None)
     tables.set_defaults(handler=_build_tables)
+    meas = psub.add_parser(
+        "measure",
+        help="run zoo models on this machine's GPU, alone and in pairs, and write training rows",
+        description=(
+            "Runs each job's training step (synthetic data) alone on the GPU for a window, then "
+            "each pair of jobs at once as two processes on that GPU, and writes what NVML and "
+            "the step rates show: training-rows.csv and pair-rows.csv (for 'horus predictor "
+            "train --extra-rows/--extra-pair-rows') and measure.json, which also compares the "
+            "agent's utilisation-ratio pair estimate with the true speeds. Saves after every "
+            "measurement; running it again on the same --output resumes. --device cpu is a dry "
+            "run (step rates only, no rows). Needs torch; on a GPU also nvidia-ml-py."
+        ),
+    )
+    meas.add_argument(
+        "--jobs",
+        nargs="+",
+        required=True,
+        metavar="JOB",
+        help="ZOO:BATCH or ZOO:BATCH+amp (comma or space separated), or lucid / gavel for "
+        "every configuration that data set measured",
+    )
+    meas.add_argument(
+        "--pairs",
+        default="all",
+        help="all (every pair, a job with a copy of itself too), none, or sample:N",
+    )
+    meas.add_argument("--seed", type=int, default=0, help="seed of --pairs sample:N")
+    meas.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu")
+    meas.add_argument(
+        "--window", type=float, default=15.0, help="seconds each measurement counts steps"
+    )
+    meas.add_argument(
+        "--warmup", type=int, default=10, help="steps each job runs before its window"
+    )
+    meas.add_argument(
+        "--time-budget",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start no measurement that would end after this many seconds (0 = no limit)",
+    )
+    meas.add_argument("-o", "--output", type=Path, required=True, help="output folder")
+    meas.set_defaults(handler=_measure)
     card = psub.add_parser("card", help="print the model card of an artifact")
     card.add_argument("--model-file", type=Path, default=None)
     card.set_defaults(handler=_card)
@@ -261,6 +304,64 @@ def _build_tables(args: argparse.Namespace) -> int:
     for name, n in counts.items():
         print(f"{name}: {n} rows")
     return 0
+
+
+def _measure(args: argparse.Namespace) -> int:
+    try:
+        import torch
+    except ImportError as exc:
+        raise ValidationError(
+            "horus predictor measure needs PyTorch: pip install 'horus[profile]'"
+        ) from exc
+    from horus.predictor.measure import (
+        GpuSampler,
+        Measurer,
+        MeasureSettings,
+        NoGpuSampler,
+        NvmlSampler,
+        gpu_index,
+        pairs_of,
+        parse_jobs,
+        proxy_summary,
+    )
+
+    jobs = parse_jobs(args.jobs)
+    settings = MeasureSettings(
+        jobs=tuple(jobs),
+        pairs=tuple(pairs_of(jobs, args.pairs, args.seed)),
+        out_dir=args.output,
+        device=args.device,
+        window_s=args.window,
+        warmup_steps=args.warmup,
+        time_budget_s=args.time_budget,
+    )
+    sampler: GpuSampler
+    if settings.device == "cpu":
+        sampler = NoGpuSampler()
+    else:
+        if not torch.cuda.is_available():
+            raise ValidationError(
+                f"--device {settings.device}: PyTorch sees no CUDA GPU "
+                "(torch.cuda.is_available() is False); use --device cpu for a dry run"
+            )
+        sampler = NvmlSampler(gpu_index(settings.device))
+    m = Measurer(settings, sampler)
+    print(
+        f"measuring {len(settings.jobs)} jobs and {len(settings.pairs)} pairs on "
+        f"{sampler.gpu_name or 'cpu (dry run: no rows)'}, {settings.window_s:g} s windows"
+    )
+    counts = m.run()
+    summary = proxy_summary(m.results)
+    print(
+        f"done: {counts['measured']} measured, {counts['already']} already there, "
+        f"{counts['failed']} failed, {counts['left']} left; results in {args.output}"
+    )
+    if summary["pairs_with_estimate"]:
+        print(
+            f"agent's pair estimate vs step rates over {summary['pairs_with_estimate']} "
+            f"speeds: bias {summary['estimate_bias']:+.3f}, MAE {summary['estimate_mae']:.3f}"
+        )
+    return 1 if counts["failed"] else 0
 
 
 def _card(args: argparse.Namespace) -> int:

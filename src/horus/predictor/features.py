@@ -304,7 +304,7 @@ def profile_module(
                 ) from exc
             fwd_flops = rec.total_flops
             rec.forward = False
-            loss = _scalar_loss(out)
+            loss = scalar_loss(out)
             if loss is not None and loss.requires_grad:
                 loss.backward()
             bwd_flops = rec.total_flops - fwd_flops
@@ -346,7 +346,9 @@ def profile_module(
     )
 
 
-def _scalar_loss(out: Any) -> Any:
+def scalar_loss(out: Any) -> Any:
+    """The training step's loss: the sum of every float output that needs a gradient (what the
+    profiler differentiates, and what ``horus predictor measure`` runs on a real device)."""
     import torch
     from torch.utils._pytree import tree_flatten
 

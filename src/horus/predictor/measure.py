@@ -1,0 +1,660 @@
+"""``horus predictor measure``: run zoo models on this machine's GPU, alone and in pairs, and
+write what they really used as training rows for the predictor.
+
+Why: the shipped pair model learned from K80/P100/V100 pairs (Gavel) and is pessimistic and
+poorly ranked on newer GPUs (``docs/predictor.md``); the only redistributable cure is pair
+speeds measured on current GPUs. The sharing agent collects such rows from a cluster's own
+pods; this harness collects them on one GPU machine without Kubernetes, and in the same run
+checks the agent's pair-speed estimate (utilisation in the pair ÷ utilisation alone) against
+true step rates, which the agent itself cannot see.
+
+For every job (zoo model, batch size, AMP) it runs the training step of
+:mod:`horus.predictor.workload` alone for a window and records steps/s, the GPU's utilisation
+and the process's peak GPU memory (NVML, as the agent reads them); for every pair it runs both
+jobs at once, as two processes on the same GPU, starting their windows together, and records
+each job's speed (steps/s in the pair ÷ steps/s alone) beside the agent's utilisation-ratio
+estimate of it. Results go to ``measure.json`` after every measurement, so a run that is
+stopped (``--time-budget``, a killed session) resumes where it left off; ``training-rows.csv``
+and ``pair-rows.csv`` are rewritten from it, in the columns ``horus predictor train
+--extra-rows`` / ``--extra-pair-rows`` read. With ``--device cpu`` (no GPU) it is a dry run:
+step rates and speeds go to ``measure.json``, and no rows are written, since nothing was
+measured on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import itertools
+import json
+import logging
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from horus.common.errors import ValidationError
+from horus.predictor.dataset import PAIR_ROW_COLUMNS
+from horus.predictor.schema import FEATURE_NAMES
+from horus.predictor.workload import WorkerJob
+
+log = logging.getLogger("horus.predictor.measure")
+
+RESULTS_FILE = "measure.json"
+TRAINING_ROWS_FILE = "training-rows.csv"
+PAIR_ROWS_FILE = "pair-rows.csv"
+RESULTS_FORMAT = "horus-measure/v1"
+BACKEND_NVML = "nvml"
+MAX_WINDOW_S = 600.0
+MAX_WARMUP_STEPS = 10_000
+SAMPLE_INTERVAL_S = 0.2
+TRAINING_ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES]
+TRAINING_PROVENANCE = ["backend", "model", "family", "job", "steps_per_s", "torch_peak_mib"]
+PAIR_PROVENANCE = ["backend", "model", "other_model", "job", "other", "proxy_speed"]
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job configuration: zoo model, batch size, AMP."""
+
+    zoo: str
+    batch_size: int
+    amp: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.zoo}:{self.batch_size}" + ("+amp" if self.amp else "")
+
+
+def parse_job(text: str) -> JobSpec:
+    """``resnet50:64`` or ``bert-base:8+amp`` → :class:`JobSpec` (the zoo name is checked)."""
+    from horus.predictor.zoo import zoo_entry
+
+    spec = text.strip()
+    amp = spec.endswith("+amp")
+    spec = spec.removesuffix("+amp")
+    name, sep, batch = spec.partition(":")
+    if not sep or not name:
+        raise ValidationError(
+            f"job {text!r} must look like ZOO:BATCH or ZOO:BATCH+amp (e.g. resnet50:64, "
+            "bert-base:8+amp); 'horus profile --list-zoo' lists the zoo"
+        )
+    try:
+        size = int(batch)
+    except ValueError:
+        raise ValidationError(f"job {text!r}: batch size {batch!r} is not an integer") from None
+    if size < 1:
+        raise ValidationError(f"job {text!r}: batch size must be positive, got {size}")
+    return JobSpec(zoo_entry(name).name, size, amp)
+
+
+def parse_jobs(items: Sequence[str]) -> list[JobSpec]:
+    """Jobs from ``--jobs`` items: ``ZOO:BATCH[+amp]``, or ``lucid`` / ``gavel`` for every
+    configuration that data set measured (their zoo stand-ins); duplicates are dropped."""
+    from horus.predictor.catalog import measured_job_types
+
+    out: list[JobSpec] = []
+    for item in items:
+        for part in (p for p in item.split(",") if p.strip()):
+            if part.strip() in ("lucid", "gavel"):
+                out += [
+                    JobSpec(jt.zoo, jt.batch_size, jt.amp)
+                    for jt in measured_job_types(part.strip())
+                ]
+            else:
+                out.append(parse_job(part))
+    unique = list(dict.fromkeys(out))
+    if not unique:
+        raise ValidationError("no jobs: give --jobs ZOO:BATCH[+amp],… (or lucid / gavel)")
+    return unique
+
+
+def pairs_of(jobs: Sequence[JobSpec], mode: str, seed: int = 0) -> list[tuple[JobSpec, JobSpec]]:
+    """The pairs to measure: ``all`` (every unordered pair, a job with a copy of itself
+    included), ``none``, or ``sample:N`` (N of those, drawn with ``seed``)."""
+    every = list(itertools.combinations_with_replacement(jobs, 2))
+    if mode == "all":
+        return every
+    if mode == "none":
+        return []
+    if mode.startswith("sample:"):
+        try:
+            n = int(mode.partition(":")[2])
+        except ValueError:
+            n = -1
+        if n < 1:
+            raise ValidationError(f"--pairs {mode!r}: sample:N needs a positive N")
+        return sorted(random.Random(seed).sample(every, min(n, len(every))), key=every.index)
+    raise ValidationError(f"--pairs {mode!r}: use all, none or sample:N")
+
+
+# --------------------------------------------------------------------------- GPU readings
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One look at the GPU: device utilisation (percent, None when unknown), and per process
+    its SM utilisation (percent) and GPU memory (MiB), where the driver reports them."""
+
+    gpu_util: float | None
+    proc_util: Mapping[int, float] = field(default_factory=dict)
+    proc_mem_mib: Mapping[int, float] = field(default_factory=dict)
+
+
+class GpuSampler(Protocol):
+    """What the harness needs from the GPU; :class:`NvmlSampler` on a real one."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def gpu_name(self) -> str | None:
+        """The GPU's model name, or None when there is no GPU (a dry run)."""
+        ...
+
+    def read(self, pids: Sequence[int]) -> Reading:
+        """One reading; per-process figures only for ``pids`` (the workers)."""
+        ...
+
+
+class NoGpuSampler:
+    """``--device cpu``: nothing to read."""
+
+    backend = "none"
+    gpu_name: str | None = None
+
+    def read(self, pids: Sequence[int]) -> Reading:
+        return Reading(None)
+
+
+class NvmlSampler:
+    """Reads GPU ``index`` through NVML (``nvidia-ml-py``), as the agent's NVML backend does:
+    device utilisation, per-process memory (``nvmlDeviceGetComputeRunningProcesses``) and
+    per-process SM utilisation (``nvmlDeviceGetProcessUtilization``, where supported)."""
+
+    backend = BACKEND_NVML
+
+    def __init__(self, index: int, nvml: Any = None) -> None:
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                raise ValidationError(
+                    "measuring on a GPU needs nvidia-ml-py (pip install nvidia-ml-py)"
+                ) from None
+            nvml = pynvml
+            try:
+                nvml.nvmlInit()
+            except Exception as exc:
+                raise ValidationError(
+                    f"NVML did not initialise ({exc}); is the NVIDIA driver installed? "
+                    "Use --device cpu for a dry run without a GPU"
+                ) from None
+        self._nvml = nvml
+        try:
+            self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:
+            raise ValidationError(f"NVML has no GPU {index}: {exc}") from None
+        name = nvml.nvmlDeviceGetName(self._handle)
+        self._name = name.decode() if isinstance(name, bytes) else str(name)
+        self._last_seen = 0
+
+    @property
+    def gpu_name(self) -> str | None:
+        return self._name
+
+    def read(self, pids: Sequence[int]) -> Reading:
+        nv, h = self._nvml, self._handle
+        wanted = set(pids)
+        gpu_util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        mem: dict[int, float] = {}
+        with contextlib.suppress(Exception):
+            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                used = getattr(p, "usedGpuMemory", None)
+                if used is not None and int(p.pid) in wanted:
+                    mem[int(p.pid)] = float(used) / (1024 * 1024)
+        util: dict[int, list[float]] = {}
+        with contextlib.suppress(Exception):  # unsupported, or no sample since the last call
+            for s in nv.nvmlDeviceGetProcessUtilization(h, self._last_seen):
+                self._last_seen = max(self._last_seen, int(s.timeStamp))
+                if int(s.pid) in wanted:
+                    util.setdefault(int(s.pid), []).append(float(s.smUtil))
+        return Reading(gpu_util, {p: sum(v) / len(v) for p, v in util.items()}, mem)
+
+
+@dataclass
+class _Window:
+    """Readings taken while the workers' windows ran, summarised."""
+
+    gpu_util: list[float] = field(default_factory=list)
+    proc_util: dict[int, list[float]] = field(default_factory=dict)
+    mem_peak: dict[int, float] = field(default_factory=dict)
+
+    def add(self, r: Reading) -> None:
+        if r.gpu_util is not None:
+            self.gpu_util.append(r.gpu_util)
+        for pid, u in r.proc_util.items():
+            self.proc_util.setdefault(pid, []).append(u)
+        for pid, m in r.proc_mem_mib.items():
+            self.mem_peak[pid] = max(self.mem_peak.get(pid, 0.0), m)
+
+    def util(self) -> float | None:
+        return sum(self.gpu_util) / len(self.gpu_util) if self.gpu_util else None
+
+    def util_of(self, pid: int) -> float | None:
+        v = self.proc_util.get(pid)
+        return sum(v) / len(v) if v else None
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class WorkerFailed(Exception):
+    """A worker died or did not answer; the message carries the end of its stderr."""
+
+
+class _Worker:
+    def __init__(self, job: WorkerJob, log_path: Path, env: Mapping[str, str]) -> None:
+        self.job = job
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "horus.predictor.workload", job.to_json()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=dict(env),
+            start_new_session=True,
+        )
+        self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+        self.pid = 0
+
+    def _read(self, out: IO[str] | None) -> None:
+        assert out is not None
+        for line in out:
+            with contextlib.suppress(ValueError):
+                self._lines.put(json.loads(line))
+        self._lines.put(None)
+
+    def _tail(self) -> str:
+        self._log.flush()
+        with contextlib.suppress(OSError):
+            lines = self.log_path.read_text().strip().splitlines()
+            if lines:
+                return " | ".join(lines[-3:])
+        return "no output"
+
+    def expect(self, key: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise WorkerFailed(
+                    f"{self.job.zoo}:{self.job.batch_size} gave no {key!r} within {timeout:.0f} s "
+                    f"(log {self.log_path}: {self._tail()})"
+                ) from None
+            if msg is None:
+                code = self.proc.wait()
+                raise WorkerFailed(
+                    f"{self.job.zoo}:{self.job.batch_size} exited with status {code} before "
+                    f"{key!r} ({self._tail()})"
+                )
+            if key in msg:
+                return msg
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+
+    def close(self) -> None:
+        self.send("stop")
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        self._log.close()
+
+
+# --------------------------------------------------------------------------- the harness
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """One ``horus predictor measure`` run (see the CLI for each field's meaning)."""
+
+    jobs: tuple[JobSpec, ...]
+    pairs: tuple[tuple[JobSpec, JobSpec], ...]
+    out_dir: Path
+    device: str = "cuda:0"
+    window_s: float = 15.0
+    warmup_steps: int = 10
+    time_budget_s: float = 0.0  # 0 = no limit
+    startup_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.window_s <= MAX_WINDOW_S:
+            raise ValidationError(
+                f"--window must be in (0, {MAX_WINDOW_S:g}] seconds, got {self.window_s:g}"
+            )
+        if not 0 <= self.warmup_steps <= MAX_WARMUP_STEPS:
+            raise ValidationError(
+                f"--warmup must be in [0, {MAX_WARMUP_STEPS}] steps, got {self.warmup_steps}"
+            )
+        if self.time_budget_s < 0:
+            raise ValidationError(
+                f"--time-budget must be ≥ 0 (0 = none), got {self.time_budget_s:g}"
+            )
+        if self.device != "cpu" and not (
+            self.device == "cuda" or (self.device.startswith("cuda:") and self.device[5:].isdigit())
+        ):
+            raise ValidationError(f"--device {self.device!r}: use cpu, cuda or cuda:N")
+
+
+def gpu_index(device: str) -> int:
+    """The NVML index of ``--device`` (cuda → 0, cuda:N → N)."""
+    return int(device[5:]) if device.startswith("cuda:") else 0
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """``measure.json`` of an earlier run (to resume), or a fresh one."""
+    if not path.exists():
+        return {"format": RESULTS_FORMAT, "solo": {}, "pairs": {}, "failed": {}}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValidationError(
+            f"{path} is not a measure.json this tool wrote ({exc}); move it away to start over"
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        raise ValidationError(
+            f"{path}: format is {data.get('format') if isinstance(data, dict) else None!r}, "
+            f"expected {RESULTS_FORMAT!r}; move it away to start over"
+        )
+    return data
+
+
+def _save(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def pair_key(a: JobSpec, b: JobSpec) -> str:
+    return f"{a.key}|{b.key}"
+
+
+class Measurer:
+    """Runs the measurements of ``settings`` one at a time, saving after each."""
+
+    def __init__(
+        self,
+        settings: MeasureSettings,
+        sampler: GpuSampler,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.s = settings
+        self.sampler = sampler
+        self.clock = clock
+        self.env = dict(os.environ if env is None else env)
+        self.results_path = settings.out_dir / RESULTS_FILE
+        self.results = load_results(self.results_path)
+        gpu = sampler.gpu_name
+        known = self.results.get("gpu")
+        if known is not None and known != gpu:
+            raise ValidationError(
+                f"{self.results_path} holds measurements on {known!r}, this run is on {gpu!r}; "
+                "use another --output folder per GPU model"
+            )
+        self.results.update(gpu=gpu, backend=sampler.backend, device=settings.device)
+
+    def _job(self, spec: JobSpec) -> WorkerJob:
+        return WorkerJob(spec.zoo, spec.batch_size, spec.amp, self.s.device, self.s.warmup_steps)
+
+    def _run(self, specs: Sequence[JobSpec], tag: str) -> tuple[list[dict[str, Any]], _Window]:
+        """Start one worker per spec, run their windows together, return reports + readings."""
+        logs = self.s.out_dir / "logs"
+        name = "__".join(sp.key for sp in specs).replace(":", "_").replace("+", "_")
+        workers = [
+            _Worker(self._job(sp), logs / f"{tag}-{name}-{i}.log", self.env)
+            for i, sp in enumerate(specs)
+        ]
+        try:
+            for w in workers:
+                w.pid = int(w.expect("ready", self.s.startup_timeout_s)["ready"])
+            pids = [w.pid for w in workers]
+            self.sampler.read(pids)  # discard what came before the window
+            window = _Window()
+            for w in workers:
+                w.send(f"go {self.s.window_s}")
+            reports: list[dict[str, Any] | None] = [None] * len(workers)
+            box: queue.Queue[tuple[int, dict[str, Any] | WorkerFailed]] = queue.Queue()
+
+            def wait(i: int, w: _Worker) -> None:
+                try:
+                    box.put((i, w.expect("steps", self.s.window_s + self.s.startup_timeout_s)))
+                except WorkerFailed as exc:
+                    box.put((i, exc))
+
+            for i, w in enumerate(workers):
+                threading.Thread(target=wait, args=(i, w), daemon=True).start()
+            pending = len(workers)
+            while pending:
+                try:
+                    i, msg = box.get(timeout=SAMPLE_INTERVAL_S)
+                except queue.Empty:
+                    with contextlib.suppress(Exception):
+                        window.add(self.sampler.read(pids))
+                    continue
+                if isinstance(msg, WorkerFailed):
+                    raise msg
+                reports[i] = msg
+                pending -= 1
+            return [{**r, "pid": w.pid} for r, w in zip(reports, workers, strict=True) if r], window
+        finally:
+            for w in workers:
+                w.close()
+
+    def _solo(self, spec: JobSpec) -> dict[str, Any]:
+        [rep], window = self._run([spec], "solo")
+        pid = rep["pid"]
+        util = window.util()
+        return {
+            "steps_per_s": rep["steps"] / rep["seconds"],
+            "steps": rep["steps"],
+            "seconds": rep["seconds"],
+            "util": util,
+            "proc_util": window.util_of(pid),
+            "memory_mib": window.mem_peak.get(pid),
+            "torch_peak_mib": rep["torch_peak_mib"],
+        }
+
+    def _pair(self, a: JobSpec, b: JobSpec) -> dict[str, Any]:
+        (ra, rb), window = self._run([a, b], "pair")
+        solo = self.results["solo"]
+        out: dict[str, Any] = {"util": window.util()}
+        for side, spec, rep in (("a", a, ra), ("b", b, rb)):
+            alone = solo[spec.key]
+            rate = rep["steps"] / rep["seconds"]
+            u_pair, u_alone = window.util_of(rep["pid"]), alone.get("proc_util") or alone["util"]
+            out[side] = {
+                "steps_per_s": rate,
+                "speed": rate / alone["steps_per_s"],
+                "proc_util": u_pair,
+                # the agent's estimate: its utilisation next to the neighbour / alone
+                "proxy_speed": (u_pair / u_alone) if u_pair is not None and u_alone else None,
+                "memory_mib": window.mem_peak.get(rep["pid"]),
+            }
+        return out
+
+    def _todo(self) -> Iterator[tuple[str, str, Callable[[], dict[str, Any]]]]:
+        for spec in self.s.jobs:
+            yield "solo", spec.key, lambda spec=spec: self._solo(spec)  # type: ignore[misc]
+        for a, b in self.s.pairs:
+            yield "pairs", pair_key(a, b), lambda a=a, b=b: self._pair(a, b)  # type: ignore[misc]
+
+    def run(self, progress: Callable[[str], None] = print) -> dict[str, int]:
+        """Measure what is not in ``measure.json`` yet; returns counts (done/skipped/failed/left)."""
+        self.s.out_dir.mkdir(parents=True, exist_ok=True)
+        start = self.clock()
+        counts = {"measured": 0, "already": 0, "failed": 0, "left": 0}
+        longest = {"solo": 0.0, "pairs": 0.0}
+        todo = list(self._todo())
+        for n, (kind, key, measure) in enumerate(todo, start=1):
+            if key in self.results[kind] or key in self.results["failed"]:
+                counts["already"] += 1
+                continue
+            if kind == "pairs" and any(k not in self.results["solo"] for k in key.split("|")):
+                progress(f"[{n}/{len(todo)}] {key}: skipped, a job's solo run is missing")
+                counts["left"] += 1
+                continue
+            guess = longest[kind] or (self.s.window_s + 60.0)
+            if self.s.time_budget_s and self.clock() - start + guess > self.s.time_budget_s:
+                counts["left"] = sum(
+                    1 for k2, key2, _ in todo[n - 1 :] if key2 not in self.results[k2]
+                )
+                progress(f"time budget reached; {counts['left']} left: run again to go on")
+                break
+            t0 = self.clock()
+            try:
+                self.results[kind][key] = measure()
+                counts["measured"] += 1
+                progress(f"[{n}/{len(todo)}] {key}: {_describe(kind, self.results[kind][key])}")
+            except WorkerFailed as exc:
+                self.results["failed"][key] = str(exc)
+                counts["failed"] += 1
+                progress(f"[{n}/{len(todo)}] {key}: FAILED {exc}")
+            longest[kind] = max(longest[kind], self.clock() - t0)
+            _save(self.results_path, self.results)
+            write_rows(self.results, self.s.out_dir)
+        return counts
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _describe(kind: str, r: Mapping[str, Any]) -> str:
+    if kind == "solo":
+        return (
+            f"{r['steps_per_s']:.2f} steps/s, util {_fmt(r['util'], '.0f')} %, "
+            f"memory {_fmt(r['memory_mib'], '.0f')} MiB"
+        )
+    a, b = r["a"], r["b"]
+    return (
+        f"speeds {a['speed']:.3f} / {b['speed']:.3f} "
+        f"(agent's estimate {_fmt(a['proxy_speed'], '.3f')} / {_fmt(b['proxy_speed'], '.3f')})"
+    )
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
+    """Rewrite ``training-rows.csv`` and ``pair-rows.csv`` from ``results``; (rows, pair rows).
+
+    Nothing is written without a GPU (a dry run) or for readings NVML did not give."""
+    gpu = results.get("gpu")
+    if not gpu:
+        return 0, 0
+    from horus.predictor.gpus import gpu_spec
+    from horus.predictor.zoo import profile_zoo
+
+    gpu_spec(gpu)  # an unknown GPU is an error here, not when training reads the rows
+    profiles: dict[str, Any] = {}
+
+    def profile(key: str) -> Any:
+        if key not in profiles:
+            j = parse_job(key)
+            profiles[key] = profile_zoo(j.zoo, j.batch_size, amp=j.amp)
+        return profiles[key]
+
+    backend = results.get("backend", "")
+    rows = []
+    for key, r in sorted(results["solo"].items()):
+        if r.get("util") is None or r.get("memory_mib") is None:
+            continue
+        p = profile(key)
+        row: dict[str, Any] = {"gpu": gpu, "util": round(r["util"], 3)}
+        row["memory_mib"] = round(r["memory_mib"], 1)
+        row.update({k: p.features[k] for k in FEATURE_NAMES})
+        row.update(
+            backend=backend,
+            model=p.model,
+            family=p.family,
+            job=key,
+            steps_per_s=round(r["steps_per_s"], 4),
+            torch_peak_mib=round(r["torch_peak_mib"], 1),
+        )
+        rows.append(row)
+    pair_rows = []
+    for key, r in sorted(results["pairs"].items()):
+        ka, kb = key.split("|")
+        # both orders are rows; a job next to a copy of itself gives two measurements too
+        for (me, other), side in (((ka, kb), "a"), ((kb, ka), "b")):
+            pa, pb = profile(me), profile(other)
+            speed = r[side]["speed"]
+            row = {"gpu": gpu, "speed": round(min(speed, 2.0), 4)}
+            row.update({f"a_{k}": pa.features[k] for k in FEATURE_NAMES})
+            row.update({f"b_{k}": pb.features[k] for k in FEATURE_NAMES})
+            proxy = r[side]["proxy_speed"]
+            row.update(
+                backend=backend,
+                model=pa.model,
+                other_model=pb.model,
+                job=me,
+                other=other,
+                proxy_speed="" if proxy is None else round(proxy, 4),
+            )
+            pair_rows.append(row)
+    _write_csv(out_dir / TRAINING_ROWS_FILE, [*TRAINING_ROW_COLUMNS, *TRAINING_PROVENANCE], rows)
+    _write_csv(out_dir / PAIR_ROWS_FILE, [*PAIR_ROW_COLUMNS, *PAIR_PROVENANCE], pair_rows)
+    return len(rows), len(pair_rows)
+
+
+def _write_csv(path: Path, columns: list[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+def proxy_summary(results: Mapping[str, Any]) -> dict[str, Any]:
+    """How far the agent's utilisation-ratio estimate is from the true pair speeds."""
+    errs = [
+        (s["proxy_speed"] - s["speed"])
+        for r in results["pairs"].values()
+        for s in (r["a"], r["b"])
+        if s.get("proxy_speed") is not None
+    ]
+    if not errs:
+        return {"pairs_with_estimate": 0}
+    return {
+        "pairs_with_estimate": len(errs),
+        "estimate_bias": sum(errs) / len(errs),
+        "estimate_mae": sum(abs(e) for e in errs) / len(errs),
+    }

@@ -1,0 +1,231 @@
+"""``horus predictor measure``: real training loops in real worker processes (on the CPU here),
+with a stand-in for NVML, since this machine has no GPU; the NVML reader itself is checked
+against a fake ``pynvml`` module with the calls the real one has."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from horus.cli import main
+from horus.common.errors import ValidationError
+from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
+from horus.predictor.measure import (
+    PAIR_ROWS_FILE,
+    RESULTS_FILE,
+    TRAINING_ROWS_FILE,
+    JobSpec,
+    MeasureSettings,
+    Measurer,
+    NvmlSampler,
+    Reading,
+    load_results,
+    pairs_of,
+    parse_job,
+    parse_jobs,
+    proxy_summary,
+)
+
+torch = pytest.importorskip("torch", reason="needs the [profile] extra (torch)")
+pytestmark = pytest.mark.profile
+
+SOLO_UTIL, PAIR_UTIL, MEM = 80.0, 45.0, 1000.0
+
+
+class FakeGpu:
+    """Stands in for NVML on this GPU-less machine (same interface as NvmlSampler): a GPU
+    named H100 on which a process alone shows 80 % SM utilisation and two show 45 % each."""
+
+    backend = "simulated"
+    gpu_name: str | None = "H100"
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[int, ...]] = []
+
+    def read(self, pids: Sequence[int]) -> Reading:
+        self.reads.append(tuple(pids))
+        each = SOLO_UTIL if len(pids) == 1 else PAIR_UTIL
+        return Reading(
+            min(100.0, each * len(pids)), dict.fromkeys(pids, each), dict.fromkeys(pids, MEM)
+        )
+
+
+JOBS = (JobSpec("ppo", 32), JobSpec("td3", 16))
+
+
+def settings(out: Path, **kw: Any) -> MeasureSettings:
+    base: dict[str, Any] = {
+        "jobs": JOBS,
+        "pairs": ((JOBS[0], JOBS[1]),),
+        "out_dir": out,
+        "device": "cpu",
+        "window_s": 0.5,
+        "warmup_steps": 1,
+    }
+    base.update(kw)
+    return MeasureSettings(**base)
+
+
+def test_solo_and_pair_runs_write_rows_training_reads(tmp_path: Path) -> None:
+    gpu = FakeGpu()
+    lines: list[str] = []
+    counts = Measurer(settings(tmp_path), gpu).run(lines.append)
+    assert counts == {"measured": 3, "already": 0, "failed": 0, "left": 0}, lines
+    res = json.loads((tmp_path / RESULTS_FILE).read_text())
+    assert res["gpu"] == "H100" and set(res["solo"]) == {"ppo:32", "td3:16"}
+    for r in res["solo"].values():
+        assert r["steps"] >= 1 and r["steps_per_s"] > 0
+        assert r["util"] == SOLO_UTIL and r["memory_mib"] == MEM
+    pair = res["pairs"]["ppo:32|td3:16"]
+    for side, key in (("a", "ppo:32"), ("b", "td3:16")):
+        s = pair[side]
+        assert s["speed"] == pytest.approx(s["steps_per_s"] / res["solo"][key]["steps_per_s"])
+        assert s["proxy_speed"] == pytest.approx(PAIR_UTIL / SOLO_UTIL)
+    # the sampler was asked about the workers' PIDs only: one during solo runs, two in the pair
+    assert {len(p) for p in gpu.reads} == {1, 2}
+
+    # rows from a simulated backend are refused by default, read with keep_simulated
+    with pytest.raises(ValidationError, match="simulated"):
+        load_extra_rows(tmp_path / TRAINING_ROWS_FILE)
+    single = load_extra_rows(tmp_path / TRAINING_ROWS_FILE, keep_simulated=True)
+    assert list(single.util) == [SOLO_UTIL, SOLO_UTIL] and list(single.memory_mib) == [MEM, MEM]
+    pairs = load_extra_pair_rows(tmp_path / PAIR_ROWS_FILE, keep_simulated=True)
+    assert len(pairs) == 2 and {p.group for p in pairs} == {"ppo", "td3"}
+    assert sorted(p.speed for p in pairs) == sorted(
+        round(pair[s]["speed"], 4) for s in ("a", "b")
+    )
+    from horus.predictor.zoo import profile_zoo
+
+    ppo = profile_zoo("ppo", 32)
+    a_row = next(p for p in pairs if p.group == "ppo")
+    assert a_row.a["fwd_flops"] == ppo.features["fwd_flops"]
+
+    # a second run resumes: nothing is measured again, and a third job adds only its own runs
+    before = (tmp_path / RESULTS_FILE).read_text()
+    again = Measurer(settings(tmp_path), FakeGpu()).run(lines.append)
+    assert again == {"measured": 0, "already": 3, "failed": 0, "left": 0}
+    assert (tmp_path / RESULTS_FILE).read_text() == before
+    assert proxy_summary(res)["estimate_mae"] == pytest.approx(
+        sum(abs(PAIR_UTIL / SOLO_UTIL - pair[s]["speed"]) for s in ("a", "b")) / 2
+    )
+
+
+def test_time_budget_stops_before_a_measurement_and_says_so(tmp_path: Path) -> None:
+    ticks = iter(range(0, 10_000, 100))
+    lines: list[str] = []
+    m = Measurer(settings(tmp_path, time_budget_s=30), FakeGpu(), clock=lambda: next(ticks))
+    counts = m.run(lines.append)
+    assert counts["measured"] == 0 and counts["left"] == 3
+    assert "time budget" in lines[-1] and "run again" in lines[-1]
+
+
+def test_pair_without_its_solo_runs_is_skipped(tmp_path: Path) -> None:
+    lines: list[str] = []
+    s = settings(tmp_path, jobs=(), pairs=((JOBS[0], JOBS[1]),))
+    assert Measurer(s, FakeGpu()).run(lines.append)["left"] == 1
+    assert "solo run is missing" in lines[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_worker_that_fails_is_recorded_with_its_error(tmp_path: Path) -> None:
+    lines: list[str] = []
+    s = settings(tmp_path, device="cuda:0", pairs=())
+    counts = Measurer(s, FakeGpu()).run(lines.append)
+    assert counts["failed"] == 2 and counts["measured"] == 0
+    failed = load_results(tmp_path / RESULTS_FILE)["failed"]
+    assert "exited with status" in failed["ppo:32"]
+    assert "CUDA" in failed["ppo:32"] or "cuda" in failed["ppo:32"]  # the worker's own error
+    # failures are not retried silently
+    assert Measurer(s, FakeGpu()).run(lines.append)["already"] == 2
+
+
+def test_a_results_file_from_another_gpu_is_refused(tmp_path: Path) -> None:
+    Measurer(settings(tmp_path, jobs=(), pairs=()), FakeGpu()).run(lambda _: None)
+    (tmp_path / RESULTS_FILE).write_text(
+        json.dumps({**load_results(tmp_path / RESULTS_FILE), "gpu": "A100"})
+    )
+    with pytest.raises(ValidationError, match="another --output folder"):
+        Measurer(settings(tmp_path), FakeGpu())
+
+
+def test_nvml_sampler_reads_only_the_workers() -> None:
+    class FakeNvml:  # the pynvml calls NvmlSampler makes, with pynvml's return shapes
+        def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+            return f"gpu{i}"
+
+        def nvmlDeviceGetName(self, h: str) -> bytes:
+            return b"NVIDIA H100 80GB HBM3"
+
+        def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
+            return SimpleNamespace(gpu=93, memory=40)
+
+        def nvmlDeviceGetComputeRunningProcesses(self, h: str) -> list[Any]:
+            return [SimpleNamespace(pid=p, usedGpuMemory=2 * 1024**3) for p in (11, 12, 99)]
+
+        def nvmlDeviceGetProcessUtilization(self, h: str, last: int) -> list[Any]:
+            return [
+                SimpleNamespace(pid=11, smUtil=40, timeStamp=last + 1),
+                SimpleNamespace(pid=11, smUtil=60, timeStamp=last + 2),
+                SimpleNamespace(pid=99, smUtil=5, timeStamp=last + 3),
+            ]
+
+    s = NvmlSampler(0, nvml=FakeNvml())
+    assert s.gpu_name == "NVIDIA H100 80GB HBM3"
+    r = s.read([11, 12])
+    assert r.gpu_util == 93 and dict(r.proc_util) == {11: 50.0}
+    assert dict(r.proc_mem_mib) == {11: 2048.0, 12: 2048.0}
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(ValidationError, match="ZOO:BATCH"):
+        parse_job("resnet50")
+    with pytest.raises(ValidationError, match="not an integer"):
+        parse_job("resnet50:big")
+    with pytest.raises(ValidationError, match="positive"):
+        parse_job("resnet50:0")
+    with pytest.raises(ValidationError, match="unknown zoo model"):
+        parse_job("resnet51:8")
+    assert parse_job("bert-base:8+amp") == JobSpec("bert-base", 8, True)
+    assert len(parse_jobs(["ppo:8,ppo:8", "td3:4"])) == 2
+    assert {j.zoo for j in parse_jobs(["lucid"])} >= {"resnet18-cifar", "bert-base", "pointnet"}
+    with pytest.raises(ValidationError, match="all, none or sample:N"):
+        pairs_of(list(JOBS), "some")
+    with pytest.raises(ValidationError, match="positive N"):
+        pairs_of(list(JOBS), "sample:0")
+    assert len(pairs_of(list(JOBS), "all")) == 3 and pairs_of(list(JOBS), "none") == []
+    assert len(pairs_of(list(JOBS), "sample:2", seed=1)) == 2
+    for kw, msg in (
+        ({"window_s": 0}, "--window"),
+        ({"window_s": 601}, "--window"),
+        ({"warmup_steps": -1}, "--warmup"),
+        ({"time_budget_s": -5}, "--time-budget"),
+        ({"device": "gpu0"}, "cpu, cuda or cuda:N"),
+    ):
+        with pytest.raises(ValidationError, match=msg):
+            settings(Path("/nonexistent"), **kw)
+
+
+def test_a_foreign_results_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / RESULTS_FILE).write_text('{"format": "other"}')
+    with pytest.raises(ValidationError, match="move it away"):
+        load_results(tmp_path / RESULTS_FILE)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cli_without_a_gpu_says_to_use_cpu(tmp_path: Path, capsys) -> None:
+    assert main(["predictor", "measure", "--jobs", "ppo:8", "-o", str(tmp_path)]) == 2
+    assert "--device cpu for a dry run" in capsys.readouterr().err
+
+
+def test_cli_dry_run_on_cpu_writes_no_rows(tmp_path: Path, capsys) -> None:
+    argv = ["predictor", "measure", "--jobs", "ppo:8", "--pairs", "none", "--device", "cpu"]
+    assert main([*argv, "--window", "0.3", "--warmup", "1", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "dry run" in out and "1 measured" in out
+    assert load_results(tmp_path / RESULTS_FILE)["solo"]["ppo:8"]["steps_per_s"] > 0
+    assert not (tmp_path / TRAINING_ROWS_FILE).exists()
