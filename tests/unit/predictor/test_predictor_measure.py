@@ -20,8 +20,8 @@ from horus.predictor.measure import (
     RESULTS_FILE,
     TRAINING_ROWS_FILE,
     JobSpec,
-    MeasureSettings,
     Measurer,
+    MeasureSettings,
     NvmlSampler,
     Reading,
     load_results,
@@ -96,9 +96,7 @@ def test_solo_and_pair_runs_write_rows_training_reads(tmp_path: Path) -> None:
     assert list(single.util) == [SOLO_UTIL, SOLO_UTIL] and list(single.memory_mib) == [MEM, MEM]
     pairs = load_extra_pair_rows(tmp_path / PAIR_ROWS_FILE, keep_simulated=True)
     assert len(pairs) == 2 and {p.group for p in pairs} == {"ppo", "td3"}
-    assert sorted(p.speed for p in pairs) == sorted(
-        round(pair[s]["speed"], 4) for s in ("a", "b")
-    )
+    assert sorted(p.speed for p in pairs) == sorted(round(pair[s]["speed"], 4) for s in ("a", "b"))
     from horus.predictor.zoo import profile_zoo
 
     ppo = profile_zoo("ppo", 32)
