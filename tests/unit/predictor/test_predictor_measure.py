@@ -227,3 +227,27 @@ def test_cli_dry_run_on_cpu_writes_no_rows(tmp_path: Path, capsys) -> None:
     assert "dry run" in out and "1 measured" in out
     assert load_results(tmp_path / RESULTS_FILE)["solo"]["ppo:8"]["steps_per_s"] > 0
     assert not (tmp_path / TRAINING_ROWS_FILE).exists()
+
+
+def _has_cuda_and_nvml() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return bool(pynvml.nvmlDeviceGetCount()) and bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda_and_nvml(), reason="no NVIDIA GPU on this machine")
+def test_on_a_real_gpu_rows_load_and_speeds_are_plausible(tmp_path: Path) -> None:
+    s = settings(tmp_path, device="cuda:0", window_s=5.0, warmup_steps=5)
+    sampler = NvmlSampler(0)
+    counts = Measurer(s, sampler).run(print)
+    assert counts["measured"] == 3 and counts["failed"] == 0
+    single = load_extra_rows(tmp_path / TRAINING_ROWS_FILE)
+    assert all(0 < u <= 100 for u in single.util) and all(m > 0 for m in single.memory_mib)
+    pairs = load_extra_pair_rows(tmp_path / PAIR_ROWS_FILE)
+    assert len(pairs) == 2 and all(0.05 < p.speed <= 1.3 for p in pairs)
+    print(proxy_summary(load_results(tmp_path / RESULTS_FILE)))
