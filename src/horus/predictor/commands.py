@@ -49,13 +49,19 @@ def register(sub: Any) -> None:
             "speed of each job when the two share the GPU."
         ),
     )
-    pred.add_argument("profile", type=Path, help="profile YAML written by 'horus profile'")
+    pred.add_argument(
+        "profile",
+        type=Path,
+        help="profile YAML written by 'horus profile', or a DLJob manifest with an inline profile",
+    )
     pred.add_argument(
         "--gpu",
         default=os.environ.get("HORUS_PREDICT_GPU", "A100"),
         help="GPU model (env HORUS_PREDICT_GPU; default A100)",
     )
-    pred.add_argument("--with", dest="other", type=Path, help="a second profile sharing the GPU")
+    pred.add_argument(
+        "--with", dest="other", type=Path, help="a second profile (or DLJob) sharing the GPU"
+    )
     pred.add_argument(
         "--model-file",
         type=Path,
@@ -227,10 +233,58 @@ def _load(args: argparse.Namespace) -> Any:
     return load_predictor(args.model_file) if args.model_file else load_default_predictor()
 
 
-def _predict(args: argparse.Namespace) -> int:
-    from horus.predictor.schema import load_profile
+def _load_profile_or_dljob(path: Path) -> Any:
+    """The profile in ``path``: a ``horus profile`` file, or a DLJob manifest with its profile
+    inline or in a ``configMapRef`` ConfigMap that the same file holds (as ``kubectl apply -f``
+    files often do); a ConfigMap that is not there is named, with the command that fetches it."""
+    import yaml
 
-    profile = load_profile(args.profile)
+    from horus.api.dljob import ConfigMapProfileRef, parse_dljob, parse_profile_document
+    from horus.predictor.schema import load_profile, profile_from_dict
+
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (OSError, yaml.YAMLError):
+        docs = []  # load_profile says what is wrong with the file
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DLJob"]
+    if not jobs:
+        return load_profile(path)
+    if len(jobs) > 1:
+        raise ValidationError(
+            f"{path} holds {len(jobs)} DLJobs; give a file with one (or a 'horus profile' file)"
+        )
+    try:
+        job = parse_dljob(jobs[0])
+    except ValidationError as exc:
+        raise ValidationError(f"{path}: {exc}") from None
+    source = job.spec.profile
+    if isinstance(source, ConfigMapProfileRef):
+        for d in docs:
+            if not (isinstance(d, dict) and d.get("kind") == "ConfigMap"):
+                continue
+            meta, data = d.get("metadata"), d.get("data")
+            if (
+                isinstance(meta, dict)
+                and meta.get("name") == source.name
+                and isinstance(data, dict)
+                and source.key in data
+            ):
+                where = f"{path} ConfigMap {source.name}[{source.key}]"
+                source = parse_profile_document(str(data[source.key]), where)
+                break
+    if isinstance(source, ConfigMapProfileRef):
+        key = source.key.replace(".", "\\.")
+        raise ValidationError(
+            f"{path}: DLJob {job.name} takes its profile from ConfigMap {source.name!r} (key "
+            f"{source.key!r}), which this file does not hold; predict from that document: "
+            f"kubectl get configmap {source.name} -o jsonpath='{{.data.{key}}}' > profile.yaml "
+            "&& horus predict profile.yaml"
+        )
+    return profile_from_dict(source.to_document(), where=f"{path} spec.profile")
+
+
+def _predict(args: argparse.Namespace) -> int:
+    profile = _load_profile_or_dljob(args.profile)
     predictor = _load(args)
     r = predictor.predict(profile, args.gpu)
     out: dict[str, Any] = {
@@ -245,7 +299,7 @@ def _predict(args: argparse.Namespace) -> int:
         "model_version": r.model_version,
     }
     if args.other is not None:
-        other = load_profile(args.other)
+        other = _load_profile_or_dljob(args.other)
         out["with"] = other.model
         out["speed"] = round(predictor.pair_speed(profile, other, args.gpu), 3)
         out["speed_other"] = round(predictor.pair_speed(other, profile, args.gpu), 3)

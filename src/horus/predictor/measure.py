@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import itertools
 import json
 import logging
@@ -422,11 +423,16 @@ class Measurer:
         self.results_path = settings.out_dir / RESULTS_FILE
         self.results = load_results(self.results_path)
         gpu = sampler.gpu_name
+        if gpu is not None:
+            from horus.predictor.gpus import gpu_spec
+
+            gpu_spec(gpu)  # rows on a GPU the predictor does not know could not be trained on
         known = self.results.get("gpu")
-        if known is not None and known != gpu:
+        measured = any(self.results[k] for k in ("solo", "pairs", "failed"))
+        if measured and known != gpu:
             raise ValidationError(
-                f"{self.results_path} holds measurements on {known!r}, this run is on {gpu!r}; "
-                "use another --output folder per GPU model"
+                f"{self.results_path} holds measurements on {known or 'cpu (dry run)'!r}, this "
+                f"run is on {gpu or 'cpu (dry run)'!r}; use another --output folder per GPU model"
             )
         self.results.update(gpu=gpu, backend=sampler.backend, device=settings.device)
 
@@ -580,16 +586,12 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
     if not gpu:
         return 0, 0
     from horus.predictor.gpus import gpu_spec
-    from horus.predictor.zoo import profile_zoo
 
     gpu_spec(gpu)  # an unknown GPU is an error here, not when training reads the rows
-    profiles: dict[str, Any] = {}
 
     def profile(key: str) -> Any:
-        if key not in profiles:
-            j = parse_job(key)
-            profiles[key] = profile_zoo(j.zoo, j.batch_size, amp=j.amp)
-        return profiles[key]
+        j = parse_job(key)
+        return _profile(j.zoo, j.batch_size, j.amp)
 
     backend = results.get("backend", "")
     rows = []
@@ -632,6 +634,14 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
     _write_csv(out_dir / TRAINING_ROWS_FILE, [*TRAINING_ROW_COLUMNS, *TRAINING_PROVENANCE], rows)
     _write_csv(out_dir / PAIR_ROWS_FILE, [*PAIR_ROW_COLUMNS, *PAIR_PROVENANCE], pair_rows)
     return len(rows), len(pair_rows)
+
+
+@functools.lru_cache(maxsize=512)
+def _profile(zoo: str, batch_size: int, amp: bool) -> Any:
+    """The job's graph profile (cached: the rows are rewritten after every measurement)."""
+    from horus.predictor.zoo import profile_zoo
+
+    return profile_zoo(zoo, batch_size, amp=amp)
 
 
 def _write_csv(path: Path, columns: list[str], rows: Sequence[Mapping[str, Any]]) -> None:

@@ -62,3 +62,35 @@ def test_examples_are_valid_profiles() -> None:
     assert examples, "examples/profiles/*.yaml missing"
     for path in examples:
         load_profile(path)
+
+
+def test_predict_reads_a_dljob_manifest(capsys) -> None:
+    """Inline profile, and a configMapRef profile whose ConfigMap is in the same file: the
+    same prediction as from the profile files they were generated from."""
+    for manifest, profile in (
+        ("resnet50-train.yaml", "resnet50-bs64.yaml"),
+        ("bert-finetune.yaml", "bert-base-bs16.yaml"),
+    ):
+        results = []
+        for path in (ROOT / "examples" / manifest, ROOT / "examples" / "profiles" / profile):
+            assert main(["predict", str(path), "--gpu", "H100", "--json"]) == 0
+            results.append(yaml.safe_load(capsys.readouterr().out))
+        assert results[0] == results[1], manifest
+
+
+def test_predict_dljob_errors_name_the_fix(tmp_path: Path, capsys) -> None:
+    job = yaml.safe_load_all((ROOT / "examples" / "bert-finetune.yaml").read_text())
+    dljob = next(d for d in job if d and d.get("kind") == "DLJob")
+    lonely = tmp_path / "ref-only.yaml"
+    lonely.write_text(yaml.safe_dump(dljob))
+    assert main(["predict", str(lonely)]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigMap 'bert-base-profile'" in err and "kubectl get configmap" in err
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump_all([dljob, dljob]))
+    assert main(["predict", str(two)]) == 2
+    assert "holds 2 DLJobs" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump({**dljob, "spec": {**dljob["spec"], "replicas": 0}}))
+    assert main(["predict", str(broken)]) == 2
+    assert "replicas" in capsys.readouterr().err

@@ -144,11 +144,28 @@ def test_a_worker_that_fails_is_recorded_with_its_error(tmp_path: Path) -> None:
 
 def test_a_results_file_from_another_gpu_is_refused(tmp_path: Path) -> None:
     Measurer(settings(tmp_path, jobs=(), pairs=()), FakeGpu()).run(lambda _: None)
-    (tmp_path / RESULTS_FILE).write_text(
-        json.dumps({**load_results(tmp_path / RESULTS_FILE), "gpu": "A100"})
-    )
-    with pytest.raises(ValidationError, match="another --output folder"):
+    earlier = load_results(tmp_path / RESULTS_FILE)
+    earlier.update(gpu="A100", solo={"ppo:32": {"steps_per_s": 1.0}})
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(earlier))
+    with pytest.raises(ValidationError, match="'A100', this run is on 'H100'"):
         Measurer(settings(tmp_path), FakeGpu())
+
+
+def test_dry_run_results_never_mix_with_gpu_rows(tmp_path: Path) -> None:
+    from horus.predictor.measure import NoGpuSampler
+
+    s = settings(tmp_path, jobs=(JOBS[0],), pairs=())
+    assert Measurer(s, NoGpuSampler()).run(lambda _: None)["measured"] == 1
+    with pytest.raises(ValidationError, match=r"cpu \(dry run\).*another --output"):
+        Measurer(s, FakeGpu())
+
+
+def test_a_gpu_the_predictor_does_not_know_is_refused_before_measuring(tmp_path: Path) -> None:
+    gpu = FakeGpu()
+    gpu.gpu_name = "Z9000"
+    with pytest.raises(ValidationError, match="unknown GPU 'Z9000'"):
+        Measurer(settings(tmp_path), gpu)
+    assert not (tmp_path / RESULTS_FILE).exists()
 
 
 def test_nvml_sampler_reads_only_the_workers() -> None:
