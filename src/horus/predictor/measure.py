@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import functools
 import itertools
 import json
 import logging
@@ -43,6 +42,7 @@ from typing import IO, Any, Protocol
 
 from horus.common.errors import ValidationError
 from horus.predictor.dataset import PAIR_ROW_COLUMNS
+from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
 from horus.predictor.workload import WorkerJob
 
@@ -484,10 +484,15 @@ class Measurer:
                 w.close()
 
     def _solo(self, spec: JobSpec) -> dict[str, Any]:
+        from horus.predictor.zoo import profile_zoo
+
+        profile = profile_zoo(spec.zoo, spec.batch_size, amp=spec.amp)
         [rep], window = self._run([spec], "solo")
         pid = rep["pid"]
         util = window.util()
         return {
+            "features": dict(profile.features),
+            "family": profile.family,
             "steps_per_s": rep["steps"] / rep["seconds"],
             "steps": rep["steps"],
             "seconds": rep["seconds"],
@@ -589,9 +594,8 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
 
     gpu_spec(gpu)  # an unknown GPU is an error here, not when training reads the rows
 
-    def profile(key: str) -> Any:
-        j = parse_job(key)
-        return _profile(j.zoo, j.batch_size, j.amp)
+    def profile(key: str) -> GraphProfile:
+        return solo_profile(key, results["solo"][key])
 
     backend = results.get("backend", "")
     rows = []
@@ -636,12 +640,18 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
     return len(rows), len(pair_rows)
 
 
-@functools.lru_cache(maxsize=512)
-def _profile(zoo: str, batch_size: int, amp: bool) -> Any:
-    """The job's graph profile (cached: the rows are rewritten after every measurement)."""
-    from horus.predictor.zoo import profile_zoo
-
-    return profile_zoo(zoo, batch_size, amp=amp)
+def solo_profile(key: str, entry: Mapping[str, Any]) -> GraphProfile:
+    """The graph profile a solo entry of ``measure.json`` stores (what the extractor said about
+    the job when it was measured), so rows and the simulator need no torch later."""
+    j = parse_job(key)
+    try:
+        features = {k: float(entry["features"][k]) for k in FEATURE_NAMES}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"{RESULTS_FILE}: solo entry {key!r} has no complete 'features' ({exc}); "
+            "measure it again (move the entry away)"
+        ) from None
+    return GraphProfile(j.zoo, j.batch_size, features, str(entry.get("family", j.zoo)))
 
 
 def _write_csv(path: Path, columns: list[str], rows: Sequence[Mapping[str, Any]]) -> None:

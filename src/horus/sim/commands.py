@@ -18,7 +18,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default="synthetic", help="philly, alibaba or synthetic")
     p.add_argument("--trace-file", type=Path, default=None, help="a specific trace file")
     p.add_argument(
-        "--truth", default="lucid", help="ground truth: lucid (RTX 3090) or gavel (V100)"
+        "--truth",
+        default="lucid",
+        help="ground truth: lucid (RTX 3090), gavel (V100) or measured:DIR (pair speeds "
+        "'horus predictor measure' wrote to DIR)",
     )
     p.add_argument("--gpus", type=int, default=1024, help="GPUs in the simulated cluster")
     p.add_argument("--gpus-per-node", type=int, default=8)

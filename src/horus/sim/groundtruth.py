@@ -10,6 +10,8 @@ rate comes only from these measured tables (``../shared/data``, see each ``PROVE
 * ``gavel`` — Gavel (OSDI '20, MIT): 26 job types with isolated throughput and pairwise
   co-located throughput on V100 (also P100, K80), scale factor 1. No utilisation or memory
   was measured, so those come from the predictor (the simulator's utilisation metric says so).
+* ``measured:DIR`` — what ``horus predictor measure`` measured on the user's own GPU (zoo jobs
+  alone and in pairs, :func:`load_measured`): the same physics for the GPU a cluster has.
 
 Documented choices (never tuned to a policy):
 
@@ -253,10 +255,87 @@ def load_gavel(data_dir: Path = DEFAULT_DATA_DIR, worker: str = "v100") -> Groun
     )
 
 
+MEASURED_PREFIX = "measured:"
+
+
+def measured_kind(job_key: str) -> str:
+    return f"measured:{job_key}"
+
+
+def load_measured(path: Path) -> GroundTruth:
+    """What ``horus predictor measure`` measured on one GPU (its output folder or its
+    ``measure.json``): each job's solo utilisation, memory and steps/s, and each measured
+    pair's speeds. A job measured next to a copy of itself has two speeds; their mean is used.
+    The profiles are the ones stored at measurement time, so this needs no torch."""
+    from horus.predictor.gpus import gpu_spec
+    from horus.predictor.measure import RESULTS_FILE, load_results, solo_profile
+
+    file = path / RESULTS_FILE if path.is_dir() else path
+    if not file.exists():
+        raise ValidationError(
+            f"{file} does not exist; measure first: horus predictor measure --jobs … -o {path}"
+        )
+    res = load_results(file)
+    if not res.get("gpu"):
+        raise ValidationError(
+            f"{file} is a dry run on the CPU (no GPU); measure on a GPU to use it as ground truth"
+        )
+    spec = gpu_spec(str(res["gpu"]))
+    types: dict[str, JobType] = {}
+    profiles: dict[str, GraphProfile] = {}
+    for key, entry in sorted(res["solo"].items()):
+        kind = measured_kind(key)
+        prof = solo_profile(key, entry)
+        types[kind] = JobType(
+            kind,
+            prof.model,
+            prof.batch_size,
+            amp=key.endswith("+amp"),
+            util=entry.get("util"),
+            memory_mib=entry.get("memory_mib"),
+            throughput=entry.get("steps_per_s"),
+        )
+        profiles[kind] = prof
+    measured: dict[tuple[str, str], float] = {}
+    pair_util: dict[tuple[str, str], float] = {}
+    for key, r in sorted(res["pairs"].items()):
+        ka, _, kb = key.partition("|")
+        a, b = measured_kind(ka), measured_kind(kb)
+        if a not in types or b not in types:
+            raise ValidationError(f"{file}: pair {key!r} has no solo run of both jobs")
+        try:
+            sa, sb = float(r["a"]["speed"]), float(r["b"]["speed"])
+        except (KeyError, TypeError, ValueError):
+            raise ValidationError(f"{file}: pair {key!r} has no speeds") from None
+        if a == b:
+            sa = sb = (sa + sb) / 2
+        measured[(a, b)], measured[(b, a)] = min(1.0, sa), min(1.0, sb)
+        if r.get("util") is not None:
+            pair_util[(a, b)] = pair_util[(b, a)] = float(r["util"])
+    if not measured:
+        raise ValidationError(
+            f"{file} has no measured pairs; a ground truth needs pair speeds "
+            "(horus predictor measure --pairs all or sample:N)"
+        )
+    paired = {a for a, _ in measured}
+    kept = [t for k, t in sorted(types.items()) if k in paired]
+    truth = GroundTruth(
+        "measured", spec.name, int(spec.memory_mib), kept, measured, pair_util=pair_util
+    )
+    truth.profiles.update({k: p for k, p in profiles.items() if k in paired})
+    return truth
+
+
 def load_truth(source: str, data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
-    """``lucid`` or ``gavel`` (V100); unknown names are a clear error."""
+    """``lucid``, ``gavel`` (V100) or ``measured:DIR`` (``horus predictor measure`` output);
+    unknown names are a clear error."""
     if source == "lucid":
         return load_lucid(data_dir)
     if source == "gavel":
         return load_gavel(data_dir)
-    raise ValidationError(f"unknown ground truth {source!r}; choose one of {', '.join(SOURCES)}")
+    if source.startswith(MEASURED_PREFIX):
+        return load_measured(Path(source[len(MEASURED_PREFIX) :]))
+    raise ValidationError(
+        f"unknown ground truth {source!r}; choose one of {', '.join(SOURCES)} or "
+        "measured:DIR (a 'horus predictor measure' folder)"
+    )

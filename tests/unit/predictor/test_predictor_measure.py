@@ -103,7 +103,15 @@ def test_solo_and_pair_runs_write_rows_training_reads(tmp_path: Path) -> None:
     a_row = next(p for p in pairs if p.group == "ppo")
     assert a_row.a["fwd_flops"] == ppo.features["fwd_flops"]
 
-    # a second run resumes: nothing is measured again, and a third job adds only its own runs
+    # the same folder is a simulator ground truth (horus sim --truth measured:DIR)
+    from horus.sim.groundtruth import load_truth
+
+    truth = load_truth(f"measured:{tmp_path}")
+    assert truth.gpu_model == "H100" and len(truth.kinds) == 2
+    assert truth.speed("measured:ppo:32", "measured:td3:16") == min(1.0, pair["a"]["speed"])
+    assert truth.profile("measured:ppo:32").features == ppo.features
+
+    # a second run resumes: nothing is measured again
     before = (tmp_path / RESULTS_FILE).read_text()
     again = Measurer(settings(tmp_path), FakeGpu()).run(lines.append)
     assert again == {"measured": 0, "already": 3, "failed": 0, "left": 0}
