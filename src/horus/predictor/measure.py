@@ -150,6 +150,7 @@ class Reading:
     gpu_util: float | None
     proc_util: Mapping[int, float] = field(default_factory=dict)
     proc_mem_mib: Mapping[int, float] = field(default_factory=dict)
+    gpu_mem_mib: float | None = None  # memory used on the whole GPU
 
 
 class GpuSampler(Protocol):
@@ -164,7 +165,11 @@ class GpuSampler(Protocol):
         ...
 
     def read(self, pids: Sequence[int]) -> Reading:
-        """One reading; per-process figures only for ``pids`` (the workers)."""
+        """One reading; per-process figures only for ``pids`` (the workers' NVML PIDs)."""
+        ...
+
+    def pids(self) -> set[int]:
+        """The PIDs of the compute processes on the GPU, as the driver reports them."""
         ...
 
 
@@ -176,6 +181,9 @@ class NoGpuSampler:
 
     def read(self, pids: Sequence[int]) -> Reading:
         return Reading(None)
+
+    def pids(self) -> set[int]:
+        return set()
 
 
 class NvmlSampler:
@@ -214,10 +222,21 @@ class NvmlSampler:
     def gpu_name(self) -> str | None:
         return self._name
 
+    def pids(self) -> set[int]:
+        try:
+            return {
+                int(p.pid) for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+            }
+        except Exception:
+            return set()
+
     def read(self, pids: Sequence[int]) -> Reading:
         nv, h = self._nvml, self._handle
         wanted = set(pids)
         gpu_util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        gpu_mem: float | None = None
+        with contextlib.suppress(Exception):
+            gpu_mem = float(nv.nvmlDeviceGetMemoryInfo(h).used) / (1024 * 1024)
         mem: dict[int, float] = {}
         with contextlib.suppress(Exception):
             for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
@@ -230,7 +249,7 @@ class NvmlSampler:
                 self._last_seen = max(self._last_seen, int(s.timeStamp))
                 if int(s.pid) in wanted:
                     util.setdefault(int(s.pid), []).append(float(s.smUtil))
-        return Reading(gpu_util, {p: sum(v) / len(v) for p, v in util.items()}, mem)
+        return Reading(gpu_util, {p: sum(v) / len(v) for p, v in util.items()}, mem, gpu_mem)
 
 
 @dataclass
@@ -240,10 +259,14 @@ class _Window:
     gpu_util: list[float] = field(default_factory=list)
     proc_util: dict[int, list[float]] = field(default_factory=dict)
     mem_peak: dict[int, float] = field(default_factory=dict)
+    gpu_mem_peak: float | None = None
+    idle_mem: float | None = None  # GPU memory used before the workers started
 
     def add(self, r: Reading) -> None:
         if r.gpu_util is not None:
             self.gpu_util.append(r.gpu_util)
+        if r.gpu_mem_mib is not None:
+            self.gpu_mem_peak = max(self.gpu_mem_peak or 0.0, r.gpu_mem_mib)
         for pid, u in r.proc_util.items():
             self.proc_util.setdefault(pid, []).append(u)
         for pid, m in r.proc_mem_mib.items():
@@ -252,9 +275,12 @@ class _Window:
     def util(self) -> float | None:
         return sum(self.gpu_util) / len(self.gpu_util) if self.gpu_util else None
 
-    def util_of(self, pid: int) -> float | None:
-        v = self.proc_util.get(pid)
+    def util_of(self, pid: int | None) -> float | None:
+        v = self.proc_util.get(pid) if pid is not None else None
         return sum(v) / len(v) if v else None
+
+    def mem_of(self, pid: int | None) -> float | None:
+        return self.mem_peak.get(pid) if pid is not None else None
 
 
 # --------------------------------------------------------------------------- workers
@@ -282,6 +308,7 @@ class _Worker:
         self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
         self.pid = 0
+        self.nvml_pid: int | None = None  # the PID the driver reports (see Measurer._start)
 
     def _read(self, out: IO[str] | None) -> None:
         assert out is not None
@@ -439,20 +466,36 @@ class Measurer:
     def _job(self, spec: JobSpec) -> WorkerJob:
         return WorkerJob(spec.zoo, spec.batch_size, spec.amp, self.s.device, self.s.warmup_steps)
 
+    def _start(self, workers: list[_Worker], spec: JobSpec, log_path: Path) -> None:
+        """Start one worker and wait until it is ready, then learn the PID NVML reports for it.
+
+        In a container NVML reports host PIDs, which the worker's own PID is not; so workers
+        start one at a time, and a worker whose PID NVML does not list is the one compute
+        process that appeared on the GPU since the previous worker was ready (none or several:
+        unknown, and its per-process figures stay empty)."""
+        before = self.sampler.pids()
+        w = _Worker(self._job(spec), log_path, self.env)
+        workers.append(w)
+        w.pid = int(w.expect("ready", self.s.startup_timeout_s)["ready"])
+        now = self.sampler.pids()
+        if w.pid in now:
+            w.nvml_pid = w.pid
+        else:
+            new = now - before - {x.nvml_pid for x in workers}
+            w.nvml_pid = new.pop() if len(new) == 1 else None
+
     def _run(self, specs: Sequence[JobSpec], tag: str) -> tuple[list[dict[str, Any]], _Window]:
         """Start one worker per spec, run their windows together, return reports + readings."""
         logs = self.s.out_dir / "logs"
         name = "__".join(sp.key for sp in specs).replace(":", "_").replace("+", "_")
-        workers = [
-            _Worker(self._job(sp), logs / f"{tag}-{name}-{i}.log", self.env)
-            for i, sp in enumerate(specs)
-        ]
+        workers: list[_Worker] = []
         try:
-            for w in workers:
-                w.pid = int(w.expect("ready", self.s.startup_timeout_s)["ready"])
-            pids = [w.pid for w in workers]
+            idle = self.sampler.read([]).gpu_mem_mib
+            for i, sp in enumerate(specs):
+                self._start(workers, sp, logs / f"{tag}-{name}-{i}.log")
+            pids = [w.nvml_pid for w in workers if w.nvml_pid is not None]
             self.sampler.read(pids)  # discard what came before the window
-            window = _Window()
+            window = _Window(idle_mem=idle)
             for w in workers:
                 w.send(f"go {self.s.window_s}")
             reports: list[dict[str, Any] | None] = [None] * len(workers)
@@ -478,7 +521,11 @@ class Measurer:
                     raise msg
                 reports[i] = msg
                 pending -= 1
-            return [{**r, "pid": w.pid} for r, w in zip(reports, workers, strict=True) if r], window
+            return [
+                {**r, "pid": w.pid, "nvml_pid": w.nvml_pid}
+                for r, w in zip(reports, workers, strict=True)
+                if r
+            ], window
         finally:
             for w in workers:
                 w.close()
@@ -488,17 +535,21 @@ class Measurer:
 
         profile = profile_zoo(spec.zoo, spec.batch_size, amp=spec.amp)
         [rep], window = self._run([spec], "solo")
-        pid = rep["pid"]
-        util = window.util()
+        pid = rep["nvml_pid"]
+        memory, source = window.mem_of(pid), "process"
+        if memory is None and window.gpu_mem_peak is not None and window.idle_mem is not None:
+            # NVML could not name the worker's process: the GPU's use above its idle level
+            memory, source = window.gpu_mem_peak - window.idle_mem, "device"
         return {
             "features": dict(profile.features),
             "family": profile.family,
             "steps_per_s": rep["steps"] / rep["seconds"],
             "steps": rep["steps"],
             "seconds": rep["seconds"],
-            "util": util,
+            "util": window.util(),
             "proc_util": window.util_of(pid),
-            "memory_mib": window.mem_peak.get(pid),
+            "memory_mib": memory,
+            "memory_source": source if memory is not None else None,
             "torch_peak_mib": rep["torch_peak_mib"],
         }
 
@@ -509,14 +560,15 @@ class Measurer:
         for side, spec, rep in (("a", a, ra), ("b", b, rb)):
             alone = solo[spec.key]
             rate = rep["steps"] / rep["seconds"]
-            u_pair, u_alone = window.util_of(rep["pid"]), alone.get("proc_util") or alone["util"]
+            u_pair = window.util_of(rep["nvml_pid"])
+            u_alone = alone.get("proc_util") or alone["util"]
             out[side] = {
                 "steps_per_s": rate,
                 "speed": rate / alone["steps_per_s"],
                 "proc_util": u_pair,
                 # the agent's estimate: its utilisation next to the neighbour / alone
                 "proxy_speed": (u_pair / u_alone) if u_pair is not None and u_alone else None,
-                "memory_mib": window.mem_peak.get(rep["pid"]),
+                "memory_mib": window.mem_of(rep["nvml_pid"]),
             }
         return out
 

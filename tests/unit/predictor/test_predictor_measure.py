@@ -5,6 +5,7 @@ against a fake ``pynvml`` module with the calls the real one has."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,24 +35,52 @@ from horus.predictor.measure import (
 torch = pytest.importorskip("torch", reason="needs the [profile] extra (torch)")
 pytestmark = pytest.mark.profile
 
-SOLO_UTIL, PAIR_UTIL, MEM = 80.0, 45.0, 1000.0
+SOLO_UTIL, PAIR_UTIL, MEM, IDLE_MEM = 80.0, 45.0, 1000.0, 500.0
+
+
+def _workers() -> list[int]:
+    """PIDs of this test's live worker processes (children running horus.predictor.workload)."""
+    me, out = os.getpid(), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me and b"horus.predictor.workload" in cmd:
+            out.append(int(d.name))
+    return out
 
 
 class FakeGpu:
     """Stands in for NVML on this GPU-less machine (same interface as NvmlSampler): a GPU
-    named H100 on which a process alone shows 80 % SM utilisation and two show 45 % each."""
+    named H100 on which a worker alone shows 80 % SM utilisation and two show 45 % each, each
+    holding 1000 MiB over an idle 500 MiB. ``pid_offset`` makes it report PIDs the way NVML
+    does inside a container (host PIDs, not the workers' own); ``per_process=False`` is a
+    driver that lists no processes at all."""
 
     backend = "simulated"
     gpu_name: str | None = "H100"
 
-    def __init__(self) -> None:
+    def __init__(self, pid_offset: int = 0, per_process: bool = True) -> None:
+        self.offset, self.per_process = pid_offset, per_process
         self.reads: list[tuple[int, ...]] = []
+
+    def pids(self) -> set[int]:
+        return {p + self.offset for p in _workers()} if self.per_process else set()
 
     def read(self, pids: Sequence[int]) -> Reading:
         self.reads.append(tuple(pids))
-        each = SOLO_UTIL if len(pids) == 1 else PAIR_UTIL
+        live = len(_workers())
+        each = SOLO_UTIL if live == 1 else PAIR_UTIL
+        known = [p for p in pids if p in self.pids()]
         return Reading(
-            min(100.0, each * len(pids)), dict.fromkeys(pids, each), dict.fromkeys(pids, MEM)
+            min(100.0, each * live),
+            dict.fromkeys(known, each),
+            dict.fromkeys(known, MEM),
+            IDLE_MEM + MEM * live,
         )
 
 
@@ -86,8 +115,10 @@ def test_solo_and_pair_runs_write_rows_training_reads(tmp_path: Path) -> None:
         s = pair[side]
         assert s["speed"] == pytest.approx(s["steps_per_s"] / res["solo"][key]["steps_per_s"])
         assert s["proxy_speed"] == pytest.approx(PAIR_UTIL / SOLO_UTIL)
-    # the sampler was asked about the workers' PIDs only: one during solo runs, two in the pair
-    assert {len(p) for p in gpu.reads} == {1, 2}
+    # the sampler was asked about the workers' NVML PIDs only: none for the idle reading
+    # before a run, one during solo runs, two in the pair
+    assert {len(p) for p in gpu.reads} == {0, 1, 2}
+    assert {r["memory_source"] for r in res["solo"].values()} == {"process"}
 
     # rows from a simulated backend are refused by default, read with keep_simulated
     with pytest.raises(ValidationError, match="simulated"):
@@ -119,6 +150,35 @@ def test_solo_and_pair_runs_write_rows_training_reads(tmp_path: Path) -> None:
     assert proxy_summary(res)["estimate_mae"] == pytest.approx(
         sum(abs(PAIR_UTIL / SOLO_UTIL - pair[s]["speed"]) for s in ("a", "b")) / 2
     )
+
+
+def test_pids_nvml_reports_from_another_namespace_are_matched_to_the_workers(
+    tmp_path: Path,
+) -> None:
+    """Inside a container NVML names host PIDs: each worker is the process that appeared."""
+    gpu = FakeGpu(pid_offset=100_000)
+    s = settings(tmp_path, jobs=(JOBS[0],), pairs=((JOBS[0], JOBS[0]),))
+    assert Measurer(s, gpu).run(lambda _: None)["measured"] == 2
+    res = load_results(tmp_path / RESULTS_FILE)
+    assert res["solo"]["ppo:32"]["memory_source"] == "process"
+    assert res["solo"]["ppo:32"]["proc_util"] == SOLO_UTIL
+    pair = res["pairs"]["ppo:32|ppo:32"]
+    assert (
+        pair["a"]["proxy_speed"] == pair["b"]["proxy_speed"] == pytest.approx(PAIR_UTIL / SOLO_UTIL)
+    )
+    assert all(p > 100_000 for r in gpu.reads for p in r)
+
+
+def test_without_process_figures_memory_comes_from_the_device(tmp_path: Path) -> None:
+    s = settings(tmp_path, jobs=(JOBS[0],), pairs=((JOBS[0], JOBS[0]),))
+    assert Measurer(s, FakeGpu(per_process=False)).run(lambda _: None)["measured"] == 2
+    res = load_results(tmp_path / RESULTS_FILE)
+    solo = res["solo"]["ppo:32"]
+    assert solo["memory_mib"] == MEM and solo["memory_source"] == "device"
+    assert solo["proc_util"] is None and solo["util"] == SOLO_UTIL
+    pair = res["pairs"]["ppo:32|ppo:32"]
+    assert pair["a"]["proxy_speed"] is None and pair["a"]["speed"] > 0
+    assert len(load_extra_rows(tmp_path / TRAINING_ROWS_FILE, keep_simulated=True).util) == 1
 
 
 def test_time_budget_stops_before_a_measurement_and_says_so(tmp_path: Path) -> None:
