@@ -39,7 +39,7 @@ from typing import Any
 
 from horus.agent.pods import MIB, PodInfo
 from horus.common.constants import MAX_OBSERVED_PAIRS, MIN_OBSERVED_PAIR_SPEED
-from horus.predictor.dataset import PAIR_ROW_COLUMNS
+from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
 
@@ -48,7 +48,7 @@ log = logging.getLogger("horus.agent.feedback")
 #: The columns :func:`_provenance` fills, first in both files.
 SOURCE = ["namespace", "pod", "job", "node", "backend", "model"]
 PROVENANCE = [*SOURCE, "family", "samples", "util_peak", "memory_mib_mean"]
-ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES, *PROVENANCE]
+ROW_COLUMNS = [*TRAINING_ROW_COLUMNS, *PROVENANCE]
 PAIR_PROVENANCE = [*SOURCE, "other", "other_model", "samples"]
 PAIR_FILE_COLUMNS = [*PAIR_ROW_COLUMNS, *PAIR_PROVENANCE]
 

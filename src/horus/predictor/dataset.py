@@ -299,6 +299,12 @@ class _SimulatedRows:
         )
 
 
+TRAINING_ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES]
+"""Columns ``horus predictor train --extra-rows`` needs (other columns are provenance and
+ignored): the GPU, the job's mean utilisation (percent) and peak memory (MiB) there, and its
+graph-profile features."""
+
+
 def load_extra_rows(path: Path, *, keep_simulated: bool = False) -> SingleTable:
     """Rows observed in the user's cluster: profile features, ``gpu``, ``util``, ``memory_mib``.
 
@@ -316,7 +322,7 @@ def load_extra_rows(path: Path, *, keep_simulated: bool = False) -> SingleTable:
         raise ValidationError(f"cannot read extra rows {path}: {exc.strerror or exc}") from exc
     with fh:
         reader = csv.DictReader(fh)
-        need = {"gpu", "util", "memory_mib", *FEATURE_NAMES}
+        need = set(TRAINING_ROW_COLUMNS)
         missing = sorted(need - set(reader.fieldnames or []))
         if missing:
             raise ValidationError(f"{path}: missing columns {', '.join(missing)}")

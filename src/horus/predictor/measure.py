@@ -27,7 +27,6 @@ import contextlib
 import csv
 import itertools
 import json
-import logging
 import os
 import queue
 import random
@@ -40,23 +39,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from horus.common.constants import BACKEND_NVML
 from horus.common.errors import ValidationError
-from horus.predictor.dataset import PAIR_ROW_COLUMNS
+from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
 from horus.predictor.workload import WorkerJob
-
-log = logging.getLogger("horus.predictor.measure")
 
 RESULTS_FILE = "measure.json"
 TRAINING_ROWS_FILE = "training-rows.csv"
 PAIR_ROWS_FILE = "pair-rows.csv"
 RESULTS_FORMAT = "horus-measure/v1"
-BACKEND_NVML = "nvml"
 MAX_WINDOW_S = 600.0
 MAX_WARMUP_STEPS = 10_000
 SAMPLE_INTERVAL_S = 0.2
-TRAINING_ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES]
 TRAINING_PROVENANCE = ["backend", "model", "family", "job", "steps_per_s", "torch_peak_mib"]
 PAIR_PROVENANCE = ["backend", "model", "other_model", "job", "other", "proxy_speed"]
 
