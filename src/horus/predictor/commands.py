@@ -178,6 +178,19 @@ def register(sub: Any) -> None:
         metavar="SECONDS",
         help="start no measurement that would end after this many seconds (0 = no limit)",
     )
+    meas.add_argument(
+        "--sharing",
+        default="time-slicing",
+        help="time-slicing (default: plain processes) or mps (workers are clients of the MPS "
+        "control daemon already running, as Horus pods are with enforcement mps)",
+    )
+    meas.add_argument(
+        "--mps-thread-percent",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --sharing mps: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of every job (a core share)",
+    )
     meas.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     meas.set_defaults(handler=_measure)
     card = psub.add_parser("card", help="print the model card of an artifact")
@@ -368,11 +381,13 @@ def _measure(args: argparse.Namespace) -> int:
             "horus predictor measure needs PyTorch: pip install 'horus[profile]'"
         ) from exc
     from horus.predictor.measure import (
+        SHARING_MPS,
         GpuSampler,
         Measurer,
         MeasureSettings,
         NoGpuSampler,
         NvmlSampler,
+        check_mps_daemon,
         gpu_index,
         pairs_of,
         parse_jobs,
@@ -388,7 +403,11 @@ def _measure(args: argparse.Namespace) -> int:
         window_s=args.window,
         warmup_steps=args.warmup,
         time_budget_s=args.time_budget,
+        sharing=args.sharing,
+        mps_thread_percent=args.mps_thread_percent,
     )
+    if settings.sharing == SHARING_MPS:
+        check_mps_daemon()
     sampler: GpuSampler
     if settings.device == "cpu":
         sampler = NoGpuSampler()
@@ -400,9 +419,11 @@ def _measure(args: argparse.Namespace) -> int:
             )
         sampler = NvmlSampler(gpu_index(settings.device))
     m = Measurer(settings, sampler)
+    share = f", MPS threads {settings.mps_thread_percent} %" if settings.mps_thread_percent else ""
     print(
         f"measuring {len(settings.jobs)} jobs and {len(settings.pairs)} pairs on "
-        f"{sampler.gpu_name or 'cpu (dry run: no rows)'}, {settings.window_s:g} s windows"
+        f"{sampler.gpu_name or 'cpu (dry run: no rows)'}, {settings.window_s:g} s windows, "
+        f"{settings.sharing}{share}"
     )
     counts = m.run()
     summary = proxy_summary(m.results)

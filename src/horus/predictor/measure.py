@@ -30,6 +30,7 @@ import json
 import os
 import queue
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -50,11 +51,22 @@ RESULTS_FILE = "measure.json"
 TRAINING_ROWS_FILE = "training-rows.csv"
 PAIR_ROWS_FILE = "pair-rows.csv"
 RESULTS_FORMAT = "horus-measure/v1"
+SHARING_TIME_SLICING, SHARING_MPS = "time-slicing", "mps"
+SHARING_MODES = (SHARING_TIME_SLICING, SHARING_MPS)
+MPS_THREAD_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MAX_WINDOW_S = 600.0
 MAX_WARMUP_STEPS = 10_000
 SAMPLE_INTERVAL_S = 0.2
-TRAINING_PROVENANCE = ["backend", "model", "family", "job", "steps_per_s", "torch_peak_mib"]
-PAIR_PROVENANCE = ["backend", "model", "other_model", "job", "other", "proxy_speed"]
+TRAINING_PROVENANCE = [
+    "backend",
+    "sharing",
+    "model",
+    "family",
+    "job",
+    "steps_per_s",
+    "torch_peak_mib",
+]
+PAIR_PROVENANCE = ["backend", "sharing", "model", "other_model", "job", "other", "proxy_speed"]
 
 
 # --------------------------------------------------------------------------- jobs
@@ -305,6 +317,7 @@ class _Worker:
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
         self.pid = 0
         self.nvml_pid: int | None = None  # the PID the driver reports (see Measurer._start)
+        self.mps_thread_percent: str | None = None  # as the worker saw it in its environment
 
     def _read(self, out: IO[str] | None) -> None:
         assert out is not None
@@ -375,6 +388,8 @@ class MeasureSettings:
     warmup_steps: int = 10
     time_budget_s: float = 0.0  # 0 = no limit
     startup_timeout_s: float = 300.0
+    sharing: str = SHARING_TIME_SLICING  # or SHARING_MPS: workers are clients of a running daemon
+    mps_thread_percent: int | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of every worker
 
     def __post_init__(self) -> None:
         if not 0 < self.window_s <= MAX_WINDOW_S:
@@ -393,6 +408,38 @@ class MeasureSettings:
             self.device == "cuda" or (self.device.startswith("cuda:") and self.device[5:].isdigit())
         ):
             raise ValidationError(f"--device {self.device!r}: use cpu, cuda or cuda:N")
+        if self.sharing not in SHARING_MODES:
+            raise ValidationError(f"--sharing {self.sharing!r}: use {' or '.join(SHARING_MODES)}")
+        if self.sharing == SHARING_MPS and self.device == "cpu":
+            raise ValidationError("--sharing mps needs a GPU (--device cuda:N)")
+        if self.mps_thread_percent is not None and (
+            self.sharing != SHARING_MPS or not 1 <= self.mps_thread_percent <= 100
+        ):
+            raise ValidationError(
+                "--mps-thread-percent must be 1..100 and needs --sharing mps, got "
+                f"{self.mps_thread_percent} with --sharing {self.sharing}"
+            )
+
+
+def check_mps_daemon(binary: str = "nvidia-cuda-mps-control") -> None:
+    """Raise unless an MPS control daemon answers ``get_server_list`` (for ``--sharing mps``:
+    the harness runs its workers as clients of the daemon the node already has, as pods are)."""
+    path = shutil.which(binary)
+    if path is None:
+        raise ValidationError(
+            f"--sharing mps needs {binary} on PATH (the NVIDIA driver's MPS tools)"
+        )
+    try:
+        rc = subprocess.run(
+            [path], input="get_server_list\n", capture_output=True, text=True, timeout=10
+        ).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        rc = -1
+    if rc != 0:
+        raise ValidationError(
+            "--sharing mps: no MPS control daemon answers; start one first "
+            f"({binary} -d, with the same CUDA_MPS_PIPE_DIRECTORY as this shell)"
+        )
 
 
 def gpu_index(device: str) -> int:
@@ -457,7 +504,26 @@ class Measurer:
                 f"{self.results_path} holds measurements on {known or 'cpu (dry run)'!r}, this "
                 f"run is on {gpu or 'cpu (dry run)'!r}; use another --output folder per GPU model"
             )
-        self.results.update(gpu=gpu, backend=sampler.backend, device=settings.device)
+        mode = (settings.sharing, settings.mps_thread_percent)
+        was = (
+            self.results.get("sharing", SHARING_TIME_SLICING),
+            self.results.get("mps_thread_percent"),
+        )
+        if measured and was != mode:
+            raise ValidationError(
+                f"{self.results_path} holds measurements with sharing {was[0]} (thread percent "
+                f"{was[1]}), this run asks for {mode[0]} ({mode[1]}); use another --output "
+                "folder per sharing mode"
+            )
+        self.results.update(
+            gpu=gpu,
+            backend=sampler.backend,
+            device=settings.device,
+            sharing=settings.sharing,
+            mps_thread_percent=settings.mps_thread_percent,
+        )
+        if settings.mps_thread_percent is not None:
+            self.env[MPS_THREAD_ENV] = str(settings.mps_thread_percent)
 
     def _job(self, spec: JobSpec) -> WorkerJob:
         return WorkerJob(spec.zoo, spec.batch_size, spec.amp, self.s.device, self.s.warmup_steps)
@@ -472,7 +538,8 @@ class Measurer:
         before = self.sampler.pids()
         w = _Worker(self._job(spec), log_path, self.env)
         workers.append(w)
-        w.pid = int(w.expect("ready", self.s.startup_timeout_s)["ready"])
+        ready = w.expect("ready", self.s.startup_timeout_s)
+        w.pid, w.mps_thread_percent = int(ready["ready"]), ready.get("mps_thread_percent")
         now = self.sampler.pids()
         if w.pid in now:
             w.nvml_pid = w.pid
@@ -518,7 +585,7 @@ class Measurer:
                 reports[i] = msg
                 pending -= 1
             return [
-                {**r, "pid": w.pid, "nvml_pid": w.nvml_pid}
+                {**r, "pid": w.pid, "nvml_pid": w.nvml_pid, "mps": w.mps_thread_percent}
                 for r, w in zip(reports, workers, strict=True)
                 if r
             ], window
@@ -547,6 +614,7 @@ class Measurer:
             "memory_mib": memory,
             "memory_source": source if memory is not None else None,
             "torch_peak_mib": rep["torch_peak_mib"],
+            "mps_thread_percent": rep["mps"],
         }
 
     def _pair(self, a: JobSpec, b: JobSpec) -> dict[str, Any]:
@@ -565,6 +633,7 @@ class Measurer:
                 # the agent's estimate: its utilisation next to the neighbour / alone
                 "proxy_speed": (u_pair / u_alone) if u_pair is not None and u_alone else None,
                 "memory_mib": window.mem_of(rep["nvml_pid"]),
+                "mps_thread_percent": rep["mps"],
             }
         return out
 
@@ -646,6 +715,7 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
         return solo_profile(key, results["solo"][key])
 
     backend = results.get("backend", "")
+    sharing = results.get("sharing", SHARING_TIME_SLICING)
     rows = []
     for key, r in sorted(results["solo"].items()):
         if r.get("util") is None or r.get("memory_mib") is None:
@@ -656,6 +726,7 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
         row.update({k: p.features[k] for k in FEATURE_NAMES})
         row.update(
             backend=backend,
+            sharing=sharing,
             model=p.model,
             family=p.family,
             job=key,
@@ -676,6 +747,7 @@ def write_rows(results: Mapping[str, Any], out_dir: Path) -> tuple[int, int]:
             proxy = r[side]["proxy_speed"]
             row.update(
                 backend=backend,
+                sharing=sharing,
                 model=pa.model,
                 other_model=pb.model,
                 job=me,

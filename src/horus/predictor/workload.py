@@ -125,7 +125,14 @@ def run(job: WorkerJob, stdin: IO[str], stdout: IO[str]) -> int:
         windows.put(-1.0)  # wake a worker still waiting for "go"
 
     threading.Thread(target=read_commands, daemon=True).start()
-    _emit(stdout, {"ready": os.getpid()})
+    # what the MPS client will be limited to (None: the whole GPU), for measure.json
+    _emit(
+        stdout,
+        {
+            "ready": os.getpid(),
+            "mps_thread_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        },
+    )
     seconds = windows.get()
     if seconds <= 0:
         return 0

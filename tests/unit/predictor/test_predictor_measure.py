@@ -4,6 +4,7 @@ against a fake ``pynvml`` module with the calls the real one has."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Sequence
@@ -336,3 +337,46 @@ def test_on_a_real_gpu_rows_load_and_speeds_are_plausible(tmp_path: Path) -> Non
     pairs = load_extra_pair_rows(tmp_path / PAIR_ROWS_FILE)
     assert len(pairs) == 2 and all(0.05 < p.speed <= 1.3 for p in pairs)
     print(proxy_summary(load_results(tmp_path / RESULTS_FILE)))
+
+
+def test_mps_share_reaches_the_workers_and_folders_keep_one_sharing_mode(tmp_path: Path) -> None:
+    s = settings(tmp_path, jobs=(JOBS[0],), pairs=())
+    # MPS needs a GPU, which this machine lacks; the workers run on the CPU, and what is
+    # checked is that each is started with the share and that the folder records it
+    object.__setattr__(s, "sharing", "mps")
+    object.__setattr__(s, "mps_thread_percent", 50)
+    assert Measurer(s, FakeGpu()).run(lambda _: None)["measured"] == 1
+    res = load_results(tmp_path / RESULTS_FILE)
+    assert res["sharing"] == "mps" and res["mps_thread_percent"] == 50
+    assert res["solo"]["ppo:32"]["mps_thread_percent"] == "50"  # as the worker saw it
+    with (tmp_path / TRAINING_ROWS_FILE).open() as fh:
+        assert next(csv.DictReader(fh))["sharing"] == "mps"
+    with pytest.raises(ValidationError, match="another --output folder per sharing mode"):
+        Measurer(settings(tmp_path, jobs=(JOBS[0],), pairs=()), FakeGpu())
+
+
+def test_mps_settings_and_daemon_check_name_the_problem(tmp_path: Path, monkeypatch) -> None:
+    from horus.predictor.measure import check_mps_daemon
+
+    for kw, msg in (
+        ({"sharing": "mig"}, "time-slicing or mps"),
+        ({"sharing": "mps", "device": "cpu"}, "needs a GPU"),
+        ({"mps_thread_percent": 50}, "needs --sharing mps"),
+        ({"sharing": "mps", "device": "cuda:0", "mps_thread_percent": 0}, "1..100"),
+    ):
+        with pytest.raises(ValidationError, match=msg):
+            settings(tmp_path, **kw)
+    # a stand-in for the NVIDIA binary: answers get_server_list with the status in $FAKE_RC
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-cuda-mps-control"
+    fake.write_text('#!/bin/sh\n/bin/cat > /dev/null\nexit "${FAKE_RC:-0}"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    check_mps_daemon()
+    monkeypatch.setenv("FAKE_RC", "1")
+    with pytest.raises(ValidationError, match="no MPS control daemon answers"):
+        check_mps_daemon()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ValidationError, match="needs nvidia-cuda-mps-control on PATH"):
+        check_mps_daemon()
