@@ -316,6 +316,9 @@ def _predict(args: argparse.Namespace) -> int:
         out["with"] = other.model
         out["speed"] = round(predictor.pair_speed(profile, other, args.gpu), 3)
         out["speed_other"] = round(predictor.pair_speed(other, profile, args.gpu), 3)
+        known = predictor.pair_gpu_known(args.gpu)
+        out["pair_low_confidence"] = known is False
+        out["pair_gpus"] = list(predictor.card.get("pair_gpus", []))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -331,6 +334,13 @@ def _predict(args: argparse.Namespace) -> int:
         print(
             f"  sharing with {out['with']}: speed {out['speed']:.3f}x, theirs {out['speed_other']:.3f}x"
         )
+        if out["pair_low_confidence"]:
+            print(
+                f"  LOW CONFIDENCE (sharing): the pair model learned from pairs on "
+                f"{', '.join(out['pair_gpus'])} only; on {args.gpu} its speeds are extrapolated "
+                "(the shipped one reads pessimistic on newer GPUs). Pairs measured on this GPU "
+                "teach it: horus predictor measure, then train --extra-pair-rows"
+            )
     print(f"  model {r.model_version}")
     return 0
 

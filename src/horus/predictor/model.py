@@ -357,6 +357,15 @@ class HorusPredictor:
         speeds = np.clip(self.pair.predict_columns(cols), 0.05, 1.0)
         return [float(s) for s in speeds]
 
+    def pair_gpu_known(self, gpu: str) -> bool | None:
+        """Whether the pair head learned from pairs measured on ``gpu``'s model (None: the
+        artifact predates this record). On another GPU its speeds are an extrapolation — the
+        shipped head, trained on K80/P100/V100 pairs, is pessimistic on newer GPUs."""
+        known = self.card.get("pair_gpus")
+        if not isinstance(known, list):
+            return None
+        return self._spec(gpu).name in known
+
     def pair_speed(self, job: GraphProfile, other: GraphProfile, gpu: str) -> float:
         """One pair: the fast path (cached; scalar on a miss), equal to :meth:`pair_speeds`."""
         ka, kb = _key(job, gpu), _key(other, gpu)

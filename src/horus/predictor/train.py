@@ -339,12 +339,16 @@ def _train_artifact(
     util, mem, metrics = train_single_heads(table, seed)
 
     prow, py, pgroups = gavel_pairs(util, mem, data_dir)
+    with (data_dir / "gavel_pairs.csv").open() as fh:
+        pair_gpus = {gpu_spec(DATASET_GPUS[r["gpu"]]).name for r in csv.DictReader(fh)}
     if include_lucid is not None:
         lrows, ly, la, _ = lucid_pairs(util, mem, include_lucid)
         prow, py, pgroups = prow + lrows, np.concatenate([py, ly]), pgroups + la
+        pair_gpus.add(gpu_spec(DATASET_GPUS["lucid"]).name)
     if observed_pairs:
         orows, oy, og = observed_pair_rows(observed_pairs, util, mem)
         prow, py, pgroups = prow + orows, np.concatenate([py, oy]), pgroups + og
+        pair_gpus.update(p.gpu.name for p in observed_pairs)
     px = _x(prow, PAIR_FEATURES)
     oof = oof_pair(px, py, pgroups, seed)
     metrics["pair_heldout_mae"] = float(np.mean(np.abs(oof - py)))
@@ -361,6 +365,8 @@ def _train_artifact(
         "ranges": _ranges(table.rows),
         "card": {
             "trained_on": sources,
+            # GPUs the pair head has measured pairs from; on others its speeds extrapolate
+            "pair_gpus": sorted(pair_gpus),
             "job_types": len(measured_job_types()),
             "seed": seed,
             "learner": {

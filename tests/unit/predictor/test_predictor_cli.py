@@ -94,3 +94,22 @@ def test_predict_dljob_errors_name_the_fix(tmp_path: Path, capsys) -> None:
     broken.write_text(yaml.safe_dump({**dljob, "spec": {**dljob["spec"], "replicas": 0}}))
     assert main(["predict", str(broken)]) == 2
     assert "replicas" in capsys.readouterr().err
+
+
+def test_pair_speeds_on_a_gpu_the_pair_model_never_saw_are_flagged(
+    profile_file: Path, capsys
+) -> None:
+    """The shipped pair head learned from K80/P100/V100 pairs: on an H100 it extrapolates."""
+    from horus.predictor.model import load_default_predictor
+
+    p = load_default_predictor()
+    assert p.card["pair_gpus"] == ["K80", "P100", "V100"]
+    assert p.pair_gpu_known("Tesla V100-SXM2-16GB") is True and p.pair_gpu_known("H100") is False
+    argv = ["predict", str(profile_file), "--with", str(profile_file)]
+    assert main([*argv, "--gpu", "H100"]) == 0
+    out = capsys.readouterr().out
+    assert "LOW CONFIDENCE (sharing)" in out and "K80, P100, V100" in out
+    assert main([*argv, "--gpu", "V100"]) == 0
+    assert "LOW CONFIDENCE" not in capsys.readouterr().out
+    assert main([*argv, "--gpu", "A100", "--json"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["pair_low_confidence"] is True

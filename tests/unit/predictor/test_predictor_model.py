@@ -235,13 +235,17 @@ def test_extra_pair_rows_teach_the_pair_head(tmp_path: Path) -> None:
     base = tmp_path / "base.json"
     save_artifact(train_artifact(data_dir=d, n_estimators=15), base)
     before = load_predictor(base).pair_speed(a, b, "A100")
+    assert load_predictor(base).pair_gpu_known("A100") is False
     # what the cluster measured on its A100s: this pair barely slows A
     extra = _pair_csv(tmp_path / "pairs.csv", [_pair(a, b, "A100", 0.97)] * 40)
     art = train_artifact(data_dir=d, n_estimators=15, extra_pair_rows=extra)
     assert "observed pair rows pairs.csv (40 rows)" in art["card"]["trained_on"]
     save_artifact(art, tmp_path / "taught.json")
-    after = load_predictor(tmp_path / "taught.json").pair_speed(a, b, "A100")
+    taught = load_predictor(tmp_path / "taught.json")
+    after = taught.pair_speed(a, b, "A100")
     assert abs(after - 0.97) < abs(before - 0.97) / 2, (before, after)
+    # the card now says the pair head has seen this GPU, so its speeds there are not flagged
+    assert "A100-80GB" in art["card"]["pair_gpus"] and taught.pair_gpu_known("A100") is True
     assert art["card"]["metrics_heldout_family"]["pair_rows"] > 40
 
 
