@@ -19,8 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from horus.agent.backend import NodeSample
-from horus.agent.pods import MIB, PodInfo
+from horus.agent.pods import PodInfo
 from horus.common import constants as c
+from horus.common.constants import MIB
 
 GPU_LABELS = [
     c.METRIC_LABEL_NODE,

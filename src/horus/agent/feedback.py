@@ -37,8 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from horus.agent.pods import MIB, PodInfo
-from horus.common.constants import MAX_OBSERVED_PAIRS, MIN_OBSERVED_PAIR_SPEED
+from horus.agent.pods import PodInfo
+from horus.common.constants import MAX_OBSERVED_PAIRS, MIB, MIN_OBSERVED_PAIR_SPEED
 from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES

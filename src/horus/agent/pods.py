@@ -21,8 +21,6 @@ from horus.common.errors import ValidationError
 
 log = logging.getLogger("horus.agent.pods")
 
-MIB = 1024 * 1024
-
 
 @dataclass(frozen=True)
 class PodInfo:
@@ -44,7 +42,7 @@ class PodInfo:
 
     @property
     def memory_limit_bytes(self) -> int:
-        return self.assignment.memory_mib * MIB
+        return self.assignment.memory_mib * c.MIB
 
     @property
     def core_share(self) -> float:

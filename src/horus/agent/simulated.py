@@ -26,8 +26,8 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 
 from horus.agent.backend import GpuSample, NodeSample, NodeView, PodSample
-from horus.agent.pods import MIB, PodInfo
-from horus.common.constants import BACKEND_SIMULATED
+from horus.agent.pods import PodInfo
+from horus.common.constants import BACKEND_SIMULATED, MIB
 from horus.predictor.interface import GraphProfile, Predictor
 
 log = logging.getLogger("horus.agent.simulated")

@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from horus.agent.pods import MIB, PodInfo
+from horus.agent.pods import PodInfo
 from horus.common.constants import (
     EVENT_REASON_GPU_MEMORY_EVICTED,
     EVENT_REASON_GPU_MEMORY_OVER_SHARE,
+    MIB,
 )
 
 log = logging.getLogger("horus.agent.watchdog")

@@ -78,6 +78,8 @@ METRIC_OPERATOR_LEADER: Final = "horus_operator_leader"
 METRIC_PREDICTOR_INFO: Final = "horus_predictor_info"  # 1, label version: the model in use
 METRIC_PREDICTOR_RELOADS: Final = "horus_predictor_reloads"  # client adds _total; label result
 
+MIB: Final = 1024 * 1024  # bytes in one MiB: shares, NVML and torch readings convert with it
+
 # --- Environment variables handed to containers by the device plugin -----------------------------
 ENV_PREFIX: Final = "HORUS_"
 # Set by the device plugin's Allocate in every container that got a Horus share; the sharing

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
-from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY
+from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY, MIB
 from horus.common.errors import HorusError
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class NvmlGpus:
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
                 uuid = _text(nvml.nvmlDeviceGetUUID(handle))
                 model = _text(nvml.nvmlDeviceGetName(handle)).replace("NVIDIA ", "")
-                memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+                memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB
             except Exception as exc:
                 raise GpuDiscoveryError(f"NVML could not describe GPU {i}: {exc}") from None
             gpus.append(GpuDevice(index=i, uuid=uuid, model=model, memory_mib=memory_mib))

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from horus.common.constants import BACKEND_NVML
+from horus.common.constants import BACKEND_NVML, MIB
 from horus.common.errors import ValidationError
 from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
@@ -244,13 +244,13 @@ class NvmlSampler:
         gpu_util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
         gpu_mem: float | None = None
         with contextlib.suppress(Exception):
-            gpu_mem = float(nv.nvmlDeviceGetMemoryInfo(h).used) / (1024 * 1024)
+            gpu_mem = float(nv.nvmlDeviceGetMemoryInfo(h).used) / MIB
         mem: dict[int, float] = {}
         with contextlib.suppress(Exception):
             for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
                 used = getattr(p, "usedGpuMemory", None)
                 if used is not None and int(p.pid) in wanted:
-                    mem[int(p.pid)] = float(used) / (1024 * 1024)
+                    mem[int(p.pid)] = float(used) / MIB
         util: dict[int, list[float]] = {}
         with contextlib.suppress(Exception):  # unsupported, or no sample since the last call
             for s in nv.nvmlDeviceGetProcessUtilization(h, self._last_seen):

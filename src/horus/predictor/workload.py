@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
-MIB = 1024 * 1024
+from horus.common.constants import MIB
 
 
 @dataclass(frozen=True)
