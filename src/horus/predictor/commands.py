@@ -258,10 +258,12 @@ def _load_profile_or_dljob(path: Path) -> Any:
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     except (OSError, yaml.YAMLError):
-        docs = []  # load_profile says what is wrong with the file
+        docs = []
     jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DLJob"]
     if not jobs:
-        return load_profile(path)
+        if len(docs) == 1:  # a profile document, already parsed: check it as load_profile does
+            return profile_from_dict(docs[0], where=str(path))
+        return load_profile(path)  # unreadable, not YAML, empty or several documents: it says so
     if len(jobs) > 1:
         raise ValidationError(
             f"{path} holds {len(jobs)} DLJobs; give a file with one (or a 'horus profile' file)"
