@@ -1,8 +1,8 @@
 """The NVML backend: physical GPUs through ``nvidia-ml-py`` (import name ``pynvml``).
 
 Per GPU it reads utilisation, memory used/total and health; per process the GPU memory it holds
-(``nvmlDeviceGetComputeRunningProcesses``) and, where the driver supports it, its SM
-utilisation (``nvmlDeviceGetProcessUtilization``). A process is mapped to its pod through
+(compute processes and MPS clients, ``horus.common.nvml``) and, where the driver supports it,
+its SM utilisation (``nvmlDeviceGetProcessUtilization``). A process is mapped to its pod through
 ``/proc/<pid>/cgroup``: kubelet puts every container in a cgroup whose path carries the pod UID
 (``…/kubepods-burstable-pod<uid with _>.slice/…`` with the systemd driver,
 ``/kubepods/burstable/pod<uid>/<container>`` with cgroupfs). NVML reports host PIDs, so the
@@ -25,6 +25,7 @@ from typing import Any
 from horus.agent.backend import BackendUnavailable, GpuSample, NodeSample, NodeView, PodSample
 from horus.agent.pods import PodInfo
 from horus.common.constants import BACKEND_NVML
+from horus.common.nvml import gpu_processes, process_sm_util
 from horus.predictor.interface import GraphProfile
 
 log = logging.getLogger("horus.agent.nvml")
@@ -122,27 +123,22 @@ class NvmlBackend:
             if not healthy:
                 continue
             pid_pod: dict[int, str] = {}
-            try:
-                procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception as exc:
-                log.debug("NVML: process list of GPU %d unavailable: %s", index, exc)
-                procs = []
-            for proc in procs:
-                uid = pod_uid_of_pid(int(proc.pid), self._proc_root)
+            for proc in gpu_processes(nv, handle):  # MPS clients included
+                uid = pod_uid_of_pid(proc.pid, self._proc_root)
                 if uid is None or uid not in wanted:
                     continue
-                pid_pod[int(proc.pid)] = uid
+                pid_pod[proc.pid] = uid
                 pods_on_gpu.setdefault(index, set()).add(uid)
-                used_mem = getattr(proc, "usedGpuMemory", None)
-                if used_mem is not None:
-                    mem[uid] = mem.get(uid, 0.0) + float(used_mem)
+                if proc.used_bytes is not None:
+                    mem[uid] = mem.get(uid, 0.0) + proc.used_bytes
             try:
-                samples = nv.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(index, 0))
-                for s in samples:
-                    self._last_seen[index] = max(self._last_seen.get(index, 0), int(s.timeStamp))
-                    uid = pid_pod.get(int(s.pid))
+                samples, self._last_seen[index] = process_sm_util(
+                    nv, handle, self._last_seen.get(index, 0)
+                )
+                for pid, sm_util in samples:
+                    uid = pid_pod.get(pid)
                     if uid is not None:
-                        util[uid] = util.get(uid, 0.0) + float(s.smUtil) / 100.0
+                        util[uid] = util.get(uid, 0.0) + sm_util / 100.0
             except Exception:
                 # Not supported (or no samples since the last call): a pod alone on its GPU
                 # gets the GPU's utilisation; shared GPUs leave per-pod util unknown.

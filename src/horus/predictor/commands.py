@@ -393,7 +393,6 @@ def _measure(args: argparse.Namespace) -> int:
             "horus predictor measure needs PyTorch: pip install 'horus[profile]'"
         ) from exc
     from horus.predictor.measure import (
-        SHARING_MPS,
         GpuSampler,
         Measurer,
         MeasureSettings,
@@ -418,12 +417,11 @@ def _measure(args: argparse.Namespace) -> int:
         sharing=args.sharing,
         mps_thread_percent=args.mps_thread_percent,
     )
-    if settings.sharing == SHARING_MPS:
-        check_mps_daemon()
     sampler: GpuSampler
     if settings.device == "cpu":
         sampler = NoGpuSampler()
     else:
+        check_mps_daemon(settings.sharing)
         if not torch.cuda.is_available():
             raise ValidationError(
                 f"--device {settings.device}: PyTorch sees no CUDA GPU "

@@ -42,6 +42,7 @@ from typing import IO, Any, Protocol
 
 from horus.common.constants import BACKEND_NVML, MIB
 from horus.common.errors import ValidationError
+from horus.common.nvml import gpu_processes, process_sm_util
 from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
@@ -195,9 +196,9 @@ class NoGpuSampler:
 
 
 class NvmlSampler:
-    """Reads GPU ``index`` through NVML (``nvidia-ml-py``), as the agent's NVML backend does:
-    device utilisation, per-process memory (``nvmlDeviceGetComputeRunningProcesses``) and
-    per-process SM utilisation (``nvmlDeviceGetProcessUtilization``, where supported)."""
+    """Reads GPU ``index`` through NVML (``nvidia-ml-py``) with the agent's process readers
+    (``horus.common.nvml``): device utilisation, per-process memory (compute processes and MPS
+    clients) and per-process SM utilisation (where the driver supports it)."""
 
     backend = BACKEND_NVML
 
@@ -231,12 +232,7 @@ class NvmlSampler:
         return self._name
 
     def pids(self) -> set[int]:
-        try:
-            return {
-                int(p.pid) for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
-            }
-        except Exception:
-            return set()
+        return {p.pid for p in gpu_processes(self._nvml, self._handle)}
 
     def read(self, pids: Sequence[int]) -> Reading:
         nv, h = self._nvml, self._handle
@@ -245,18 +241,17 @@ class NvmlSampler:
         gpu_mem: float | None = None
         with contextlib.suppress(Exception):
             gpu_mem = float(nv.nvmlDeviceGetMemoryInfo(h).used) / MIB
-        mem: dict[int, float] = {}
-        with contextlib.suppress(Exception):
-            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
-                used = getattr(p, "usedGpuMemory", None)
-                if used is not None and int(p.pid) in wanted:
-                    mem[int(p.pid)] = float(used) / MIB
+        mem = {
+            p.pid: p.used_bytes / MIB
+            for p in gpu_processes(nv, h)
+            if p.used_bytes is not None and p.pid in wanted
+        }
         util: dict[int, list[float]] = {}
         with contextlib.suppress(Exception):  # unsupported, or no sample since the last call
-            for s in nv.nvmlDeviceGetProcessUtilization(h, self._last_seen):
-                self._last_seen = max(self._last_seen, int(s.timeStamp))
-                if int(s.pid) in wanted:
-                    util.setdefault(int(s.pid), []).append(float(s.smUtil))
+            samples, self._last_seen = process_sm_util(nv, h, self._last_seen)
+            for pid, sm_util in samples:
+                if pid in wanted:
+                    util.setdefault(pid, []).append(sm_util)
         return Reading(gpu_util, {p: sum(v) / len(v) for p, v in util.items()}, mem, gpu_mem)
 
 
@@ -421,24 +416,44 @@ class MeasureSettings:
             )
 
 
-def check_mps_daemon(binary: str = "nvidia-cuda-mps-control") -> None:
-    """Raise unless an MPS control daemon answers ``get_server_list`` (for ``--sharing mps``:
-    the harness runs its workers as clients of the daemon the node already has, as pods are)."""
+def mps_daemon_answers(binary: str = "nvidia-cuda-mps-control") -> bool | None:
+    """Whether an MPS control daemon answers ``get_server_list`` (through the
+    ``CUDA_MPS_PIPE_DIRECTORY`` of this process, which the workers inherit); None when the
+    binary is not on PATH."""
     path = shutil.which(binary)
     if path is None:
-        raise ValidationError(
-            f"--sharing mps needs {binary} on PATH (the NVIDIA driver's MPS tools)"
-        )
+        return None
     try:
         rc = subprocess.run(
             [path], input="get_server_list\n", capture_output=True, text=True, timeout=10
         ).returncode
     except (OSError, subprocess.TimeoutExpired):
-        rc = -1
-    if rc != 0:
+        return False
+    return rc == 0
+
+
+def check_mps_daemon(sharing: str, binary: str = "nvidia-cuda-mps-control") -> None:
+    """Refuse a sharing mode the machine's MPS state contradicts, before anything runs.
+
+    ``--sharing mps`` needs a daemon: the workers run as its clients, as Horus pods do. Plain
+    time-slicing needs there to be *none*: while a control daemon runs, every CUDA process that
+    can reach it becomes its client on its own, so the rows would be MPS measurements filed as
+    time-slicing."""
+    answers = mps_daemon_answers(binary)
+    if sharing == SHARING_MPS and answers is None:
+        raise ValidationError(
+            f"--sharing mps needs {binary} on PATH (the NVIDIA driver's MPS tools)"
+        )
+    if sharing == SHARING_MPS and not answers:
         raise ValidationError(
             "--sharing mps: no MPS control daemon answers; start one first "
             f"({binary} -d, with the same CUDA_MPS_PIPE_DIRECTORY as this shell)"
+        )
+    if sharing == SHARING_TIME_SLICING and answers:
+        raise ValidationError(
+            "an MPS control daemon is running, so every worker would become its client and "
+            "the rows would be MPS measurements filed as time-slicing; stop it "
+            f"(echo quit | {binary}) or measure with --sharing mps"
         )
 
 
@@ -661,7 +676,9 @@ class Measurer:
             guess = longest[kind] or (self.s.window_s + 60.0)
             if self.s.time_budget_s and self.clock() - start + guess > self.s.time_budget_s:
                 counts["left"] = sum(
-                    1 for k2, key2, _ in todo[n - 1 :] if key2 not in self.results[k2]
+                    1
+                    for k2, key2, _ in todo[n - 1 :]
+                    if key2 not in self.results[k2] and key2 not in self.results["failed"]
                 )
                 progress(f"time budget reached; {counts['left']} left: run again to go on")
                 break

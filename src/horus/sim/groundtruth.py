@@ -290,7 +290,7 @@ def load_measured(path: Path) -> GroundTruth:
             kind,
             prof.model,
             prof.batch_size,
-            amp=key.endswith("+amp"),
+            amp=bool(prof.features.get("amp", 0.0)),  # as profiled, not read off the key
             util=entry.get("util"),
             memory_mib=entry.get("memory_mib"),
             throughput=entry.get("steps_per_s"),

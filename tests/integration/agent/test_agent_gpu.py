@@ -187,3 +187,40 @@ def test_watchdog_catches_real_process_over_share() -> None:
         assert acted and "2048 MiB allowed" in acted[0]
     finally:
         hog.kill()
+
+
+def test_mps_clients_are_listed_by_the_process_reader(tmp_path: Path) -> None:
+    """An MPS client (as a pod with enforcement mps is) must be in what the agent and the
+    measuring harness read (``horus.common.nvml.gpu_processes``), with its memory. Which of
+    NVML's two lists named it is printed, for docs/gpu-validation.md."""
+    import pynvml
+
+    from horus.common.nvml import gpu_processes
+
+    sup = _mps(tmp_path)
+    hold = ALLOC.replace('print("allocated", x.numel())', 'print("allocated", flush=True)')
+    hold += "import time; time.sleep(60)\n"
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    before = {p.pid for p in gpu_processes(pynvml, h)}
+    client = subprocess.Popen(
+        [sys.executable, "-c", hold, "1"], env=_env(sup), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert client.stdout is not None and "allocated" in client.stdout.readline()
+        new = [p for p in gpu_processes(pynvml, h) if p.pid not in before]
+        lists: dict[str, object] = {}
+        for name in (
+            "nvmlDeviceGetComputeRunningProcesses",
+            "nvmlDeviceGetMPSComputeRunningProcesses",
+        ):
+            try:
+                lists[name] = sorted(int(p.pid) for p in getattr(pynvml, name)(h))
+            except Exception as exc:
+                lists[name] = f"error: {exc}"
+        print(f"MPS client pid {client.pid}; new processes {new}; lists {lists}")
+        assert any(p.used_bytes is not None and p.used_bytes >= 2**30 for p in new), new
+    finally:
+        client.kill()
+        sup.stop()
+        pynvml.nvmlShutdown()

@@ -42,8 +42,9 @@ def test_nvml_absent_gives_clear_message() -> None:
 class FakeNvml:
     """Stands in for pynvml: one GPU, two processes, one of them in a known pod."""
 
-    def __init__(self, per_process_util: bool = True) -> None:
+    def __init__(self, per_process_util: bool = True, mps: bool = False) -> None:
         self.per_process_util = per_process_util
+        self.mps = mps  # the pod's process is an MPS client: listed with the MPS processes
 
     def nvmlDeviceGetCount(self) -> int:
         return 1
@@ -64,10 +65,20 @@ class FakeNvml:
         return SimpleNamespace(used=5 * 2**30, total=80 * 2**30)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        if self.mps:  # the MPS server (a host process) and the other process
+            return [
+                SimpleNamespace(pid=303, usedGpuMemory=2**25),
+                SimpleNamespace(pid=202, usedGpuMemory=2**29),
+            ]
         return [
             SimpleNamespace(pid=101, usedGpuMemory=2**30),
             SimpleNamespace(pid=202, usedGpuMemory=2**29),
         ]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h: int) -> list[Any]:
+        if not self.mps:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return [SimpleNamespace(pid=101, usedGpuMemory=2**30)]
 
     def nvmlDeviceGetProcessUtilization(self, h: int, ts: int) -> list[Any]:
         if not self.per_process_util:
@@ -78,8 +89,8 @@ class FakeNvml:
         pass
 
 
-@pytest.mark.parametrize("per_process", [True, False])
-def test_nvml_maps_processes_to_pods(tmp_path: Path, per_process: bool) -> None:
+@pytest.mark.parametrize(("per_process", "mps"), [(True, False), (False, False), (True, True)])
+def test_nvml_maps_processes_to_pods(tmp_path: Path, per_process: bool, mps: bool) -> None:
     p = pod("a")
     (tmp_path / "101").mkdir()
     (tmp_path / "101" / "cgroup").write_text(f"0::/kubepods/burstable/pod{p.uid}/c\n")
@@ -87,7 +98,7 @@ def test_nvml_maps_processes_to_pods(tmp_path: Path, per_process: bool) -> None:
     (tmp_path / "202" / "cgroup").write_text("0::/system.slice/other\n")
     p = type(p)(**{**p.__dict__, "uid": UID})
     (tmp_path / "101" / "cgroup").write_text(f"0::/kubepods/burstable/pod{UID}/c\n")
-    b = NvmlBackend(proc_root=tmp_path, nvml=FakeNvml(per_process))
+    b = NvmlBackend(proc_root=tmp_path, nvml=FakeNvml(per_process, mps))
     s = b.sample(NodeView("n1", []), [p])
     assert s.backend == "nvml"
     assert s.gpus[0].utilization == 0.7 and s.gpus[0].memory_total_bytes == 80 * 2**30

@@ -189,6 +189,11 @@ def test_time_budget_stops_before_a_measurement_and_says_so(tmp_path: Path) -> N
     counts = m.run(lines.append)
     assert counts["measured"] == 0 and counts["left"] == 3
     assert "time budget" in lines[-1] and "run again" in lines[-1]
+    # a recorded failure is not "left": it is not retried until its entry is deleted
+    m.results["failed"]["td3:16"] = "exited with status 1"
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(m.results))
+    m = Measurer(settings(tmp_path, time_budget_s=30), FakeGpu(), clock=lambda: next(ticks))
+    assert m.run(lines.append)["left"] == 2  # ppo:32 and the pair
 
 
 def test_pair_without_its_solo_runs_is_skipped(tmp_path: Path) -> None:
@@ -263,6 +268,17 @@ def test_nvml_sampler_reads_only_the_workers() -> None:
     r = s.read([11, 12])
     assert r.gpu_util == 93 and dict(r.proc_util) == {11: 50.0}
     assert dict(r.proc_mem_mib) == {11: 2048.0, 12: 2048.0}
+
+    class MpsNvml(FakeNvml):  # --sharing mps: the workers are listed as MPS clients
+        def nvmlDeviceGetComputeRunningProcesses(self, h: str) -> list[Any]:
+            return [SimpleNamespace(pid=98, usedGpuMemory=32 * 1024**2)]  # the MPS server
+
+        def nvmlDeviceGetMPSComputeRunningProcesses(self, h: str) -> list[Any]:
+            return [SimpleNamespace(pid=p, usedGpuMemory=1024**3) for p in (11, 12)]
+
+    s = NvmlSampler(0, nvml=MpsNvml())
+    assert s.pids() == {11, 12, 98}  # so a new worker is matched to its client process
+    assert dict(s.read([11, 12]).proc_mem_mib) == {11: 1024.0, 12: 1024.0}
 
 
 def test_bad_input_is_named() -> None:
@@ -373,10 +389,15 @@ def test_mps_settings_and_daemon_check_name_the_problem(tmp_path: Path, monkeypa
     fake.write_text('#!/bin/sh\n/bin/cat > /dev/null\nexit "${FAKE_RC:-0}"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
-    check_mps_daemon()
+    check_mps_daemon("mps")
+    # a running daemon would make plain time-slicing workers its clients: refused
+    with pytest.raises(ValidationError, match=r"MPS control daemon is running.*--sharing mps"):
+        check_mps_daemon("time-slicing")
     monkeypatch.setenv("FAKE_RC", "1")
     with pytest.raises(ValidationError, match="no MPS control daemon answers"):
-        check_mps_daemon()
+        check_mps_daemon("mps")
+    check_mps_daemon("time-slicing")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ValidationError, match="needs nvidia-cuda-mps-control on PATH"):
-        check_mps_daemon()
+        check_mps_daemon("mps")
+    check_mps_daemon("time-slicing")  # no MPS tools at all: nothing can intercept the workers

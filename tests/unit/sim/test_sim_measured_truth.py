@@ -75,6 +75,17 @@ def test_measured_truth_has_the_measured_speeds_and_profiles(tmp_path: Path) -> 
         == job_type("gavel", "ResNet-50 (batch size 64)").profile.features
     )
     assert truth.pair_util[(r50, r18)] == 99.0
+    assert not truth.by_kind[r50].amp
+
+
+def test_mixed_precision_is_read_from_the_stored_profile(tmp_path: Path) -> None:
+    solo = _solo("ResNet-50 (batch size 64)", 90.0, 9000.0, 12.0)
+    solo["features"]["amp"] = 1.0
+    folder = write_results(tmp_path)
+    res = json.loads((folder / RESULTS_FILE).read_text())
+    res["solo"]["resnet50:64"] = solo
+    (folder / RESULTS_FILE).write_text(json.dumps(res))
+    assert load_truth(f"measured:{folder}").by_kind["measured:resnet50:64"].amp
 
 
 def test_sim_runs_on_a_measured_truth(tmp_path: Path, capsys) -> None:

@@ -1,0 +1,70 @@
+"""NVML process readings, one implementation for the node agent and the measuring harness.
+
+Why one module: the agent (what each pod uses) and ``horus predictor measure`` (what each
+training process uses) must read processes the same way, or the harness's check of the agent's
+pair estimate would check something else.
+
+Why two process lists: a process that is a client of an MPS server has an *MPS* compute context,
+which NVML reports through ``nvmlDeviceGetMPSComputeRunningProcesses`` (Volta and newer) and
+not necessarily through ``nvmlDeviceGetComputeRunningProcesses``, which lists the MPS server
+itself. Horus pods run as MPS clients with ``enforcement: mps``, so reading only the second list
+would lose them. Both lists are read and merged by PID; a driver or binding without the MPS call
+simply contributes nothing from it.
+
+Nothing here imports ``pynvml``: callers pass the module (or, in tests, a stand-in with the same
+calls and return shapes).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("horus.common.nvml")
+
+PROCESS_LISTS = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process with a compute context on a GPU, as the driver names it (a host PID)."""
+
+    pid: int
+    used_bytes: float | None  # GPU memory it holds; None where the driver does not say
+
+
+def gpu_processes(nv: Any, handle: Any) -> list[GpuProcess]:
+    """Every compute process on the GPU ``handle``, MPS clients included, one entry per PID
+    (with the larger memory figure where both lists name it). A list the driver cannot give is
+    skipped; when neither can be read the result is empty."""
+    merged: dict[int, float | None] = {}
+    for name in PROCESS_LISTS:
+        call = getattr(nv, name, None)
+        if call is None:
+            continue
+        try:
+            procs = call(handle)
+        except Exception as exc:  # not supported, or the GPU does not answer
+            log.debug("NVML: %s unavailable: %s", name, exc)
+            continue
+        for p in procs:
+            pid = int(p.pid)
+            raw = getattr(p, "usedGpuMemory", None)
+            used = float(raw) if raw is not None else None
+            old = merged.get(pid)
+            merged[pid] = used if old is None else max(old, used or 0.0)
+    return [GpuProcess(pid, used) for pid, used in merged.items()]
+
+
+def process_sm_util(nv: Any, handle: Any, since: int) -> tuple[list[tuple[int, float]], int]:
+    """Per-process SM utilisation samples (PID, percent) newer than ``since`` (the driver's
+    microsecond timestamp), and the newest timestamp seen (``since`` when there is none).
+    Raises what NVML raises where per-process utilisation is unsupported or no sample is new,
+    so each caller decides its fallback."""
+    newest = since
+    out: list[tuple[int, float]] = []
+    for s in nv.nvmlDeviceGetProcessUtilization(handle, since):
+        newest = max(newest, int(s.timeStamp))
+        out.append((int(s.pid), float(s.smUtil)))
+    return out, newest
