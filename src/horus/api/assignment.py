@@ -232,6 +232,9 @@ class PredictedUsage:
     model_version: str
     low_confidence: bool = False
     quantile: float | None = None
+    # the predictor learned its pair speeds on other GPU models than this one: its estimates of
+    # how much sharing slows the job are an extrapolation there (docs/predictor.md, Confidence)
+    pair_low_confidence: bool = False
 
     def __post_init__(self) -> None:
         path = "predicted"
@@ -271,6 +274,8 @@ class PredictedUsage:
             out["lowConfidence"] = True
         if self.quantile is not None:
             out["quantile"] = self.quantile
+        if self.pair_low_confidence:
+            out["pairLowConfidence"] = True
         return out
 
 
@@ -282,6 +287,7 @@ _PREDICTED_KEYS = (
     "modelVersion",
     "lowConfidence",
     "quantile",
+    "pairLowConfidence",
 )
 
 
@@ -301,8 +307,11 @@ def parse_predicted(raw: dict[str, Any], where: str = "predicted") -> PredictedU
     version = read_str(raw, "modelVersion", where, max_length=128)
     low = read_bool(raw, "lowConfidence", where, default=False)
     quantile = read_number(raw, "quantile", where, lo=0.0, hi=1.0) if "quantile" in raw else None
+    pair_low = read_bool(raw, "pairLowConfidence", where, default=False)
     try:
-        return PredictedUsage(util_mean, util_upper, mem_mean, mem_upper, version, low, quantile)
+        return PredictedUsage(
+            util_mean, util_upper, mem_mean, mem_upper, version, low, quantile, pair_low
+        )
     except ValidationError as exc:
         raise rebase(exc, "predicted", where) from None
 

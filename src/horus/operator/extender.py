@@ -66,7 +66,7 @@ from horus.operator.livestate import (
     graph_profile,
     pod_job_name,
 )
-from horus.predictor.interface import GraphProfile, Predictor
+from horus.predictor.interface import GraphProfile, Predictor, pair_extrapolated
 from horus.scheduler import (
     POLICY_NAMES,
     ClusterState,
@@ -898,6 +898,9 @@ class Extender:
             model_version=pred.model_version or "unknown",
             low_confidence=pred.low_confidence,
             quantile=pred.quantile if 0.0 < pred.quantile < 1.0 else None,
+            pair_low_confidence=pair_extrapolated(
+                self.predictor, st.gpu_model[st.gpu_id(share.node, share.gpu_index)]
+            ),
         )
         annotations = {
             c.ANNOTATION_GPU_ASSIGNMENT: text,

@@ -60,7 +60,13 @@ from horus.operator.livestate import (
     graph_profile,
 )
 from horus.operator.metrics import OperatorMetrics
-from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
+from horus.predictor.interface import (
+    PAIR_TEACH_HINT,
+    GraphProfile,
+    Predictor,
+    ResourcePrediction,
+    pair_extrapolated,
+)
 from horus.scheduler import (
     ClusterState,
     JobRequest,
@@ -616,11 +622,14 @@ class Reconciler:
                 model_version=pred.model_version or self.predictor.version,
                 low_confidence=pred.low_confidence,
                 quantile=pred.quantile,
+                pair_low_confidence=pair_extrapolated(self.predictor, model),
             )
             message = (
                 f"predicted {predicted.util_mean:.0f}% GPU util, "
                 f"{predicted.memory_mib_upper:.0f} MiB (on {model}); waiting for GPUs"
             )
+            if predicted.pair_low_confidence:
+                message += f" (sharing slowdowns on {model} are extrapolated; {PAIR_TEACH_HINT})"
             fields: dict[str, Any] = {
                 "phase": c.DLJOB_PHASE_QUEUED,
                 "reason": "Queued",

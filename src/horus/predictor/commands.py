@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common.errors import ValidationError
+from horus.predictor.interface import PAIR_TEACH_HINT
 
 
 def register(sub: Any) -> None:
@@ -340,8 +341,7 @@ def _predict(args: argparse.Namespace) -> int:
             print(
                 f"  LOW CONFIDENCE (sharing): the pair model learned from pairs on "
                 f"{', '.join(out['pair_gpus'])} only; on {args.gpu} its speeds are extrapolated "
-                "(the shipped one reads pessimistic on newer GPUs). Pairs measured on this GPU "
-                "teach it: horus predictor measure, then train --extra-pair-rows"
+                f"(the shipped one reads pessimistic on newer GPUs); {PAIR_TEACH_HINT}"
             )
     print(f"  model {r.model_version}")
     return 0

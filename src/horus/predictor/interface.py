@@ -59,3 +59,23 @@ class Predictor(Protocol):
     def pair_speed(self, job: GraphProfile, other: GraphProfile, gpu: str) -> float:
         """Normalised speed (0..1] of ``job`` while it shares a ``gpu`` with ``other``."""
         ...
+
+
+#: How a user removes the pair low-confidence flag; one wording for the CLI and the operator.
+PAIR_TEACH_HINT = (
+    "pairs measured on this GPU teach it: horus predictor measure (or the agents' "
+    "--pair-rows), then horus predictor train --extra-pair-rows"
+)
+
+
+def pair_extrapolated(predictor: object, gpu: str) -> bool:
+    """True when ``predictor`` says its pair speeds on ``gpu`` are an extrapolation (its pair
+    model learned from no pair measured on that GPU model). Predictors that keep no such record
+    (stand-ins, older artifacts) are taken at their word: False."""
+    known = getattr(predictor, "pair_gpu_known", None)
+    if not callable(known):
+        return False
+    try:
+        return known(gpu) is False
+    except Exception:  # an unknown GPU name is the caller's error to report, not this flag's
+        return False

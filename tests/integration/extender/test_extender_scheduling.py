@@ -78,7 +78,10 @@ def _check_assignment(ec: ExtenderCluster, pod: dict[str, Any]) -> Any:
     assert verify_assignment(
         _key(ec), "default", pod["metadata"]["name"], text, ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE]
     )
-    assert decode_predicted(ann[c.ANNOTATION_PREDICTED], "test").util_mean > 0
+    predicted = decode_predicted(ann[c.ANNOTATION_PREDICTED], "test")
+    assert predicted.util_mean > 0
+    # the shipped pair head learned on K80/P100/V100 pairs: on these H100s it is extrapolating
+    assert predicted.pair_low_confidence
     return a
 
 

@@ -64,6 +64,10 @@ def test_operator_uses_the_artifact_it_is_given(
     assert predicted["modelVersion"] == mine.version
     assert abs(predicted["utilMean"] - expect.util_mean) < 0.01, (predicted, expect)
     assert abs(predicted["memoryMiBMean"] - expect.memory_mib_mean) < 1.0, (predicted, expect)
+    # its pair head learned from Gavel's K80/P100/V100 pairs only: on these H100 nodes the
+    # status says the sharing estimates are extrapolated (and the CRD keeps the field)
+    assert mine.pair_gpu_known("H100") is False
+    assert predicted["pairLowConfidence"] is True
 
 
 def test_operator_picks_up_a_replaced_artifact_without_restart(

@@ -88,6 +88,9 @@ def test_predicted_round_trip() -> None:
     assert decode_predicted(encode_predicted(p)) == p
     q = PredictedUsage(1, 2, 3, 4, "v", low_confidence=True, quantile=0.9)
     assert decode_predicted(encode_predicted(q)) == q
+    r = PredictedUsage(1, 2, 3, 4, "v", pair_low_confidence=True)
+    assert json.loads(encode_predicted(r))["pairLowConfidence"] is True
+    assert decode_predicted(encode_predicted(r)) == r
 
 
 _PRED = {
@@ -109,6 +112,7 @@ _PRED = {
         ({"modelVersion": ""}, "pod p.modelVersion: must not be empty"),
         ({"modelVersion": 3}, "pod p.modelVersion: must be a string"),
         ({"lowConfidence": "yes"}, "pod p.lowConfidence: must be true or false"),
+        ({"pairLowConfidence": 1}, "pod p.pairLowConfidence: must be true or false"),
         ({"quantile": 1}, "pod p.quantile: must be between 0 and 1"),
         ({"utilMean": "high"}, "pod p.utilMean: must be a number, got string"),
         ({"extra": 1}, "pod p.extra: unknown field"),

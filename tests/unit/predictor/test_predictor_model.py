@@ -10,7 +10,7 @@ import pytest
 from horus.common.errors import ValidationError
 from horus.predictor import load_default_predictor
 from horus.predictor.catalog import job_type, measured_job_types
-from horus.predictor.interface import GraphProfile, Predictor
+from horus.predictor.interface import GraphProfile, Predictor, pair_extrapolated
 from horus.predictor.model import load_predictor
 from horus.predictor.schema import FEATURE_NAMES
 from predictor_tables import small_tables
@@ -247,6 +247,25 @@ def test_extra_pair_rows_teach_the_pair_head(tmp_path: Path) -> None:
     # the card now says the pair head has seen this GPU, so its speeds there are not flagged
     assert "A100-80GB" in art["card"]["pair_gpus"] and taught.pair_gpu_known("A100") is True
     assert art["card"]["metrics_heldout_family"]["pair_rows"] > 40
+    # what the operator and the extender write into status.predicted / the pod annotation
+    assert pair_extrapolated(load_predictor(base), "A100")
+    assert not pair_extrapolated(taught, "A100")
+
+
+def test_pair_extrapolated_trusts_predictors_without_a_record() -> None:
+    class NoRecord:  # a stand-in predictor, or an artifact from before pair_gpus
+        def pair_gpu_known(self, gpu: str) -> bool | None:
+            return None
+
+    class Raises:
+        def pair_gpu_known(self, gpu: str) -> bool | None:
+            raise ValidationError(f"unknown GPU {gpu!r}")
+
+    assert not pair_extrapolated(NoRecord(), "H100")
+    assert not pair_extrapolated(Raises(), "Z9")
+    assert not pair_extrapolated(object(), "H100")
+    assert pair_extrapolated(load_default_predictor(), "H100")
+    assert not pair_extrapolated(load_default_predictor(), "V100")
 
 
 @pytest.mark.parametrize(
