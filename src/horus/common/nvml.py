@@ -32,6 +32,7 @@ class GpuProcess:
 
     pid: int
     used_bytes: float | None  # GPU memory it holds; None where the driver does not say
+    mps_client: bool = False  # named by the MPS list: a client of an MPS server, not the server
 
 
 def gpu_processes(nv: Any, handle: Any) -> list[GpuProcess]:
@@ -39,6 +40,7 @@ def gpu_processes(nv: Any, handle: Any) -> list[GpuProcess]:
     (with the larger memory figure where both lists name it). A list the driver cannot give is
     skipped; when neither can be read the result is empty."""
     merged: dict[int, float | None] = {}
+    clients: set[int] = set()
     for name in PROCESS_LISTS:
         call = getattr(nv, name, None)
         if call is None:
@@ -54,7 +56,9 @@ def gpu_processes(nv: Any, handle: Any) -> list[GpuProcess]:
             used = float(raw) if raw is not None else None
             old = merged.get(pid)
             merged[pid] = used if old is None else max(old, used or 0.0)
-    return [GpuProcess(pid, used) for pid, used in merged.items()]
+            if name == PROCESS_LISTS[1]:
+                clients.add(pid)
+    return [GpuProcess(pid, used, pid in clients) for pid, used in merged.items()]
 
 
 def process_sm_util(nv: Any, handle: Any, since: int) -> tuple[list[tuple[int, float]], int]:

@@ -232,7 +232,10 @@ class NvmlSampler:
         return self._name
 
     def pids(self) -> set[int]:
-        return {p.pid for p in gpu_processes(self._nvml, self._handle)}
+        """The compute processes; once MPS clients are listed, only those: the MPS server that
+        starts with the first client is never a worker, and would make its match ambiguous."""
+        procs = gpu_processes(self._nvml, self._handle)
+        return {p.pid for p in procs if p.mps_client} or {p.pid for p in procs}
 
     def read(self, pids: Sequence[int]) -> Reading:
         nv, h = self._nvml, self._handle

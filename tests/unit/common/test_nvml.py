@@ -45,8 +45,8 @@ def test_mps_clients_are_read_beside_the_compute_processes() -> None:
     # under MPS the compute list may name only the server (9); its clients are in the MPS list
     nv = Lists([proc(9, 30)], [proc(7, 1000), proc(8, None)])
     assert sorted(gpu_processes(nv, 0), key=lambda p: p.pid) == [
-        GpuProcess(7, 1000.0 * 2**20),
-        GpuProcess(8, None),
+        GpuProcess(7, 1000.0 * 2**20, mps_client=True),
+        GpuProcess(8, None, mps_client=True),
         GpuProcess(9, 30.0 * 2**20),
     ]
 
@@ -54,8 +54,8 @@ def test_mps_clients_are_read_beside_the_compute_processes() -> None:
 def test_a_process_in_both_lists_counts_once_with_the_larger_memory() -> None:
     nv = Lists([proc(7, 500), proc(8, None)], [proc(7, 800), proc(8, 64)])
     assert sorted(gpu_processes(nv, 0), key=lambda p: p.pid) == [
-        GpuProcess(7, 800.0 * 2**20),
-        GpuProcess(8, 64.0 * 2**20),
+        GpuProcess(7, 800.0 * 2**20, mps_client=True),
+        GpuProcess(8, 64.0 * 2**20, mps_client=True),
     ]
 
 

@@ -277,7 +277,7 @@ def test_nvml_sampler_reads_only_the_workers() -> None:
             return [SimpleNamespace(pid=p, usedGpuMemory=1024**3) for p in (11, 12)]
 
     s = NvmlSampler(0, nvml=MpsNvml())
-    assert s.pids() == {11, 12, 98}  # so a new worker is matched to its client process
+    assert s.pids() == {11, 12}  # not the server, so a new worker matches its client process
     assert dict(s.read([11, 12]).proc_mem_mib) == {11: 1024.0, 12: 1024.0}
 
 
