@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common.errors import ValidationError
-from horus.predictor.interface import PAIR_TEACH_HINT
+from horus.predictor.interface import PAIR_TEACH_HINT, pair_extrapolated
 
 
 def register(sub: Any) -> None:
@@ -319,8 +319,7 @@ def _predict(args: argparse.Namespace) -> int:
         out["with"] = other.model
         out["speed"] = round(predictor.pair_speed(profile, other, args.gpu), 3)
         out["speed_other"] = round(predictor.pair_speed(other, profile, args.gpu), 3)
-        known = predictor.pair_gpu_known(args.gpu)
-        out["pair_low_confidence"] = known is False
+        out["pair_low_confidence"] = pair_extrapolated(predictor, args.gpu)
         out["pair_gpus"] = list(predictor.card.get("pair_gpus", []))
     if args.json:
         print(json.dumps(out, indent=2))

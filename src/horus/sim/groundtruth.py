@@ -259,7 +259,7 @@ MEASURED_PREFIX = "measured:"
 
 
 def measured_kind(job_key: str) -> str:
-    return f"measured:{job_key}"
+    return f"{MEASURED_PREFIX}{job_key}"
 
 
 def load_measured(path: Path) -> GroundTruth:
