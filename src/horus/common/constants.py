@@ -93,6 +93,9 @@ ENV_POD_NAME: Final = "HORUS_POD_NAME"
 ENV_POD_UID: Final = "HORUS_POD_UID"
 ENV_NODE_NAME: Final = "HORUS_NODE_NAME"
 ENV_ENFORCEMENT: Final = "HORUS_ENFORCEMENT"  # "mps" or "none": how the share is enforced
+# CUDA's own MPS variable for a client's share of the SMs (1..100): the device plugin sets it
+# from the core share; `horus predictor measure --mps-thread-percent` sets it for its workers.
+ENV_MPS_ACTIVE_THREAD_PERCENTAGE: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
 # --- Device plugin (kubelet device-plugin API v1beta1) ------------------------------------------
 DEVICE_PLUGIN_API_VERSION: Final = "v1beta1"

@@ -425,7 +425,7 @@ class Allocator:
             envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
             # One percentage per MPS client; with several GPUs the smallest share, so the
             # container never exceeds any of them.
-            envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(min(g.core_percent for g in refs))
+            envs[c.ENV_MPS_ACTIVE_THREAD_PERCENTAGE] = str(min(g.core_percent for g in refs))
             # Ordinals as the client sees them (after CUDA_VISIBLE_DEVICES), not host indices.
             envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
                 f"{ordinal}={g.memory_mib}M" for ordinal, g in enumerate(refs)

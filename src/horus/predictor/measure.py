@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from horus.common.constants import BACKEND_NVML, MIB
+from horus.common.constants import BACKEND_NVML, ENV_MPS_ACTIVE_THREAD_PERCENTAGE, MIB
 from horus.common.errors import ValidationError
 from horus.common.nvml import gpu_processes, process_sm_util
 from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
@@ -54,7 +54,6 @@ PAIR_ROWS_FILE = "pair-rows.csv"
 RESULTS_FORMAT = "horus-measure/v1"
 SHARING_TIME_SLICING, SHARING_MPS = "time-slicing", "mps"
 SHARING_MODES = (SHARING_TIME_SLICING, SHARING_MPS)
-MPS_THREAD_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MAX_WINDOW_S = 600.0
 MAX_WARMUP_STEPS = 10_000
 SAMPLE_INTERVAL_S = 0.2
@@ -541,7 +540,7 @@ class Measurer:
             mps_thread_percent=settings.mps_thread_percent,
         )
         if settings.mps_thread_percent is not None:
-            self.env[MPS_THREAD_ENV] = str(settings.mps_thread_percent)
+            self.env[ENV_MPS_ACTIVE_THREAD_PERCENTAGE] = str(settings.mps_thread_percent)
 
     def _job(self, spec: JobSpec) -> WorkerJob:
         return WorkerJob(spec.zoo, spec.batch_size, spec.amp, self.s.device, self.s.warmup_steps)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
-from horus.common.constants import MIB
+from horus.common.constants import ENV_MPS_ACTIVE_THREAD_PERCENTAGE, MIB
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def run(job: WorkerJob, stdin: IO[str], stdout: IO[str]) -> int:
         stdout,
         {
             "ready": os.getpid(),
-            "mps_thread_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+            "mps_thread_percent": os.environ.get(ENV_MPS_ACTIVE_THREAD_PERCENTAGE),
         },
     )
     seconds = windows.get()
