@@ -12,14 +12,19 @@ Takes ``Any`` (a urllib3 ``HTTPResponse``) so this layer stays free of the Kuber
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from horus.common.documents import loads_api_json
 
 
 def read_json(resp: Any) -> Any:
-    """The decoded JSON body of a raw response; its connection goes back to the pool."""
+    """The decoded JSON body of a raw response; its connection goes back to the pool.
+
+    One object nested absurdly deep (the apiserver stores a DLJob thousands of levels deep)
+    must not make a whole list undecodable: see :func:`horus.common.documents.loads_api_json`.
+    """
     try:
-        return json.loads(resp.data)
+        return loads_api_json(resp.data)
     finally:
         resp.release_conn()
 
