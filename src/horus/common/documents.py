@@ -167,7 +167,7 @@ def load_yaml(
     text = decode_text(data, where)
     check_depth(text, where, max_depth)
     try:
-        value = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        value = yaml.load(text, Loader=_NoAliasLoader)
     except yaml.YAMLError as exc:
         raise ValidationError(f"{where}: not valid YAML or JSON ({exc})") from None
     except RecursionError:
