@@ -140,15 +140,14 @@ class _NoAliasLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing anchors and aliases (see the module docstring)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(
                 None,
                 None,
                 "anchors and aliases (*name) are not accepted here; write the value out",
                 event.start_mark,
             )
-        event = self.peek_event()
         if getattr(event, "anchor", None):
             raise yaml.composer.ComposerError(
                 None,
