@@ -141,19 +141,13 @@ class _NoAliasLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event: Any = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            mark: Any = event.start_mark
             raise yaml.composer.ComposerError(
                 None,
                 None,
-                "anchors and aliases (*name) are not accepted here; write the value out",
-                event.start_mark,
-            )
-        if getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                "anchors (&name) are not accepted here; write the value out",
-                event.start_mark,
+                "anchors (&name) and aliases (*name) are not accepted here; write the value out",
+                mark,
             )
         return super().compose_node(parent, index)
 
