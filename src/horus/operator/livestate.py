@@ -397,7 +397,7 @@ def _add_pod_group(
         submit = max(submit, _timestamp(_meta(pod).get("creationTimestamp")))
     # Drop shares on GPUs the state does not have (node gone, NotReady, cordoned): their
     # capacity is not offered to anyone either, so nothing can be over-committed by it.
-    kept = [s for s in shares if s.node not in live.excluded_nodes]
+    kept = [s for s in shares if s.node in live.state.node_set]
     if not kept:
         return
     if prediction is None:
@@ -425,7 +425,11 @@ def _add(
     pods: tuple[str, ...],
     what: str,
 ) -> bool:
-    kept = [s for s in shares if s.node not in live.excluded_nodes]
+    # Only shares on GPUs the state offers are counted: a node that is NotReady, cordoned or
+    # deleted (autoscaler scale-down, node replacement) contributes no capacity, so its shares
+    # need no counting — but the job's shares on *other* nodes still hold those GPUs and must
+    # be counted, never dropped with the vanished node's.
+    kept = [s for s in shares if s.node in live.state.node_set]
     if not kept:
         return source == "dljob-status"  # recorded on nodes that are gone: still "recorded"
     try:

@@ -94,6 +94,8 @@ class ClusterState:
                 self.gpu_model.append(gpu.model)
                 mem.append(gpu.memory_mib)
                 healthy.append(gpu.healthy)
+        #: The nodes this state offers GPUs on (for membership tests).
+        self.node_set: frozenset[str] = frozenset(self.node_names)
         self.models: list[str] = sorted(set(self.gpu_model))
         model_id = {m: i for i, m in enumerate(self.models)}
         n_gpus = len(self.gpu_index)

@@ -84,6 +84,22 @@ def test_shares_on_excluded_nodes_are_dropped_and_bad_records_reported() -> None
     assert any("bogus" in p for p in live.problems)
 
 
+def test_deleted_node_drops_only_its_own_shares() -> None:
+    """Deleting a Node (autoscaler scale-down) must not drop the job's shares on other nodes:
+    they still hold those GPUs, and the next pass would place queued jobs on top of them."""
+    record = dljob("j1", [share("a", 0), share("b", 0)], phase="Running", replicas=2)
+    pods = [
+        pod("plain", GpuAssignment("a", simulated_gpu_uuid("a", 1), 1, 60, 1000)),
+        pod("j2-0", assignment("a", 2, core=70, job="j2", replica=0), job="j2", replica=0),
+        pod("j2-1", assignment("b", 2, core=70, job="j2", replica=1), job="j2", replica=1),
+    ]
+    live = build_live_state([node("a", gpus=4)], pods, [record])  # node b deleted
+    assert _core(live.state, "a", 0) == 50  # the DLJob record's replica on a
+    assert _core(live.state, "a", 2) == 70  # the orphan pod group's replica on a
+    assert _core(live.state, "a", 1) == 60
+    assert not live.problems, live.problems
+
+
 def test_overcommitted_record_is_reported_not_raised() -> None:
     pods = [pod("p1", assignment("a", 0, core=80)), pod("p2", assignment("a", 0, core=80))]
     live = build_live_state([node("a")], pods, [])
