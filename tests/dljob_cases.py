@@ -269,6 +269,27 @@ SHARED_CASES: list[Case] = [
         "number",
     ),
     Case(
+        "feature-negative",
+        _set("spec.profile.features.params", -2.5e7),
+        "spec.profile.features.params",
+        "must be a finite number from 0",
+        "greater than or equal to 0",
+    ),
+    Case(
+        "feature-absurd",
+        _set("spec.profile.features.fwd_flops", 1e40),
+        "spec.profile.features.fwd_flops",
+        "must be a finite number from 0",
+        "less than or equal to 1e+30",
+    ),
+    Case(
+        "profile-schema-version-unsupported",
+        _set("spec.profile.schemaVersion", 2),
+        "spec.profile.schemaVersion",
+        "2 is not supported",
+        "less than or equal to 1",
+    ),
+    Case(
         "feature-bad-name",
         _set("spec.profile.features", {"fwd flops": 1.0}),
         "spec.profile.features",

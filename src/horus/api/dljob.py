@@ -20,10 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from horus.api._fields import (
-    as_number,
     read_int,
     read_number,
     read_str,
@@ -32,6 +29,12 @@ from horus.api._fields import (
     type_name,
 )
 from horus.api.assignment import GpuAssignment, PredictedUsage, parse_predicted
+from horus.api.profile import (
+    PROFILE_KEYS,
+    InlineProfile,
+    parse_profile_document,
+    parse_profile_mapping,
+)
 from horus.common.constants import (
     ANNOTATION_ASSIGNMENT_SIGNATURE,
     ANNOTATION_GPU_ASSIGNMENT,
@@ -47,14 +50,12 @@ from horus.common.constants import (
     GPU_MODE_AUTO,
     GPU_MODE_EXPLICIT,
     GPU_MODES,
-    GRAPH_PROFILE_KIND,
     LABEL_DLJOB_NAME,
     LABEL_REPLICA_INDEX,
     MAX_DLJOB_REPLICAS,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS_PER_REPLICA,
     MAX_OBSERVED_PAIRS,
-    MAX_PROFILE_FEATURES,
     MIN_OBSERVED_PAIR_SPEED,
     PROFILE_CONFIGMAP_DEFAULT_KEY,
     RESOURCE_GPU_CORE,
@@ -85,9 +86,7 @@ __all__ = [
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_FEATURE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _CONDITION_REASON = re.compile(r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?)?$")
-_MAX_FEATURE_NAME = 128
 _MAX_CONTAINERS = 32
 _RESTART_POLICIES = ("Never", "OnFailure")
 _DEFAULT_RESTART_POLICY = "Never"
@@ -103,33 +102,6 @@ _OWNED_ANNOTATIONS = (
 
 
 # --- spec -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InlineProfile:
-    """A model's graph profile: what ``horus profile`` prints (and a ConfigMap may hold)."""
-
-    model: str
-    batch_size: int
-    features: Mapping[str, float]
-    schema_version: int = 1
-    family: str = ""
-
-    def to_document(self) -> dict[str, Any]:
-        """The profile as the document ``horus profile`` writes (``kind: GraphProfile``).
-
-        The operator hands this to ``horus.predictor.schema.profile_from_dict``, which checks
-        the schema version and the required features the predictor needs.
-        """
-        return {
-            "apiVersion": API_GROUP_VERSION,
-            "kind": GRAPH_PROFILE_KIND,
-            "schemaVersion": self.schema_version,
-            "model": self.model,
-            "family": self.family,
-            "batchSize": self.batch_size,
-            "features": dict(self.features),
-        }
 
 
 @dataclass(frozen=True)
@@ -507,7 +479,7 @@ def _check_container_resources(container: dict[str, Any], cpath: str) -> None:
                 )
 
 
-_PROFILE_INLINE_KEYS = ("model", "batchSize", "schemaVersion", "family", "features")
+_PROFILE_INLINE_KEYS = PROFILE_KEYS
 _PROFILE_KEYS = (*_PROFILE_INLINE_KEYS, "configMapRef")
 
 
@@ -532,7 +504,7 @@ def _parse_profile(value: object, path: str) -> ProfileSource:
         raise ValidationError(
             f"{path}: set one of features (inline profile from `horus profile`) or configMapRef"
         )
-    return _parse_inline_profile(raw, path)
+    return parse_profile_mapping(raw, path)
 
 
 def _parse_configmap_ref(value: object, path: str) -> ConfigMapProfileRef:
@@ -547,62 +519,6 @@ def _parse_configmap_ref(value: object, path: str) -> ConfigMapProfileRef:
             f"{path}.key: must consist of letters, digits, '-', '_' or '.', got {key!r}"
         )
     return ConfigMapProfileRef(name=name, key=key)
-
-
-def _parse_inline_profile(raw: dict[str, Any], path: str) -> InlineProfile:
-    if "model" not in raw:
-        raise ValidationError(f"{path}.model: an inline profile needs model alongside features")
-    if "batchSize" not in raw:
-        raise ValidationError(
-            f"{path}.batchSize: an inline profile needs batchSize alongside features"
-        )
-    model = read_str(raw, "model", path, max_length=253)
-    batch = read_int(raw, "batchSize", path, lo=1, hi=1_048_576)
-    schema_version = read_int(raw, "schemaVersion", path, lo=1, hi=1000, default=1)
-    family = read_str(raw, "family", path, max_length=253, default="", allow_empty=True)
-    fpath = f"{path}.features"
-    features_raw = require_object(raw["features"], fpath)
-    if not 1 <= len(features_raw) <= MAX_PROFILE_FEATURES:
-        raise ValidationError(
-            f"{fpath}: must have 1..{MAX_PROFILE_FEATURES} entries, got {len(features_raw)}"
-        )
-    features: dict[str, float] = {}
-    for key, val in features_raw.items():
-        if len(key) > _MAX_FEATURE_NAME or not _FEATURE_NAME.match(key):
-            raise ValidationError(
-                f"{fpath}: feature name {key!r} must match {_FEATURE_NAME.pattern} and be at "
-                f"most {_MAX_FEATURE_NAME} characters"
-            )
-        features[key] = as_number(val, f"{fpath}.{key}")
-    return InlineProfile(
-        model=model,
-        batch_size=batch,
-        features=features,
-        schema_version=schema_version,
-        family=family,
-    )
-
-
-def parse_profile_document(text: str, where: str = "profile") -> InlineProfile:
-    """Parse a profile document (the YAML ``horus profile`` writes, or JSON) from a ConfigMap.
-
-    ``where`` names the source in errors, e.g. ``configmap ns/resnet50-profile[profile.json]``.
-    """
-    try:
-        raw = yaml.safe_load(text)  # JSON is YAML; one parser accepts both
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
-    obj = require_object(raw, where)
-    reject_unknown(obj, ("apiVersion", "kind", *_PROFILE_INLINE_KEYS), where)
-    if obj.get("apiVersion", API_GROUP_VERSION) != API_GROUP_VERSION:
-        raise ValidationError(
-            f"{where}.apiVersion: must be {API_GROUP_VERSION}, got {obj['apiVersion']!r}"
-        )
-    if obj.get("kind", GRAPH_PROFILE_KIND) != GRAPH_PROFILE_KIND:
-        raise ValidationError(f"{where}.kind: must be {GRAPH_PROFILE_KIND}, got {obj['kind']!r}")
-    if "features" not in obj:
-        raise ValidationError(f"{where}.features: required")
-    return _parse_inline_profile(obj, where)
 
 
 def _parse_gpu(value: object, path: str) -> GpuRequest:

@@ -145,6 +145,7 @@ MAX_PROFILE_FEATURES: Final = 256
 #: Measured pair speeds one DLJob's status.observed may carry, and the lowest speed reported.
 MAX_OBSERVED_PAIRS: Final = 16
 MIN_OBSERVED_PAIR_SPEED: Final = 0.05
+PROFILE_SCHEMA_VERSION: Final = 1  # the graph-profile schemaVersion this Horus reads
 GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
 
 # --- Node sharing agent (horus.agent) ----------------------------------------------------------

@@ -162,7 +162,7 @@ def load_yaml(
     try:
         value = yaml.load(text, Loader=_NoAliasLoader)
     except yaml.YAMLError as exc:
-        raise ValidationError(f"{where}: not valid YAML or JSON ({exc})") from None
+        raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
     except RecursionError:
         raise ValidationError(
             f"{where}: nested deeper than this reader can parse (more than {max_depth} "

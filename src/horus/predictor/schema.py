@@ -27,10 +27,13 @@ from typing import Any
 
 import yaml
 
+from horus.api.profile import MAX_PROFILE_DOCUMENT_BYTES, parse_profile_object
+from horus.common.constants import PROFILE_SCHEMA_VERSION
+from horus.common.documents import load_yaml, read_text_file
 from horus.common.errors import ValidationError
 from horus.predictor.interface import GraphProfile
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = PROFILE_SCHEMA_VERSION
 API_VERSION = "horus.io/v1alpha1"
 KIND = "GraphProfile"
 
@@ -126,65 +129,32 @@ def dump_profile(profile: GraphProfile, path: Path | None = None) -> str:
 
 
 def profile_from_dict(data: Any, where: str = "profile") -> GraphProfile:
-    """Validate a parsed profile document; every problem names the field and the fix."""
-    if not isinstance(data, Mapping):
-        raise ValidationError(
-            f"{where}: expected a mapping with kind: {KIND}, got {type(data).__name__}"
-        )
-    kind = data.get("kind", KIND)
-    if kind != KIND:
-        raise ValidationError(f"{where}: kind is {kind!r}, expected {KIND!r}")
-    version = data.get("schemaVersion")
-    if version is None:
-        raise ValidationError(
-            f"{where}: missing schemaVersion (this Horus reads schemaVersion {SCHEMA_VERSION}); "
-            "regenerate it with 'horus profile'"
-        )
-    if version != SCHEMA_VERSION:
-        raise ValidationError(
-            f"{where}: schemaVersion {version!r} is not supported (this Horus reads "
-            f"{SCHEMA_VERSION}); regenerate the profile with this version's 'horus profile'"
-        )
-    for key in ("model", "batchSize", "features"):
-        if key not in data:
-            raise ValidationError(f"{where}: missing required field {key!r}")
-    features = data["features"]
-    if not isinstance(features, Mapping):
-        raise ValidationError(f"{where}: 'features' must be a mapping of name to number")
-    missing = [k for k in REQUIRED_FEATURES if k not in features]
+    """Validate a parsed profile document; every problem names the field and the fix.
+
+    The document rules are :func:`horus.api.profile.parse_profile_object`'s, the ones the
+    operator applies to DLJobs, so ``horus predict`` and the cluster give one answer; this
+    adds only what a prediction needs (:data:`REQUIRED_FEATURES`).
+    """
+    inline = parse_profile_object(data, where)
+    missing = [k for k in REQUIRED_FEATURES if k not in inline.features]
     if missing:
         raise ValidationError(
             f"{where}: features lack {', '.join(missing)}; regenerate it with 'horus profile'"
         )
-    clean: dict[str, float] = {}
-    for k, v in features.items():
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ValidationError(f"{where}: feature {k!r} must be a number, got {v!r}")
-        if v != v or v < 0:  # NaN or negative
-            raise ValidationError(
-                f"{where}: feature {k!r} must be a non-negative number, got {v!r}"
-            )
-        clean[str(k)] = float(v)
-    batch = data["batchSize"]
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValidationError(f"{where}: batchSize must be a positive integer, got {batch!r}")
     return GraphProfile(
-        model=str(data["model"]),
-        batch_size=batch,
-        features=clean,
-        family=str(data.get("family", "")),
-        schema_version=SCHEMA_VERSION,
+        model=inline.model,
+        batch_size=inline.batch_size,
+        features=dict(inline.features),
+        family=inline.family,
+        schema_version=inline.schema_version,
     )
 
 
 def load_profile(path: Path) -> GraphProfile:
-    """Read and validate a profile YAML file written by ``horus profile``."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ValidationError(f"cannot read profile {path}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{path}: not valid YAML: {exc}") from exc
+    """Read and validate a profile YAML file written by ``horus profile``.
+
+    Size, encoding and nesting are checked before parsing (``horus.common.documents``).
+    """
+    text = read_text_file(path, max_bytes=MAX_PROFILE_DOCUMENT_BYTES)
+    data = load_yaml(text, str(path), max_bytes=MAX_PROFILE_DOCUMENT_BYTES, max_depth=8)
     return profile_from_dict(data, where=str(path))

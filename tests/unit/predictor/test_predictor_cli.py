@@ -47,7 +47,7 @@ def test_predict_wrong_schema(tmp_path: Path, profile_file: Path, capsys) -> Non
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(doc))
     assert main(["predict", str(bad)]) == 2
-    assert "schemaVersion 7 is not supported" in capsys.readouterr().err
+    assert "schemaVersion: 7 is not supported" in capsys.readouterr().err
 
 
 def test_with_lucid_requires_output(capsys) -> None:
