@@ -12,7 +12,14 @@ import json
 import math
 from typing import Any
 
+from horus.common.documents import load_json
 from horus.common.errors import ValidationError
+
+#: All of an object's annotations together may hold 256 KiB (the apiserver's limit), so no
+#: single annotation value Horus decodes can be larger.
+MAX_ANNOTATION_BYTES = 256 * 1024
+#: Deeper than any annotation document Horus writes (an assignment is 3 levels).
+MAX_ANNOTATION_DEPTH = 8
 
 
 def type_name(value: object) -> str:
@@ -151,14 +158,19 @@ def fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+def load_annotation_json(text: str, where: str) -> Any:
+    """An annotation value's JSON, size and nesting checked before parsing.
+
+    Anyone who may edit the object may write any text there: a value nested thousands deep
+    would make ``json.loads`` raise ``RecursionError``, which no caller expects.
+    """
+    if not isinstance(text, str):
+        raise ValidationError(f"{where}: must be a string, got {type_name(text)}")
+    return load_json(text, where, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_ANNOTATION_DEPTH)
+
+
 def load_json_object(text: str, where: str) -> dict[str, Any]:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(
-            f"{where}: not valid JSON ({exc.msg} at position {exc.pos})"
-        ) from None
-    return require_object(raw, where)
+    return require_object(load_annotation_json(text, where), where)
 
 
 def dump_json(obj: dict[str, Any]) -> str:

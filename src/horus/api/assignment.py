@@ -33,10 +33,12 @@ from horus.api._fields import (
     rebase,
     reject_unknown,
 )
+from horus.api.inventory import MAX_GPU_INDEX
 from horus.common.constants import (
     GPU_CORE_UNITS_PER_GPU,
     MAX_DLJOB_REPLICAS,
     MAX_GPU_MEMORY_MIB,
+    MAX_GPUS_PER_REPLICA,
 )
 from horus.common.errors import ValidationError
 
@@ -168,6 +170,10 @@ _GPU_REF_KEYS = ("gpuUUID", "gpuIndex", "corePercent", "memoryMiB")
 def _parse_gpu_refs(value: object, where: str) -> tuple[GpuRef, ...]:
     if not isinstance(value, list) or not value:
         raise ValidationError(f"{where}.gpus: must be a non-empty list of GPUs")
+    if len(value) > MAX_GPUS_PER_REPLICA:
+        raise ValidationError(
+            f"{where}.gpus: lists {len(value)} GPUs; a pod has at most {MAX_GPUS_PER_REPLICA}"
+        )
     refs: list[GpuRef] = []
     for i, item in enumerate(value):
         path = f"{where}.gpus[{i}]"
@@ -177,7 +183,7 @@ def _parse_gpu_refs(value: object, where: str) -> tuple[GpuRef, ...]:
         refs.append(
             GpuRef(
                 gpu_uuid=read_str(item, "gpuUUID", path, max_length=128),
-                gpu_index=read_int(item, "gpuIndex", path, lo=0),
+                gpu_index=read_int(item, "gpuIndex", path, lo=0, hi=MAX_GPU_INDEX),
                 core_percent=read_int(item, "corePercent", path, lo=1, hi=GPU_CORE_UNITS_PER_GPU),
                 memory_mib=read_int(item, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB),
             )
@@ -198,11 +204,15 @@ def parse_assignment(raw: dict[str, Any], where: str = "gpu-assignment") -> GpuA
         return GpuAssignment(
             node=read_str(raw, "node", where, max_length=253),
             gpu_uuid=read_str(raw, "gpuUUID", where, max_length=128),
-            gpu_index=read_int(raw, "gpuIndex", where, lo=0),
+            gpu_index=read_int(raw, "gpuIndex", where, lo=0, hi=MAX_GPU_INDEX),
             core_percent=read_int(raw, "corePercent", where, lo=1, hi=GPU_CORE_UNITS_PER_GPU),
             memory_mib=read_int(raw, "memoryMiB", where, lo=1, hi=MAX_GPU_MEMORY_MIB),
             job=read_str(raw, "job", where, max_length=253) if has_job else None,
-            replica=read_int(raw, "replica", where, lo=0) if "replica" in raw else None,
+            replica=(
+                read_int(raw, "replica", where, lo=0, hi=MAX_DLJOB_REPLICAS - 1)
+                if "replica" in raw
+                else None
+            ),
             gpus=_parse_gpu_refs(raw["gpus"], where) if "gpus" in raw else (),
         )
     except ValidationError as exc:

@@ -13,12 +13,14 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
-from horus.api._fields import read_int, read_str, require_object, type_name
+from horus.api._fields import load_annotation_json, read_int, read_str, require_object, type_name
 from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY, MAX_GPU_MEMORY_MIB
 from horus.common.errors import ValidationError
 
 _HEALTH = (GPU_HEALTHY, GPU_UNHEALTHY)
-_MAX_GPU_INDEX = 1023
+MAX_GPU_INDEX = 1023
+#: No node has more GPUs than indices it can number.
+MAX_GPUS_PER_NODE = MAX_GPU_INDEX + 1
 _MAX_NAME = 256
 _UUID_NAMESPACE = uuidlib.UUID("6f1c1f3e-6a7e-4f1e-9a43-2f9c1f0b6a11")
 
@@ -77,14 +79,13 @@ def decode_inventory(text: str, where: str = "gpu-inventory") -> list[GpuDevice]
     Fields this version does not know are ignored, so a newer device plugin that adds one
     does not take its node out of an older scheduler's cluster.
     """
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(
-            f"{where}: not valid JSON ({exc.msg} at position {exc.pos})"
-        ) from None
+    raw = load_annotation_json(text, where)
     if not isinstance(raw, list):
         raise ValidationError(f"{where}: must be a JSON list of GPUs, got {type_name(raw)}")
+    if len(raw) > MAX_GPUS_PER_NODE:
+        raise ValidationError(
+            f"{where}: lists {len(raw)} GPUs; a node has at most {MAX_GPUS_PER_NODE}"
+        )
     gpus: list[GpuDevice] = []
     for i, value in enumerate(raw):
         path = f"{where}[{i}]"
@@ -96,7 +97,7 @@ def decode_inventory(text: str, where: str = "gpu-inventory") -> list[GpuDevice]
             )
         gpus.append(
             GpuDevice(
-                index=read_int(item, "index", path, lo=0, hi=_MAX_GPU_INDEX),
+                index=read_int(item, "index", path, lo=0, hi=MAX_GPU_INDEX),
                 uuid=read_str(item, "uuid", path, max_length=_MAX_NAME),
                 model=read_str(item, "model", path, max_length=_MAX_NAME),
                 memory_mib=read_int(item, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB),

@@ -11,12 +11,17 @@ looked up, first match wins, in
 Values from the environment and file are converted to the field's type (bool accepts
 ``true/false/1/0/yes/no``); anything that does not convert, and any unknown key in the file's
 section, is a :class:`~horus.common.errors.ConfigError` that names the source and the field —
-a misspelled setting must never be silently ignored.
+a misspelled setting must never be silently ignored. Every source is hostile until checked:
+a number must be finite (``nan`` passes every ``<``/``>`` range check a dataclass makes, so it
+is refused here, once, for all roles), an integer field takes no fractions, a text value is at
+most :data:`MAX_TEXT` characters without control characters, and the config file is read
+with the bounded readers of :mod:`horus.common.documents` (size, UTF-8, nesting, no aliases).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -24,14 +29,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
-from horus.common.errors import ConfigError
+from horus.common.documents import load_yaml, read_text_file
+from horus.common.errors import ConfigError, ValidationError
 
 T = TypeVar("T")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+#: Longest text setting (a path, a node name, a selector); beyond it is not a setting.
+MAX_TEXT = 4096
+#: Largest config file read (a Horus config is a few KB).
+MAX_CONFIG_BYTES = 1 << 20
+#: Deepest nesting of a config file (sections hold flat key: value pairs).
+MAX_CONFIG_DEPTH = 8
 
 
 def env_var_name(section: str, field: str) -> str:
@@ -60,37 +70,94 @@ def _convert(value: Any, typ: Any, where: str) -> Any:
         if text in _FALSE:
             return False
         raise ConfigError(f"{where}: {value!r} is not a boolean (use true or false)")
-    if typ in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: {value!r} is not a number")
-        try:
-            return typ(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: {value!r} is not a {typ.__name__}") from None
+    if typ is int:
+        return _integer(value, where)
+    if typ is float:
+        return _float(value, where)
     if typ is str:
-        if not isinstance(value, str | int | float):
-            raise ConfigError(f"{where}: {value!r} is not a string")
-        return str(value)
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ConfigError(f"{where}: {_show(value)} is not a string")
+        return _text(str(value), where)
     if typ is Path:
-        return Path(str(value)).expanduser()
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{where}: {_show(value)} is not a path")
+        text = _text(str(value), where)
+        if not text.strip():
+            raise ConfigError(f"{where}: a path must not be empty (leave the setting out instead)")
+        return Path(text).expanduser()
     return value
+
+
+def _show(value: Any) -> str:
+    """``value`` for an error message, cut short: a hostile value may be huge."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text(value: str, where: str) -> str:
+    if len(value) > MAX_TEXT:
+        raise ConfigError(f"{where}: {len(value)} characters is longer than the {MAX_TEXT} allowed")
+    if any(ord(ch) < 32 and ch not in "\t" for ch in value):
+        raise ConfigError(f"{where}: {_show(value)} holds control characters (a newline or NUL?)")
+    return value
+
+
+def _integer(value: Any, where: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: {_show(value)} is not a whole number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: {_show(value)} is not a whole number")
+    if isinstance(value, str) and len(value) <= 32:
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: {_show(value)} is not a whole number")
+
+
+def _float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{where}: {_show(value)} is not a number")
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{where}: {_show(value)} is not a number") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: {_show(value)} is not a finite number; give a plain number")
+    return number
 
 
 def load_file_section(path: Path | None, section: str) -> dict[str, Any]:
     """The mapping under ``section`` in YAML file ``path`` (empty when no file is given)."""
     if path is None:
         return {}
+    if not Path(path).exists():
+        raise ConfigError(f"config file {path} does not exist; pass an existing file")
+    where = f"config file {path}"
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; pass an existing file") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        text = read_text_file(path, where, max_bytes=MAX_CONFIG_BYTES)
+        data = load_yaml(text, where, max_bytes=MAX_CONFIG_BYTES, max_depth=MAX_CONFIG_DEPTH)
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must be a mapping of sections, got {type(data)}")
+        raise ConfigError(
+            f"{where} must be a mapping of sections (e.g. '{section}: {{...}}'), got "
+            f"{type(data).__name__}"
+        )
     body = data.get(section, {})
+    if body is None:
+        return {}
     if not isinstance(body, dict):
-        raise ConfigError(f"config file {path}: section '{section}' must be a mapping")
+        raise ConfigError(f"{where}: section '{section}' must be a mapping of key: value")
+    bad = [k for k in body if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"{where}: section '{section}' has non-text key(s) {bad[:5]!r}")
     return body
 
 
@@ -131,5 +198,7 @@ def load_settings(
             values[name] = _convert(from_file[name], typ, f"{config_file}: {section}.{name}")
     try:
         return cls(**values)
-    except (TypeError, ValueError) as exc:
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, ValidationError) as exc:
         raise ConfigError(f"invalid {section} settings: {exc}") from None

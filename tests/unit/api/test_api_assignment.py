@@ -57,11 +57,11 @@ def _with(**changes: object) -> str:
         (_with(corePercent="50"), "pod ns/p.corePercent: must be an integer, got string"),
         (_with(memoryMiB=0), "pod ns/p.memoryMiB: must be 1..1048576, got 0"),
         (_with(memoryMiB=2_000_000), "pod ns/p.memoryMiB: must be 1..1048576"),
-        (_with(gpuIndex=-1), "pod ns/p.gpuIndex: must be >= 0, got -1"),
+        (_with(gpuIndex=-1), "pod ns/p.gpuIndex: must be 0..1023, got -1"),
         (_with(node=""), "pod ns/p.node: must not be empty"),
         (_with(job="j"), "pod ns/p: job and replica must be given together"),
         (_with(replica=0), "pod ns/p: job and replica must be given together"),
-        (_with(job="j", replica=-1), "pod ns/p.replica: must be >= 0, got -1"),
+        (_with(job="j", replica=-1), "pod ns/p.replica: must be 0..1023, got -1"),
         (_with(gpu=1), "pod ns/p.gpu: unknown field"),
     ],
 )

@@ -50,7 +50,7 @@ def test_env_var_name() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"HORUS_DEMO_REPLICAS": "three"}, "HORUS_DEMO_REPLICAS: 'three' is not a int"),
+        ({"HORUS_DEMO_REPLICAS": "three"}, "HORUS_DEMO_REPLICAS: 'three' is not a whole number"),
         ({"HORUS_DEMO_ENABLED": "maybe"}, "is not a boolean"),
         ({"HORUS_DEMO_POLICY": "random"}, "'random' is not one of horus, binpack"),
     ],
@@ -69,7 +69,7 @@ def test_unknown_file_key_is_an_error(tmp_path: Path) -> None:
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(Demo, "demo", env={}, config_file=tmp_path / "nope.yaml")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match=r"not valid .*YAML"):
         load_settings(Demo, "demo", env={}, config_file=write(tmp_path, "demo: [unclosed\n"))
     with pytest.raises(ConfigError, match="section 'demo' must be a mapping"):
         load_settings(Demo, "demo", env={}, config_file=write(tmp_path, "demo: 3\n"))
