@@ -12,7 +12,9 @@ measured pair utilisation with ``u1·s1 + u2·s2`` (and with ``min(100, u1 + u2)
 what the proxy would report if each job's share of the pair utilisation were proportional to
 ``u·s`` (the only attribution the data allows). Figures go to ``docs/agent.md``.
 
-    .venv/bin/python benchmarks/pair_signal.py [--lucid-dir ../shared/data/lucid]
+    .venv/bin/python benchmarks/pair_signal.py [--lucid-dir data/noncommercial/lucid]
+
+Lucid's data is non-commercial (S-Lab License 1.0); it sits in ``data/noncommercial/lucid``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from horus.sim.datasets import LUCID, dataset_file, missing  # noqa: E402
 
 
 def check(lucid_dir: Path) -> dict[str, float]:
@@ -66,13 +72,20 @@ def check(lucid_dir: Path) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lucid-dir", type=Path, default=ROOT.parent / "shared" / "data" / "lucid")
+    ap.add_argument(
+        "--lucid-dir", type=Path, default=None, help="default: the data folder's Lucid copy"
+    )
     ap.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "pair-signal.json"
     )
     args = ap.parse_args()
+    if args.lucid_dir is None:
+        why = missing(LUCID, "colocate_info.csv")
+        if why:
+            ap.error(why)
+        args.lucid_dir = dataset_file(LUCID, "colocate_info.csv").parent
     if not (args.lucid_dir / "colocate_info.csv").exists():
-        ap.error(f"{args.lucid_dir} has no colocate_info.csv (Lucid's data; see DESIGN.md)")
+        ap.error(f"{args.lucid_dir} has no colocate_info.csv (Lucid's data; data/README.md)")
     r = check(args.lucid_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(r, indent=2))

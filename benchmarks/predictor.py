@@ -1,6 +1,9 @@
 """Predictor benchmark: held-out accuracy, calibration and speed, with every baseline in one run.
 
-    .venv/bin/python benchmarks/predictor.py [--lucid-dir ../shared/data/lucid] [--quick]
+    .venv/bin/python benchmarks/predictor.py [--lucid-dir data/noncommercial/lucid] [--quick]
+
+Reads the repository's ``data/`` (or ``$HORUS_DATA_DIR``): raw GPUMemNet for the dataset's
+own-columns baseline, and Lucid (non-commercial) for its rows, which are left out when absent.
 
 Writes ``benchmarks/results/predictor.json`` and prints a Markdown table (copied into docs/predictor.md).
 
@@ -36,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from horus.predictor.dataset import FEATURE_SETS, load_gpumemnet, load_lucid_single  # noqa: E402
 from horus.predictor.model import PAIR_FEATURES  # noqa: E402
 from horus.predictor.train import QUANTILE, fit_gbr, fit_pair  # noqa: E402
+from horus.sim.datasets import LUCID, data_dir, dataset_file, missing  # noqa: E402
 
 
 def _x(rows: list[dict[str, float]], names: list[str]) -> np.ndarray:
@@ -124,7 +128,7 @@ def single_benchmarks(results: dict[str, object], lucid_dir: Path | None) -> Non
     fam = np.array(t.family)
     with (DATA_DIR / "gpumemnet.csv").open() as fh:
         table_ids = [(r["source"], int(r["row"])) for r in csv.DictReader(fh)]
-    raw_dir = ROOT.parent / "shared" / "data" / "gpumemnet"
+    raw_dir = data_dir() / "gpumemnet"
     for kind in ("mlp", "cnn"):
         sel = np.array([f.startswith(kind) for f in t.family])
         for target in ("util", "memory"):
@@ -624,7 +628,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--lucid-dir", type=Path, default=ROOT.parent / "shared" / "data" / "lucid")
+    ap.add_argument(
+        "--lucid-dir", type=Path, default=None, help="default: the data folder's Lucid copy"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "predictor.json")
     ap.add_argument("--trees", type=int, default=None, help="smaller ensembles (smoke runs only)")
     ap.add_argument("--speed-only", action="store_true", help="re-measure speed into --out")
@@ -633,7 +639,14 @@ def main() -> int:
         from horus.predictor import train
 
         train._OVERRIDES["n_estimators"] = args.trees
-    lucid = args.lucid_dir if (args.lucid_dir / "single_data.csv").exists() else None
+    lucid: Path | None = args.lucid_dir
+    if lucid is None:
+        why = missing(LUCID, "single_data.csv")
+        lucid = None if why else dataset_file(LUCID, "single_data.csv").parent
+    elif not (lucid / "single_data.csv").exists():
+        why, lucid = f"{lucid} has no single_data.csv", None
+    if lucid is None:
+        print(f"Lucid rows left out: {why}", flush=True)
     results: dict[str, object] = {"machine": f"{platform.machine()} {platform.processor()}".strip()}
     start = time.perf_counter()
     if args.speed_only:

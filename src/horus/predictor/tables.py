@@ -4,9 +4,10 @@ Why shipped tables: training and evaluation must work where torch is not install
 scheduler's image, CI without the ``[profile]`` extra). So every training row's features are
 computed *once* here, by rebuilding the measured model in torch and running
 :func:`horus.predictor.features.profile_module` on it, and saved as CSV under
-``horus/predictor/data/``. Regenerate them with::
+``horus/predictor/data/``. Regenerate them from the repository's measured data (``data/``,
+each dataset with its licence and ``PROVENANCE.md``) with::
 
-    horus predictor build-tables --data-dir ../shared/data      # needs the [profile] extra
+    horus predictor build-tables --data-dir data      # needs the [profile] extra
 
 What is rebuilt, and how:
 
@@ -21,8 +22,10 @@ What is rebuilt, and how:
   than a time average.
 * **Gavel** (MIT) and **Lucid** (S-Lab, non-commercial) job types are profiled from the zoo
   (:mod:`horus.predictor.zoo`) at their batch size and AMP setting. Only *our* features are
-  stored for Lucid; Lucid's measurements are read from its own folder at evaluation time and
-  never shipped.
+  stored for Lucid, under its configuration's name (model, batch size, AMP); Lucid's
+  measurements are read from its own folder (``data/noncommercial/lucid``, or ``lucid/`` in
+  an older layout) at evaluation time and never shipped. Without that folder the catalog
+  simply lists no Lucid job types.
 * **Gavel pairs**: the scale-factor-1, measured (non-zero) pairs of
   ``simulation_throughputs.json`` (derived CSV), with each job's normalised throughput.
 """
@@ -41,6 +44,9 @@ from horus.common.errors import ValidationError
 from horus.predictor.schema import FEATURE_NAMES
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
+#: Where Lucid's folder may sit under a measured-data folder: the repository keeps
+#: non-commercial data apart (``data/noncommercial/``); older layouts had ``lucid/`` on top.
+LUCID_FOLDERS = ("noncommercial/lucid", "lucid")
 
 # Gavel job type (as the data spells it, without the batch size) → zoo model.
 GAVEL_MODELS: dict[str, str] = {
@@ -304,14 +310,17 @@ def job_type_rows(data_dir: Path) -> list[dict[str, Any]]:
             if key not in seen:
                 seen.add(key)
                 keys.append((*key, GAVEL_MODELS[model]))
-    lucid = data_dir / "lucid" / "single_data.csv"
-    if lucid.exists():
+    for folder in LUCID_FOLDERS:
+        lucid = data_dir / folder / "single_data.csv"
+        if not lucid.exists():
+            continue
         with lucid.open() as fh:
             for row in csv.DictReader(fh):
                 key = ("lucid", row["model"], int(row["batchsize"]), int(row["amp"]))
                 if key not in seen:
                     seen.add(key)
                     keys.append((*key, LUCID_MODELS[row["model"]]))
+        break  # the first folder found, as horus.sim.datasets looks it up
     rows = []
     for source, model, batch, amp, zoo_name in keys:
         prof = profile_zoo(zoo_name, batch, amp=bool(amp))

@@ -1,15 +1,19 @@
-"""``horus sim`` and ``horus sim compare``: run the trace simulator from the shell.
+"""``horus sim``, ``horus sim compare`` and ``horus sim fetch``: the trace simulator from the shell.
 
 Registration imports nothing heavy (numpy, matplotlib load inside the handlers), so
-``horus --help`` stays fast.
+``horus --help`` stays fast. Data comes from the repository's ``data/`` unless ``--data-dir``
+or ``$HORUS_DATA_DIR`` names another folder (:mod:`horus.sim.datasets`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from horus.sim.datasets import DEFAULT_TRUTH, ENV_DATA_DIR
 
 _POLICIES = ("exclusive", "binpack", "spread", "horus-original", "horus", "oracle")
 
@@ -19,9 +23,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-file", type=Path, default=None, help="a specific trace file")
     p.add_argument(
         "--truth",
-        default="lucid",
-        help="ground truth: lucid (RTX 3090), gavel (V100) or measured:DIR (pair speeds "
-        "'horus predictor measure' wrote to DIR)",
+        default=DEFAULT_TRUTH,
+        help="ground truth (default %(default)s): gavel (V100, MIT), lucid (RTX 3090; S-Lab "
+        "License 1.0, NON-COMMERCIAL use only) or measured:DIR (pair speeds 'horus predictor "
+        "measure' wrote to DIR)",
     )
     p.add_argument("--gpus", type=int, default=1024, help="GPUs in the simulated cluster")
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -36,10 +41,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--predictor", default="auto", help="trained, profiled (stand-in) or auto (default)"
     )
-    p.add_argument("--data-dir", type=Path, default=None, help="measured data (../shared/data)")
+    _data_dir_flag(p)
     p.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write PNG plots with this prefix")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _data_dir_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"data folder (default: ${ENV_DATA_DIR}, else the repository's data/)",
+    )
 
 
 def register(sub: Any) -> None:
@@ -48,8 +62,8 @@ def register(sub: Any) -> None:
         help="trace-driven simulation of the scheduling policies",
         description=(
             "Event-driven simulation of a GPU cluster: job speeds come from measured pair "
-            "tables (Lucid, Gavel), placements from horus.scheduler. "
-            "Example: horus sim --trace philly --truth gavel --policy horus --gpus 1024"
+            "tables (Gavel by default, Lucid or your own measurements), placements from "
+            "horus.scheduler. Example: horus sim --trace philly --policy horus --gpus 1024"
         ),
     )
     _common(sim)
@@ -71,11 +85,19 @@ def register(sub: Any) -> None:
         help="comma-separated policy names (horus+observed, horus+observed-util too)",
     )
     cmp_.set_defaults(handler=_compare)
+    fetch = ssub.add_parser(
+        "fetch",
+        help="download a dataset Horus may not redistribute (alibaba: the Alibaba GPU v2023 "
+        "pod list, pinned by commit and SHA-256) into the data folder's external/",
+    )
+    fetch.add_argument("dataset", choices=["alibaba"], help="which dataset")
+    _data_dir_flag(fetch)
+    fetch.set_defaults(handler=_fetch)
 
 
 def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    from horus.sim.datasets import LUCID
     from horus.sim.engine import SimConfig
-    from horus.sim.groundtruth import DEFAULT_DATA_DIR
     from horus.sim.run import TraceSpec, load, make_predictor
     from horus.sim.traces import SyntheticSpec
 
@@ -90,10 +112,21 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
             jobs=args.jobs, arrival_rate=args.rate, duration_median=args.duration, seed=args.seed
         ),
     )
-    truth, trace = load(spec, args.data_dir or DEFAULT_DATA_DIR)
+    truth, trace = load(spec, args.data_dir)
+    if truth.source == LUCID.name:
+        print(
+            f"note: --truth lucid uses Lucid's data ({LUCID.licence}; "
+            "data/noncommercial/lucid/LICENSE)",
+            file=sys.stderr,
+        )
     predictor = make_predictor(args.predictor, truth)
+    # As the benchmark does: a job that can never fit this cluster (e.g. predicted to need
+    # more memory than its GPUs have) is left out and counted, not a failed run.
     config = SimConfig(
-        gpus=args.gpus, gpus_per_node=args.gpus_per_node, progress=not args.no_progress
+        gpus=args.gpus,
+        gpus_per_node=args.gpus_per_node,
+        progress=not args.no_progress,
+        drop_impossible=True,
     )
     return truth, trace, predictor, config
 
@@ -102,6 +135,12 @@ def _emit(args: argparse.Namespace, results: list[Any], predictor: Any) -> None:
     from horus.sim.report import plot, ratios, table, to_json, write_json
 
     print(table(results))
+    left_out = results[0].rejected
+    if left_out:
+        print(
+            f"  {len(left_out)} of {len(left_out) + len(results[0].records)} jobs can never fit "
+            f"this cluster and were left out (first: {left_out[0]})"
+        )
     rs = ratios(results)
     for k, v in rs.items():
         print(f"  {k:<40} {v:.3f}")
@@ -147,4 +186,13 @@ def _compare(args: argparse.Namespace) -> int:
     truth, trace, predictor, config = _setup(args)
     results = run_policies(trace, truth, policies, predictor, config, None, args.trace)
     _emit(args, results, predictor)
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from horus.sim.datasets import ALIBABA_URL, fetch_alibaba
+
+    print(f"fetching {ALIBABA_URL}", file=sys.stderr)
+    path, downloaded = fetch_alibaba(args.data_dir)
+    print(f"{'wrote' if downloaded else 'already there, checksum ok:'} {path}")
     return 0

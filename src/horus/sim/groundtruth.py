@@ -1,7 +1,8 @@
 """Ground truth for the simulator: measured job types and measured pairwise co-location speeds.
 
 The simulator must not learn its physics from the predictor it evaluates, so a job's progress
-rate comes only from these measured tables (``../shared/data``, see each ``PROVENANCE.md``):
+rate comes only from these measured tables (the repository's ``data/``, or ``--data-dir`` /
+``$HORUS_DATA_DIR``: :mod:`horus.sim.datasets`; each folder has its ``PROVENANCE.md``):
 
 * ``lucid`` — Lucid (ASPLOS '23, S-Lab License 1.0, non-commercial): 66 isolated job
   configurations (model, batch size, AMP) with utilisation and memory, and 1,388 measured
@@ -10,6 +11,7 @@ rate comes only from these measured tables (``../shared/data``, see each ``PROVE
 * ``gavel`` — Gavel (OSDI '20, MIT): 26 job types with isolated throughput and pairwise
   co-located throughput on V100 (also P100, K80), scale factor 1. No utilisation or memory
   was measured, so those come from the predictor (the simulator's utilisation metric says so).
+  The default: its licence lets anyone use it, Lucid's does not (``docs/decisions.md``).
 * ``measured:DIR`` — what ``horus predictor measure`` measured on the user's own GPU (zoo jobs
   alone and in pairs, :func:`load_measured`): the same physics for the GPU a cluster has.
 
@@ -29,20 +31,15 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from horus.common.errors import ValidationError
 from horus.predictor.interface import GraphProfile
+from horus.sim.datasets import DEFAULT_TRUTH, GAVEL, LUCID, dataset_file
 
-#: ``$HORUS_DATA_DIR`` or ``../shared/data`` next to the repository checkout.
-DEFAULT_DATA_DIR = Path(
-    os.environ.get("HORUS_DATA_DIR")
-    or Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
-)
-SOURCES = ("lucid", "gavel")
+SOURCES = (DEFAULT_TRUTH, "lucid")
 
 
 @dataclass(frozen=True)
@@ -144,8 +141,6 @@ class GroundTruth:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        raise ValidationError(f"measured data file {path} does not exist; pass --data-dir")
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
 
@@ -166,9 +161,9 @@ def lucid_kind(model: str, batch: int, amp: int) -> str:
     return f"lucid:{model}/bs{batch}/amp{amp}"
 
 
-def load_lucid(data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
-    """Lucid's single-job profiles and measured pairs (RTX 3090, 24 GiB)."""
-    single = _read_csv(data_dir / "lucid" / "single_data.csv")
+def load_lucid(data_dir: Path | None = None) -> GroundTruth:
+    """Lucid's single-job profiles and measured pairs (RTX 3090, 24 GiB; non-commercial)."""
+    single = _read_csv(dataset_file(LUCID, "single_data.csv", data_dir))
     types: dict[str, JobType] = {}
     for i, row in enumerate(single, start=2):
         where = f"lucid/single_data.csv line {i}"
@@ -184,7 +179,7 @@ def load_lucid(data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
         )
     measured: dict[tuple[str, str], float] = {}
     pair_util: dict[tuple[str, str], float] = {}
-    for i, row in enumerate(_read_csv(data_dir / "lucid" / "colocate_info.csv"), start=2):
+    for i, row in enumerate(_read_csv(dataset_file(LUCID, "colocate_info.csv", data_dir)), 2):
         where = f"lucid/colocate_info.csv line {i}"
         a = lucid_kind(
             row["model1"], int(_float(row, "batchsize1", where)), int(_float(row, "amp1", where))
@@ -214,12 +209,12 @@ def _gavel_model_batch(job_type: str) -> tuple[str, int]:
     return job_type, 1
 
 
-def load_gavel(data_dir: Path = DEFAULT_DATA_DIR, worker: str = "v100") -> GroundTruth:
+def load_gavel(data_dir: Path | None = None, worker: str = "v100") -> GroundTruth:
     """Gavel's measured throughputs on ``worker`` (v100, p100, k80), scale factor 1."""
     memory = {"v100": 16384, "p100": 16384, "k80": 12288}
     if worker not in memory:
         raise ValidationError(f"unknown Gavel worker type {worker!r}; use v100, p100 or k80")
-    iso_rows = _read_csv(data_dir / "gavel" / "derived_isolated_throughputs.csv")
+    iso_rows = _read_csv(dataset_file(GAVEL, "derived_isolated_throughputs.csv", data_dir))
     throughput: dict[tuple[str, int], float] = {}
     for i, row in enumerate(iso_rows, start=2):
         if row["source_file"] != "simulation_throughputs.json" or row["worker_type"] != worker:
@@ -236,7 +231,7 @@ def load_gavel(data_dir: Path = DEFAULT_DATA_DIR, worker: str = "v100") -> Groun
         types[gavel_kind(jt)] = JobType(gavel_kind(jt), model, batch, throughput=tput)
     measured: dict[tuple[str, str], float] = {}
     for i, row in enumerate(
-        _read_csv(data_dir / "gavel" / "derived_colocation_pairs.csv"), start=2
+        _read_csv(dataset_file(GAVEL, "derived_colocation_pairs.csv", data_dir)), start=2
     ):
         if (
             row["source_file"] != "simulation_throughputs.json"
@@ -326,9 +321,10 @@ def load_measured(path: Path) -> GroundTruth:
     return truth
 
 
-def load_truth(source: str, data_dir: Path = DEFAULT_DATA_DIR) -> GroundTruth:
-    """``lucid``, ``gavel`` (V100) or ``measured:DIR`` (``horus predictor measure`` output);
-    unknown names are a clear error."""
+def load_truth(source: str, data_dir: Path | None = None) -> GroundTruth:
+    """``gavel`` (V100), ``lucid`` or ``measured:DIR`` (``horus predictor measure`` output),
+    from ``data_dir`` (default: :func:`horus.sim.datasets.data_dir`); unknown names are a
+    clear error."""
     if source == "lucid":
         return load_lucid(data_dir)
     if source == "gavel":

@@ -15,9 +15,9 @@ from pathlib import Path
 from horus.common.errors import ValidationError
 from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
+from horus.sim.datasets import ALIBABA, ALIBABA_FILE, DEFAULT_TRUTH, GAVEL, dataset_file
 from horus.sim.engine import SimConfig, SimResult, Simulator
 from horus.sim.groundtruth import (
-    DEFAULT_DATA_DIR,
     GroundTruth,
     gavel_kind,
     load_truth,
@@ -41,7 +41,7 @@ class TraceSpec:
     """Which trace, on which ground truth, with which time compression and size."""
 
     name: str = "synthetic"
-    truth: str = "lucid"
+    truth: str = DEFAULT_TRUTH
     arrival_scale: float = 1.0
     limit: int | None = None
     seed: int = 0
@@ -49,18 +49,22 @@ class TraceSpec:
     path: Path | None = None  # an explicit trace file instead of the default one
 
 
-def load_trace(
-    spec: TraceSpec, truth: GroundTruth, data_dir: Path = DEFAULT_DATA_DIR
-) -> list[TraceJob]:
+def load_trace(spec: TraceSpec, truth: GroundTruth, data_dir: Path | None = None) -> list[TraceJob]:
+    """The jobs of ``spec`` on ``truth``'s job types; trace files come from ``spec.path`` or
+    the data folder (:func:`horus.sim.datasets.data_dir`)."""
     if spec.name == "philly":
         paths = (
             [spec.path]
             if spec.path
-            else sorted((data_dir / "gavel" / "traces_msr_seed0").glob("*.trace"))
+            else sorted(dataset_file(GAVEL, "traces_msr_seed0", data_dir).glob("*.trace"))
         )
-        jobs = load_philly(paths, truth, seed=spec.seed, limit=spec.limit)
+        if not paths:
+            raise ValidationError(
+                f"{dataset_file(GAVEL, 'traces_msr_seed0', data_dir)} holds no .trace files"
+            )
+        jobs = load_philly(paths, truth, seed=spec.seed, limit=spec.limit, data_dir=data_dir)
     elif spec.name == "alibaba":
-        path = spec.path or data_dir / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+        path = spec.path or dataset_file(ALIBABA, ALIBABA_FILE, data_dir)
         jobs = load_alibaba(path, truth, seed=spec.seed, limit=spec.limit)
     elif spec.name == "synthetic":
         jobs = synthetic(spec.synthetic, truth)
@@ -150,6 +154,6 @@ def run_policies(
     ]
 
 
-def load(spec: TraceSpec, data_dir: Path = DEFAULT_DATA_DIR) -> tuple[GroundTruth, list[TraceJob]]:
+def load(spec: TraceSpec, data_dir: Path | None = None) -> tuple[GroundTruth, list[TraceJob]]:
     truth = load_truth(spec.truth, data_dir)
     return truth, load_trace(spec, truth, data_dir)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from horus.common.errors import ValidationError
-from horus.sim.groundtruth import GroundTruth, gavel_kind
+from horus.sim.groundtruth import GroundTruth, gavel_kind, load_gavel
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,16 @@ def synthetic(spec: SyntheticSpec, truth: GroundTruth) -> list[TraceJob]:
 
 
 def load_philly(
-    paths: Sequence[Path], truth: GroundTruth, seed: int = 0, limit: int | None = None
+    paths: Sequence[Path],
+    truth: GroundTruth,
+    seed: int = 0,
+    limit: int | None = None,
+    data_dir: Path | None = None,
 ) -> list[TraceJob]:
-    """Gavel's Philly-derived traces (all files merged, sorted by arrival)."""
+    """Gavel's Philly-derived traces (all files merged, sorted by arrival). Durations come
+    from Gavel's solo throughputs: ``truth``'s own, else those under ``data_dir``."""
     rng = random.Random(seed)
+    throughputs = truth.throughputs or load_gavel(data_dir).throughputs
     jobs: list[TraceJob] = []
     for path in paths:
         if not path.exists():
@@ -123,27 +129,13 @@ def load_philly(
                     f"{where}: need total_steps > 0, arrival_time >= 0, scale_factor >= 1; got "
                     f"{steps}, {arrival}, {gpus}"
                 )
-            tput = _gavel_throughput(truth, job_type, gpus)
+            tput = throughputs.get((job_type, gpus)) or throughputs.get((job_type, 1))
             if tput is None:
                 raise ValidationError(f"{where}: job type {job_type!r} has no measured throughput")
             kind = gavel_kind(job_type) if truth.source == "gavel" else rng.choice(truth.kinds)
             jobs.append(TraceJob(f"{path.stem}-{line_no}", arrival, steps / tput, gpus, kind))
     jobs.sort(key=lambda j: (j.submit_time, j.job_id))
     return jobs[:limit] if limit is not None else jobs
-
-
-_GAVEL_TPUT: dict[tuple[str, int], float] = {}
-
-
-def _gavel_throughput(truth: GroundTruth, job_type: str, gpus: int) -> float | None:
-    table = truth.throughputs
-    if not table:
-        if not _GAVEL_TPUT:
-            from horus.sim.groundtruth import load_gavel
-
-            _GAVEL_TPUT.update(load_gavel().throughputs)
-        table = _GAVEL_TPUT
-    return table.get((job_type, gpus)) or table.get((job_type, 1))
 
 
 def load_alibaba(
