@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Copy the files the helm chart ships from their single source into charts/horus/:
-#   manifests/crds/*.yaml       -> charts/horus/crds/        (helm installs these before templates)
-#   dashboards/*.json           -> charts/horus/dashboards/  (ConfigMaps when dashboards.enabled)
-#   manifests/scheduler/*.yaml  -> charts/horus/files/scheduler/  (extender configuration)
+#   manifests/crds/*.yaml                -> charts/horus/files/crds/   (templates/crds.yaml renders
+#                                           them, so `helm upgrade` applies a changed CRD)
+#   dashboards/*.json                    -> charts/horus/dashboards/   (ConfigMaps when dashboards.enabled)
+#   manifests/scheduler/*.yaml           -> charts/horus/files/scheduler/  (extender configuration)
+#   manifests/prometheus/*.rules.yaml    -> charts/horus/files/prometheus/ (the PrometheusRule's groups)
 # Copies, not symlinks: `helm package` and chart repositories do not follow symlinks reliably.
 # `--check` changes nothing and fails when a copy differs from its source (the e2e tests run
 # the same comparison; run this script without arguments to fix it).
@@ -30,7 +32,14 @@ sync_dir() {  # sync_dir SRC_DIR PATTERN DEST_DIR
   fi
   return 0
 }
-sync_dir manifests/crds '*.yaml' charts/horus/crds
+sync_dir manifests/crds '*.yaml' charts/horus/files/crds
 sync_dir dashboards '*.json' charts/horus/dashboards
 sync_dir manifests/scheduler '*.yaml' charts/horus/files/scheduler
+sync_dir manifests/prometheus '*.rules.yaml' charts/horus/files/prometheus
+# the chart's old crds/ folder: Helm would install it before the templates and collide with
+# templates/crds.yaml
+if [[ -d charts/horus/crds ]]; then
+  if (( check )); then echo "stale: charts/horus/crds/ (the CRD lives in files/crds now)"; status=1
+  else rm -rf charts/horus/crds; fi
+fi
 exit $status

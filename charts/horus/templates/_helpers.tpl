@@ -15,9 +15,35 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* registry/repository[:tag][@digest]. The Horus images have no default registry: the
+project publishes none, and a made-up default namespace could be taken by someone else (see
+docs/decisions.md, Chart). Call with (dict "image" .Values.images.X "root" . "what" "images.X"). */}}
 {{- define "horus.image" -}}
-{{- $tag := .image.tag | default .root.Chart.AppVersion -}}
-{{- printf "%s:%s" .image.repository $tag -}}
+{{- $registry := .image.registry | default .root.Values.images.registry | trimSuffix "/" -}}
+{{- if not $registry -}}
+{{- fail (printf "images.registry is empty: build the Horus images, push them to your registry and set it, e.g. --set images.registry=registry.example.com/horus (README, \"Install on a cluster\", step 1; %s.registry overrides it for this image only)" .what) -}}
+{{- end -}}
+{{- $ref := printf "%s/%s" $registry .image.repository -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $ref .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref (.image.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The kube-scheduler image of the optional Horus scheduler: registry.k8s.io/kube-scheduler
+at the cluster's own version unless a tag is given. Distribution suffixes are stripped
+(v1.30.8-eks-2d5f260 -> v1.30.8, v1.31.1+k3s1 -> v1.31.1), as HAMi does: registry.k8s.io
+publishes only the upstream tags. */}}
+{{- define "horus.kubeSchedulerImage" -}}
+{{- $img := .Values.images.kubeScheduler -}}
+{{- $ref := printf "%s/%s" ($img.registry | trimSuffix "/") $img.repository -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $ref $img.digest -}}
+{{- else -}}
+{{- $tag := $img.tag | default (regexReplaceAll "^(v[0-9]+\\.[0-9]+\\.[0-9]+).*$" .Capabilities.KubeVersion.Version "${1}") -}}
+{{- printf "%s:%s" $ref $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Chart enforcement mode -> the agent's two knobs (AgentSettings.enforcement, .watchdog). */}}
@@ -26,4 +52,95 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- define "horus.agentWatchdog" -}}
 {{- if eq .Values.enforcement "mps" }}evict{{ else if eq .Values.enforcement "report" }}report{{ else }}off{{ end -}}
+{{- end -}}
+
+{{/* MPS directories on the host, mounted at the same paths in the pods (the device plugin
+hands the pipe directory to workloads by its host path). */}}
+{{- define "horus.mpsPipeDir" -}}{{ printf "%s/pipe" (.Values.node.mps.root | trimSuffix "/") }}{{- end -}}
+{{- define "horus.mpsShmDir" -}}{{ printf "%s/shm" (.Values.node.mps.root | trimSuffix "/") }}{{- end -}}
+
+{{/* The assignment key as a file, when the admin manages the Secret (assignmentKey.existingSecret):
+the volume, its mount and the variable every component reads it by. */}}
+{{- define "horus.keySecretName" -}}
+{{- .Values.assignmentKey.existingSecret | default "horus-assignment-key" -}}
+{{- end -}}
+{{- define "horus.keyFileEnv" -}}
+- name: HORUS_ASSIGNMENT_KEY_FILE
+  value: /var/run/horus/assignment-key/{{ .Values.assignmentKey.secretKey }}
+{{- end -}}
+{{- define "horus.keyVolume" -}}
+- name: assignment-key
+  secret:
+    secretName: {{ include "horus.keySecretName" . }}
+{{- end -}}
+{{- define "horus.keyMount" -}}
+- name: assignment-key
+  mountPath: /var/run/horus/assignment-key
+  readOnly: true
+{{- end -}}
+
+{{/* prometheus.io/* scrape annotations, only when no prometheus-operator monitor scrapes the
+same endpoints (both together would scrape every series twice). Call with (dict "root" . "port" N). */}}
+{{- define "horus.scrapeAnnotations" -}}
+{{- $v := .root.Values -}}
+{{- if and $v.metrics.serviceAnnotations (not $v.serviceMonitor.enabled) (not $v.podMonitor.enabled) }}
+annotations:
+  prometheus.io/scrape: "true"
+  prometheus.io/port: {{ .port | quote }}
+  prometheus.io/path: /metrics
+{{- end -}}
+{{- end -}}
+
+{{/* The node DaemonSet's nodeAffinity: any of node.gpuNodeSelectorTerms, each narrowed by the
+opt-out label horus.io/gpu-node=false and, with node.nvidiaDevicePlugin=avoid, by the GPU
+Operator's label that says NVIDIA's device plugin runs on the node. */}}
+{{- define "horus.nodeAffinityTerms" -}}
+{{- $terms := list -}}
+{{- range .Values.node.gpuNodeSelectorTerms -}}
+{{- $exprs := concat (.matchExpressions | default list) (list (dict "key" "horus.io/gpu-node" "operator" "NotIn" "values" (list "false"))) -}}
+{{- if eq $.Values.node.nvidiaDevicePlugin "avoid" -}}
+{{- $exprs = append $exprs (dict "key" "nvidia.com/gpu.deploy.device-plugin" "operator" "NotIn" "values" (list "true")) -}}
+{{- end -}}
+{{- $terms = append $terms (dict "matchExpressions" $exprs) -}}
+{{- end -}}
+{{- toYaml $terms -}}
+{{- end -}}
+
+{{/* "true" when the node's labels satisfy one nodeSelectorTerm (In, NotIn, Exists,
+DoesNotExist, as the scheduler reads them). Call with (dict "labels" L "term" T). */}}
+{{- define "horus.termMatches" -}}
+{{- $ok := true -}}
+{{- range .term.matchExpressions -}}
+{{- $has := hasKey $.labels .key -}}
+{{- $val := "" -}}{{- if $has }}{{ $val = index $.labels .key }}{{ end -}}
+{{- if eq .operator "In" -}}{{- if not (and $has (has $val .values)) }}{{ $ok = false }}{{ end -}}
+{{- else if eq .operator "NotIn" -}}{{- if and $has (has $val .values) }}{{ $ok = false }}{{ end -}}
+{{- else if eq .operator "Exists" -}}{{- if not $has }}{{ $ok = false }}{{ end -}}
+{{- else if eq .operator "DoesNotExist" -}}{{- if $has }}{{ $ok = false }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $ok -}}
+{{- end -}}
+
+{{/* How many of the cluster's nodes the node DaemonSet selects; "" when the cluster cannot be
+read (helm template, --dry-run=client, Argo CD). */}}
+{{- define "horus.gpuNodeCount" -}}
+{{- $nodes := lookup "v1" "Node" "" "" -}}
+{{- if and $nodes $nodes.items -}}
+{{- $terms := include "horus.nodeAffinityTerms" . | fromYamlArray -}}
+{{- $n := 0 -}}
+{{- range $nodes.items -}}
+{{- $labels := .metadata.labels | default dict -}}
+{{- $sel := true -}}
+{{- range $k, $v := $.Values.node.nodeSelector -}}
+{{- if ne (toString (index $labels $k | default "")) (toString $v) }}{{ $sel = false }}{{ end -}}
+{{- end -}}
+{{- $any := false -}}
+{{- range $terms -}}
+{{- if eq (include "horus.termMatches" (dict "labels" $labels "term" .)) "true" }}{{ $any = true }}{{ end -}}
+{{- end -}}
+{{- if and $sel $any }}{{ $n = add1 $n }}{{ end -}}
+{{- end -}}
+{{- $n -}}
+{{- end -}}
 {{- end -}}
