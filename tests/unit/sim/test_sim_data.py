@@ -6,6 +6,7 @@ SHA-256), never committed."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -93,6 +94,25 @@ def test_the_alibaba_trace_is_never_committed() -> None:
         "data/external/README.md",
     ]
     assert not [p for p in tracked if "openb_" in p or "alibaba" in p.lower()]
+
+
+#: How code used to reach the data beside the checkout (``ROOT.parent / "shared" / "data"``,
+#: ``Path(...) / ".." / "shared"``, ``"../shared/data"``).
+_BESIDE = re.compile(
+    r"""["']\.\./shared|["']\.\.["']\s*/\s*["']shared["']|parent\s*/\s*["']shared["']"""
+)
+
+
+def test_no_code_reads_beside_the_repository() -> None:
+    hits = []
+    for top in ("src", "tests", "benchmarks", "tools"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path == Path(__file__).resolve():
+                continue
+            for no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if _BESIDE.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    assert not hits, "\n".join(hits)
 
 
 def test_default_commands_read_only_the_repository() -> None:
