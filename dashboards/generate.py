@@ -97,6 +97,9 @@ def _thresholds(steps: Sequence[tuple[float | None, str]]) -> gd.ThresholdsConfi
 UTIL_STEPS = ((None, RED), (0.3, ORANGE), (0.6, GREEN))
 #: Filling up is bad for memory and limits.
 FILL_STEPS = ((None, GREEN), (0.8, ORANGE), (0.95, RED))
+#: Summed predicted utilisation of a GPU's jobs: above 1 they are predicted to slow each other
+#: down, above 2 (the default utilCap, 200 %) the scheduler would not have packed them.
+PRED_STEPS = ((None, GREEN), (1.0, ORANGE), (2.0, RED))
 
 
 class Board:
@@ -173,15 +176,19 @@ class Board:
         h: int = 8,
         unit: str = "",
         ratio: Sequence[tuple[float | None, str]] | None = None,
+        unbounded: bool = False,
         instant: bool = False,
     ) -> None:
-        """A panel with its queries. ``ratio``: a 0..1 quantity, with these thresholds."""
+        """A panel with its queries. ``ratio``: a non-negative ratio with these thresholds,
+        shown on a 0..1 scale unless ``unbounded`` (sums that may exceed one GPU)."""
         panel.id(self.next_id).title(title).description(description).datasource(DS)
         panel.span(w).height(h)
         if unit:
             panel.unit(unit)
         if ratio is not None:
-            panel.min(0).max(1).thresholds(_thresholds(ratio))
+            panel.min(0).thresholds(_thresholds(ratio))
+            if not unbounded:
+                panel.max(1)
         for i, (expr, legend) in enumerate(targets):
             q = prometheus.Dataquery().ref_id(chr(ord("A") + i)).expr(expr).datasource(DS)
             q.legend_format(legend)
@@ -343,6 +350,8 @@ def cluster() -> Board:
         "are predicted to slow each other down.",
         [(f"topk(10, {per_gpu(leader(f'{GPU_PRED}{{{PER_GPU}}}'))})", "{{node}}/{{gpu}}")],
         unit="percentunit",
+        ratio=PRED_STEPS,
+        unbounded=True,
     )
     return b
 
@@ -387,6 +396,8 @@ def node_gpu() -> Board:
             (per_gpu(f"{GPU_UTIL}{{{PER_GPU}}}"), "observed {{node}}/{{gpu}}"),
         ],
         unit="percentunit",
+        ratio=PRED_STEPS,
+        unbounded=True,
     )
     b.add(
         timeseries.Panel(),
@@ -534,6 +545,7 @@ def enforcement() -> Board:
         h=10,
         unit="percentunit",
         ratio=FILL_STEPS,
+        unbounded=True,
         instant=True,
     )
     b.add(

@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import dashboards as dash  # noqa: E402
 import dockerlint  # noqa: E402
 
+from horus.common import constants as c  # noqa: E402
+
 sys.path.pop(0)
 
 
@@ -30,12 +32,18 @@ def test_chart_copies_equal_their_sources():
         ["bash", str(ROOT / "tools" / "sync-chart.sh"), "--check"], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    crds = sorted(p.name for p in (ROOT / "manifests" / "crds").glob("*.yaml"))
-    assert crds and crds == sorted(p.name for p in (ROOT / "charts/horus/crds").glob("*.yaml"))
-    for name in crds:
-        assert (ROOT / "charts/horus/crds" / name).read_bytes() == (
-            ROOT / "manifests/crds" / name
-        ).read_bytes()
+    for source, copy, pattern in [
+        ("manifests/crds", "charts/horus/files/crds", "*.yaml"),
+        ("manifests/prometheus", "charts/horus/files/prometheus", "*.rules.yaml"),
+        ("manifests/scheduler", "charts/horus/files/scheduler", "*.yaml"),
+    ]:
+        names = sorted(p.name for p in (ROOT / source).glob(pattern))
+        assert names and names == sorted(p.name for p in (ROOT / copy).glob(pattern)), source
+        for name in names:
+            assert (ROOT / copy / name).read_bytes() == (ROOT / source / name).read_bytes()
+    # Helm installs a chart's crds/ before its templates and never upgrades it: the CRD is a
+    # template now (templates/crds.yaml), and a crds/ folder would collide with it
+    assert not (ROOT / "charts/horus/crds").exists()
 
 
 def test_dashboard_json_is_what_the_generator_writes():
@@ -48,6 +56,23 @@ def test_dashboard_json_is_what_the_generator_writes():
     assert rendered == on_disk, "run: .venv/bin/python dashboards/generate.py"
 
 
+#: per-GPU metrics: every query over them must follow the node and GPU variables
+PER_GPU_METRICS = {
+    c.METRIC_GPU_UTILIZATION,
+    c.METRIC_GPU_MEMORY_USED,
+    c.METRIC_GPU_MEMORY_TOTAL,
+    c.METRIC_GPU_PREDICTED_UTIL_SUM,
+    c.METRIC_POD_GPU_MEMORY_USED,
+    c.METRIC_POD_GPU_CORE_SHARE,
+    c.METRIC_POD_GPU_MEMORY_LIMIT,
+    c.METRIC_POD_PREDICTED_UTIL,
+    c.METRIC_POD_OBSERVED_UTIL,
+    c.METRIC_ENFORCEMENT_EVICTIONS + "_total",
+}
+#: operator gauges every replica exports; only the Lease holder's are current
+LEADER_GAUGES = {c.METRIC_QUEUE_LENGTH, c.METRIC_DLJOB_PHASE, c.METRIC_GPU_PREDICTED_UTIL_SUM}
+
+
 @pytest.mark.parametrize("name", sorted(dash.load()))
 def test_dashboard_shape(name):
     board = dash.load()[name]
@@ -55,11 +80,30 @@ def test_dashboard_shape(name):
     assert board["uid"] and board["title"].startswith("Horus / ")
     ds = [v for v in board["templating"]["list"] if v["name"] == "datasource"]
     assert ds and ds[0]["type"] == "datasource" and ds[0]["query"] == "prometheus"
+    names = [v["name"] for v in board["templating"]["list"]]
+    assert {"job", "node", "gpu"} <= set(names), names
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
     for panel in board["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
         assert panel["targets"], f"{panel['title']} has no query"
+        assert len(panel.get("description", "")) >= 30, f"{panel['title']}: no description"
+        defaults = panel.get("fieldConfig", {}).get("defaults", {})
+        if defaults.get("unit") == "percentunit" and "error" not in panel["title"].lower():
+            # a non-negative ratio: a 0-based scale with thresholds (the signed prediction
+            # error is the one exception); the upper bound is 1 where it is a share of one GPU
+            assert defaults.get("min") == 0 and defaults.get("thresholds"), panel["title"]
+            if "utilisation" in panel["title"] and "predicted" not in panel["title"].lower():
+                assert defaults.get("max") == 1, panel["title"]
+    for q in dash.queries({name: board}):
+        metrics = dash.metric_names(q.expr)
+        if metrics & PER_GPU_METRICS:
+            for var in ('node=~"$node"', 'gpu=~"$gpu"', 'job=~"$job"'):
+                assert var in q.expr, (q.panel, var, q.expr)
+        if "count(" in q.expr:
+            assert "max by (node, gpu)" in q.expr, ("count without de-duplication", q.expr)
+        if metrics & LEADER_GAUGES:
+            assert c.METRIC_OPERATOR_LEADER in q.expr, ("operator gauge of every replica", q.expr)
 
 
 def test_dashboards_cover_the_issue():
@@ -143,12 +187,67 @@ def test_chart_defaults_point_at_the_images():
     from horus import __version__
 
     assert chart["appVersion"] == __version__
-    assert values["images"]["operator"]["repository"] == "horus-operator"
-    assert values["images"]["node"]["repository"] == "horus-device-plugin"
+    images = values["images"]
+    assert images["operator"]["repository"] == "horus-operator"
+    assert images["node"]["repository"] == "horus-device-plugin"
+    # no default registry: nothing resolves to Docker Hub's library namespace, and nothing
+    # to a namespace the project does not own (templates/_helpers.tpl fails with the fix)
+    assert images["registry"] == "" and not images["operator"]["registry"]
+    assert images["kubeScheduler"]["registry"] == "registry.k8s.io"
     for role in ("operator", "device-plugin"):
         assert f"-t horus-{role}:{__version__}" in (ROOT / role / "Dockerfile").read_text()
     schema = json.loads((ROOT / "charts/horus/values.schema.json").read_text())
     assert set(schema["properties"]) - {"global"} == set(values), "schema and values disagree"
+    # kustomize: the same repositories under a registry that never resolves (RFC 2606)
+    kust = yaml.safe_load((ROOT / "manifests/kustomization.yaml").read_text())
+    assert {i["name"]: i["newName"] for i in kust["images"]} == {
+        "horus-operator": "registry.invalid/horus/horus-operator",
+        "horus-device-plugin": "registry.invalid/horus/horus-device-plugin",
+    }
+
+
+def _schema_paths(schema: dict, node: dict, path: str = "") -> set[str]:
+    if "$ref" in node:
+        node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    out = {path} if path else set()
+    for key, sub in (node.get("properties") or {}).items():
+        out |= _schema_paths(schema, sub, f"{path}.{key}" if path else key)
+    return out
+
+
+def _value_paths(values: dict, path: str = "") -> set[str]:
+    out = set()
+    for key, v in values.items():
+        p = f"{path}.{key}" if path else key
+        out.add(p)
+        if (
+            isinstance(v, dict)
+            and v
+            and not key.endswith(
+                ("affinity", "Annotations", "Labels", "nodeSelector", "labels", "resources")
+            )
+        ):
+            out |= _value_paths(v, p)
+    return out
+
+
+def test_every_value_is_in_the_schema():
+    """additionalProperties: false everywhere, so a value the schema does not name would make
+    the chart refuse its own defaults; and each workload takes the same pod-level knobs."""
+    values = yaml.safe_load((ROOT / "charts/horus/values.yaml").read_text())
+    schema = json.loads((ROOT / "charts/horus/values.schema.json").read_text())
+    known = _schema_paths(schema, schema)
+    missing = {p for p in _value_paths(values) if p not in known}
+    assert not missing, sorted(missing)
+    pod_knobs = {"podAnnotations", "podLabels", "nodeSelector", "tolerations", "affinity"}
+    for workload in ("operator", "node", "scheduler"):
+        assert pod_knobs | {"priorityClassName"} <= set(values[workload]), workload
+    for container in ("operator", "extender", "node.devicePlugin", "node.agent",
+                      "scheduler.kubeScheduler", "scheduler.extender"):  # fmt: skip
+        v = values
+        for part in container.split("."):
+            v = v[part]
+        assert {"extraArgs", "extraEnv", "resources"} <= set(v), container
 
 
 def test_kustomization_lists_every_manifest():
@@ -157,7 +256,8 @@ def test_kustomization_lists_every_manifest():
     files = {
         str(p.relative_to(ROOT / "manifests"))
         for p in (ROOT / "manifests").rglob("*.yaml")
-        if p.name != "kustomization.yaml" and p.parent.name != "scheduler"
+        # the extender snippet and the Prometheus rule file are not Kubernetes objects
+        if p.name != "kustomization.yaml" and p.parent.name not in ("scheduler", "prometheus")
     }
     assert files <= listed, f"not in kustomization.yaml: {sorted(files - listed)}"
 
