@@ -51,6 +51,10 @@ KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
 KWOK_NODE_ANNOTATION_VALUE: Final = "fake"
 KWOK_NODE_TYPE_LABEL: Final = "type"
 KWOK_NODE_TYPE_VALUE: Final = "kwok"
+# Real kubelet nodes of the local cluster (horus dev cluster add-nodes --real) carry this label,
+# so a chart install or a test can select them in a cluster that also has kwok nodes.
+LABEL_DEV_NODE: Final = f"{API_GROUP}/dev-node"
+DEV_NODE_REAL: Final = "real"
 
 # --- GPU health as written in the inventory ----------------------------------------------------
 GPU_HEALTHY: Final = "Healthy"
