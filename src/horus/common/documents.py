@@ -41,6 +41,7 @@ __all__ = [
     "depth_of",
     "load_json",
     "load_yaml",
+    "load_yaml_all",
     "loads_api_json",
     "read_text_file",
 ]
@@ -171,6 +172,41 @@ def load_yaml(
     if depth_of(value) > max_depth:
         raise ValidationError(f"{where}: nested deeper than {max_depth} levels")
     return value
+
+
+def load_yaml_all(
+    data: bytes | str,
+    where: str,
+    *,
+    max_bytes: int,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_documents: int = 100,
+) -> list[Any]:
+    """Every document of a multi-document YAML stream (``---``-separated, as ``kubectl apply
+    -f`` files are), within the size and depth limits, no aliases; empty documents dropped."""
+    _check_size(data, where, max_bytes)
+    text = decode_text(data, where)
+    check_depth(text, where, max_depth)
+    docs: list[Any] = []
+    try:
+        for value in yaml.load_all(text, Loader=_NoAliasLoader):
+            if value is None:
+                continue
+            if len(docs) >= max_documents:
+                raise ValidationError(
+                    f"{where}: holds more than {max_documents} documents; split the file"
+                )
+            if depth_of(value) > max_depth:
+                raise ValidationError(f"{where}: nested deeper than {max_depth} levels")
+            docs.append(value)
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
+    except RecursionError:
+        raise ValidationError(
+            f"{where}: nested deeper than this reader can parse (more than {max_depth} "
+            "levels of indentation?); no Horus document needs that — check the file"
+        ) from None
+    return docs
 
 
 def read_text_file(path: Path | str, where: str | None = None, *, max_bytes: int) -> str:

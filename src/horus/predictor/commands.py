@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from horus.common.errors import ValidationError
+from horus.common.flags import count, integer, seconds
 from horus.predictor.interface import PAIR_TEACH_HINT, pair_extrapolated
+
+#: Largest file ``horus predict`` reads: a DLJob with its profile ConfigMap (itself <= 1 MiB).
+MAX_MANIFEST_BYTES = 4 << 20
+#: The largest batch a profile may state (the profile schema's batchSize bound).
+MAX_BATCH_SIZE = 1_048_576
+#: Seeds are 32-bit, as NumPy's and scikit-learn's are.
+MAX_SEED = 2**32 - 1
 
 
 def register(sub: Any) -> None:
@@ -34,7 +42,7 @@ def register(sub: Any) -> None:
     what.add_argument("--list-zoo", action="store_true", help="list the reference zoo and exit")
     prof.add_argument("--input-shape", help="one sample's shape without batch, e.g. 3,224,224")
     prof.add_argument("--input-dtype", default="float32", choices=["float32", "long"])
-    prof.add_argument("--batch-size", type=int, help="training batch size")
+    prof.add_argument("--batch-size", type=count(MAX_BATCH_SIZE), help="training batch size")
     prof.add_argument("--amp", action="store_true", help="automatic mixed precision")
     prof.add_argument("--optimizer", default=None, help="adam (default), adamw, sgd, none")
     prof.add_argument("--family", default="", help="architecture family label")
@@ -93,7 +101,7 @@ def register(sub: Any) -> None:
         default=None,
         help="artifact path (default: the packaged model-default.json)",
     )
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=integer(0, MAX_SEED), default=0)
     train.add_argument(
         "--with-lucid",
         type=Path,
@@ -164,17 +172,22 @@ def register(sub: Any) -> None:
         default="all",
         help="all (every pair, a job with a copy of itself too), none, or sample:N",
     )
-    meas.add_argument("--seed", type=int, default=0, help="seed of --pairs sample:N")
+    meas.add_argument(
+        "--seed", type=integer(0, MAX_SEED), default=0, help="seed of --pairs sample:N"
+    )
     meas.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu")
     meas.add_argument(
-        "--window", type=float, default=15.0, help="seconds each measurement counts steps"
+        "--window", type=seconds(), default=15.0, help="seconds each measurement counts steps"
     )
     meas.add_argument(
-        "--warmup", type=int, default=10, help="steps each job runs before its window"
+        "--warmup",
+        type=integer(0, 100_000),
+        default=10,
+        help="steps each job runs before its window",
     )
     meas.add_argument(
         "--time-budget",
-        type=float,
+        type=seconds(positive=False),
         default=0.0,
         metavar="SECONDS",
         help="start no measurement that would end after this many seconds (0 = no limit)",
@@ -187,7 +200,7 @@ def register(sub: Any) -> None:
     )
     meas.add_argument(
         "--mps-thread-percent",
-        type=int,
+        type=integer(1, 100),
         default=None,
         metavar="N",
         help="with --sharing mps: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of every job (a core share)",
@@ -250,21 +263,28 @@ def _load(args: argparse.Namespace) -> Any:
 def _load_profile_or_dljob(path: Path) -> Any:
     """The profile in ``path``: a ``horus profile`` file, or a DLJob manifest with its profile
     inline or in a ``configMapRef`` ConfigMap that the same file holds (as ``kubectl apply -f``
-    files often do); a ConfigMap that is not there is named, with the command that fetches it."""
-    import yaml
+    files often do); a ConfigMap that is not there is named, with the command that fetches it.
 
+    The file is read with the bounded readers (size, UTF-8, nesting, no aliases), so a binary
+    or absurdly nested file is one clear error, never a traceback."""
     from horus.api.dljob import ConfigMapProfileRef, parse_dljob, parse_profile_document
-    from horus.predictor.schema import load_profile, profile_from_dict
+    from horus.common.documents import load_yaml_all, read_text_file
+    from horus.predictor.schema import profile_from_dict
 
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, yaml.YAMLError):
-        docs = []
+    text = read_text_file(path, max_bytes=MAX_MANIFEST_BYTES)
+    docs = load_yaml_all(text, str(path), max_bytes=MAX_MANIFEST_BYTES)
+    if not docs:
+        raise ValidationError(
+            f"{path}: holds no document; give the YAML 'horus profile' writes, or a DLJob manifest"
+        )
     jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DLJob"]
     if not jobs:
-        if len(docs) == 1:  # a profile document, already parsed: check it as load_profile does
-            return profile_from_dict(docs[0], where=str(path))
-        return load_profile(path)  # unreadable, not YAML, empty or several documents: it says so
+        if len(docs) > 1:
+            raise ValidationError(
+                f"{path}: holds {len(docs)} documents and no DLJob; give one profile document "
+                "(what 'horus profile' writes) or a DLJob manifest"
+            )
+        return profile_from_dict(docs[0], where=str(path))
     if len(jobs) > 1:
         raise ValidationError(
             f"{path} holds {len(jobs)} DLJobs; give a file with one (or a 'horus profile' file)"

@@ -167,9 +167,13 @@ class Head:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Head:
-        return cls(
-            tuple(d["inputs"]), TreeEnsemble.from_json(dict(d["trees"])), float(d["upper_offset"])
-        )
+        inputs = tuple(str(name) for name in d["inputs"])
+        trees = TreeEnsemble.from_json(dict(d["trees"]))
+        trees.check(len(inputs), MAX_TREE_CELLS)
+        offset = float(d["upper_offset"])
+        if not np.isfinite(offset):
+            raise ValueError(f"upper_offset {offset} is not finite")
+        return cls(inputs, trees, offset)
 
 
 class HorusPredictor:
@@ -404,31 +408,124 @@ def artifact_digest(artifact: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def load_predictor(path: Path) -> HorusPredictor:
-    """Load a predictor artifact written by ``horus predictor train`` (JSON, or gzip-compressed
-    JSON as ``-o model.json.gz`` writes it; told apart by the gzip magic bytes, not the name)."""
-    import gzip
+#: Largest artifact read, compressed or not (the shipped one is 1.7 MB, 0.53 MB gzipped).
+MAX_ARTIFACT_BYTES = 64 << 20
+#: An artifact is a few levels deep (artifact → head → trees → arrays).
+MAX_ARTIFACT_DEPTH = 16
+#: Trees x leaves of the complete layout a head may build (the shipped pair head: 25,600).
+MAX_TREE_CELLS = 1 << 24
+
+
+def _read_artifact_bytes(path: Path) -> bytes:
+    """The artifact's JSON bytes: the file's size checked before reading, gzip inflated
+    with the same bound (a small compressed file cannot expand without limit)."""
     import zlib
 
     try:
-        raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except OSError as exc:  # includes gzip.BadGzipFile
+        size = Path(path).stat().st_size
+        if size > MAX_ARTIFACT_BYTES:
+            raise ValidationError(
+                f"{path}: {size} bytes is larger than a predictor artifact may be "
+                f"({MAX_ARTIFACT_BYTES} bytes); is it the right file?"
+            )
+        with Path(path).open("rb") as fh:
+            raw = fh.read(MAX_ARTIFACT_BYTES + 1)
+    except OSError as exc:
         raise ValidationError(
-            f"cannot read predictor artifact {path}: {getattr(exc, 'strerror', None) or exc}"
-        ) from exc
-    except (EOFError, zlib.error) as exc:
+            f"cannot read predictor artifact {path}: {exc.strerror or exc}"
+        ) from None
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    inflate = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        out = inflate.decompress(raw, MAX_ARTIFACT_BYTES + 1)
+    except zlib.error as exc:
         raise ValidationError(
             f"{path} is not a predictor artifact (truncated or corrupt gzip: {exc}); "
             "copy it again from 'horus predictor train -o'"
-        ) from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"{path} is not a predictor artifact (invalid JSON: {exc})") from exc
+        ) from None
+    if len(out) > MAX_ARTIFACT_BYTES:
+        raise ValidationError(
+            f"{path}: inflates to more than {MAX_ARTIFACT_BYTES} bytes; not a predictor artifact"
+        )
+    if not inflate.eof:
+        raise ValidationError(
+            f"{path} is not a predictor artifact (truncated or corrupt gzip: it ends early); "
+            "copy it again from 'horus predictor train -o'"
+        )
+    return out
+
+
+def load_predictor(path: Path) -> HorusPredictor:
+    """Load a predictor artifact written by ``horus predictor train`` (JSON, or gzip-compressed
+    JSON as ``-o model.json.gz`` writes it; told apart by the gzip magic bytes, not the name).
+
+    Everything is checked before it is used: the size (also after inflating), UTF-8 and
+    nesting (:mod:`horus.common.documents`), every head's arrays and indices, and finally one
+    prediction on a reference profile, so a truncated, foreign or hand-edited file is one
+    clear error here, never a traceback in the middle of a scheduling pass."""
+    from horus.common.documents import load_json
+
+    raw = _read_artifact_bytes(path)
+    try:
+        data = load_json(
+            raw,
+            f"predictor artifact {path}",
+            max_bytes=MAX_ARTIFACT_BYTES,
+            max_depth=MAX_ARTIFACT_DEPTH,
+        )
+    except ValidationError as exc:
+        raise ValidationError(f"{exc}; copy it again from 'horus predictor train -o'") from None
     if not isinstance(data, dict):
-        raise ValidationError(f"{path} is not a predictor artifact")
-    return HorusPredictor(data)
+        raise ValidationError(
+            f"{path} is not a predictor artifact (a JSON object with format, util, memory, "
+            f"pair …; got {type(data).__name__})"
+        )
+    try:
+        predictor = HorusPredictor(data)
+        _smoke_test(predictor)
+    except ValidationError as exc:
+        raise ValidationError(f"{path}: {exc}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+        what = (
+            f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        )
+        raise ValidationError(
+            f"{path} is not a usable predictor artifact ({what}); retrain it with "
+            "'horus predictor train -o'"
+        ) from None
+    return predictor
+
+
+#: A reference training step (ResNet-50 at batch 64) that every artifact must predict.
+_SMOKE_PROFILE = GraphProfile(
+    model="smoke-test",
+    batch_size=64,
+    features={
+        "batch_size": 64.0,
+        "params": 2.56e7,
+        "fwd_flops": 5.3e11,
+        "bwd_flops": 1.06e12,
+        "activation_bytes": 1.1e10,
+        "param_bytes": 1.02e8,
+        "input_elems": 150528.0,
+    },
+)
+
+
+def _smoke_test(predictor: HorusPredictor) -> None:
+    """One prediction and one pair speed: an artifact whose heads name unknown inputs or hold
+    indices outside their arrays fails here, at load time."""
+    import math
+
+    r = predictor.predict(_SMOKE_PROFILE, "A100")
+    speed = predictor.pair_speed(_SMOKE_PROFILE, _SMOKE_PROFILE, "A100")
+    values = (r.util_mean, r.util_upper, r.memory_mib_mean, r.memory_mib_upper, speed)
+    if not all(math.isfinite(v) for v in values):
+        raise ValidationError(
+            "its reference prediction is not finite (corrupt leaf values?); retrain it with "
+            "'horus predictor train -o'"
+        )
 
 
 @lru_cache(maxsize=1)

@@ -172,9 +172,25 @@ class TreeEnsemble:
             "value": _b64(self.value.astype("<f8")),
         }
 
+    def check(self, n_inputs: int, max_cells: int) -> None:
+        """Refuse arrays that would index outside themselves or the input row, or whose
+        complete layout (trees x 2**depth) would exceed ``max_cells`` (ValueError)."""
+        n_trees, n_nodes = self.feature.shape
+        if not 0 <= self.depth <= 24 or n_trees * 2**self.depth > max_cells:
+            raise ValueError(f"trees: depth {self.depth} with {n_trees} trees is too large")
+        if not (np.isfinite(self.init) and np.isfinite(self.scale)):
+            raise ValueError("trees: init and scale must be finite")
+        if self.feature.size and (self.feature.min() < -1 or self.feature.max() >= n_inputs):
+            raise ValueError(f"trees: a feature index is outside 0..{n_inputs - 1}")
+        for name, idx in (("left", self.left), ("right", self.right)):
+            if idx.size and (idx.min() < 0 or idx.max() >= n_nodes):
+                raise ValueError(f"trees: a {name} child index is outside 0..{n_nodes - 1}")
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TreeEnsemble:
-        shape = tuple(d["shape"])
+        shape = tuple(int(n) for n in d["shape"])
+        if len(shape) != 2 or min(shape) < 1 or shape[0] * shape[1] > 1 << 26:
+            raise ValueError(f"trees: shape {list(shape)} is not (trees, nodes) of a sane size")
         return cls(
             float(d["init"]),
             float(d["scale"]),

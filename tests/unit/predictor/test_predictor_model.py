@@ -113,7 +113,7 @@ def test_bad_artifact(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="format 99 is not supported"):
         load_predictor(bad)
     bad.write_text("not json")
-    with pytest.raises(ValidationError, match="invalid JSON"):
+    with pytest.raises(ValidationError, match="not valid JSON"):
         load_predictor(bad)
 
 
