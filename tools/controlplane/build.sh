@@ -43,14 +43,23 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     || fail "go build $b" "see the compiler output above; 'go env' and network access to the Go module proxy are needed"
   mv "$out/$b.tmp" "$out/$b"
 done
+# helm: the offline Kubernetes version as Helm's own Makefile sets it (pkg/chartutil and
+# pkg/lint/rules), so `helm template` needs no --kube-version, as with a released helm.
+helm_ldflags="-s -w"
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$HELM_K8S_MINOR"
+done
 for spec in "kwok sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "helm helm.sh/helm/v3/cmd/helm@$HELM_VERSION"; do
   set -- $spec
-  [[ -x $out/$1 ]] && continue
+  flags="-s -w"; [[ $1 == helm ]] && flags=$helm_ldflags
+  # a binary built with other flags (the stamp records them) is built again
+  [[ -x $out/$1 && $(cat "$out/$1.ldflags" 2>/dev/null || echo "-s -w") == "$flags" ]] && continue
   need_go "$1"
   echo "build.sh: go install $2 ..." >&2
   tmp=$(mktemp -d)
-  GOBIN=$tmp GOFLAGS= go install -trimpath -ldflags "-s -w" "$2" \
+  GOBIN=$tmp GOFLAGS= go install -trimpath -ldflags "$flags" "$2" \
     || { rm -rf "$tmp"; fail "go install $2" "see the output above"; }
   mv "$tmp/$1" "$out/$1"; rm -rf "$tmp"
+  echo "$flags" > "$out/$1.ldflags"
 done
 echo "$out"
