@@ -15,9 +15,10 @@ size) and ``flops`` (FLOPs only).
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,61 @@ class _SimulatedRows:
         )
 
 
+#: Largest observed-rows file read (the agent appends a row of ~60 numbers per finished pod).
+MAX_ROWS_FILE_BYTES = 256 << 20
+
+
+def _csv_rows(path: Path, what: str, need: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) of a CSV file the user gives: size and UTF-8 checked before parsing
+    (:func:`horus.common.documents.read_text_file`), every ``need`` column present in the
+    header and filled in every row, malformed CSV named with its line."""
+    from horus.common.documents import read_text_file
+    from horus.common.errors import ValidationError
+
+    text = read_text_file(path, f"{what} {path}", max_bytes=MAX_ROWS_FILE_BYTES)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = reader.fieldnames or []
+        missing = [k for k in need if k not in header]
+        if missing:
+            shown = ", ".join(missing[:6]) + (
+                f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+            )
+            raise ValidationError(
+                f"{path}: missing columns {shown} (the agent's --training-rows/--pair-rows "
+                "files have them all)"
+            )
+        for i, r in enumerate(reader, start=2):
+            if None in r or any(r.get(k) is None for k in need):
+                raise ValidationError(
+                    f"{path}:{i}: has {len(r) - (None in r)} fields where the header names "
+                    f"{len(header)}; is the line cut short or does it hold extra commas?"
+                )
+            yield i, r
+    except csv.Error as exc:
+        raise ValidationError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+
+
+def _row_number(text: str | None, where: str, name: str, lo: float, hi: float) -> float:
+    """One numeric cell ``name`` of line ``where``: finite and within ``lo``..``hi``."""
+    from horus.common.errors import ValidationError
+
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValidationError(f"{where}: {name} is not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise ValidationError(f"{where}: {name} must be finite, got {text!r}")
+    if not lo <= value <= hi:
+        raise ValidationError(f"{where}: {name} must be from {lo:g} to {hi:g}, got {text!r}")
+    return value
+
+
+#: Features are counts, bytes and FLOPs of one step (the profile schema's bound).
+_MAX_FEATURE = 1e30
+#: A GPU has at most 1 TiB of memory (the assignment's bound).
+_MAX_MEMORY_MIB = float(1 << 20)
+
 TRAINING_ROW_COLUMNS = ["gpu", "util", "memory_mib", *FEATURE_NAMES]
 """Columns ``horus predictor train --extra-rows`` needs (other columns are provenance and
 ignored): the GPU, the job's mean utilisation (percent) and peak memory (MiB) there, and its
@@ -316,30 +372,26 @@ def load_extra_rows(path: Path, *, keep_simulated: bool = False) -> SingleTable:
 
     rows, util, mem, fam, src = [], [], [], [], []
     simulated = _SimulatedRows(path, keep_simulated)
-    try:
-        fh = path.open()
-    except OSError as exc:
-        raise ValidationError(f"cannot read extra rows {path}: {exc.strerror or exc}") from exc
-    with fh:
-        reader = csv.DictReader(fh)
-        need = set(TRAINING_ROW_COLUMNS)
-        missing = sorted(need - set(reader.fieldnames or []))
-        if missing:
-            raise ValidationError(f"{path}: missing columns {', '.join(missing)}")
-        for i, r in enumerate(reader, start=2):
-            if simulated.drop(r):
-                continue
-            try:
-                feats = {k: float(r[k]) for k in FEATURE_NAMES}
-                u = float(r["util"]) if r["util"] else math.nan
-                m = float(r["memory_mib"]) if r["memory_mib"] else math.nan
-            except ValueError as exc:
-                raise ValidationError(f"{path}:{i}: not a number: {exc}") from exc
-            rows.append(row_features(feats, gpu_spec(r["gpu"])))
-            util.append(u)
-            mem.append(m)
-            fam.append(r.get("family") or r.get("model") or "observed")
-            src.append("observed")
+    for i, r in _csv_rows(path, "extra rows", TRAINING_ROW_COLUMNS):
+        if simulated.drop(r):
+            continue
+        where = f"{path}:{i}"
+        feats = {k: _row_number(r[k], where, k, 0.0, _MAX_FEATURE) for k in FEATURE_NAMES}
+        u = _row_number(r["util"], where, "util", 0.0, 100.0) if r["util"] else math.nan
+        m = (
+            _row_number(r["memory_mib"], where, "memory_mib", 0.0, _MAX_MEMORY_MIB)
+            if r["memory_mib"]
+            else math.nan
+        )
+        try:
+            gpu = gpu_spec(r["gpu"])
+        except ValidationError as exc:
+            raise ValidationError(f"{where}: {exc}") from None
+        rows.append(row_features(feats, gpu))
+        util.append(u)
+        mem.append(m)
+        fam.append(r.get("family") or r.get("model") or "observed")
+        src.append("observed")
     simulated.check("rows")
     return SingleTable(rows, np.array(util), np.array(mem), fam, src)
 
@@ -390,54 +442,33 @@ def load_extra_pair_rows(path: Path, *, keep_simulated: bool = False) -> list[Ob
     from horus.common.errors import ValidationError
 
     simulated = _SimulatedRows(path, keep_simulated)
-
-    try:
-        fh = path.open(newline="")
-    except OSError as exc:
-        raise ValidationError(f"cannot read extra pair rows {path}: {exc.strerror or exc}") from exc
     out: list[ObservedPair] = []
-    with fh:
-        reader = csv.DictReader(fh)
-        missing = [k for k in PAIR_ROW_COLUMNS if k not in (reader.fieldnames or [])]
-        if missing:
-            shown = ", ".join(missing[:6]) + (
-                f" and {len(missing) - 6} more" if len(missing) > 6 else ""
-            )
+    for i, r in _csv_rows(path, "extra pair rows", PAIR_ROW_COLUMNS):
+        if simulated.drop(r):
+            continue
+        where = f"{path}:{i}"
+        values: dict[str, float] = {
+            k: _row_number(r.get(k), where, k, 0.0, _MAX_FEATURE)
+            for k in (*PAIR_ROW_FEATURES_A, *PAIR_ROW_FEATURES_B)
+        }
+        speed = _row_number(r.get("speed"), where, "speed", -math.inf, math.inf)
+        if not 0.0 < speed <= MAX_PAIR_ROW_SPEED:
             raise ValidationError(
-                f"{path}: missing columns {shown}; pair rows need gpu, speed and a_/b_ + every "
-                "profile feature (the columns the agent's --pair-rows file has)"
+                f"{where}: speed must be in (0, {MAX_PAIR_ROW_SPEED:g}] (throughput next to "
+                f"the other job / throughput alone), got {speed:g}"
             )
-        for i, r in enumerate(reader, start=2):
-            if simulated.drop(r):
-                continue
-            where = f"{path}:{i}"
-            values: dict[str, float] = {}
-            for k in ("speed", *PAIR_ROW_FEATURES_A, *PAIR_ROW_FEATURES_B):
-                text = r.get(k)
-                try:
-                    values[k] = float(text)  # type: ignore[arg-type]
-                except (TypeError, ValueError):
-                    raise ValidationError(f"{where}: {k} is not a number: {text!r}") from None
-                if not math.isfinite(values[k]):
-                    raise ValidationError(f"{where}: {k} must be finite, got {text!r}")
-            speed = values["speed"]
-            if not 0.0 < speed <= MAX_PAIR_ROW_SPEED:
-                raise ValidationError(
-                    f"{where}: speed must be in (0, {MAX_PAIR_ROW_SPEED:g}] (throughput next to "
-                    f"the other job / throughput alone), got {speed:g}"
-                )
-            try:
-                gpu = gpu_spec(r.get("gpu") or "")
-            except ValidationError as exc:
-                raise ValidationError(f"{where}: {exc}") from None
-            out.append(
-                ObservedPair(
-                    a={k: values[f"a_{k}"] for k in FEATURE_NAMES},
-                    b={k: values[f"b_{k}"] for k in FEATURE_NAMES},
-                    gpu=gpu,
-                    speed=speed,
-                    group=r.get("model") or "observed",
-                )
+        try:
+            gpu = gpu_spec(r.get("gpu") or "")
+        except ValidationError as exc:
+            raise ValidationError(f"{where}: {exc}") from None
+        out.append(
+            ObservedPair(
+                a={k: values[f"a_{k}"] for k in FEATURE_NAMES},
+                b={k: values[f"b_{k}"] for k in FEATURE_NAMES},
+                gpu=gpu,
+                speed=speed,
+                group=r.get("model") or "observed",
             )
+        )
     simulated.check("pair rows")
     return out
