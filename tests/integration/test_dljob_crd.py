@@ -161,3 +161,46 @@ def test_examples_are_accepted(crd: Any, path: Path) -> None:
     for item in items:
         if item["kind"] == c.DLJOB_KIND:
             parse_dljob(item)
+
+
+def _deep_json(levels: int) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+def test_a_deeply_nested_template_is_refused_or_pruned_never_stored(crd: Any) -> None:
+    """A pod template nested thousands of levels deep used to be stored as is (the template was
+    x-kubernetes-preserve-unknown-fields) and stopped every Python client that listed DLJobs.
+    With Kubernetes' PodSpec schema (tools/crdgen) kubectl's strict validation refuses the
+    unknown field, and a client that does not ask for strict validation gets it pruned."""
+    text = json.dumps(valid_dljob("deep-template"))
+    marker = '"image": "python:3.12-slim"'
+    assert marker in text
+    evil = text.replace(marker, marker + ', "evil": ' + _deep_json(3000))
+    crd.kubectl("delete", "dljob", "deep-template", "-n", NS, "--ignore-not-found")
+    strict = crd.kubectl("create", "-n", NS, "-f", "-", input=evil, check=False)
+    assert strict.returncode != 0 and "unknown field" in strict.stderr, strict.stderr
+    lax = crd.kubectl("create", "--validate=false", "-n", NS, "-f", "-", input=evil, check=False)
+    assert lax.returncode == 0, lax.stderr
+    stored = crd.kubectl("get", "dljob", "deep-template", "-n", NS, "-o", "json").stdout
+    obj = json.loads(stored)  # decodes: nothing deep was kept
+    assert "evil" not in obj["spec"]["template"]["spec"]["containers"][0]
+    assert parse_dljob(obj).name == "deep-template"
+
+
+@pytest.mark.parametrize(
+    ("container", "fragment"),
+    [
+        ({"resources": {"limits": {"memory": "lots"}}}, "resources.limits.memory"),
+        ({"resources": {"requests": {"cpu": "1.5.5"}}}, "resources.requests.cpu"),
+        ({"imagePullPolicy": 7}, "imagePullPolicy"),
+        ({"ports": [{"containerPort": "http"}]}, "containerPort"),
+    ],
+)
+def test_pod_fields_are_typed_by_the_schema(crd: Any, container: Any, fragment: str) -> None:
+    """What the schema types (quantities, enums, ports) is refused at apply, before the
+    operator ever sees the job; what only a Pod create checks is left to its dry run."""
+    obj = valid_dljob("typed")
+    obj["spec"]["template"]["spec"]["containers"][0].update(container)
+    proc = _send(crd, obj, "create", "--dry-run=server")
+    assert proc.returncode != 0, f"{container} was accepted"
+    assert fragment in proc.stderr, proc.stderr

@@ -464,6 +464,22 @@ def _parse_template(value: object, path: str) -> dict[str, Any]:
             raise ValidationError(f"{cpath}.name: duplicate container name {cname!r}")
         seen.add(cname)
         _check_container_resources(container, cpath)
+    # An init container's requests count too (the kubelet takes the larger of the biggest
+    # init container and the sum of the containers): one asking for GPU resources would make
+    # the pod's effective request exceed its assignment.
+    inits = spec.get("initContainers", [])
+    if not isinstance(inits, list) or len(inits) > _MAX_CONTAINERS:
+        raise ValidationError(
+            f"{spath}.initContainers: must be a list of at most {_MAX_CONTAINERS} entries"
+        )
+    for i, item in enumerate(inits):
+        cpath = f"{spath}.initContainers[{i}]"
+        _check_container_resources(require_object(item, cpath), cpath)
+    if "ephemeralContainers" in spec:
+        raise ValidationError(
+            f"{spath}.ephemeralContainers: must not be set in a template (ephemeral containers "
+            "are added to running pods)"
+        )
     return template
 
 

@@ -22,6 +22,7 @@ record, never re-placed. Status is a JSON merge patch of the fields this operato
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -46,6 +47,7 @@ from horus.api.dljob import (
     parse_dljob,
     parse_profile_document,
 )
+from horus.api.nodematch import NodeConstraints, constraints_of
 from horus.api.raw import discard, read_items, read_object
 from horus.api.resources import node_memory_unit_mib, pod_gpu_requests
 from horus.api.signing import sign_assignment
@@ -383,11 +385,24 @@ class Reconciler:
         requests: dict[str, JobRequest] = {}
         futures: list[Future[None]] = []
         by_reason: Tally[str] = Tally()
+        eligible = _NodeEligibility(nodes, state.node_names)
         for ctx in queued:
             req = self._request(ctx)
             if req is None:
                 continue
             self._remember(req)
+            assert ctx.job is not None
+            allowed, why_none = eligible.allowed(ctx.job.spec.template)
+            if allowed is not None and not allowed and state.gpu_count:
+                reason = st.refusal_reason("nodes")
+                by_reason[reason] += 1
+                futures.append(
+                    self.pool.submit(self._guarded, self._refused, ctx, reason, why_none, report)
+                )
+                report.count("refused")
+                continue
+            if allowed is not None:
+                req = dataclasses.replace(req, nodes=allowed)
             # A job that can never fit this cluster must not block the queue behind it.
             never = self.scheduler.check_possible(state, req) if state.gpu_count else None
             if never is not None:
@@ -1168,6 +1183,44 @@ def _node_units(nodes: list[dict[str, Any]]) -> dict[str, int]:
             log.warning("%s; assuming 1 MiB units", exc)
             out[name] = 1
     return out
+
+
+class _NodeEligibility:
+    """Which GPU nodes each pod template allows (``horus.api.nodematch``), once per distinct
+    set of constraints in a pass: most jobs share one (none at all)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], gpu_nodes: list[str]) -> None:
+        wanted = set(gpu_nodes)
+        self._nodes = [n for n in nodes if (n.get("metadata") or {}).get("name") in wanted]
+        self._all = frozenset(wanted)
+        self._cache: dict[NodeConstraints, tuple[frozenset[str] | None, str]] = {}
+
+    def allowed(self, template: Mapping[str, Any]) -> tuple[frozenset[str] | None, str]:
+        """(the nodes allowed, or None for all of them; why none is, when none is)."""
+        constraints = constraints_of(template)
+        hit = self._cache.get(constraints)
+        if hit is None:
+            hit = self._compute(constraints)
+            self._cache[constraints] = hit
+        return hit
+
+    def _compute(self, constraints: NodeConstraints) -> tuple[frozenset[str] | None, str]:
+        ok: set[str] = set()
+        why: Tally[str] = Tally()
+        for node in self._nodes:
+            reason = constraints.why_not(node)
+            if reason is None:
+                ok.add(str(node["metadata"]["name"]))
+            else:
+                why[reason] += 1
+        if ok == self._all:
+            return None, ""
+        parts = [f"{n} node{'s' if n > 1 else ''}: {r}" for r, n in why.most_common(4)]
+        message = (
+            f"no GPU node allows the pod template ({'; '.join(parts)}); waiting until a node "
+            "matches its nodeSelector, node affinity and tolerations"
+        )
+        return frozenset(ok), message
 
 
 def _stable_refusal(reason: str, code: str) -> str:

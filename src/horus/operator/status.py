@@ -32,6 +32,7 @@ _REFUSAL_REASONS = {
     "held": "HeldForOlderJob",
     "queued": "WaitingInQueue",
     "resident": "AlreadyHoldsGPUShares",
+    "nodes": "NoMatchingNode",
 }
 
 #: Owned top-level status fields (a merge patch touches nothing else).

@@ -260,6 +260,8 @@ class Scheduler:
         usable = state.healthy & ok_model
         if job.gpu_count > int(usable.sum()):
             where = f" of model {', '.join(job.gpu_models)}" if job.gpu_models else ""
+            if job.nodes is not None:
+                where += " on the nodes its pod template allows"
             return (
                 f"needs {job.gpu_count} GPUs ({job.replicas} replica(s) × "
                 f"{job.gpus_per_replica}) but the cluster has {int(usable.sum())} healthy GPUs{where}"
@@ -285,10 +287,15 @@ class Scheduler:
         )
 
     def _model_mask(self, state: ClusterState, job: JobRequest) -> BoolArray:
-        if not job.gpu_models:
-            return np.ones(state.gpu_count, dtype=np.bool_)
-        ok = [m in job.gpu_models for m in state.models]
-        return np.asarray(np.array(ok, dtype=np.bool_)[state.model_of], dtype=np.bool_)
+        """The GPUs ``job`` may use at all: of its GPU models, on its allowed nodes."""
+        ok_gpu = np.ones(state.gpu_count, dtype=np.bool_)
+        if job.gpu_models:
+            ok = [m in job.gpu_models for m in state.models]
+            ok_gpu &= np.array(ok, dtype=np.bool_)[state.model_of]
+        if job.nodes is not None:
+            allowed = np.array([n in job.nodes for n in state.node_names], dtype=np.bool_)
+            ok_gpu &= allowed[state.node_of] if len(allowed) else ok_gpu
+        return ok_gpu
 
     def _needs(
         self, st: ClusterState, job: JobRequest
@@ -336,7 +343,8 @@ class Scheduler:
         preds, mem_need, core_need, util_need = self._needs(st, job)
         max_jobs = pol.max_jobs_per_gpu(cfg)
 
-        usable = st.healthy & self._model_mask(st, job) if job.gpu_models else st.healthy
+        restricted = job.gpu_models or job.nodes is not None
+        usable = st.healthy & self._model_mask(st, job) if restricted else st.healthy
         if exclude is not None:
             usable = usable & ~exclude
         mem_ok = st.mem_used + mem_need + pol.memory_headroom_mib <= st.mem_total

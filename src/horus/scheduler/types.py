@@ -49,6 +49,7 @@ class JobRequest:
     prediction: ResourcePrediction | None = None
     kind: str = ""
     gpu_models: tuple[str, ...] = ()
+    nodes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:

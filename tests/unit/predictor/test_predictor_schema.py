@@ -57,9 +57,9 @@ def test_bad_values(tmp_path: Path) -> None:
     doc["features"]["params"] = "many"
     with pytest.raises(ValidationError, match=r"features\.params: must be a number"):
         profile_from_dict(doc)
-    for impossible in (-1, float("inf"), float("nan"), 1e40):
+    for impossible in (-1, float("inf"), float("nan")):
         doc["features"]["params"] = impossible
-        with pytest.raises(ValidationError, match=r"params: must be a finite number from 0"):
+        with pytest.raises(ValidationError, match=r"params: must be a finite number >= 0"):
             profile_from_dict(doc)
     doc["kind"] = "Pod"
     with pytest.raises(ValidationError, match="kind: must be GraphProfile, got 'Pod'"):

@@ -434,3 +434,18 @@ def test_an_observed_speed_outside_0_1_is_refused(speed: float) -> None:
     with pytest.raises(ValidationError, match=r"observed pair speed .* must be in \(0, 1\]"):
         sched.observe_pair("a", "b", "RTX3090", speed)
     assert sched.observed_pairs == {}
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_a_job_restricted_to_nodes_is_placed_only_there(policy: str) -> None:
+    """``JobRequest.nodes`` (the pod template's node constraints) bounds every policy, the
+    gang check and the reservation alike."""
+    state = cluster(3, 2)
+    sched = Scheduler(policy, PRED)
+    p = sched.place(state, job("a", "light", nodes=frozenset({"node-2"})))
+    assert gpu_of(p).startswith("node-2/")
+    gang = sched.place(state, job("g", "light", replicas=3, nodes=frozenset({"node-1"})))
+    assert isinstance(gang, Refusal) and gang.code == "impossible"
+    assert "on the nodes its pod template allows" in gang.reason
+    r = sched.place(state, job("b", "light", nodes=frozenset()))
+    assert isinstance(r, Refusal) and r.code == "impossible"
