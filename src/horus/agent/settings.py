@@ -19,6 +19,7 @@ from typing import Literal
 
 from horus.common.constants import MPS_LOG_DIRECTORY_DEFAULT, MPS_PIPE_DIRECTORY_DEFAULT
 from horus.common.errors import ConfigError
+from horus.common.settings import check_range, check_seconds
 
 SECTION = "agent"
 
@@ -89,18 +90,13 @@ class AgentSettings:
                 "--backend nvml serves exactly the node it runs on: use --node-name, not "
                 "--nodes/--node-selector (those are for simulated nodes)"
             )
-        if self.grace_seconds < 0:
-            raise ConfigError(f"--grace-seconds must be >= 0, got {self.grace_seconds}")
-        if self.interval_seconds <= 0:
-            raise ConfigError(f"--interval-seconds must be > 0, got {self.interval_seconds}")
-        if self.feedback_interval_seconds <= 0:
-            raise ConfigError(
-                f"--feedback-interval-seconds must be > 0, got {self.feedback_interval_seconds}"
-            )
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
-        if not 0.0 <= self.noise <= 1.0:
-            raise ConfigError(f"--noise must be between 0 and 1, got {self.noise}")
+        check_seconds("grace_seconds", self.grace_seconds, positive=False)
+        check_seconds("interval_seconds", self.interval_seconds)
+        check_seconds("feedback_interval_seconds", self.feedback_interval_seconds)
+        check_seconds("nvml_retry_seconds", self.nvml_retry_seconds)
+        check_range("metrics_port", self.metrics_port, 0, 65535)
+        check_range("noise", self.noise, 0.0, 1.0)
+        check_range("seed", self.seed, 0, 2**32 - 1)
 
     @property
     def node_list(self) -> list[str]:

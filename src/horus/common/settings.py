@@ -44,6 +44,34 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_DEPTH = 8
 
 
+#: The longest period a setting may give in seconds (a week): beyond it is a typo, and
+#: ``threading.Event.wait`` overflows on values near 1e308.
+MAX_SETTING_SECONDS = 7 * 24 * 3600.0
+
+
+def check_range(
+    name: str,
+    value: float,
+    lo: float,
+    hi: float,
+    *,
+    lo_open: bool = False,
+    unit: str = "",
+) -> None:
+    """Refuse a setting outside ``lo``..``hi`` (``lo`` excluded when ``lo_open``) with a
+    :class:`ConfigError` that names the flag and the allowed range."""
+    ok = (lo < value if lo_open else lo <= value) and value <= hi
+    if not ok:
+        low = f"> {lo:g}" if lo_open else f">= {lo:g}"
+        flag = "--" + name.replace("_", "-")
+        raise ConfigError(f"{flag} must be {low} and <= {hi:g}{unit}, got {value!r}")
+
+
+def check_seconds(name: str, value: float, *, positive: bool = True) -> None:
+    """A period in seconds: > 0 (or >= 0), at most :data:`MAX_SETTING_SECONDS`."""
+    check_range(name, value, 0.0, MAX_SETTING_SECONDS, lo_open=positive, unit=" seconds")
+
+
 def env_var_name(section: str, field: str) -> str:
     """The environment variable that sets ``field`` of ``section``."""
     return f"HORUS_{section}_{field}".upper().replace("-", "_")

@@ -19,11 +19,12 @@ from horus.common.constants import (
     ASSIGNMENT_KEY_FILE_ENV,
     DEFAULT_DEVICE_PLUGIN_DIR,
     DEFAULT_GPU_MEMORY_UNIT_MIB,
+    MAX_GPU_MEMORY_MIB,
     MPS_PIPE_DIRECTORY_DEFAULT,
     NODE_NAME_ENV,
 )
 from horus.common.errors import ConfigError
-from horus.common.settings import load_settings
+from horus.common.settings import check_range, check_seconds, load_settings
 
 SECTION = "deviceplugin"
 
@@ -80,11 +81,9 @@ class DevicePluginSettings:
             raise ConfigError(f"memory_unit_mib must be 1..65536 MiB, got {self.memory_unit_mib}")
         if not 1 <= self.sim_gpu_count <= 16:
             raise ConfigError(f"sim_gpu_count must be 1..16, got {self.sim_gpu_count}")
-        if self.sim_gpu_memory_mib < 1:
-            raise ConfigError(f"sim_gpu_memory_mib must be > 0, got {self.sim_gpu_memory_mib}")
+        check_range("sim_gpu_memory_mib", self.sim_gpu_memory_mib, 1, MAX_GPU_MEMORY_MIB)
         for name in ("health_interval_s", "socket_poll_s", "retry_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+            check_seconds(name, getattr(self, name))
 
 
 def load(

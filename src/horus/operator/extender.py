@@ -59,6 +59,7 @@ from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
 from horus.common.errors import ConfigError, HorusError, ValidationError
+from horus.common.settings import check_range, check_seconds
 from horus.operator.livestate import (
     LiveObjects,
     LiveState,
@@ -102,6 +103,9 @@ MAX_EXTENDER_PRIORITY = 10
 #: Reasons start with this, so a person reading a Pending pod knows who refused it.
 REASON_PREFIX = "horus: "
 VERBS = ("filter", "prioritize", "bind")
+#: The most ``max_body_bytes`` may allow: a Pod is rarely over 100 KiB, and the apiserver
+#: itself refuses requests over 3 MiB; a NodeList of 5,000 nodes stays under this.
+MAX_REQUEST_BYTES = 64 << 20
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -151,8 +155,9 @@ class ExtenderSettings:
                 "extender predictor_reload_seconds must be >= 0 (0: never reload), got "
                 f"{self.predictor_reload_seconds}"
             )
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"extender max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        check_seconds("cache_seconds", self.cache_seconds, positive=False)
+        check_seconds("predictor_reload_seconds", self.predictor_reload_seconds, positive=False)
+        check_range("max_body_bytes", self.max_body_bytes, 1024, MAX_REQUEST_BYTES, unit=" bytes")
 
 
 # --- request shapes (k8s.io/kube-scheduler/extender/v1) ---------------------------------------

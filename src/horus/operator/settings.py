@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from horus.common.constants import HORUS_NAMESPACE
+from horus.common.settings import check_range, check_seconds
 from horus.scheduler import POLICY_NAMES
 
 SECTION = "operator"
@@ -59,8 +60,7 @@ class OperatorSettings:
     predictor_reload_seconds: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.lease_duration < 1.0:
-            raise ValueError(f"lease_duration must be >= 1 second, got {self.lease_duration}")
+        check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")
         if self.policy not in POLICY_NAMES:
             raise ValueError(
                 f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
@@ -80,3 +80,6 @@ class OperatorSettings:
                 "predictor_reload_seconds must be >= 0 (0: never reload), got "
                 f"{self.predictor_reload_seconds}"
             )
+        check_seconds("resync_period", self.resync_period)
+        check_range("debounce", self.debounce, 0.0, 60.0, unit=" seconds")
+        check_seconds("predictor_reload_seconds", self.predictor_reload_seconds, positive=False)

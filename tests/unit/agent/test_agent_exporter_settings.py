@@ -78,7 +78,7 @@ def test_precedence_cli_env_file_and_node_name_env(tmp_path: Path) -> None:
         (["--node-name", "a", "--nodes", "b"], "only one of"),
         (["--nodes", "a,b", "--backend", "nvml"], "exactly the node"),
         (["--node-name", "a", "--grace-seconds", "-1"], "grace"),
-        (["--node-name", "a", "--interval-seconds", "soon"], "not a float"),
+        (["--node-name", "a", "--interval-seconds", "soon"], "not a number"),
     ],
 )
 def test_bad_settings(argv: list[str], words: str) -> None:
