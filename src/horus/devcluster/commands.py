@@ -8,6 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from horus.api.inventory import MAX_GPUS_PER_NODE
+from horus.common.constants import MAX_GPU_MEMORY_MIB
+from horus.common.errors import ConfigError
+from horus.common.flags import count, integer, seconds
+
 
 def register(sub: Any) -> None:
     dev = sub.add_parser("dev", help="development tools (local control plane)")
@@ -24,7 +29,7 @@ def register(sub: Any) -> None:
     cluster.add_argument("--dir", type=Path, default=None, help="cluster folder")
     csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     up = csub.add_parser("up", help="start the control plane and wait until it is ready")
-    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for /readyz")
+    up.add_argument("--timeout", type=seconds(), default=120.0, help="seconds to wait for /readyz")
     up.set_defaults(handler=_up)
     down = csub.add_parser(
         "down", help="stop exactly the processes 'up' started; remove the folder"
@@ -34,12 +39,19 @@ def register(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
     add = csub.add_parser("add-nodes", help="add kwok-managed nodes with simulated GPUs")
-    add.add_argument("--count", type=int, required=True, help="number of nodes to add")
-    add.add_argument("--gpus-per-node", type=int, default=8)
+    add.add_argument("--count", type=count(10_000), required=True, help="number of nodes to add")
+    add.add_argument("--gpus-per-node", type=count(MAX_GPUS_PER_NODE), default=8)
     add.add_argument("--gpu-model", default="H100", help="GPU model name, e.g. H100, A100, V100")
-    add.add_argument("--gpu-memory-mib", type=int, default=81920, help="memory of each GPU, MiB")
+    add.add_argument(
+        "--gpu-memory-mib",
+        type=count(MAX_GPU_MEMORY_MIB),
+        default=81920,
+        help="memory of each GPU, MiB",
+    )
     add.add_argument("--prefix", default="gpu-node", help="node name prefix")
-    add.add_argument("--wait", type=float, default=120.0, help="seconds to wait for Ready")
+    add.add_argument(
+        "--wait", type=seconds(positive=False), default=120.0, help="seconds to wait for Ready"
+    )
     add.set_defaults(handler=_add_nodes)
     _register_demo(dev_sub)
 
@@ -64,14 +76,19 @@ def _register_demo(dev_sub: Any) -> None:
         default=os.environ.get("DEMO_QUICK", "") not in ("", "0"),
         help="the test suite's smaller, faster variant (env DEMO_QUICK=1)",
     )
-    up.add_argument("--nodes", type=int, default=_env_int("DEMO_NODES"), help="kwok nodes")
-    up.add_argument("--gpus-per-node", type=int, default=_env_int("DEMO_GPUS_PER_NODE"))
-    up.add_argument("--watch-seconds", type=float, default=None, help="longest live-table time")
+    up.add_argument("--nodes", type=count(1000), default=None, help="kwok nodes (env DEMO_NODES)")
+    up.add_argument(
+        "--gpus-per-node",
+        type=count(MAX_GPUS_PER_NODE),
+        default=None,
+        help="GPUs of each kwok node (env DEMO_GPUS_PER_NODE)",
+    )
+    up.add_argument("--watch-seconds", type=seconds(), default=None, help="longest live-table time")
     up.add_argument(
         "--prometheus-port",
-        type=int,
-        default=_env_int("HORUS_DEMO_PROMETHEUS_PORT"),
-        help="fixed Prometheus port (default: a free one)",
+        type=integer(1, 65535),
+        default=None,
+        help="fixed Prometheus port (env HORUS_DEMO_PROMETHEUS_PORT; default: a free one)",
     )
     up.set_defaults(handler=_demo_up)
     down = dsub.add_parser("down", help="stop everything 'up' started (keeps the report)")
@@ -81,9 +98,16 @@ def _register_demo(dev_sub: Any) -> None:
     status.set_defaults(handler=_demo_status)
 
 
-def _env_int(name: str) -> int | None:
+def _env_int(name: str, parse: Any) -> int | None:
+    """An integer environment default, checked as its flag is (read when the command runs,
+    so a bad value never breaks ``horus --help`` or another command)."""
     raw = os.environ.get(name, "")
-    return int(raw) if raw.strip() else None
+    if not raw.strip():
+        return None
+    try:
+        return int(parse(raw))
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"environment variable {name}: {exc}") from None
 
 
 def _demo(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -93,12 +117,23 @@ def _demo(args: argparse.Namespace, **overrides: Any) -> Any:
 
 
 def _demo_up(args: argparse.Namespace) -> int:
+    nodes = args.nodes if args.nodes is not None else _env_int("DEMO_NODES", count(1000))
+    gpus = (
+        args.gpus_per_node
+        if args.gpus_per_node is not None
+        else _env_int("DEMO_GPUS_PER_NODE", count(MAX_GPUS_PER_NODE))
+    )
+    port = (
+        args.prometheus_port
+        if args.prometheus_port is not None
+        else _env_int("HORUS_DEMO_PROMETHEUS_PORT", integer(1, 65535))
+    )
     _demo(
         args,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
+        nodes=nodes,
+        gpus_per_node=gpus,
         watch_seconds=args.watch_seconds,
-        prometheus_port=args.prometheus_port,
+        prometheus_port=port,
     ).up()
     return 0
 
