@@ -58,6 +58,7 @@ from horus.api.raw import discard, read_items, read_object
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
+from horus.common.documents import DEFAULT_MAX_DEPTH, load_json
 from horus.common.errors import ConfigError, HorusError, ValidationError
 from horus.common.settings import check_range, check_seconds
 from horus.operator.livestate import (
@@ -106,6 +107,18 @@ VERBS = ("filter", "prioritize", "bind")
 #: The most ``max_body_bytes`` may allow: a Pod is rarely over 100 KiB, and the apiserver
 #: itself refuses requests over 3 MiB; a NodeList of 5,000 nodes stays under this.
 MAX_REQUEST_BYTES = 64 << 20
+#: Candidate nodes one request may name (Kubernetes supports clusters of 5,000 nodes).
+MAX_CANDIDATE_NODES = 50_000
+#: A Kubernetes object name (DNS subdomain) is at most 253 characters; a UID 36 (we allow 128).
+MAX_NAME_LENGTH = 253
+MAX_UID_LENGTH = 128
+#: Containers of one pod (init containers and containers each); the apiserver has no limit,
+#: but a pod with more is not one Horus can place anyway.
+MAX_CONTAINERS = 256
+#: Seconds a client may take to send a request once connected; a stalled one is dropped so
+#: it cannot hold a server thread (and its socket) forever.
+REQUEST_TIMEOUT_S = 60.0
+_CONTENT_LENGTH = re.compile(r"^[0-9]{1,15}$")
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -216,26 +229,43 @@ def _require_object(value: object, where: str) -> dict[str, Any]:
     return value
 
 
+def _short(value: object) -> str:
+    """``value`` for an error message, cut short (a hostile value may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _name_field(value: object, where: str, max_length: int = MAX_NAME_LENGTH) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{where}: must be a non-empty string, got {_short(value)}")
+    if len(value) > max_length:
+        raise RequestError(f"{where}: must be at most {max_length} characters, got {len(value)}")
+    return value
+
+
 def _node_name_list(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise RequestError(f"{where}: must be a list of node names, got {_type_name(value)}")
-    names: list[str] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise RequestError(f"{where}[{i}]: must be a non-empty string, got {item!r}")
-        names.append(item)
-    return tuple(names)
+    if len(value) > MAX_CANDIDATE_NODES:
+        raise RequestError(
+            f"{where}: {len(value)} nodes is more than the {MAX_CANDIDATE_NODES} one request may name"
+        )
+    return tuple(_name_field(item, f"{where}[{i}]") for i, item in enumerate(value))
 
 
 def _check_pod(value: object) -> dict[str, Any]:
     pod = _require_object(value, "Pod")
     meta = _require_object(pod.get("metadata"), "Pod.metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise RequestError(f"Pod.metadata.name: must be a non-empty string, got {name!r}")
+    _name_field(meta.get("name"), "Pod.metadata.name")
     ns = meta.get("namespace", "default")
-    if not isinstance(ns, str):
-        raise RequestError(f"Pod.metadata.namespace: must be a string, got {_type_name(ns)}")
+    if not isinstance(ns, str) or len(ns) > MAX_NAME_LENGTH:
+        raise RequestError(
+            f"Pod.metadata.namespace: must be a string of at most {MAX_NAME_LENGTH} characters, "
+            f"got {_short(ns)}"
+        )
+    for key in ("uid", "resourceVersion"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise RequestError(f"Pod.metadata.{key}: must be a string, got {_type_name(meta[key])}")
     ann = meta.get("annotations")
     if ann is not None:
         ann = _require_object(ann, "Pod.metadata.annotations")
@@ -253,6 +283,11 @@ def _check_pod(value: object) -> dict[str, Any]:
             continue
         if not isinstance(items, list):
             raise RequestError(f"Pod.spec.{group}: must be a list, got {_type_name(items)}")
+        if len(items) > MAX_CONTAINERS:
+            raise RequestError(
+                f"Pod.spec.{group}: {len(items)} entries is more than the {MAX_CONTAINERS} "
+                "a pod Horus places may have"
+            )
         for i, ctr in enumerate(items):
             cpath = f"Pod.spec.{group}[{i}]"
             ctr = _require_object(ctr, cpath)
@@ -284,12 +319,16 @@ def parse_extender_args(body: object) -> ExtenderArgs:
             items = []
         if not isinstance(items, list):
             raise RequestError(f"Nodes.items: must be a list, got {_type_name(items)}")
+        if len(items) > MAX_CANDIDATE_NODES:
+            raise RequestError(
+                f"Nodes.items: {len(items)} nodes is more than the {MAX_CANDIDATE_NODES} one "
+                "request may name"
+            )
         full: list[dict[str, Any]] = []
         for i, item in enumerate(items):
             n = _require_object(item, f"Nodes.items[{i}]")
             meta = _require_object(n.get("metadata"), f"Nodes.items[{i}].metadata")
-            if not isinstance(meta.get("name"), str) or not meta["name"]:
-                raise RequestError(f"Nodes.items[{i}].metadata.name: must be a non-empty string")
+            _name_field(meta.get("name"), f"Nodes.items[{i}].metadata.name")
             full.append(n)
         return ExtenderArgs(pod, tuple(n["metadata"]["name"] for n in full), tuple(full))
     raise RequestError("NodeNames or Nodes: one is required (the candidate nodes)")
@@ -306,9 +345,9 @@ def parse_binding_args(body: object) -> BindingArgs:
             continue
         if not present or value is None:
             raise RequestError(f"{name}: required")
-        if not isinstance(value, str) or not value:
-            raise RequestError(f"{name}: must be a non-empty string, got {value!r}")
-        values[name] = value
+        values[name] = _name_field(
+            value, name, MAX_UID_LENGTH if name == "PodUID" else MAX_NAME_LENGTH
+        )
     return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
 
 
@@ -364,9 +403,9 @@ def parse_quantity(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValidationError(f"{where}: must be a quantity string, got {_type_name(value)}")
     text = str(value).strip()
-    m = _QUANTITY.match(text)
+    m = _QUANTITY.match(text) if len(text) <= 64 else None
     if m is None:
-        raise ValidationError(f"{where}: {text!r} is not a Kubernetes quantity")
+        raise ValidationError(f"{where}: {_short(text)} is not a Kubernetes quantity")
     number, suffix = m.group(1), m.group(2)
     if suffix == "m":
         milli = float(number)
@@ -374,6 +413,8 @@ def parse_quantity(value: object, where: str) -> int:
             raise ValidationError(f"{where}: {text!r} is not a whole number")
         return int(milli // 1000)
     amount = float(number) * _SUFFIX[suffix]
+    if not math.isfinite(amount) or amount > 2**62:
+        raise ValidationError(f"{where}: {text!r} is far larger than any GPU share")
     if amount != int(amount):
         raise ValidationError(f"{where}: {text!r} is not a whole number")
     return int(amount)
@@ -963,6 +1004,7 @@ class Extender:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive: the scheduler reuses connections
+    timeout = REQUEST_TIMEOUT_S  # socket timeout: a stalled client frees its thread
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -996,18 +1038,33 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
 
     def _read_body(self) -> tuple[bool, object]:
-        """(True, decoded JSON) or (False, None) after an error reply was sent."""
-        length_header = self.headers.get("Content-Length")
-        if length_header is None:
+        """(True, decoded JSON) or (False, None) after an error reply was sent.
+
+        The body is bounded before a byte of it is read: ``Content-Length`` is required (the
+        kube-scheduler's Go client always sends it for these JSON bodies), must be one plain
+        number within ``max_body_bytes``, and a chunked body is refused; then the JSON is
+        depth-checked before it is parsed (:func:`horus.common.documents.load_json`).
+        """
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.LENGTH_REQUIRED,
+                "Transfer-Encoding is not accepted; send the body with a Content-Length",
+            )
+            return False, None
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            self.close_connection = True
             self._error(HTTPStatus.LENGTH_REQUIRED, "Content-Length: required")
             return False, None
-        try:
-            length = int(length_header)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            self._error(HTTPStatus.BAD_REQUEST, f"Content-Length: not a size ({length_header!r})")
+        if len(lengths) > 1 or not _CONTENT_LENGTH.match(lengths[0].strip()):
+            self.close_connection = True
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"Content-Length: must be one whole number of bytes, got {_short(lengths)}",
+            )
             return False, None
+        length = int(lengths[0])
         limit = self.server.max_body_bytes
         if length > limit:
             self.close_connection = True
@@ -1016,11 +1073,37 @@ class _Handler(BaseHTTPRequestHandler):
                 f"request body: {length} bytes is over the limit of {limit}",
             )
             return False, None
-        raw = self.rfile.read(length)
         try:
-            return True, json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self._error(HTTPStatus.BAD_REQUEST, f"request body: not valid JSON ({exc})")
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"request body: not received within {REQUEST_TIMEOUT_S:g} s",
+            )
+            return False, None
+        if len(raw) != length:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"request body: got {len(raw)} of the {length} bytes Content-Length announced",
+            )
+            return False, None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"request body: not valid JSON (not UTF-8: byte {exc.start} is "
+                f"0x{raw[exc.start]:02x})",
+            )
+            return False, None
+        try:
+            return True, load_json(
+                text, "request body", max_bytes=limit, max_depth=DEFAULT_MAX_DEPTH
+            )
+        except ValidationError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return False, None
 
     def _post(self) -> None:
