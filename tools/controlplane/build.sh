@@ -2,6 +2,8 @@
 # Builds (once per version) the binaries of the local control plane and prints the folder that
 # holds them:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  from k8s.io/kubernetes (go.mod)
+#   kubelet                        the local cluster's real nodes (horus dev cluster add-nodes --real)
+#   horus-pause                    their pod sandbox program (cmd/horus-pause, no dependencies)
 #   kwok                                                              sigs.k8s.io/kwok/cmd/kwok
 #   helm                                                              helm.sh/helm/v3/cmd/helm
 # etcd comes from Debian's etcd-server package (see docs/decisions.md).
@@ -35,7 +37,7 @@ need_go() {
 }
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet horus-pause; do
   [[ -x $out/$b ]] && continue
   need_go "$b"
   echo "build.sh: building $b $k8s_version (first time on this machine; minutes) ..." >&2

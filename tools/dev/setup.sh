@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Horus' demo and tests need, idempotently, on a fresh Debian machine:
-#   - Debian packages: etcd-server (the control plane's store), prometheus (metrics tests)
+#   - Debian packages: etcd-server (the control plane's store), prometheus (metrics tests);
+#     for real kubelet nodes (horus dev cluster add-nodes --real): containerd, runc,
+#     containernetworking-plugins, iptables; mmdebstrap builds the images' Debian base
 #   - a virtualenv in .venv with horus[dev,profile] (editable)
 #   - the control-plane binaries (tools/controlplane/build.sh; cached in ~/.cache/horus)
 # Re-running costs seconds once everything is there.
@@ -16,8 +18,14 @@ missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] || missing+=(golang-go)
+# Real nodes: one containerd + runc + CNI bridge per kubelet (src/horus/devcluster/realnodes.py).
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 if ((${#missing[@]})); then
-  step "apt-get install ${missing[*]}"
+  step "apt-get install ${missing[*]} (Debian packages the cluster, its real nodes and images need)"
   $SUDO apt-get update -qq || fail "apt-get update" "no access to Debian's package mirror?"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
     || fail "apt-get install ${missing[*]}" "install them by hand and retry"
