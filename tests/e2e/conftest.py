@@ -41,3 +41,20 @@ def helm(cluster: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
 def wait_namespace_gone(cluster: Any, name: str = NAMESPACE, timeout: str = "90s") -> None:
     """Delete ``name`` (if present) and wait until the namespace controller has removed it."""
     cluster.kubectl("delete", "namespace", name, "--ignore-not-found", f"--timeout={timeout}")
+
+
+def adopt_crd(cluster: Any, release: str = "horus", namespace: str = NAMESPACE) -> None:
+    """Hand an existing DLJob CRD to a Helm release, as the README's "Upgrade" says: the chart
+    renders the CRD as a template, and Helm refuses to take over an object it does not own
+    (other tests apply the CRD with kubectl)."""
+    crd = "crd/dljobs.horus.io"
+    if cluster.kubectl("get", crd, "--ignore-not-found", "-o", "name").stdout.strip():
+        cluster.kubectl("label", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+        cluster.kubectl(
+            "annotate",
+            crd,
+            f"meta.helm.sh/release-name={release}",
+            f"meta.helm.sh/release-namespace={namespace}",
+            "--overwrite",
+        )
+

@@ -13,10 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from conftest import CHART, NAMESPACE, ROOT, wait_namespace_gone
+from conftest import CHART, NAMESPACE, ROOT, adopt_crd, wait_namespace_gone
 
-KUBE = "--kube-version=1.34.4"  # helm built from source defaults its capabilities to v1.20
 NS = ["-n", NAMESPACE]
+#: where the images would be (the chart has no default registry; kwok pulls nothing)
+REG = ("--set", "images.registry=registry.example.com/horus")
 KEY = "secret/horus-assignment-key"
 
 
@@ -40,11 +41,22 @@ def test_helm_lint_is_clean(helm):
         (["images.operator.tag=latest"], "at '/images/operator/tag'"),
         (["predictor.source=configMap"], "at '/predictor/configMap'"),
         (["node.rowsDir=rows"], "at '/node/rowsDir'"),
+        (["scheduler.schedulerName=horus-scheduler"], "at '/scheduler/schedulerName'"),
+        (
+            ["serviceMonitor.enabled=true", "podMonitor.enabled=true"],
+            "at '/podMonitor/enabled': value must be false",
+        ),
+        (["images.registry=https://r.example.com"], "at '/images/registry'"),
+        (["node.nvidiaDevicePlugin=both"], "at '/node/nvidiaDevicePlugin'"),
+        (["operator.extraEnv[0].value=x"], "at '/operator/extraEnv/0': missing property 'name'"),
+        (["images.node.digest=sha256:abc"], "at '/images/node/digest'"),
     ],
 )
 def test_bad_values_fail_install_with_the_schema_message(helm, cluster, sets, message):
     args = [arg for s in sets for arg in ("--set", s)]
-    proc = helm("install", "horus-bad", str(CHART), *NS, "--create-namespace", *args, check=False)
+    proc = helm(
+        "install", "horus-bad", str(CHART), *NS, "--create-namespace", *REG, *args, check=False
+    )
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
     assert message in proc.stderr, proc.stderr
@@ -52,25 +64,56 @@ def test_bad_values_fail_install_with_the_schema_message(helm, cluster, sets, me
 
 
 def test_chart_refuses_another_namespace(helm):
-    proc = helm("template", "horus", str(CHART), "-n", "default", KUBE, check=False)
+    proc = helm("template", "horus", str(CHART), "-n", "default", *REG, check=False)
     assert proc.returncode != 0 and "install Horus into the namespace horus-system" in proc.stderr
 
 
+def test_chart_without_a_registry_says_how_to_get_images(helm):
+    proc = helm("template", "horus", str(CHART), *NS, check=False)
+    assert proc.returncode != 0
+    assert "images.registry is empty: build the Horus images" in proc.stderr, proc.stderr
+    # nothing that runs a Horus image: no registry needed (the local demo installs this way)
+    out = helm(
+        "template", "horus", str(CHART), *NS,
+        "--set", "operator.enabled=false", "--set", "node.enabled=false",
+    ).stdout  # fmt: skip
+    assert not {"Deployment", "DaemonSet"} & {d["kind"] for d in _docs(out)}
+
+
 def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
+    """Also: `helm template` needs no --kube-version (helm is built with the offline
+    Kubernetes version a released helm has) and, offline, renders no assignment key."""
     kust = _docs(cluster.kubectl("kustomize", str(ROOT / "manifests")).stdout)
-    chart = _docs(helm("template", "horus", str(CHART), *NS, KUBE, "--include-crds").stdout)
+    chart = _docs(helm("template", "horus", str(CHART), *NS, *REG).stdout)
     key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
     k, c = {key(d): d for d in kust}, {key(d): d for d in chart}
-    # the chart cannot template its own namespace (helm --create-namespace makes it); the
-    # kustomize base has no way to generate a random key (the operator creates it on start)
+    # the chart cannot template its own namespace (helm --create-namespace makes it)
     assert set(k) - set(c) == {("Namespace", "", NAMESPACE)}
-    assert set(c) - set(k) == {("Secret", NAMESPACE, "horus-assignment-key")}
+    assert set(c) == set(k) - {("Namespace", "", NAMESPACE)}
     for name in set(k) & set(c):
         if name[0] in ("ClusterRole", "Role"):
             assert k[name]["rules"] == c[name]["rules"], name
+        if name[0] in ("PodDisruptionBudget", "NetworkPolicy", "Service"):
+            assert k[name]["spec"] == c[name]["spec"], name
+            assert k[name]["metadata"].get("annotations") == c[name]["metadata"].get(
+                "annotations"
+            ), name
+        if name[0] == "CustomResourceDefinition":
+            assert k[name]["spec"] == c[name]["spec"], name
+            assert c[name]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         if name[0] in ("Deployment", "DaemonSet"):
             ks, cs = k[name]["spec"]["template"]["spec"], c[name]["spec"]["template"]["spec"]
-            for field in ("serviceAccountName", "securityContext", "volumes", "nodeSelector"):
+            for field in (
+                "serviceAccountName",
+                "securityContext",
+                "volumes",
+                "nodeSelector",
+                "affinity",
+                "tolerations",
+                "priorityClassName",
+                "hostPID",
+                "runtimeClassName",
+            ):
                 assert ks.get(field) == cs.get(field), (name, field)
             for kc, cc in zip(ks["containers"], cs["containers"], strict=True):
                 for field in (
@@ -81,8 +124,14 @@ def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
                     "securityContext",
                     "volumeMounts",
                     "resources",
+                    "livenessProbe",
+                    "readinessProbe",
                 ):
                     assert kc.get(field) == cc.get(field), (name, kc["name"], field)
+                # the same repository and tag; only the registry differs (an overlay sets it)
+                assert kc["image"].rsplit("/", 1)[1] == cc["image"].rsplit("/", 1)[1]
+                assert kc["image"].startswith("registry.invalid/horus/")
+                assert cc["image"].startswith("registry.example.com/horus/")
 
 
 @pytest.mark.parametrize(
@@ -96,13 +145,36 @@ def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
             "operator.replicas=3",
             "node.rowsDir=/var/lib/horus/rows",
         ],
+        [
+            "scheduler.enabled=true",
+            "scheduler.replicas=2",
+            "assignmentKey.existingSecret=my-key",
+            "assignmentKey.secretKey=hmac",
+            "prometheusRule.enabled=false",
+            "node.runtimeClassName=nvidia",
+            "node.nvidiaDevicePlugin=allow",
+            "node.nodeSelector.pool=gpu",
+            "operator.extraArgs[0]=--resync-period=30",
+            "operator.extraEnv[0].name=HORUS_OPERATOR_POLICY",
+            "operator.extraEnv[0].value=binpack",
+            "operator.podAnnotations.team=ml",
+            "operator.podLabels.tier=control",
+            "scheduler.kubeScheduler.extraArgs[0]=--v=2",
+            "scheduler.tolerations[0].operator=Exists",
+            "node.agent.extraEnv[0].name=HORUS_AGENT_WATCHDOG",
+            "node.agent.extraEnv[0].value=report",
+            "images.operator.digest=sha256:" + "a" * 64,
+            "images.kubeScheduler.tag=v1.34.4",
+            "networkPolicy.extenderFrom[0].ipBlock.cidr=10.0.0.0/24",
+            "operator.priorityClassName=",
+        ],
     ],
-    ids=["defaults", "dashboards-report-noextender", "predictor-configmap"],
+    ids=["defaults", "dashboards-report-noextender", "predictor-configmap", "every-knob"],
 )
 def test_helm_template_is_accepted_by_the_apiserver(helm, cluster, sets):
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)
     args = [arg for s in sets for arg in ("--set", s)]
-    rendered = helm("template", "horus", str(CHART), *NS, KUBE, "--include-crds", *args).stdout
+    rendered = helm("template", "horus", str(CHART), *NS, *REG, "--include-crds", *args).stdout
     proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     kinds = {d["kind"] for d in _docs(rendered)}
     assert {"Deployment", "DaemonSet", "ClusterRole", "CustomResourceDefinition"} <= kinds
@@ -112,6 +184,46 @@ def test_helm_template_is_accepted_by_the_apiserver(helm, cluster, sets):
             m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps
         )
     assert "(server dry run)" in proc.stdout
+    if "scheduler.enabled=true" in sets:
+        objs = {(d["kind"], d["metadata"]["name"]): d for d in _docs(rendered)}
+        op = objs[("Deployment", "horus-operator")]["spec"]["template"]
+        assert op["metadata"]["annotations"]["team"] == "ml"
+        assert op["metadata"]["labels"]["tier"] == "control"
+        assert "priorityClassName" not in op["spec"]
+        ctr = {c["name"]: c for c in op["spec"]["containers"]}
+        assert ctr["operator"]["args"][-1] == "--resync-period=30"
+        assert ctr["operator"]["image"] == "registry.example.com/horus/horus-operator@sha256:" + (
+            "a" * 64
+        )
+        key_env = {
+            "name": "HORUS_ASSIGNMENT_KEY_FILE",
+            "value": "/var/run/horus/assignment-key/hmac",
+        }
+        assert key_env in ctr["operator"]["env"] and key_env in ctr["extender"]["env"]
+        assert {"name": "assignment-key", "secret": {"secretName": "my-key"}} in op["spec"][
+            "volumes"
+        ]
+        assert ("Secret", "horus-assignment-key") not in objs
+        sched = objs[("Deployment", "horus-kube-scheduler")]["spec"]["template"]["spec"]
+        images = {c["name"]: c["image"] for c in sched["containers"]}
+        assert images["kube-scheduler"] == "registry.k8s.io/kube-scheduler:v1.34.4"
+        ext = next(c for c in sched["containers"] if c["name"] == "extender")
+        assert ext["args"][2:6] == ["--host", "127.0.0.1", "--port", "8888"]
+        assert key_env in ext["env"]
+        assert ("PodDisruptionBudget", "horus-kube-scheduler") in objs
+        ds = objs[("DaemonSet", "horus-node")]["spec"]["template"]["spec"]
+        assert ds["runtimeClassName"] == "nvidia" and ds["nodeSelector"] == {"pool": "gpu"}
+        terms = ds["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert not any(
+            e["key"] == "nvidia.com/gpu.deploy.device-plugin"
+            for t in terms["nodeSelectorTerms"]
+            for e in t["matchExpressions"]
+        )
+        np = objs[("NetworkPolicy", "horus-operator")]["spec"]["ingress"]
+        assert np[1] == {
+            "ports": [{"port": "extender"}],
+            "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+        }
 
 
 def test_trained_model_and_rows_dir_reach_the_processes(helm, tmp_path, monkeypatch):
@@ -124,7 +236,7 @@ def test_trained_model_and_rows_dir_reach_the_processes(helm, tmp_path, monkeypa
 
     def render(*sets: str) -> tuple[dict, dict]:
         args = [arg for s in sets for arg in ("--set", s)]
-        docs = _docs(helm("template", "horus", str(CHART), *NS, KUBE, *args).stdout)
+        docs = _docs(helm("template", "horus", str(CHART), *NS, *REG, *args).stdout)
         objs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
         return objs, yaml.safe_load(objs[("ConfigMap", "horus-config")]["data"]["config.yaml"])
 
@@ -182,13 +294,31 @@ def test_a_trained_model_fits_a_configmap(cluster, tmp_path):
         cluster.kubectl("-n", "default", "delete", "configmap", name, check=False)
 
 
-def test_monitors_render_when_enabled(helm):
-    rendered = helm(
-        "template", "horus", str(CHART), *NS, KUBE,
-        "--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
-    ).stdout  # fmt: skip
-    kinds = [d["kind"] for d in _docs(rendered)]
-    assert kinds.count("ServiceMonitor") == 1 and kinds.count("PodMonitor") == 1
+def test_one_scrape_path_per_endpoint(helm):
+    """prometheus.io annotations, a ServiceMonitor or a PodMonitor: never two of them (every
+    series would be scraped twice); the schema refuses both monitors (bad-values test)."""
+
+    def render(*sets: str) -> list[dict]:
+        args = [a for s in sets for a in ("--set", s)]
+        return _docs(helm("template", "horus", str(CHART), *NS, *REG, *args).stdout)
+
+    def annotated(docs: list[dict]) -> list[str]:
+        return [
+            d["metadata"]["name"]
+            for d in docs
+            if d["kind"] == "Service"
+            and "prometheus.io/scrape" in (d["metadata"].get("annotations") or {})
+        ]
+
+    docs = render()
+    assert sorted(annotated(docs)) == ["horus-node", "horus-operator"]
+    assert not {"ServiceMonitor", "PodMonitor"} & {d["kind"] for d in docs}
+    for monitor in ("ServiceMonitor", "PodMonitor"):
+        key = monitor[0].lower() + monitor[1:]
+        docs = render(f"{key}.enabled=true")
+        assert [d["kind"] for d in docs].count(monitor) == 1
+        assert annotated(docs) == [], monitor
+    assert annotated(render("metrics.serviceAnnotations=false")) == []
 
 
 # --- RBAC matrix ------------------------------------------------------------------------------
@@ -287,7 +417,8 @@ def test_kustomize_apply_rbac_and_delete(cluster):
 
 def test_helm_install_rbac_and_uninstall(helm, cluster):
     wait_namespace_gone(cluster)
-    helm("install", "horus", str(CHART), *NS, "--create-namespace", "--wait=false")
+    adopt_crd(cluster)
+    helm("install", "horus", str(CHART), *NS, "--create-namespace", *REG, "--wait=false")
     try:
         assert helm("status", "horus", *NS).stdout.count("STATUS: deployed") == 1
         got = cluster.kubectl("get", "deploy,ds,svc,secret,cm", *NS, "-o", "name").stdout.split()
@@ -300,7 +431,7 @@ def test_helm_install_rbac_and_uninstall(helm, cluster):
         assert len(base64.b64decode(key)) == 64  # 64 hex characters, as the operator writes
         assert _rbac_matrix(cluster) == [], _rbac_matrix(cluster)
         # an upgrade keeps the key (pods signed before it must still verify)
-        helm("upgrade", "horus", str(CHART), *NS, "--set", "enforcement=report")
+        helm("upgrade", "horus", str(CHART), *NS, *REG, "--set", "enforcement=report")
         assert cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout == key
     finally:
         helm("uninstall", "horus", *NS, "--wait", "--timeout=90s")
@@ -310,8 +441,9 @@ def test_helm_install_rbac_and_uninstall(helm, cluster):
     assert (
         cluster.kubectl("get", "clusterrole", "horus-operator", "--ignore-not-found").stdout == ""
     )
-    # the key is kept on uninstall by design (helm.sh/resource-policy: keep); CRDs too (helm)
+    # the key and the CRD are kept on uninstall by design (helm.sh/resource-policy: keep)
     assert cluster.kubectl("get", KEY, *NS, "-o", "name").stdout.strip() == KEY
+    assert cluster.kubectl("get", "crd", "dljobs.horus.io", "-o", "name").stdout.strip()
     wait_namespace_gone(cluster)
 
 
@@ -337,7 +469,7 @@ def test_chart_config_loads_with_every_roles_settings(helm, tmp_path):
         ),
     ]:
         args = [a for s in sets for a in ("--set", s)]
-        out = helm("template", "horus", str(CHART), *NS, KUBE, "-s", "templates/config.yaml", *args)
+        out = helm("template", "horus", str(CHART), *NS, *REG, "-s", "templates/config.yaml", *args)
         text = yaml.safe_load(out.stdout)["data"]["config.yaml"]
         got = _load_every_section(text, tmp_path, {"HORUS_AGENT_NODE_NAME": "n1"})
         assert (got["agent"].enforcement, got["agent"].watchdog) == agent
