@@ -14,8 +14,12 @@ See ``docs/decisions.md`` ("Device plugin: gpu-memory unit").
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
+from typing import Any
 
+from horus.api._fields import type_name
 from horus.api.assignment import GpuAssignment
 from horus.common.constants import (
     ANNOTATION_GPU_MEMORY_UNIT,
@@ -25,8 +29,12 @@ from horus.common.constants import (
 from horus.common.errors import ValidationError
 
 __all__ = [
+    "EffectiveRequest",
+    "container_amount",
     "memory_units",
     "node_memory_unit_mib",
+    "parse_quantity",
+    "pod_effective_request",
     "pod_gpu_requests",
     "units_to_mib",
 ]
@@ -76,3 +84,122 @@ def pod_gpu_requests(assignment: GpuAssignment, unit_mib: int) -> dict[str, int]
         RESOURCE_GPU_CORE: sum(g.core_percent for g in gpus),
         RESOURCE_GPU_MEMORY: sum(memory_units(g.memory_mib, unit_mib) for g in gpus),
     }
+
+
+# --- quantities a pod asks for ----------------------------------------------------------------
+
+_QUANTITY = re.compile(
+    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
+)
+_SUFFIX = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+#: No extended-resource request Horus reads is near this; beyond it a value is hostile.
+_MAX_QUANTITY = 2**62
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def parse_quantity(value: object, where: str) -> int:
+    """A Kubernetes quantity of an extended resource as a whole number (errors name ``where``).
+
+    The apiserver stores quantities in canonical form, so ``1000`` comes back as ``"1k"``:
+    every reader of a pod's Horus requests must accept the suffixes, not just digits.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValidationError(f"{where}: must be a quantity string, got {type_name(value)}")
+    text = str(value).strip()
+    m = _QUANTITY.match(text) if len(text) <= 64 else None
+    if m is None:
+        raise ValidationError(f"{where}: {_short(text)} is not a Kubernetes quantity")
+    number, suffix = m.group(1), m.group(2)
+    if suffix == "m":
+        milli = float(number)
+        if not math.isfinite(milli) or milli % 1000:
+            raise ValidationError(f"{where}: {text!r} is not a whole number")
+        return int(milli // 1000)
+    amount = float(number) * _SUFFIX[suffix]
+    if not math.isfinite(amount) or amount > _MAX_QUANTITY:
+        raise ValidationError(f"{where}: {text!r} is far larger than any GPU share")
+    if amount != int(amount):
+        raise ValidationError(f"{where}: {text!r} is not a whole number")
+    return int(amount)
+
+
+def container_amount(ctr: Mapping[str, Any], resource: str, where: str) -> int | None:
+    """What one container asks of ``resource`` (its request, else its limit; None if neither).
+
+    For extended resources the apiserver requires request == limit when both are given, and
+    fills the request in from the limit, so either one is the amount."""
+    res = ctr.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise ValidationError(f"{where}.resources: must be an object, got {type_name(res)}")
+    for kind in ("requests", "limits"):  # an extended resource given only as a limit counts
+        values = res.get(kind) or {}
+        if not isinstance(values, Mapping):
+            raise ValidationError(
+                f"{where}.resources.{kind}: must be an object, got {type_name(values)}"
+            )
+        if resource in values:
+            return parse_quantity(values[resource], f"{where}.resources.{kind}[{resource}]")
+    return None
+
+
+class EffectiveRequest:
+    """A pod's effective request of one resource, as the kubelet and scheduler compute it:
+    the larger of the sum over its containers and the largest single init container (init
+    containers run one at a time, before the others)."""
+
+    def __init__(self, containers: int | None, init: int | None) -> None:
+        self.containers = containers  # summed over spec.containers (None: none asks)
+        self.init = init  # largest spec.initContainers entry (None: none asks)
+
+    @property
+    def total(self) -> int | None:
+        if self.containers is None and self.init is None:
+            return None
+        return max(self.containers or 0, self.init or 0)
+
+    def describe(self) -> str:
+        parts = []
+        if self.containers is not None:
+            parts.append(f"containers together {self.containers}")
+        if self.init is not None:
+            parts.append(f"largest init container {self.init}")
+        return ", ".join(parts)
+
+
+def pod_effective_request(spec: Mapping[str, Any], resource: str) -> EffectiveRequest:
+    """:class:`EffectiveRequest` of ``resource`` in a pod ``spec`` (quantities parsed)."""
+    totals: dict[str, int | None] = {"containers": None, "initContainers": None}
+    for group in totals:
+        items = spec.get(group) or []
+        if not isinstance(items, list):
+            raise ValidationError(f"spec.{group}: must be a list, got {type_name(items)}")
+        for i, ctr in enumerate(items):
+            if not isinstance(ctr, Mapping):
+                raise ValidationError(f"spec.{group}[{i}]: must be an object")
+            amount = container_amount(ctr, resource, f"spec.{group}[{i}]")
+            if amount is None:
+                continue
+            have = totals[group]
+            if group == "containers":
+                totals[group] = (have or 0) + amount
+            else:
+                totals[group] = max(have or 0, amount)
+    return EffectiveRequest(totals["containers"], totals["initContainers"])

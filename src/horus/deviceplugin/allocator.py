@@ -37,9 +37,10 @@ from typing import Any
 
 from horus.api.assignment import GpuAssignment, decode_assignment
 from horus.api.inventory import GpuDevice
-from horus.api.resources import memory_units
+from horus.api.resources import container_amount, memory_units, pod_effective_request
 from horus.api.signing import load_key_file, verify_assignment
 from horus.common import constants as c
+from horus.common.documents import load_json
 from horus.common.errors import ConfigError, HorusError, ValidationError
 from horus.deviceplugin.kube import ConflictError, NodeApi, now_rfc3339
 
@@ -113,17 +114,23 @@ class AssignmentKey:
 
 
 def _requested(pod: dict[str, Any], resource: str) -> list[int]:
-    """The amounts of ``resource`` each container of ``pod`` asks for (limits, else requests)."""
+    """The amounts of ``resource`` each container and init container of ``pod`` asks for
+    (the kubelet calls Allocate for init containers too, first). Quantities come back from
+    the apiserver in canonical form (``1000`` as ``"1k"``), so they are parsed, not int()ed;
+    a pod whose quantity does not parse is not a candidate (the apiserver admits none)."""
     out: list[int] = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        res = container.get("resources") or {}
-        value = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
-        if value is None:
-            continue
-        try:
-            out.append(int(str(value)))
-        except ValueError:
-            continue  # the API server only admits integers for extended resources
+    spec = pod.get("spec") or {}
+    for group in ("initContainers", "containers"):
+        items = spec.get(group) or []
+        for i, container in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(container, dict):
+                continue
+            try:
+                amount = container_amount(container, resource, f"spec.{group}[{i}]")
+            except ValidationError:
+                continue
+            if amount is not None:
+                out.append(amount)
     return out
 
 
@@ -131,9 +138,9 @@ def _allocated(pod: dict[str, Any]) -> dict[str, str]:
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_GPU_ALLOCATED)
     if not text:
         return {}
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError:
+    try:  # bounded: anyone who may edit the pod may write a hostile value here
+        raw = load_json(text, c.ANNOTATION_GPU_ALLOCATED, max_bytes=4096, max_depth=2)
+    except ValidationError:
         return {}
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
@@ -247,12 +254,27 @@ class Allocator:
                 pod, f"{who}: assignment is for node {assignment.node!r}, this is {self.node!r}"
             )
         expected = expected_amount(assignment, resource, self.unit_mib)
+        unit = "" if resource == c.RESOURCE_GPU_CORE else f" (units of {self.unit_mib} MiB)"
         if expected != amount:
-            unit = "" if resource == c.RESOURCE_GPU_CORE else f" (units of {self.unit_mib} MiB)"
             raise self._refuse(
                 pod,
                 f"{who}: the container requests {resource}={amount} but its assignment grants "
                 f"{expected}{unit}; the request must match the assignment",
+            )
+        try:
+            effective = pod_effective_request(pod.get("spec") or {}, resource)
+        except ValidationError as exc:
+            raise self._refuse(pod, f"{who}: cannot read its {resource} requests: {exc}") from None
+        if (effective.total or 0) > expected:
+            # Defense in depth (the operator and the extender refuse such pods first): the
+            # kubelet admits a pod by its effective request, so an init container or a second
+            # container asking for more than the signed share would run outside it.
+            raise self._refuse(
+                pod,
+                f"{who}: its effective request of {resource} is {effective.total}{unit} "
+                f"({effective.describe()}) but its signed assignment grants {expected}; "
+                "request Horus GPU resources in one container only, the amount the "
+                "assignment names (never in initContainers)",
             )
         for ref in assignment.all_gpus:
             gpu = gpus.get(ref.gpu_uuid)

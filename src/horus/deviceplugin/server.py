@@ -39,6 +39,19 @@ from horus.deviceplugin.kube import NodeApi
 log = logging.getLogger(__name__)
 pb_grpc: Any = _pb_grpc  # generated without annotations
 
+#: Largest gRPC message the plugin accepts. The biggest legitimate one is a
+#: GetPreferredAllocation listing every free ID of a node: 16 GPUs x 1,024 IDs x ~50 bytes
+#: is under 1 MiB. gRPC's own default (4 MiB) is kept as the bound, stated here.
+MAX_MESSAGE_BYTES = 4 << 20
+#: Container requests in one Allocate/GetPreferredAllocation call (the kubelet sends one).
+MAX_CONTAINER_REQUESTS = 64
+#: Longest device ID the device-plugin API allows (a DNS label).
+MAX_DEVICE_ID_LENGTH = 63
+
+
+class BadRequest(Exception):
+    """An RPC request field the plugin cannot use: INVALID_ARGUMENT with this message."""
+
 
 class ResourcePlugin:
     """The DevicePlugin service of one resource (duck-typed servicer of the generated stubs)."""
@@ -90,18 +103,82 @@ class ResourcePlugin:
                 devices = list(self._devices)
             yield pb.ListAndWatchResponse(devices=[pb.Device(ID=i, health=h) for i, h in devices])
 
+    # --- request checks --------------------------------------------------------------------
+
+    def _known_ids(self) -> set[str]:
+        with self._cond:
+            return {device_id for device_id, _ in self._devices}
+
+    def _check_ids(self, ids: list[str], where: str, known: set[str]) -> list[str]:
+        """``ids`` unique, well formed and advertised by this plugin, else :class:`BadRequest`."""
+        if len(ids) > len(known):
+            raise BadRequest(
+                f"{where}: {len(ids)} device IDs, but this plugin advertises {len(known)} "
+                f"of {self.kind.resource}"
+            )
+        seen: set[str] = set()
+        for i, device_id in enumerate(ids):
+            if not device_id or len(device_id) > MAX_DEVICE_ID_LENGTH:
+                raise BadRequest(
+                    f"{where}[{i}]: a device ID has 1..{MAX_DEVICE_ID_LENGTH} characters, "
+                    f"got {len(device_id)}"
+                )
+            if device_id in seen:
+                raise BadRequest(f"{where}[{i}]: device ID {device_id!r} is listed twice")
+            if device_id not in known:
+                raise BadRequest(
+                    f"{where}[{i}]: {device_id!r} is not a {self.kind.resource} device this "
+                    "plugin advertised (is the kubelet's checkpoint from another plugin?)"
+                )
+            seen.add(device_id)
+        return ids
+
+    def _container_requests(self, request: Any, where: str) -> list[Any]:
+        reqs = list(request.container_requests)
+        if not 1 <= len(reqs) <= MAX_CONTAINER_REQUESTS:
+            raise BadRequest(
+                f"{where}: needs 1..{MAX_CONTAINER_REQUESTS} container requests, got {len(reqs)}"
+            )
+        return reqs
+
+    @staticmethod
+    def _abort(context: Any, code: Any, message: str) -> None:
+        log.warning("%s", message)
+        context.abort(code, f"horus: {message}")
+
+    # --- gRPC methods (continued) -----------------------------------------------------------
+
     def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
-        responses = []
-        for creq in request.container_requests:
-            responses.append(
-                pb.ContainerPreferredAllocationResponse(
-                    deviceIDs=self.preferred(
-                        list(creq.available_deviceIDs),
-                        list(creq.must_include_deviceIDs),
-                        int(creq.allocation_size),
+        where = f"GetPreferredAllocation({self.kind.resource})"
+        try:
+            known = self._known_ids()
+            responses = []
+            for n, creq in enumerate(self._container_requests(request, where)):
+                path = f"{where}.container_requests[{n}]"
+                available = self._check_ids(
+                    list(creq.available_deviceIDs), f"{path}.available_deviceIDs", known
+                )
+                must = self._check_ids(
+                    list(creq.must_include_deviceIDs), f"{path}.must_include_deviceIDs", known
+                )
+                size = int(creq.allocation_size)
+                if not 1 <= size <= len(available):
+                    raise BadRequest(
+                        f"{path}.allocation_size: must be 1..{len(available)} (the available "
+                        f"IDs), got {size}"
+                    )
+                if len(must) > size or not set(must) <= set(available):
+                    raise BadRequest(
+                        f"{path}.must_include_deviceIDs: must be at most allocation_size IDs, "
+                        "all of them available"
+                    )
+                responses.append(
+                    pb.ContainerPreferredAllocationResponse(
+                        deviceIDs=self.preferred(available, must, size)
                     )
                 )
-            )
+        except BadRequest as exc:
+            self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def preferred(self, available: list[str], must: list[str], size: int) -> list[str]:
@@ -128,8 +205,23 @@ class ResourcePlugin:
     def Allocate(self, request: Any, context: Any) -> Any:
         if self.allocator is None:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the device plugin has no API access")
+        where = f"Allocate({self.kind.resource})"
+        try:
+            known = self._known_ids()
+            creqs = self._container_requests(request, where)
+            for n, creq in enumerate(creqs):
+                ids = self._check_ids(
+                    list(creq.devices_ids), f"{where}.container_requests[{n}].devices_ids", known
+                )
+                if not ids:
+                    raise BadRequest(
+                        f"{where}.container_requests[{n}].devices_ids: empty; a container "
+                        "that asks for this resource gets at least one device"
+                    )
+        except BadRequest as exc:
+            self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         responses = []
-        for creq in request.container_requests:
+        for creq in creqs:
             try:
                 grant = self.allocator.allocate(self.kind.resource, len(creq.devices_ids))  # type: ignore[union-attr]
             except AllocationRefused as exc:
@@ -169,7 +261,13 @@ class ResourcePlugin:
         self.socket_path.unlink(missing_ok=True)
         with self._cond:
             self._stopped = False
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=16),
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
         pb_grpc.add_DevicePluginServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()

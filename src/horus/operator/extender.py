@@ -55,7 +55,12 @@ from horus.api.assignment import (
 )
 from horus.api.dljob import InlineProfile, parse_profile_document
 from horus.api.raw import discard, read_items, read_object
-from horus.api.resources import node_memory_unit_mib
+from horus.api.resources import (
+    container_amount,
+    node_memory_unit_mib,
+    parse_quantity,
+    pod_effective_request,
+)
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
 from horus.common.documents import DEFAULT_MAX_DEPTH, load_json
@@ -378,69 +383,9 @@ def cached_profile(text: str) -> InlineProfile:
     return hit
 
 
-_QUANTITY = re.compile(
-    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
-)
-_SUFFIX = {
-    None: 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-def parse_quantity(value: object, where: str) -> int:
-    """A Kubernetes quantity of an extended resource as a whole number (errors name ``where``)."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValidationError(f"{where}: must be a quantity string, got {_type_name(value)}")
-    text = str(value).strip()
-    m = _QUANTITY.match(text) if len(text) <= 64 else None
-    if m is None:
-        raise ValidationError(f"{where}: {_short(text)} is not a Kubernetes quantity")
-    number, suffix = m.group(1), m.group(2)
-    if suffix == "m":
-        milli = float(number)
-        if milli % 1000:
-            raise ValidationError(f"{where}: {text!r} is not a whole number")
-        return int(milli // 1000)
-    amount = float(number) * _SUFFIX[suffix]
-    if not math.isfinite(amount) or amount > 2**62:
-        raise ValidationError(f"{where}: {text!r} is far larger than any GPU share")
-    if amount != int(amount):
-        raise ValidationError(f"{where}: {text!r} is not a whole number")
-    return int(amount)
-
-
-def _container_amount(ctr: Mapping[str, Any], resource: str, where: str) -> int | None:
-    res = ctr.get("resources") or {}
-    for kind in ("requests", "limits"):  # an extended resource given only as a limit counts
-        values = res.get(kind) or {}
-        if resource in values:
-            return parse_quantity(values[resource], f"{where}.resources.{kind}[{resource}]")
-    return None
-
-
 def _pod_amount(spec: Mapping[str, Any], resource: str) -> int | None:
     """Effective pod request: max(sum over containers, any init container), None if absent."""
-    total: int | None = None
-    for i, ctr in enumerate(spec.get("containers") or []):
-        amount = _container_amount(ctr, resource, f"spec.containers[{i}]")
-        if amount is not None:
-            total = (total or 0) + amount
-    for i, ctr in enumerate(spec.get("initContainers") or []):
-        amount = _container_amount(ctr, resource, f"spec.initContainers[{i}]")
-        if amount is not None:
-            total = max(total or 0, amount)
-    return total
+    return pod_effective_request(spec, resource).total
 
 
 @dataclass(frozen=True)
@@ -470,11 +415,11 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     if core is None and memory is None:
         return PodDemand(False)
     where = f"pod {ns}/{name}"
-    asking = [  # quantities already parsed above, so _container_amount cannot raise here
+    asking = [  # quantities already parsed above, so container_amount cannot raise here
         str(ctr.get("name") or f"#{i}")
         for i, ctr in enumerate(spec.get("containers") or [])
         if any(
-            _container_amount(ctr, r, f"spec.containers[{i}]") is not None
+            container_amount(ctr, r, f"spec.containers[{i}]") is not None
             for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
         )
     ]
