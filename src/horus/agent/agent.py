@@ -182,6 +182,14 @@ class Agent:
                 profile = profile_from_dict(inline.to_document(), where)
         except (HorusError, ApiError) as exc:
             self.skips.warn(pod.uid, f"{where}: no graph profile for interference/feedback: {exc}")
+        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
+            # A DLJob or ConfigMap of a shape no decoder expected: that pod's profile is
+            # unknown (said once), the cycle and every other pod go on.
+            self.skips.warn(
+                pod.uid,
+                f"{where}: no graph profile for interference/feedback: malformed DLJob or "
+                f"ConfigMap ({type(exc).__name__}: {exc})",
+            )
         self._profiles[key] = (now, profile)
         if len(self._profiles) > 10_000:
             self._profiles.clear()
@@ -198,6 +206,13 @@ class Agent:
                 sample = self._sample_node(name, snap)
             except (ApiError, HorusError) as exc:
                 log.warning("node %s: cycle failed: %s", name, exc)
+                continue
+            except Exception as exc:  # a bug or a hostile object: this node waits, others go on
+                self.skips.warn(
+                    f"node:{name}:{type(exc).__name__}",
+                    f"node {name}: cycle failed ({type(exc).__name__}: {exc}); other nodes "
+                    "go on, this one is retried every cycle (logged once)",
+                )
                 continue
             if sample is None:
                 continue
@@ -271,7 +286,19 @@ class Agent:
                 return None
         pods: list[PodInfo] = []
         for obj in self.kube.pods_on(name):
-            info = parse_pod(obj, self.skips, self.key)
+            try:
+                info = parse_pod(obj, self.skips, self.key)
+            except Exception as exc:  # one malformed object never stops the node's cycle
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                who = (
+                    f"{meta.get('namespace')}/{meta.get('name')}" if isinstance(meta, dict) else "?"
+                )
+                self.skips.warn(
+                    f"pod:{who}",
+                    f"skipping pod {who} on node {name}: cannot read it "
+                    f"({type(exc).__name__}: {exc})",
+                )
+                continue
             if info is not None:
                 pods.append(info)
                 snap.pods[info.uid] = info

@@ -9,7 +9,6 @@ read a node, DLJob or ConfigMap, evict a pod, write an Event, merge-patch ``stat
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from typing import Any
 
 from horus.agent.pods import PodInfo
 from horus.common import constants as c
+from horus.common.documents import loads_api_json
 from horus.common.errors import ClusterError
 
 log = logging.getLogger("horus.agent.kube")
@@ -80,7 +80,10 @@ class Kube:
         if not 200 <= int(resp.status) < 300:
             raise ApiError(int(resp.status), (resp.data or b"").decode(errors="replace")[:500])
         data = resp.data
-        return json.loads(data) if data else None
+        # Lenient bounded decoding: one absurdly nested object (a DLJob whose template is
+        # thousands of levels deep) must not make the whole list undecodable (RecursionError);
+        # its deep values become a marker and that object alone is refused where it is read.
+        return loads_api_json(data) if data else None
 
     # --- reads -----------------------------------------------------------------------------
 

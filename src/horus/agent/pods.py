@@ -76,11 +76,15 @@ def parse_pod(obj: Mapping[str, Any], skips: SkipLog, key: bytes | None = None) 
     logged (once) and skipped.
     """
     meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    annotations = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
+    if not isinstance(annotations, Mapping):
+        return None  # not a pod the apiserver would return; nothing of Horus's to read
     text = annotations.get(c.ANNOTATION_GPU_ASSIGNMENT)
     if text is None:
         return None
     status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        return None
     if status.get("phase") != "Running" or meta.get("deletionTimestamp"):
         return None
     namespace = str(meta.get("namespace", ""))
