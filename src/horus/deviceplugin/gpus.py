@@ -17,7 +17,6 @@ message that says why and what to do; the caller decides whether that is fatal (
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Any, Protocol
 
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY, MIB
-from horus.common.errors import HorusError
+from horus.common.documents import load_json, read_text_file
+from horus.common.errors import HorusError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,11 @@ class SimulatedGpus:
     def _file_health(self) -> dict[int, str]:
         if self.health_file is None or not self.health_file.is_file():
             return {}
-        try:
-            raw = json.loads(self.health_file.read_text() or "{}")
+        try:  # bounded: a test or demo writes this file, but nothing it holds may crash us
+            text = read_text_file(self.health_file, max_bytes=64 * 1024) or "{}"
+            raw = load_json(text, str(self.health_file), max_bytes=64 * 1024, max_depth=2)
             out = {int(k): str(v) for k, v in dict(raw).items()}
-        except (ValueError, TypeError) as exc:
+        except (ValidationError, ValueError, TypeError) as exc:
             log.warning("ignoring simulated health file %s: %s", self.health_file, exc)
             return {}
         return {k: v for k, v in out.items() if v in (GPU_HEALTHY, GPU_UNHEALTHY)}
