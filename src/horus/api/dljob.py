@@ -273,6 +273,8 @@ class DLJobStatus:
     predicted: PredictedUsage | None = None
     observed: ObservedUsage | None = None
     conditions: tuple[JobCondition, ...] = ()
+    #: The operator's signature over uid, phase and placements (horus.api.signing).
+    placement_signature: str = ""
     queued_time: datetime | None = None
     scheduled_time: datetime | None = None
     start_time: datetime | None = None
@@ -294,6 +296,8 @@ class DLJobStatus:
             out["observedGeneration"] = self.observed_generation
         if self.placements:
             out["placements"] = [p.to_json() for p in self.placements]
+        if self.placement_signature:
+            out["placementSignature"] = self.placement_signature
         if self.predicted is not None:
             out["predicted"] = self.predicted.to_json()
         if self.observed is not None:
@@ -572,6 +576,7 @@ def _parse_gpu(value: object, path: str) -> GpuRequest:
 
 _STATUS_KEYS = (
     "phase",
+    "placementSignature",
     "reason",
     "message",
     "observedGeneration",
@@ -628,6 +633,9 @@ def parse_dljob_status(value: object, path: str = "status") -> DLJobStatus:
         predicted=predicted,
         observed=observed,
         conditions=conditions,
+        placement_signature=read_str(
+            raw, "placementSignature", path, max_length=128, default="", allow_empty=True
+        ),
         queued_time=_read_time(raw, "queuedTime", path),
         scheduled_time=_read_time(raw, "scheduledTime", path),
         start_time=_read_time(raw, "startTime", path),

@@ -11,14 +11,28 @@ refuses, with an Event, any assignment whose signature does not verify.
 
 Why not a managedFields owner check: the field manager's name is chosen by the client, so a
 user could claim to be the operator. A keyed MAC cannot be claimed.
+
+The same key signs the operator's *placement record* on a DLJob (``status.placements`` with
+the phase, :func:`sign_placements`): whoever may write ``dljobs/status`` could otherwise put
+placements on a job the operator never placed, and the operator would create, sign and bind
+pods for them. A record whose signature does not verify is not trusted: its shares are not
+counted and no pod is made from it; the operator restores the truth from the job's own pods.
+
+Rotation: a :class:`KeyRing` signs with its first key and accepts any of its keys, so a new
+key can be rolled out while signatures made with the previous one stay valid (the Secret's
+``previous`` entry, see ``docs/operator.md``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from horus.common.errors import ConfigError
 
@@ -51,6 +65,89 @@ def verify_assignment(
         return False
     expected = sign_assignment(key, namespace, pod, assignment_text)
     return hmac.compare_digest(expected, signature)
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    """The signing key and, during a rotation, the previous keys that still verify."""
+
+    current: bytes
+    previous: tuple[bytes, ...] = ()
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        return (self.current, *self.previous)
+
+    def verify_assignment(
+        self, namespace: str, pod: str, assignment_text: str, signature: str | None
+    ) -> bool:
+        return any(
+            verify_assignment(k, namespace, pod, assignment_text, signature) for k in self.keys
+        )
+
+    def sign_placements(
+        self, namespace: str, name: str, uid: str, phase: str | None, placements: Any
+    ) -> str:
+        return sign_placements(self.current, namespace, name, uid, phase, placements)
+
+    def verify_placements(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        phase: str | None,
+        placements: Any,
+        signature: str | None,
+    ) -> bool:
+        if not signature or not signature.startswith(_PREFIX):
+            return False
+        return any(
+            hmac.compare_digest(
+                sign_placements(k, namespace, name, uid, phase, placements), signature
+            )
+            for k in self.keys
+        )
+
+
+def _placement_message(
+    namespace: str, name: str, uid: str, phase: str | None, placements: Any
+) -> bytes:
+    record = json.dumps(placements or [], sort_keys=True, separators=(",", ":"))
+    return "\n".join(("horus-placements-v1", namespace, name, uid, phase or "", record)).encode()
+
+
+def sign_placements(
+    key: bytes, namespace: str, name: str, uid: str, phase: str | None, placements: Any
+) -> str:
+    """The ``status.placementSignature`` of DLJob ``namespace/name`` (its ``uid``): binds its
+    phase and its placement records, so neither can be changed by another writer."""
+    if len(key) < 16:
+        raise ConfigError("the assignment key must be at least 16 bytes")
+    mac = hmac.new(key, _placement_message(namespace, name, uid, phase, placements), "sha256")
+    return _PREFIX + mac.hexdigest()
+
+
+def parse_key_list(text: str, where: str) -> tuple[bytes, ...]:
+    """Keys written one per line or separated by spaces/commas (a Secret's ``previous``)."""
+    keys = tuple(k.encode() for k in text.replace(",", " ").split())
+    short = [k for k in keys if len(k) < 16]
+    if short:
+        raise ConfigError(f"{where}: a key of {len(short[0])} bytes; each needs at least 16")
+    return keys
+
+
+def load_key_ring(path: Path, previous: Sequence[bytes] = ()) -> KeyRing:
+    """The key in ``path`` plus the keys in a ``previous`` file beside it (a mounted Secret's
+    optional ``previous`` entry), for verifying during a rotation."""
+    key = load_key_file(path)
+    extra = list(previous)
+    prev_file = path.parent / "previous"
+    if prev_file.is_file() and prev_file != path:
+        try:
+            extra += parse_key_list(prev_file.read_text(), str(prev_file))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {prev_file}: {exc}") from None
+    return KeyRing(key, tuple(k for k in extra if k != key))
 
 
 def load_key_file(path: Path) -> bytes:

@@ -149,6 +149,8 @@ MAX_PROFILE_FEATURES: Final = 256
 #: Measured pair speeds one DLJob's status.observed may carry, and the lowest speed reported.
 MAX_OBSERVED_PAIRS: Final = 16
 MIN_OBSERVED_PAIR_SPEED: Final = 0.05
+#: DLJob status field: the operator's signature over the job's uid, phase and placements.
+STATUS_PLACEMENT_SIGNATURE: Final = "placementSignature"
 PROFILE_SCHEMA_VERSION: Final = 1  # the graph-profile schemaVersion this Horus reads
 GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
 

@@ -15,6 +15,12 @@ could lose a leading or trailing whitespace byte there; hex text cannot).
 Order: an explicit key file (argument or ``HORUS_ASSIGNMENT_KEY_FILE``) wins; otherwise the
 Secret ``horus-system/horus-assignment-key`` is read, and created (namespace too) when absent.
 When two processes race to create it, the loser reads the winner's key (HTTP 409).
+
+Rotation without a restart: the Secret's optional ``previous`` entry (or a ``previous`` file
+beside the key file) lists keys that still *verify*; :class:`AssignmentKeySource` re-reads
+the key every ``refresh_seconds`` and hands out a :class:`~horus.api.signing.KeyRing`. A
+read that fails keeps the ring in use (logged), so a deleted or garbled Secret never stops
+placement — it only delays the new key.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from horus.api.signing import load_key_file, new_key
+from horus.api.signing import KeyRing, load_key_ring, new_key, parse_key_list
 from horus.common.constants import (
     ASSIGNMENT_KEY_FILE_ENV,
     ASSIGNMENT_KEY_SECRET,
@@ -36,7 +44,15 @@ from horus.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["encode_key_text", "key_from_secret_data", "load_or_create_assignment_key"]
+__all__ = [
+    "AssignmentKeySource",
+    "encode_key_text",
+    "key_from_secret_data",
+    "load_or_create_assignment_key",
+]
+
+#: The Secret's optional entry of keys that still verify during a rotation.
+PREVIOUS_KEYS_ENTRY = "previous"
 
 
 def encode_key_text() -> bytes:
@@ -44,8 +60,8 @@ def encode_key_text() -> bytes:
     return new_key().hex().encode("ascii")
 
 
-def key_from_secret_data(data: dict[str, str] | None) -> bytes:
-    """The HMAC key from a Secret's ``data`` (base64 values); errors say what is wrong."""
+def key_from_secret_data(data: dict[str, str] | None) -> KeyRing:
+    """The key ring from a Secret's ``data`` (base64 values); errors say what is wrong."""
     where = f"Secret {HORUS_NAMESPACE}/{ASSIGNMENT_KEY_SECRET}"
     raw = (data or {}).get(ASSIGNMENT_KEY_SECRET_KEY)
     if raw is None:
@@ -61,10 +77,22 @@ def key_from_secret_data(data: dict[str, str] | None) -> bytes:
         raise ConfigError(
             f"{where}: data.{ASSIGNMENT_KEY_SECRET_KEY} holds {len(key)} bytes; need at least 16"
         )
-    return key
+    previous: tuple[bytes, ...] = ()
+    raw_prev = (data or {}).get(PREVIOUS_KEYS_ENTRY)
+    if raw_prev:
+        try:
+            text = base64.b64decode(raw_prev, validate=True).decode("ascii")
+        except ValueError:
+            raise ConfigError(
+                f"{where}: data.{PREVIOUS_KEYS_ENTRY} is not base64 ASCII text"
+            ) from None
+        previous = tuple(
+            k for k in parse_key_list(text, f"{where} data.{PREVIOUS_KEYS_ENTRY}") if k != key
+        )
+    return KeyRing(key, previous)
 
 
-def load_or_create_assignment_key(core_v1: Any, key_file: Path | None = None) -> bytes:
+def load_or_create_assignment_key(core_v1: Any, key_file: Path | None = None) -> KeyRing:
     """The assignment key: from ``key_file`` / ``$HORUS_ASSIGNMENT_KEY_FILE``, else the Secret.
 
     ``core_v1`` is a ``kubernetes.client.CoreV1Api``. The Secret (and the ``horus-system``
@@ -75,7 +103,7 @@ def load_or_create_assignment_key(core_v1: Any, key_file: Path | None = None) ->
     env_file = os.environ.get(ASSIGNMENT_KEY_FILE_ENV)
     path = key_file or (Path(env_file) if env_file else None)
     if path is not None:
-        return load_key_file(path)
+        return load_key_ring(path)
     try:
         secret = core_v1.read_namespaced_secret(ASSIGNMENT_KEY_SECRET, HORUS_NAMESPACE)
         return key_from_secret_data(secret.data)
@@ -114,3 +142,40 @@ def load_or_create_assignment_key(core_v1: Any, key_file: Path | None = None) ->
             ) from None
     secret = core_v1.read_namespaced_secret(ASSIGNMENT_KEY_SECRET, HORUS_NAMESPACE)
     return key_from_secret_data(secret.data)
+
+
+class AssignmentKeySource:
+    """The current :class:`KeyRing`, re-read at most every ``refresh_seconds``.
+
+    Thread-safe (commit chains sign concurrently). The first read happens in the constructor,
+    so a missing or unusable key stops the process at start with its message; later failures
+    keep the last good ring.
+    """
+
+    def __init__(
+        self, core_v1: Any, key_file: Path | None = None, refresh_seconds: float = 30.0
+    ) -> None:
+        self._core, self._file, self._refresh = core_v1, key_file, refresh_seconds
+        self._lock = threading.Lock()
+        self._ring = load_or_create_assignment_key(core_v1, key_file)
+        self._read_at = time.monotonic()
+        self._failed = False
+
+    def __call__(self) -> KeyRing:
+        return self.ring()
+
+    def ring(self) -> KeyRing:
+        with self._lock:
+            if self._refresh > 0 and time.monotonic() - self._read_at >= self._refresh:
+                self._read_at = time.monotonic()
+                try:
+                    new = load_or_create_assignment_key(self._core, self._file)
+                except (ConfigError, OSError) as exc:
+                    if not self._failed:
+                        log.warning("cannot re-read the assignment key (%s); keeping it", exc)
+                    self._failed = True
+                else:
+                    if new != self._ring:
+                        log.info("assignment key changed: signing with the new key")
+                    self._ring, self._failed = new, False
+            return self._ring

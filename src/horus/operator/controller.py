@@ -127,7 +127,7 @@ class Controller:
     async def start(self) -> None:
         from kubernetes import client
 
-        from horus.operator.assignment_key import load_or_create_assignment_key
+        from horus.operator.assignment_key import AssignmentKeySource
         from horus.operator.reconcile import Reconciler
 
         s = self.settings
@@ -138,9 +138,8 @@ class Controller:
         # extra connections under load ("Connection pool is full").
         api = new_api_client(2 * s.workers + max(2, s.workers // 4) + 4)
         key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
-        key = await asyncio.to_thread(
-            load_or_create_assignment_key, client.CoreV1Api(api), key_file
-        )
+        # Re-read every 30 s: a rotated key (docs/operator.md) is used without a restart.
+        key = await asyncio.to_thread(AssignmentKeySource, client.CoreV1Api(api), key_file)
         if self.predictor is None:
             self.predictor = await asyncio.to_thread(load_operator_predictor, s)
         predictor = self.predictor

@@ -55,11 +55,11 @@ def build_extender(
         if settings.predictor is not None
         else load_default_predictor()
     )
-    key = load_or_create_assignment_key(client.CoreV1Api(api_client), settings.key_file)
+    ring = load_or_create_assignment_key(client.CoreV1Api(api_client), settings.key_file)
     return Extender(
         KubeClusterSource(api_client),
         predictor,
-        key=key,
+        key=ring.current,
         policy=settings.policy,
         scheduler_settings=scheduler_settings,
         cache_seconds=settings.cache_seconds,

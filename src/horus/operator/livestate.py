@@ -40,6 +40,7 @@ from horus.api.dljob import (
     parse_profile_document,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
+from horus.api.signing import KeyRing
 from horus.api.raw import read_items
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
@@ -55,9 +56,11 @@ __all__ = [
     "build_cluster_state",
     "build_live_state",
     "dljob_job_name",
+    "dljob_record_trusted",
     "graph_profile",
     "list_live_objects",
     "node_exclusion",
+    "pod_assignment_trusted",
     "pod_job_name",
     "resource_prediction",
 ]
@@ -154,6 +157,45 @@ def node_exclusion(node: Mapping[str, Any]) -> str | None:
     return None
 
 
+def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
+    """Whether a DLJob's phase and placements are the operator's own (signed) record.
+
+    A job the operator never wrote (no phase, no placements) has nothing to trust. Anything
+    else must carry ``status.placementSignature`` over exactly its uid, phase and placements
+    (:func:`horus.api.signing.sign_placements`): whoever else can write ``dljobs/status``
+    cannot make the operator count, create or bind anything from a record of their own.
+    """
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return True
+    phase, placements = status.get("phase"), status.get("placements")
+    if not phase and not placements:
+        return True
+    meta = _meta(obj)
+    signature = status.get(c.STATUS_PLACEMENT_SIGNATURE)
+    return keys.verify_placements(
+        str(meta.get("namespace", "default")),
+        str(meta.get("name", "")),
+        str(meta.get("uid", "")),
+        phase if isinstance(phase, str) else None,
+        placements,
+        signature if isinstance(signature, str) else None,
+    )
+
+
+def pod_assignment_trusted(pod: Mapping[str, Any], keys: KeyRing) -> bool:
+    """Whether a pod's ``horus.io/gpu-assignment`` carries a valid signature for this pod."""
+    ann = _annotations(pod)
+    meta = _meta(pod)
+    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
+    return isinstance(text, str) and keys.verify_assignment(
+        str(meta.get("namespace", "default")),
+        str(meta.get("name", "")),
+        text,
+        ann.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE),
+    )
+
+
 def graph_profile(profile: InlineProfile) -> GraphProfile:
     """The predictor's view of an API profile."""
     return GraphProfile(
@@ -220,8 +262,15 @@ def build_live_state(
     dljobs: Iterable[Mapping[str, Any]],
     predictor: Predictor | None = None,
     profiles: Mapping[str, GraphProfile] | None = None,
+    keys: KeyRing | None = None,
 ) -> LiveState:
     """Build the live cluster state (see the module docstring for the rules).
+
+    With ``keys``, only signed records count: a DLJob placement record whose signature does
+    not verify is ignored (its job's pods are counted instead, from their own signed
+    assignments), and so is a pod whose assignment signature does not verify — the device
+    plugin refuses such a pod any GPU, so it holds none. Without ``keys`` (tests, tools)
+    every record is taken at its word.
 
     ``predictor`` sizes a resident that carries no prediction but whose profile is known;
     without one, such a resident is assumed to use exactly its share. ``profiles`` maps
@@ -265,6 +314,12 @@ def build_live_state(
         if not name or not isinstance(status_raw, dict) or not status_raw.get("placements"):
             continue
         jname = dljob_job_name(ns, name)
+        if keys is not None and not dljob_record_trusted(obj, keys):
+            problems.append(
+                f"DLJob {jname}: status.placements not signed by the operator; not counted "
+                "(its pods are used instead)"
+            )
+            continue
         try:
             status = parse_dljob_status(status_raw)
         except ValidationError as exc:
@@ -314,6 +369,12 @@ def build_live_state(
             continue
         meta = _meta(pod)
         ns, pname = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+        if keys is not None and not pod_assignment_trusted(pod, keys):
+            problems.append(
+                f"pod {ns}/{pname}: {c.ANNOTATION_GPU_ASSIGNMENT} is not signed by Horus; not "
+                "counted (the device plugin gives it no GPU)"
+            )
+            continue
         try:
             assignment = decode_assignment(text, f"pod {ns}/{pname}")
         except ValidationError as exc:

@@ -37,6 +37,7 @@ from horus.api.assignment import (
     GpuAssignment,
     GpuRef,
     PredictedUsage,
+    decode_assignment,
     encode_assignment,
     encode_predicted,
 )
@@ -50,7 +51,7 @@ from horus.api.dljob import (
 from horus.api.nodematch import NodeConstraints, constraints_of
 from horus.api.raw import discard, read_items, read_object
 from horus.api.resources import node_memory_unit_mib, pod_gpu_requests
-from horus.api.signing import sign_assignment
+from horus.api.signing import KeyRing, sign_assignment
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.operator import status as st
@@ -59,7 +60,9 @@ from horus.operator.livestate import (
     UNKNOWN_KIND,
     build_live_state,
     dljob_job_name,
+    dljob_record_trusted,
     graph_profile,
+    pod_assignment_trusted,
 )
 from horus.operator.metrics import OperatorMetrics
 from horus.predictor.interface import (
@@ -71,6 +74,7 @@ from horus.predictor.interface import (
 )
 from horus.scheduler import (
     ClusterState,
+    GpuShare,
     JobRequest,
     Placement,
     Scheduler,
@@ -121,6 +125,8 @@ class JobCtx:
     #: Admission result (phase Queued, predicted) not yet written: it goes out with this
     #: pass's decision for the job (placement or refusal) in one status write.
     pending: dict[str, Any] | None = None
+    #: Phase and placements carry the operator's valid signature (or are both unset).
+    trusted: bool = True
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -188,7 +194,7 @@ class Reconciler:
         self,
         api_client: Any,
         predictor: Predictor,
-        key: bytes,
+        key: bytes | KeyRing | Callable[[], KeyRing],
         policy: str = "horus",
         workers: int = 16,
         metrics: OperatorMetrics | None = None,
@@ -224,6 +230,13 @@ class Reconciler:
         self.node_units: dict[str, int] = {}
         self._kind_profiles: dict[str, GraphProfile] = {}
         self._uid_profiles: dict[str, GraphProfile] = {}
+
+    def keys(self) -> KeyRing:
+        """The assignment key ring now (a :class:`AssignmentKeySource` re-reads it)."""
+        k = self.key
+        if isinstance(k, bytes):
+            return KeyRing(k)
+        return k if isinstance(k, KeyRing) else k()
 
     def _new_scheduler(self, predictor: Predictor) -> Scheduler:
         # The pair-speed wrapper only adds a guess for unknown kinds, so the uncertainty
@@ -271,6 +284,13 @@ class Reconciler:
         from kubernetes.client.exceptions import ApiException
 
         body: dict[str, Any] = {"status": {**(ctx.pending or {}), **fields}}
+        new = body["status"]
+        if "phase" in new or "placements" in new:
+            # The record's signature covers the phase and placements *after* this patch.
+            after = {**ctx.status, **new}
+            new[c.STATUS_PLACEMENT_SIGNATURE] = self.keys().sign_placements(
+                ctx.namespace, ctx.name, ctx.uid, after.get("phase"), after.get("placements")
+            )
         if precondition:
             body["metadata"] = {"resourceVersion": ctx.rv}
         try:
@@ -345,18 +365,28 @@ class Reconciler:
         nodes = self._list(self.core.list_node)
         self.node_units = _node_units(nodes)
         report.timings["list"] = time.monotonic() - t0
-        ctxs = self._contexts(dljobs, pods)
+        every = self._contexts(dljobs, pods)
+        # A record the operator did not write (no valid placementSignature) takes no part in
+        # this pass: it is restored from the job's own pods, or reset so the job is admitted
+        # again. Its pods are kept (cleanup sees every job) and counted from their signed
+        # assignments, never from the record.
+        restores = [
+            self.pool.submit(self._guarded, self._restore, x, report)
+            for x in every.values()
+            if not x.trusted
+        ]
+        ctxs = {k: x for k, x in every.items() if x.trusted}
         placed_before = [
             x
             for x in ctxs.values()
             if x.status.get("placements") and x.phase not in TERMINAL_PHASES
         ]
-        self._cleanup(ctxs, pods, report)
+        self._cleanup(every, pods, report)
         profiles = {
             k: p for k, x in ctxs.items() if (p := self._uid_profiles.get(x.uid)) is not None
         }
         report.pairs_observed = self._observe_pairs(ctxs)
-        live = build_live_state(nodes, pods, dljobs, self.predictor, profiles)
+        live = build_live_state(nodes, pods, dljobs, self.predictor, profiles, self.keys())
         report.problems.extend(live.problems)
         for resident in live.residents.values():
             self._remember(resident.request)
@@ -370,7 +400,7 @@ class Reconciler:
             for ctx in ctxs.values()
             if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements")
         ]
-        for f in admitted:
+        for f in (*restores, *admitted):
             f.result()
         report.timings["admit"] = time.monotonic() - t_admit
         # Place the queue.
@@ -493,6 +523,7 @@ class Reconciler:
     def _contexts(
         self, dljobs: list[dict[str, Any]], pods: list[dict[str, Any]]
     ) -> dict[str, JobCtx]:
+        keys = self.keys()
         ctxs: dict[str, JobCtx] = {}
         for obj in dljobs:
             raw_status = obj.get("status")
@@ -503,7 +534,7 @@ class Reconciler:
                 job: DLJob | None = parse_dljob(obj)
             except ValidationError:
                 job = None
-            ctx = JobCtx(obj, job, status)
+            ctx = JobCtx(obj, job, status, trusted=dljob_record_trusted(obj, keys))
             ctxs[ctx.key] = ctx
         by_uid = {x.uid: x for x in ctxs.values()}
         for pod in pods:
@@ -515,6 +546,73 @@ class Reconciler:
             if view is not None and not meta.get("deletionTimestamp"):
                 by_uid[owner].pods.setdefault(view.replica, pod)
         return ctxs
+
+    def _restore(self, ctx: JobCtx, report: PassReport) -> None:
+        """Put back the truth of a job whose phase or placements someone else wrote.
+
+        The job's own pods with signed assignments say where it runs: the record is rebuilt
+        from them and the phase from their states. Without any such pod a job that is not
+        finished is reset (no phase, no placements), so it is admitted and placed again. A
+        finished job without pods holds nothing and is left alone.
+        """
+        if not self.is_leader():
+            return
+        keys = self.keys()
+        pods = {
+            r: p
+            for r, p in ctx.pods.items()
+            if c.ANNOTATION_GPU_ASSIGNMENT in ((p.get("metadata") or {}).get("annotations") or {})
+            and pod_assignment_trusted(p, keys)
+        }
+        live = [
+            p
+            for p in pods.values()
+            if (p.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+        ]
+        if not live and ctx.phase in TERMINAL_PHASES:
+            return
+        records: list[dict[str, Any]] = []
+        for replica, pod in sorted(pods.items()):
+            meta = pod.get("metadata") or {}
+            try:
+                a = decode_assignment(str(meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]))
+            except (ValidationError, KeyError):
+                continue
+            records += [_record(replica, str(meta.get("name")), a.node, g) for g in a.all_gpus]
+        now = now_rfc3339()
+        if records and live:
+            replicas = ctx.job.spec.replicas if ctx.job is not None else len(pods)
+            views = [v for p in pods.values() if (v := st.PodView.from_pod(p)) is not None]
+            phase = st.progress(replicas, views, None).phase
+            message = (
+                f"status.phase/placements were not written by the operator (no valid "
+                f"{c.STATUS_PLACEMENT_SIGNATURE}); restored from the job's {len(pods)} pod(s)"
+            )
+            fields: dict[str, Any] = {"phase": phase, "placements": records}
+        else:
+            phase = None
+            message = (
+                f"status.phase/placements were not written by the operator (no valid "
+                f"{c.STATUS_PLACEMENT_SIGNATURE}) and the job has no pods: reset, it is "
+                "admitted and placed again"
+            )
+            fields = {"phase": None, "placements": None, "scheduledTime": None}
+        fields.update(
+            reason="StatusRestored",
+            message=message,
+            conditions=st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_SCHEDULED,
+                "True" if phase else "False",
+                "StatusRestored",
+                message,
+                now,
+            ),
+        )
+        log.warning("DLJob %s: %s", ctx.key, message)
+        self.patch_status(ctx, fields, precondition=True)
+        report.count("status_writes")
+        self.event(ctx, "StatusRestored", message, warning=True)
 
     def _cleanup(
         self, ctxs: dict[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
@@ -535,7 +633,9 @@ class Reconciler:
             ctx = uids.get(owner)
             phase = (pod.get("status") or {}).get("phase")
             if ctx is None or (
-                ctx.phase == c.DLJOB_PHASE_FAILED and phase not in TERMINAL_POD_PHASES
+                ctx.trusted
+                and ctx.phase == c.DLJOB_PHASE_FAILED
+                and phase not in TERMINAL_POD_PHASES
             ):
                 doomed.append((str(meta.get("namespace")), str(meta.get("name"))))
         for ns, name in doomed:
@@ -822,18 +922,7 @@ class Reconciler:
         where: list[str] = []
         for r in placement.replicas:
             pod = pod_name(ctx.name, r.replica)
-            for g in r.gpus:
-                records.append(
-                    {
-                        "replica": r.replica,
-                        "pod": pod,
-                        "node": g.node,
-                        "gpuUUID": g.gpu_uuid,
-                        "gpuIndex": g.gpu_index,
-                        "corePercent": g.core_percent,
-                        "memoryMiB": g.memory_mib,
-                    }
-                )
+            records += [_record(r.replica, pod, g.node, g) for g in r.gpus]
             first = r.gpus[0]
             where.append(
                 f"replica {r.replica} → {r.node}/gpu-{first.gpu_index}"
@@ -986,7 +1075,7 @@ class Reconciler:
         annotations = dict(meta.get("annotations") or {})
         annotations[c.ANNOTATION_GPU_ASSIGNMENT] = text
         annotations[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
-            self.key, ctx.namespace, name, text
+            self.keys().current, ctx.namespace, name, text
         )
         predicted = ctx.status.get("predicted")
         if isinstance(predicted, dict):
@@ -1131,6 +1220,19 @@ class Reconciler:
 
 class ProfileUnavailable(HorusError):
     """The job's profile ConfigMap is missing or unreadable (may appear later: stay Pending)."""
+
+
+def _record(replica: int, pod: str, node: str, gpu: GpuRef | GpuShare) -> dict[str, Any]:
+    """One ``status.placements`` entry: replica ``replica`` (pod ``pod``) on one GPU."""
+    return {
+        "replica": replica,
+        "pod": pod,
+        "node": node,
+        "gpuUUID": gpu.gpu_uuid,
+        "gpuIndex": gpu.gpu_index,
+        "corePercent": gpu.core_percent,
+        "memoryMiB": gpu.memory_mib,
+    }
 
 
 def pod_name(job: str, replica: int) -> str:

@@ -42,6 +42,7 @@ OWNED_FIELDS = (
     "message",
     "observedGeneration",
     "placements",
+    "placementSignature",
     "predicted",
     "conditions",
     "queuedTime",
