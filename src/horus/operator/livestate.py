@@ -40,8 +40,8 @@ from horus.api.dljob import (
     parse_profile_document,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
-from horus.api.signing import KeyRing
 from horus.api.raw import read_items
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction

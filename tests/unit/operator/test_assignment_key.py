@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from horus.api.signing import KeyRing, sign_assignment
 from horus.common import constants as c
 from horus.common.errors import ConfigError
-from horus.api.signing import KeyRing, sign_assignment
 from horus.operator.assignment_key import (
     AssignmentKeySource,
     key_from_secret_data,
