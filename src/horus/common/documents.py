@@ -71,7 +71,7 @@ def decode_text(data: bytes | str, where: str) -> str:
     except UnicodeDecodeError as exc:
         raise ValidationError(
             f"{where}: not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
-            "is it a binary file? Give the YAML or JSON document instead"
+            "is it a binary file? Give the text file (YAML, JSON or CSV) this input expects"
         ) from None
 
 
