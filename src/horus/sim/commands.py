@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from horus.common.flags import count, integer, number
 from horus.sim.datasets import DEFAULT_TRUTH, ENV_DATA_DIR
 
 _POLICIES = ("exclusive", "binpack", "spread", "horus-original", "horus", "oracle")
@@ -28,16 +29,38 @@ def _common(p: argparse.ArgumentParser) -> None:
         "License 1.0, NON-COMMERCIAL use only) or measured:DIR (pair speeds 'horus predictor "
         "measure' wrote to DIR)",
     )
-    p.add_argument("--gpus", type=int, default=1024, help="GPUs in the simulated cluster")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0, help="seed for kind mapping and synthetic")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N jobs")
     p.add_argument(
-        "--arrival-scale", type=float, default=1.0, help="multiply arrival times (<1 = more load)"
+        "--gpus", type=count(1_000_000), default=1024, help="GPUs in the simulated cluster"
     )
-    p.add_argument("--jobs", type=int, default=10_000, help="synthetic: number of jobs")
-    p.add_argument("--rate", type=float, default=1 / 60, help="synthetic: arrivals per second")
-    p.add_argument("--duration", type=float, default=3600.0, help="synthetic: median seconds")
+    p.add_argument("--gpus-per-node", type=count(1024), default=8)
+    p.add_argument(
+        "--seed",
+        type=integer(0, 2**32 - 1),
+        default=0,
+        help="seed for kind mapping and synthetic",
+    )
+    p.add_argument("--limit", type=count(), default=None, help="use only the first N jobs")
+    p.add_argument(
+        "--arrival-scale",
+        type=number(0.0, 1e6, lo_open=True),
+        default=1.0,
+        help="multiply arrival times (<1 = more load)",
+    )
+    p.add_argument(
+        "--jobs", type=count(10_000_000), default=10_000, help="synthetic: number of jobs"
+    )
+    p.add_argument(
+        "--rate",
+        type=number(0.0, 1e6, lo_open=True),
+        default=1 / 60,
+        help="synthetic: arrivals per second",
+    )
+    p.add_argument(
+        "--duration",
+        type=number(0.0, 1e7, lo_open=True),
+        default=3600.0,
+        help="synthetic: median seconds",
+    )
     p.add_argument(
         "--predictor", default="auto", help="trained, profiled (stand-in) or auto (default)"
     )

@@ -25,6 +25,12 @@ only; :meth:`GroundTruth.util_ratio_speed`), which is lower than the true speed.
 A job asking for more GPUs than one node has becomes ⌈n / gpus_per_node⌉ replicas of
 ``gpus_per_node`` GPUs (rounded up, as a multi-node gang); a job that can never fit the
 cluster is an error naming it, raised before the run starts.
+
+The loop always advances: every trace time is finite (:class:`~horus.sim.traces.TraceJob`
+checks it), every job speed must be a finite positive number (a ground truth giving 0 or
+NaN is named, not divided by), and an iteration that consumes neither an arrival nor an
+event is an error rather than a spin — before these guards one NaN arrival time made
+``horus sim`` run forever.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ OBSERVED_SUFFIX = "+observed"
 OBSERVED_UTIL_SUFFIX = "+observed-util"
 #: Policies that use pair speeds, so that feeding them measurements means something.
 OBSERVABLE_POLICIES = ("horus",)
+#: The largest simulated cluster (the arrays of the cluster state scale with it).
+MAX_SIM_GPUS = 1_000_000
 
 
 def parse_run(name: str) -> tuple[str, str | None]:
@@ -90,10 +98,15 @@ class SimConfig:
     drop_impossible: bool = False
 
     def __post_init__(self) -> None:
-        if self.gpus < 1 or self.gpus_per_node < 1:
+        if not (1 <= self.gpus <= MAX_SIM_GPUS and 1 <= self.gpus_per_node <= 1024):
             raise ValidationError(
-                f"need >= 1 GPU and >= 1 GPU per node, got {self.gpus}, {self.gpus_per_node}"
+                f"need 1..{MAX_SIM_GPUS} GPUs (--gpus) and 1..1024 GPUs per node "
+                f"(--gpus-per-node), got {self.gpus}, {self.gpus_per_node}"
             )
+        if not 1 <= self.timeline_points <= 1_000_000:
+            raise ValidationError(f"timeline_points must be 1..1000000, got {self.timeline_points}")
+        if not (math.isfinite(self.slow_threshold) and 0 < self.slow_threshold <= 1):
+            raise ValidationError(f"slow_threshold must be in (0, 1], got {self.slow_threshold}")
 
 
 @dataclass
@@ -289,6 +302,12 @@ class Simulator:
                     if other.job != r.rec.job_id:
                         s *= speed(r.request.kind, other.kind)
                 best = min(best, s)
+            if not (math.isfinite(best) and best > 0):
+                raise ValidationError(
+                    f"ground truth {truth.source}: job {r.rec.job_id} ({r.request.kind}) would "
+                    f"run at speed {best!r} next to its neighbours; a speed must be a finite "
+                    "number above 0 (check the pair speeds of this ground truth)"
+                )
             return best
 
         def refresh(gpus: set[int]) -> None:
@@ -336,6 +355,12 @@ class Simulator:
                 arrivals[ai].submit_time if ai < n_total else math.inf,
                 events[0][0] if events else math.inf,
             )
+            if not math.isfinite(t_next) or t_next < now:
+                raise ValidationError(
+                    f"trace {self.trace_name}: the next event time is {t_next!r} at clock "
+                    f"{now!r}; every arrival and completion time must be finite and ordered"
+                )
+            before = (ai, len(events))
             dt = t_next - now
             result.busy_integral += busy * dt
             result.util_integral += util_total * dt
@@ -417,6 +442,13 @@ class Simulator:
                         file=sys.stderr,
                         flush=True,
                     )
+            if (ai, len(events)) == before and not changed:
+                # Neither an arrival nor an event was consumed: the next pass would be this one
+                # again. Unreachable with checked inputs; kept so no input can spin the loop.
+                raise ValidationError(
+                    f"trace {self.trace_name}: the simulation made no progress at t={now!r} "
+                    f"(policy {self.policy}); an arrival or completion time is not comparable"
+                )
             if not events and ai >= n_total and len(queue):
                 stuck = queue.head()
                 raise ValidationError(

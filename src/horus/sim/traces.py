@@ -18,25 +18,39 @@ A trace job carries its arrival, its solo duration, its GPU count and the measur
 ``arrival_scale`` (< 1 compresses time) raises the load of a trace on a bigger cluster than it
 was recorded on; the benchmark picks it with :func:`scale_for_load` (windowed load, see
 :func:`windowed_load`) and states the factor it uses. Every malformed row is an error
-naming the file and line.
+naming the file and line: a trace file is read bounded (size, UTF-8 —
+:func:`horus.common.documents.read_text_file`), and every time, duration and size must be a
+finite number in a sane range. A NaN arrival never compares ``<=`` to the clock, so before
+these checks one such row made ``horus sim`` run forever; :class:`TraceJob` itself refuses
+such values too, so no source can hand the engine one.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from horus.common.documents import read_text_file
 from horus.common.errors import ValidationError
 from horus.sim.groundtruth import GroundTruth, gavel_kind, load_gavel
+
+#: Largest trace file read (Gavel's Philly traces are < 1 MB, Alibaba's pod list ~ 2 MB).
+MAX_TRACE_BYTES = 256 << 20
+#: Latest arrival and longest run a trace may state, in seconds (about 300 years): beyond
+#: it a value is a unit mistake, and the simulator's clock would lose its precision.
+MAX_TRACE_SECONDS = 1e10
+#: Most GPUs one trace job may ask for.
+MAX_JOB_GPUS = 65536
 
 
 @dataclass(frozen=True)
 class TraceJob:
-    """One job of a trace."""
+    """One job of a trace (every number checked: see the module docstring)."""
 
     job_id: str
     submit_time: float  # seconds from the trace start
@@ -44,6 +58,52 @@ class TraceJob:
     num_gpus: int
     kind: str
     priority: int = 0
+
+    def __post_init__(self) -> None:
+        where = f"trace job {self.job_id}"
+        if not (math.isfinite(self.submit_time) and 0 <= self.submit_time <= MAX_TRACE_SECONDS):
+            raise ValidationError(
+                f"{where}: arrival time must be a finite number of seconds from 0 to "
+                f"{MAX_TRACE_SECONDS:g}, got {self.submit_time!r}"
+            )
+        if not (math.isfinite(self.duration) and 0 < self.duration <= MAX_TRACE_SECONDS):
+            raise ValidationError(
+                f"{where}: duration must be a finite number of seconds above 0 and at most "
+                f"{MAX_TRACE_SECONDS:g}, got {self.duration!r}"
+            )
+        if isinstance(self.num_gpus, bool) or not 1 <= self.num_gpus <= MAX_JOB_GPUS:
+            raise ValidationError(
+                f"{where}: GPU count must be 1..{MAX_JOB_GPUS}, got {self.num_gpus!r}"
+            )
+
+
+def _finite(text: str | None, where: str, name: str, lo: float, hi: float) -> float:
+    """One numeric field of a trace row: finite and within ``lo``..``hi``."""
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValidationError(f"{where}: {name} must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise ValidationError(
+            f"{where}: {name} must be a finite number from {lo:g} to {hi:g}, got {text!r}"
+        )
+    return value
+
+
+def _whole(text: str | None, where: str, name: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text.strip())  # type: ignore[union-attr]
+    except (AttributeError, ValueError):
+        raise ValidationError(f"{where}: {name} must be an integer, got {text!r}") from None
+    if not lo <= value <= hi:
+        raise ValidationError(f"{where}: {name} must be {lo}..{hi}, got {value}")
+    return value
+
+
+def _read_trace(path: Path) -> str:
+    if not path.exists():
+        raise ValidationError(f"trace file {path} does not exist")
+    return read_text_file(path, f"trace file {path}", max_bytes=MAX_TRACE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -59,15 +119,31 @@ class SyntheticSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.jobs < 1:
-            raise ValidationError(f"synthetic trace: jobs must be >= 1, got {self.jobs}")
-        if self.arrival_rate <= 0:
+        if not 1 <= self.jobs <= 10_000_000:
+            raise ValidationError(f"synthetic trace: jobs must be 1..10000000, got {self.jobs}")
+        if not (math.isfinite(self.arrival_rate) and 0 < self.arrival_rate <= 1e6):
             raise ValidationError(
-                f"synthetic trace: arrival rate must be > 0, got {self.arrival_rate}"
+                f"synthetic trace: arrival rate must be a finite number of jobs per second "
+                f"above 0 and at most 1e6 (--rate), got {self.arrival_rate}"
             )
-        if self.duration_median <= 0 or self.duration_sigma < 0:
-            raise ValidationError("synthetic trace: duration median must be > 0 and sigma >= 0")
-        if not self.sizes or any(n < 1 or p < 0 for n, p in self.sizes):
+        if not (
+            math.isfinite(self.duration_median)
+            and 0 < self.duration_median <= MAX_TRACE_SECONDS / 1000
+            and math.isfinite(self.duration_sigma)
+            and 0 <= self.duration_sigma <= 5
+        ):
+            raise ValidationError(
+                "synthetic trace: duration median must be a finite number of seconds above 0 "
+                f"and at most {MAX_TRACE_SECONDS / 1000:g} (--duration), and sigma 0..5; got "
+                f"{self.duration_median}, {self.duration_sigma}"
+            )
+        if (
+            not self.sizes
+            or any(
+                not 1 <= n <= MAX_JOB_GPUS or not math.isfinite(p) or p < 0 for n, p in self.sizes
+            )
+            or sum(p for _, p in self.sizes) <= 0
+        ):
             raise ValidationError(f"synthetic trace: bad size mix {self.sizes}")
 
 
@@ -105,7 +181,7 @@ def load_philly(
     for path in paths:
         if not path.exists():
             raise ValidationError(f"trace file {path} does not exist")
-        for line_no, line in enumerate(path.read_text().splitlines(), start=1):
+        for line_no, line in enumerate(_read_trace(path).splitlines(), start=1):
             if not line.strip():
                 continue
             where = f"{path.name} line {line_no}"
@@ -115,25 +191,24 @@ def load_philly(
                     f"{where}: expected 7 tab-separated fields, got {len(fields)}"
                 )
             job_type = fields[0]
-            try:
-                steps = float(fields[4])
-                arrival = float(fields[5])
-                gpus = int(fields[6])
-            except ValueError:
-                raise ValidationError(
-                    f"{where}: total_steps, arrival_time and scale_factor must be numbers, got "
-                    f"{fields[4]!r}, {fields[5]!r}, {fields[6]!r}"
-                ) from None
-            if steps <= 0 or arrival < 0 or gpus < 1:
-                raise ValidationError(
-                    f"{where}: need total_steps > 0, arrival_time >= 0, scale_factor >= 1; got "
-                    f"{steps}, {arrival}, {gpus}"
-                )
+            steps = _finite(fields[4], where, "total_steps", 0.0, 1e18)
+            if steps <= 0:
+                raise ValidationError(f"{where}: total_steps must be above 0, got {fields[4]!r}")
+            arrival = _finite(fields[5], where, "arrival_time", 0.0, MAX_TRACE_SECONDS)
+            gpus = _whole(fields[6], where, "scale_factor", 1, MAX_JOB_GPUS)
             tput = throughputs.get((job_type, gpus)) or throughputs.get((job_type, 1))
             if tput is None:
-                raise ValidationError(f"{where}: job type {job_type!r} has no measured throughput")
+                raise ValidationError(
+                    f"{where}: job type {job_type[:80]!r} has no measured throughput"
+                )
+            duration = steps / tput
+            if not 0 < duration <= MAX_TRACE_SECONDS:
+                raise ValidationError(
+                    f"{where}: total_steps {fields[4]} at {tput:g} steps/s lasts {duration:g} s; "
+                    f"a job may last at most {MAX_TRACE_SECONDS:g} s"
+                )
             kind = gavel_kind(job_type) if truth.source == "gavel" else rng.choice(truth.kinds)
-            jobs.append(TraceJob(f"{path.stem}-{line_no}", arrival, steps / tput, gpus, kind))
+            jobs.append(TraceJob(f"{path.stem}-{line_no}", arrival, duration, gpus, kind))
     jobs.sort(key=lambda j: (j.submit_time, j.job_id))
     return jobs[:limit] if limit is not None else jobs
 
@@ -142,47 +217,55 @@ def load_alibaba(
     path: Path, truth: GroundTruth, seed: int = 0, limit: int | None = None
 ) -> list[TraceJob]:
     """Alibaba GPU v2023 pods that use GPUs, with seeded kinds."""
-    if not path.exists():
-        raise ValidationError(f"trace file {path} does not exist")
+    text = _read_trace(path)
     rng = random.Random(seed)
     kinds = truth.kinds
     jobs: list[TraceJob] = []
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        need = {"name", "num_gpu", "creation_time", "deletion_time", "scheduled_time"}
-        missing = need - set(reader.fieldnames or ())
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    need = ("name", "num_gpu", "creation_time", "deletion_time", "scheduled_time")
+    try:
+        missing = set(need) - set(reader.fieldnames or ())
         if missing:
             raise ValidationError(f"{path.name}: missing column(s) {', '.join(sorted(missing))}")
         for line_no, row in enumerate(reader, start=2):
             where = f"{path.name} line {line_no}"
-            try:
-                gpus = int(row["num_gpu"])
-            except ValueError:
+            if None in row or any(row.get(k) is None for k in need):
                 raise ValidationError(
-                    f"{where}: num_gpu must be an integer, got {row['num_gpu']!r}"
-                ) from None
+                    f"{where}: the row's fields do not match the header's (a cut line, or "
+                    "extra commas?)"
+                )
+            gpus = _whole(row["num_gpu"], where, "num_gpu", 0, MAX_JOB_GPUS)
             if gpus < 1:
                 continue
             if not row["scheduled_time"] or not row["deletion_time"]:
                 continue
-            try:
-                created = float(row["creation_time"])
-                duration = float(row["deletion_time"]) - float(row["scheduled_time"])
-            except ValueError:
-                raise ValidationError(
-                    f"{where}: creation/deletion/scheduled times must be numbers"
-                ) from None
+            created = _finite(row["creation_time"], where, "creation_time", 0, MAX_TRACE_SECONDS)
+            scheduled = _finite(
+                row["scheduled_time"], where, "scheduled_time", 0, MAX_TRACE_SECONDS
+            )
+            deleted = _finite(row["deletion_time"], where, "deletion_time", 0, MAX_TRACE_SECONDS)
+            duration = deleted - scheduled
             if duration <= 0:
                 continue
-            jobs.append(TraceJob(row["name"], created, duration, gpus, rng.choice(kinds)))
+            name = row["name"]
+            if not name or len(name) > 253:
+                raise ValidationError(f"{where}: name must be 1..253 characters")
+            jobs.append(TraceJob(name, created, duration, gpus, rng.choice(kinds)))
+    except csv.Error as exc:
+        raise ValidationError(
+            f"{path.name} line {reader.line_num}: not valid CSV ({exc})"
+        ) from None
     jobs.sort(key=lambda j: (j.submit_time, j.job_id))
     return jobs[:limit] if limit is not None else jobs
 
 
 def scale_arrivals(jobs: Sequence[TraceJob], factor: float) -> list[TraceJob]:
     """The same jobs with arrival times multiplied by ``factor`` (< 1 raises the load)."""
-    if factor <= 0:
-        raise ValidationError(f"arrival scale must be > 0, got {factor}")
+    if not (math.isfinite(factor) and 0 < factor <= 1e6):
+        raise ValidationError(
+            f"arrival scale must be a finite number above 0 and at most 1e6 (--arrival-scale), "
+            f"got {factor}"
+        )
     return [
         TraceJob(j.job_id, j.submit_time * factor, j.duration, j.num_gpus, j.kind, j.priority)
         for j in jobs
@@ -224,8 +307,8 @@ def scale_for_load(
     once); when ``target`` lies beyond it, ``min_scale`` is returned and the caller reports
     the load actually reached.
     """
-    if target <= 0:
-        raise ValidationError(f"target load must be > 0, got {target}")
+    if not (math.isfinite(target) and target > 0):
+        raise ValidationError(f"target load must be a finite number above 0, got {target}")
 
     def load(f: float) -> float:
         return windowed_load(scale_arrivals(jobs, f), gpus)
