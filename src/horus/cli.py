@@ -3,8 +3,12 @@
 Each feature area registers its own subcommands from a small ``commands`` module (listed in
 ``COMMAND_MODULES``) that imports nothing heavy at registration time, so ``horus --help`` stays
 fast and never needs torch or a cluster. A :class:`~horus.common.errors.HorusError` is printed
-as one clear line (``horus: error: …``) with exit status 2; other exceptions are bugs and keep
-their traceback.
+as one clear line (``horus: error: …``) with exit status 2, and so is an ``OSError`` that names
+a file (an output path in a missing or read-only folder, a directory given as a file): that is
+the user's path, not a bug. Other exceptions are bugs and keep their traceback. Every input
+is validated before it is used (flags by :mod:`horus.common.flags`, settings by
+:mod:`horus.common.settings`, files by :mod:`horus.common.documents`), so bad input never
+reaches that point.
 """
 
 from __future__ import annotations
@@ -58,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args) or 0)
     except HorusError as exc:
         print(f"horus: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print(f"horus: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
