@@ -137,6 +137,17 @@ def load_json(
         raise ValidationError(f"{where}: nested too deep to parse") from None
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line (its ``str`` spans several, with a caret drawing)."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if not problem:
+        return " ".join(str(exc).split())
+    where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return f"{context + ': ' if context else ''}{problem}{where}"
+
+
 class _NoAliasLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing anchors and aliases (see the module docstring)."""
 
@@ -163,7 +174,7 @@ def load_yaml(
     try:
         value = yaml.load(text, Loader=_NoAliasLoader)
     except yaml.YAMLError as exc:
-        raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
+        raise ValidationError(f"{where}: not valid JSON or YAML ({_yaml_problem(exc)})") from None
     except RecursionError:
         raise ValidationError(
             f"{where}: nested deeper than this reader can parse (more than {max_depth} "
@@ -200,7 +211,7 @@ def load_yaml_all(
                 raise ValidationError(f"{where}: nested deeper than {max_depth} levels")
             docs.append(value)
     except yaml.YAMLError as exc:
-        raise ValidationError(f"{where}: not valid JSON or YAML ({exc})") from None
+        raise ValidationError(f"{where}: not valid JSON or YAML ({_yaml_problem(exc)})") from None
     except RecursionError:
         raise ValidationError(
             f"{where}: nested deeper than this reader can parse (more than {max_depth} "
