@@ -52,6 +52,12 @@ def _register_run(rsub: Any) -> None:
         default=None,
         help="check the --predictor file for a new model this often; 0: never (30)",
     )
+    run.add_argument(
+        "--progress-deadline",
+        type=float,
+        default=None,
+        help="seconds a placed job may take to start before its GPU share is given back (300)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -76,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         "debounce",
         "predictor",
         "predictor_reload_seconds",
+        "progress_deadline",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)

@@ -161,6 +161,7 @@ class Controller:
             is_leader=self.elector.is_leader,
             identity=self.identity,
             scheduler_settings=self.scheduler_settings,
+            progress_deadline=s.progress_deadline,
         )
         self.metrics.set_predictor(predictor.version)
         self.metrics.serve(s.metrics_port, s.metrics_host)

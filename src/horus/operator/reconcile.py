@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import logging
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -95,6 +97,23 @@ UNKNOWN_PAIR_SPEED = 0.6
 #: after the job was scheduled.
 RUNNING_SYNC_DEFER_SECONDS = 10.0
 _MAX_MESSAGE = 1024
+#: Seconds a successful server-side dry run of a job's pod template is reused for other jobs
+#: with the same template in the same namespace (a burst of copies costs one dry run).
+DRY_RUN_CACHE_SECONDS = 300.0
+#: A container waiting for one of these reasons makes no progress on its own.
+STUCK_WAITING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+        "RunContainerError",
+    }
+)
+#: The same per-object error is logged (and posted as an Event) at most this often.
+PROBLEM_REPEAT_SECONDS = 300.0
 
 
 def now_rfc3339() -> str:
@@ -112,6 +131,29 @@ def _ts(value: object) -> float:
 
 class Conflict(HorusError):
     """A write lost an optimistic-concurrency race (HTTP 409): retry on the next pass."""
+
+
+class PodRejected(HorusError):
+    """The apiserver refused a replica pod for good (HTTP 4xx other than 409/429)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def quota(self) -> bool:
+        """Refused by a ResourceQuota: may pass later, when the namespace's usage drops."""
+        return self.status == 403 and "exceeded quota" in str(self)
+
+
+def api_message(exc: Any) -> str:
+    """The apiserver's own sentence from an ``ApiException`` (its Status ``message``)."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (ValueError, TypeError):
+        body = {}
+    msg = body.get("message") if isinstance(body, dict) else None
+    return str(msg or exc.reason or f"HTTP {exc.status}")[:_MAX_MESSAGE]
 
 
 @dataclass
@@ -201,6 +243,7 @@ class Reconciler:
         is_leader: Callable[[], bool] = lambda: True,
         identity: str = COMPONENT,
         scheduler_settings: SchedulerSettings | None = None,
+        progress_deadline: float = 300.0,
     ) -> None:
         from kubernetes import client
 
@@ -230,6 +273,12 @@ class Reconciler:
         self.node_units: dict[str, int] = {}
         self._kind_profiles: dict[str, GraphProfile] = {}
         self._uid_profiles: dict[str, GraphProfile] = {}
+        self.progress_deadline = progress_deadline
+        #: (namespace, template digest) → when a server-side dry run of it last passed
+        self._dry_run_ok: dict[tuple[str, str], float] = {}
+        #: (job, error) → when it was last logged and posted (one line per error per 5 min)
+        self._problems_seen: dict[tuple[str, str], float] = {}
+        self._problems_lock = threading.Lock()
 
     def keys(self) -> KeyRing:
         """The assignment key ring now (a :class:`AssignmentKeySource` re-reads it)."""
@@ -745,21 +794,35 @@ class Reconciler:
             )
             if predicted.pair_low_confidence:
                 message += f" (sharing slowdowns on {model} are extrapolated; {PAIR_TEACH_HINT})"
+            if not self._template_accepted(ctx, report):
+                return
+            conditions = st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_SCHEDULED,
+                "False",
+                "Queued",
+                message,
+                now,
+                gen,
+            )
+            short = _share_shortfall(job, predicted)
+            if short is not None:
+                conditions = st.set_condition(
+                    conditions,
+                    st.COND_SHARE_SUFFICIENT,
+                    "False",
+                    "MemoryBelowPrediction",
+                    short,
+                    now,
+                )
+                self.event(ctx, "ShareBelowPrediction", short, warning=True)
             fields: dict[str, Any] = {
                 "phase": c.DLJOB_PHASE_QUEUED,
                 "reason": "Queued",
                 "message": message,
                 "predicted": predicted.to_json(),
                 "queuedTime": now,
-                "conditions": st.set_condition(
-                    ctx.status.get("conditions") or [],
-                    st.COND_SCHEDULED,
-                    "False",
-                    "Queued",
-                    message,
-                    now,
-                    gen,
-                ),
+                "conditions": conditions,
             }
             if gen is not None:
                 fields["observedGeneration"] = gen
@@ -773,6 +836,40 @@ class Reconciler:
         except Conflict as exc:
             report.count("conflicts")
             log.debug("%s", exc)
+
+    def _template_accepted(self, ctx: JobCtx, report: PassReport) -> bool:
+        """Whether the apiserver would create the job's first pod (a server-side dry run,
+        with every admission plugin), asked *before* any GPU share is committed. A template
+        it refuses (a bad container name or label, a missing PriorityClass) ends the job
+        ``Failed/InvalidSpec`` with the apiserver's own sentence; a quota refusal leaves it
+        Pending until the namespace has room. One dry run serves every job with the same
+        template in the namespace for :data:`DRY_RUN_CACHE_SECONDS`."""
+        template = (ctx.obj.get("spec") or {}).get("template") or {}
+        digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+        key = (ctx.namespace, digest)
+        now = time.monotonic()
+        if now - self._dry_run_ok.get(key, -DRY_RUN_CACHE_SECONDS) < DRY_RUN_CACHE_SECONDS:
+            return True
+        record = {"replica": 0, "node": "dry-run", "gpuUUID": "GPU-dry-run", "gpuIndex": 0}
+        manifest = self.pod_manifest(ctx, 0, [{**record, "corePercent": 1, "memoryMiB": 1}])
+        try:
+            self._create_pod(ctx.namespace, manifest, dry_run=True)
+        except PodRejected as exc:
+            if exc.quota:
+                self._pending(ctx, "PodQuotaExceeded", f"replica pod refused: {exc}", report)
+            else:
+                self._fail(
+                    ctx,
+                    "InvalidSpec",
+                    f"the apiserver would not create its pods: {exc} (fix spec.template and "
+                    "create the DLJob again)",
+                    report,
+                )
+            return False
+        if len(self._dry_run_ok) > 4096:
+            self._dry_run_ok.clear()
+        self._dry_run_ok[key] = now
+        return True
 
     def _flush(self, ctx: JobCtx, report: PassReport) -> None:
         """Write an admission that got no decision in this pass (e.g. leadership lapsed)."""
@@ -900,8 +997,26 @@ class Reconciler:
             fn(ctx, *args)
         except Conflict as exc:
             log.debug("%s", exc)
-        except Exception:
-            log.exception("DLJob %s: %s failed; retrying next pass", ctx.key, fn.__name__)
+        except Exception as exc:
+            self._problem(ctx, f"{fn.__name__.strip('_')} failed", exc)
+
+    def _problem(self, ctx: JobCtx, what: str, exc: BaseException) -> None:
+        """One job's unexpected error: logged (with its traceback the first time) and posted
+        as a Warning Event on the job — each distinct error at most every 5 minutes, so one
+        poisoned object never floods the log or the Events while the loop goes on."""
+        text = f"{what}: {type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
+        key = (ctx.key, text)
+        now = time.monotonic()
+        with self._problems_lock:
+            last = self._problems_seen.get(key)
+            if last is not None and now - last < PROBLEM_REPEAT_SECONDS:
+                return
+            first = last is None
+            if len(self._problems_seen) > 10_000:
+                self._problems_seen.clear()
+            self._problems_seen[key] = now
+        log.error("DLJob %s: %s; retrying next pass", ctx.key, text, exc_info=first)
+        self.event(ctx, "ReconcileError", f"{text} (retrying every pass)", warning=True)
 
     def _commit_guarded(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
         try:
@@ -909,8 +1024,10 @@ class Reconciler:
         except Conflict as exc:
             report.count("conflicts")
             log.info("%s", exc)
-        except Exception:  # a bug or API outage for one job must not stop the others
-            log.exception("committing the placement of DLJob %s failed", ctx.key)
+        except PodRejected as exc:
+            self._pod_rejected(ctx, exc, report)
+        except Exception as exc:  # a bug or API outage for one job must not stop the others
+            self._problem(ctx, "committing its placement failed", exc)
             report.problems.append(f"commit of {ctx.key} failed")
 
     def _commit(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
@@ -961,14 +1078,89 @@ class Reconciler:
     def _follow_guarded(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         try:
             if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
-                self._ensure_pods(ctx, report)
+                error: Exception | None = None
+                try:
+                    self._ensure_pods(ctx, report)
+                except (Conflict, PodRejected):
+                    raise
+                except Exception as exc:  # e.g. the apiserver is down: the deadline still runs
+                    error = exc
+                if self._past_deadline(ctx, report):
+                    return
+                if error is not None:
+                    raise error
             self._sync_status(ctx, report, placing)
         except Conflict as exc:
             report.count("conflicts")
             log.debug("%s", exc)
-        except Exception:
-            log.exception("following DLJob %s failed", ctx.key)
+        except PodRejected as exc:
+            self._pod_rejected(ctx, exc, report)
+        except Exception as exc:
+            self._problem(ctx, "following its pods failed", exc)
             report.problems.append(f"follow of {ctx.key} failed")
+
+    def _pod_rejected(self, ctx: JobCtx, exc: PodRejected, report: PassReport) -> None:
+        """The apiserver will not take a replica pod: give the GPU share back.
+
+        A quota refusal may pass later, so a job without pods goes back to the queue (its
+        share freed meanwhile); anything else is the template's fault and the job fails with
+        the apiserver's sentence (its other pods are then deleted).
+        """
+        if exc.quota and not ctx.pods:
+            self._requeue(ctx, "PodQuotaExceeded", f"replica pod refused: {exc}", report)
+            return
+        self._fail(ctx, "InvalidSpec", f"the apiserver refused a replica pod: {exc}", report)
+
+    def _requeue(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
+        """Back to the queue without placements (only for a job that has no pod)."""
+        now = now_rfc3339()
+        fields = {
+            "phase": c.DLJOB_PHASE_QUEUED,
+            "placements": None,
+            "scheduledTime": None,
+            "reason": reason,
+            "message": message[:_MAX_MESSAGE],
+            "conditions": st.set_condition(
+                ctx.status.get("conditions") or [],
+                st.COND_SCHEDULED,
+                "False",
+                reason,
+                message,
+                now,
+            ),
+        }
+        self.patch_status(ctx, fields, precondition=True)
+        report.count("status_writes")
+        self.event(ctx, reason, f"{message}; its GPU share is given back", warning=True)
+
+    def _past_deadline(self, ctx: JobCtx, report: PassReport) -> bool:
+        """A placed job that has not started within ``progress_deadline`` gives its share
+        back: requeued when none of its pods exists, failed when a replica cannot start.
+        True when it did (nothing more to do for the job in this pass)."""
+        waited = time.time() - _ts(ctx.status.get("scheduledTime"))
+        if not ctx.status.get("scheduledTime") or waited < self.progress_deadline:
+            return False
+        stuck = _stuck_container(ctx.pods.values())
+        if stuck is not None:
+            self._fail(ctx, "ReplicaStuck", stuck, report)
+            return True
+        replicas = {int(r["replica"]) for r in ctx.status.get("placements") or []}
+        unbound = [
+            r
+            for r in sorted(replicas)
+            if not ((ctx.pods.get(r) or {}).get("spec") or {}).get("nodeName")
+        ]
+        if not unbound:
+            return False
+        why = (
+            f"replica pod(s) {', '.join(map(str, unbound[:8]))} not created and bound "
+            f"{waited:.0f} s after placement (progress deadline {self.progress_deadline:.0f} s)"
+        )
+        if not ctx.pods:
+            self._requeue(ctx, "ProgressDeadlineExceeded", why, report)
+        else:
+            self._fail(ctx, "ProgressDeadlineExceeded", why, report)
+        return True
 
     def _ensure_pods(self, ctx: JobCtx, report: PassReport) -> None:
         """Create and bind every replica pod from ``status.placements`` (idempotent).
@@ -1122,15 +1314,25 @@ class Reconciler:
             "spec": pspec,
         }
 
-    def _create_pod(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    def _create_pod(
+        self, namespace: str, manifest: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any] | None:
+        """Create a pod (None: it exists already). A refusal for good is :class:`PodRejected`."""
         from kubernetes.client.exceptions import ApiException
 
+        extra = {"dry_run": "All"} if dry_run else {}
         try:
-            resp = self.core.create_namespaced_pod(namespace, manifest, _preload_content=False)
+            resp = self.core.create_namespaced_pod(
+                namespace, manifest, _preload_content=False, **extra
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return None
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                raise PodRejected(exc.status, api_message(exc)) from None
             raise
+        except (ValueError, TypeError) as exc:  # the client could not even encode it
+            raise PodRejected(400, f"not a valid pod: {exc}") from None
         return read_object(resp)
 
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -1220,6 +1422,39 @@ class Reconciler:
 
 class ProfileUnavailable(HorusError):
     """The job's profile ConfigMap is missing or unreadable (may appear later: stay Pending)."""
+
+
+def _share_shortfall(job: DLJob, predicted: PredictedUsage) -> str | None:
+    """A warning when an explicit memory share is below what the job is predicted to use:
+    the agent's memory watchdog would stop it soon after it starts."""
+    mib = job.spec.gpu.memory_mib
+    if not job.spec.gpu.explicit or mib is None or mib >= predicted.memory_mib_mean:
+        return None
+    return (
+        f"spec.gpu.memoryMiB {mib} is below the predicted peak memory "
+        f"{predicted.memory_mib_mean:.0f} MiB (upper bound {predicted.memory_mib_upper:.0f} MiB): "
+        "the memory watchdog stops a replica that uses more than its share; raise memoryMiB or "
+        "use mode auto"
+    )
+
+
+def _stuck_container(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why a replica cannot start on its own (a container waiting for a reason in
+    :data:`STUCK_WAITING_REASONS`), or None."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        for cs in [
+            *(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or []),
+        ]:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK_WAITING_REASONS:
+                name = (pod.get("metadata") or {}).get("name")
+                return (
+                    f"pod {name} container {cs.get('name')} is stuck in {waiting['reason']}: "
+                    f"{waiting.get('message') or 'no message'}"
+                )[:_MAX_MESSAGE]
+    return None
 
 
 def _record(replica: int, pod: str, node: str, gpu: GpuRef | GpuShare) -> dict[str, Any]:

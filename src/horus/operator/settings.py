@@ -58,6 +58,10 @@ class OperatorSettings:
     #: new decisions use the new model; one that does not load is logged and the running
     #: model kept. 0: read once at start.
     predictor_reload_seconds: float = 30.0
+    #: Seconds a placed job may take to get every replica pod created and bound, and a
+    #: replica may stay stuck before starting (image pull errors, bad container config),
+    #: before its GPU shares are given back: requeued when it has no pod, failed otherwise.
+    progress_deadline: float = 300.0
 
     def __post_init__(self) -> None:
         check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")
@@ -75,6 +79,7 @@ class OperatorSettings:
             raise ValueError("namespace and lease_name must not be empty")
         if self.debounce < 0:
             raise ValueError(f"debounce must be >= 0, got {self.debounce}")
+        check_range("progress_deadline", self.progress_deadline, 10.0, 7 * 86400.0, unit=" seconds")
         if not self.predictor_reload_seconds >= 0:
             raise ValueError(
                 "predictor_reload_seconds must be >= 0 (0: never reload), got "

@@ -19,6 +19,8 @@ from horus.common import constants as c
 COND_SCHEDULED = "Scheduled"
 COND_RUNNING = "Running"
 COND_FINISHED = "Finished"
+#: False when an explicit share is below the job's predicted need (a warning, not a refusal).
+COND_SHARE_SUFFICIENT = "ShareSufficient"
 
 # Refusal codes of the scheduling core → CamelCase condition reasons.
 _REFUSAL_REASONS = {
