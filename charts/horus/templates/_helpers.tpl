@@ -126,10 +126,10 @@ DoesNotExist, as the scheduler reads them). Call with (dict "labels" L "term" T)
 read (helm template, --dry-run=client, Argo CD). */}}
 {{- define "horus.gpuNodeCount" -}}
 {{- $nodes := lookup "v1" "Node" "" "" -}}
-{{- if and $nodes $nodes.items -}}
+{{- if $nodes -}}
 {{- $terms := include "horus.nodeAffinityTerms" . | fromYamlArray -}}
 {{- $n := 0 -}}
-{{- range $nodes.items -}}
+{{- range ($nodes.items | default list) -}}
 {{- $labels := .metadata.labels | default dict -}}
 {{- $sel := true -}}
 {{- range $k, $v := $.Values.node.nodeSelector -}}
