@@ -138,6 +138,15 @@ def test_a_missing_dataset_names_what_gets_it(tmp_path: Path) -> None:
     assert "data/gavel" in str(err.value)
 
 
+def test_an_installed_package_without_the_repository_says_where_data_comes_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A wheel has no data/ beside it: this module's repository data folder does not exist.
+    monkeypatch.setattr(datasets, "REPO_DATA_DIR", tmp_path / "site-packages-has-no-data")
+    with pytest.raises(ValidationError, match="ships with its repository, not with the Python"):
+        load_truth("gavel")
+
+
 def test_the_cli_prints_one_line_naming_the_fetch_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
