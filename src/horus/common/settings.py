@@ -64,7 +64,10 @@ def check_range(
     if not ok:
         low = f"> {lo:g}" if lo_open else f">= {lo:g}"
         flag = "--" + name.replace("_", "-")
-        raise ConfigError(f"{flag} must be {low} and <= {hi:g}{unit}, got {value!r}")
+        raise ConfigError(
+            f"{name} ({flag}, or its environment variable or config-file key) must be {low} "
+            f"and <= {hi:g}{unit}, got {value!r}"
+        )
 
 
 def check_seconds(name: str, value: float, *, positive: bool = True) -> None:
