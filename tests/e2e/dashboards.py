@@ -107,13 +107,17 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
-def variables(board: dict[str, Any]) -> dict[str, str]:
-    """Template variable → the value used to evaluate (``All`` = the variable's allValue)."""
+def variables(board: dict[str, Any], chosen: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Template variable → the value used to evaluate (``All`` = the variable's allValue),
+    or the value in ``chosen`` for the board's variables of that name (one picked in Grafana)."""
+    chosen = chosen or {}
     out = dict(BUILTINS)
     for var in board.get("templating", {}).get("list", []):
         name = var["name"]
         if var.get("type") == "datasource":
             out[name] = "prometheus"
+        elif name in chosen:
+            out[name] = chosen[name]
         elif var.get("includeAll"):
             out[name] = var.get("allValue") or ".*"
         else:
@@ -149,13 +153,26 @@ def evaluate(prometheus_url: str, expr: str, timeout: float = 10.0) -> list[dict
     return list(result)
 
 
+def evaluate_series(
+    prometheus_url: str,
+    boards: Mapping[str, dict[str, Any]] | None = None,
+    chosen: Mapping[str, str] | None = None,
+) -> dict[tuple[str, str], list[tuple[Query, list[dict[str, Any]]]]]:
+    """(dashboard, panel) → each of its queries with the series it returned, the variables in
+    ``chosen`` set to those values and the others to All."""
+    boards = load() if boards is None else boards
+    out: dict[tuple[str, str], list[tuple[Query, list[dict[str, Any]]]]] = {}
+    for q in queries(boards):
+        expr = substitute(q.expr, variables(boards[q.dashboard], chosen))
+        out.setdefault((q.dashboard, q.panel), []).append((q, evaluate(prometheus_url, expr)))
+    return out
+
+
 def evaluate_all(
     prometheus_url: str, boards: Mapping[str, dict[str, Any]] | None = None
 ) -> dict[tuple[str, str], list[tuple[Query, int]]]:
     """(dashboard, panel) → each of its queries with the number of series it returned."""
-    boards = load() if boards is None else boards
-    out: dict[tuple[str, str], list[tuple[Query, int]]] = {}
-    for q in queries(boards):
-        expr = substitute(q.expr, variables(boards[q.dashboard]))
-        out.setdefault((q.dashboard, q.panel), []).append((q, len(evaluate(prometheus_url, expr))))
-    return out
+    return {
+        key: [(q, len(series)) for q, series in results]
+        for key, results in evaluate_series(prometheus_url, boards).items()
+    }

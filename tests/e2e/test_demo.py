@@ -62,6 +62,28 @@ def _panels_without_data(url: str) -> list[str]:
     return missing
 
 
+def _filtered_panels_wrong(url: str) -> list[str]:
+    """Pick one node and GPU (one a pod shares) as a Grafana user would: every series a panel
+    then shows belongs to them, and every panel of the node & GPU board still has data."""
+    q = urllib.parse.urlencode({"query": "max by (node, gpu) (horus_pod_gpu_core_share_ratio > 0)"})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as resp:
+        pick = json.load(resp)["data"]["result"][0]["metric"]
+    wrong: list[str] = []
+    results = dash.evaluate_series(url, chosen={"node": pick["node"], "gpu": pick["gpu"]})
+    for (board, panel), queries in results.items():
+        for query, series in queries:
+            for s in series:
+                labels = s.get("metric", {})
+                if (
+                    labels.get("node", pick["node"]) != pick["node"]
+                    or labels.get("gpu", pick["gpu"]) != pick["gpu"]
+                ):
+                    wrong.append(f"{board} / {panel} [{query.ref}] shows {labels}")
+            if board == "horus-node-gpu.json" and not series:
+                wrong.append(f"{board} / {panel} [{query.ref}] has no data for {pick}")
+    return wrong
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
@@ -122,6 +144,9 @@ def test_demo_start_to_finish_dashboards_have_data_and_down_leaves_nothing(
             time.sleep(3)
             missing = _panels_without_data(state.prometheus_url)
         assert not missing, "dashboard queries without data:\n" + "\n".join(missing)
+        # and filtered by node and GPU
+        wrong = _filtered_panels_wrong(state.prometheus_url)
+        assert not wrong, "panels that do not follow the node/GPU choice:\n" + "\n".join(wrong)
 
         # a second `up` is refused, clearly, and leaves the running demo alone
         again = _run([*horus, "up"], env, timeout=60)
