@@ -57,4 +57,3 @@ def adopt_crd(cluster: Any, release: str = "horus", namespace: str = NAMESPACE) 
             f"meta.helm.sh/release-namespace={namespace}",
             "--overwrite",
         )
-
