@@ -1,0 +1,192 @@
+"""Who may write what (docs/operator.md): each role checked with ``kubectl auth can-i`` and
+with a real forged write, on the real apiserver with the RBAC and admission policy as shipped.
+
+The roles: the operator's and the node DaemonSet's ServiceAccounts (manifests/rbac), and
+people, through Kubernetes' edit and view roles that Horus' aggregated ClusterRoles extend
+(manifests/rbac/users.yaml). Done when no role but the operator's can cause a signed
+assignment to exist: a forged record is refused by RBAC or the admission policy, or — for an
+identity allowed to write status, like a cluster admin — never made into signed pods.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, Kube, dljob_body
+from horus.api.signing import KeyRing
+from horus.common import constants as c
+from horus.operator.livestate import pod_assignment_trusted
+
+RBAC = [ROOT / "manifests" / "rbac" / f for f in ("operator.yaml", "node.yaml", "users.yaml")]
+
+
+@pytest.fixture(scope="module")
+def roles(cluster: Any, dljob_crd: None) -> dict[str, Any]:
+    """Tokens of the operator, the node agent, a namespace editor and a viewer."""
+    if cluster.kubectl("get", "namespace", c.HORUS_NAMESPACE, check=False).returncode:
+        cluster.kubectl("create", "namespace", c.HORUS_NAMESPACE)
+    for f in RBAC:
+        cluster.kubectl("apply", "-f", str(f))
+    # kube-controller-manager folds the aggregated rules into edit/view asynchronously
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rules = cluster.kubectl("get", "clusterrole", "edit", "-o", "json").stdout
+        if "horus.io" in rules:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the horus-dljob-edit rules were not aggregated into 'edit'")
+    team = f"team-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", team)
+    for sa, role in (("alice", "edit"), ("viewer", "view")):
+        cluster.kubectl("create", "serviceaccount", sa, "-n", team)
+        cluster.kubectl(
+            "create", "rolebinding", sa, f"--clusterrole={role}", f"--serviceaccount={team}:{sa}",
+            "-n", team,
+        )  # fmt: skip
+    tokens = {
+        "operator": ("horus-operator", c.HORUS_NAMESPACE),
+        "node": ("horus-node", c.HORUS_NAMESPACE),
+        "editor": ("alice", team),
+        "viewer": ("viewer", team),
+    }
+    out = {
+        name: cluster.kubectl("create", "token", sa, "-n", ns).stdout.strip()
+        for name, (sa, ns) in tokens.items()
+    }
+    return {"tokens": out, "team": team}
+
+
+def _as(cluster: Any, token: str, *args: str, input: str | None = None) -> Any:
+    return cluster.kubectl(f"--token={token}", *args, check=False, input=input)
+
+
+# (role, verb, resource, namespace-or-"", allowed)
+MATRIX = [
+    ("operator", "patch", "dljobs/status", "team", True),
+    ("operator", "create", "pods/binding", "team", True),
+    ("operator", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, True),
+    ("operator", "list", "secrets", c.HORUS_NAMESPACE, False),
+    ("operator", "delete", "nodes", "", False),
+    ("node", "patch", "dljobs/status", "team", True),  # RBAC allows; the policy narrows it
+    ("node", "create", "pods", "team", False),
+    ("node", "create", "pods/binding", "team", False),
+    ("node", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, False),
+    ("node", "delete", "dljobs", "team", False),
+    ("editor", "create", "dljobs", "team", True),
+    ("editor", "delete", "dljobs", "team", True),
+    ("editor", "patch", "dljobs/status", "team", False),
+    ("editor", "create", "pods/binding", "team", False),
+    ("editor", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, False),
+    ("editor", "create", "dljobs", c.HORUS_NAMESPACE, False),
+    ("viewer", "get", "dljobs", "team", True),
+    ("viewer", "create", "dljobs", "team", False),
+    ("viewer", "patch", "dljobs/status", "team", False),
+]
+
+
+@pytest.mark.parametrize(("role", "verb", "resource", "ns", "allowed"), MATRIX)
+def test_can_i(cluster: Any, roles: dict[str, Any], role: str, verb: str, resource: str, ns: str, allowed: bool) -> None:  # fmt: skip
+    namespace = roles["team"] if ns == "team" else ns
+    scope = ["-n", namespace] if namespace else []
+    res, _, sub = resource.partition("/")
+    what = [f"{res}/{sub}"] if res == "secrets" and sub else [res]
+    if sub and res != "secrets":
+        what.append(f"--subresource={sub}")
+    proc = _as(cluster, roles["tokens"][role], "auth", "can-i", verb, *what, *scope)
+    assert (proc.stdout.strip() == "yes") is allowed, (role, verb, resource, proc.stdout)
+
+
+def test_forged_writes_by_each_role_never_yield_a_signed_assignment(
+    cluster: Any, roles: dict[str, Any], operator_factory: Any, gpu_nodes: list[str], tmp_path: Path
+) -> None:
+    key = uuid.uuid4().hex.encode()
+    key_file = tmp_path / "key"
+    key_file.write_bytes(key)
+    operator_factory(extra_args=["--assignment-key-file", str(key_file)])
+    team, tokens = roles["team"], roles["tokens"]
+    kube = Kube(cluster.api_client(), team)
+    kube.create_jobs([dljob_body("legit")])
+    kube.wait("legit bound", lambda: kube.all_bound(["legit"]), 60)
+    victim = dljob_body("victim")
+    victim["spec"]["template"]["spec"]["nodeSelector"] = {"horus-test/none": "x"}  # stays queued
+    kube.create_jobs([victim])
+    kube.wait(
+        "victim queued",
+        lambda: (kube.jobs_by_name()["victim"].get("status") or {}).get("phase") == "Queued",
+        60,
+    )
+    forged = {
+        "status": {
+            "phase": "Scheduled",
+            "placements": [
+                {
+                    "replica": 0,
+                    "node": gpu_nodes[0],
+                    "gpuUUID": "GPU-forged",
+                    "gpuIndex": 0,
+                    "corePercent": 100,
+                    "memoryMiB": 1024,
+                }
+            ],
+        }
+    }
+    patch = ["patch", "dljob", "victim", "-n", team, "--subresource=status", "--type=merge"]
+    # the node agent's token: RBAC lets it write status, the admission policy refuses this
+    node = _as(cluster, tokens["node"], *patch, "-p", json.dumps(forged))
+    assert node.returncode != 0 and "may write only status.observed" in node.stderr, node.stderr
+    ok = _as(cluster, tokens["node"], *patch, "-p", '{"status": {"observed": {"util": 12}}}')
+    assert ok.returncode == 0, ok.stderr
+    # a namespace editor and a viewer may not write status at all
+    for role in ("editor", "viewer"):
+        proc = _as(cluster, tokens[role], *patch, "-p", json.dumps(forged))
+        assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), (role, proc.stderr)
+    # an editor may create pods, even with an assignment annotation of its own making
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "sneaky",
+            "annotations": {
+                c.ANNOTATION_GPU_ASSIGNMENT: json.dumps(
+                    {
+                        "node": gpu_nodes[0],
+                        "gpus": [
+                            {
+                                "gpuUUID": "GPU-x",
+                                "gpuIndex": 0,
+                                "corePercent": 100,
+                                "memoryMiB": 1024,
+                            }
+                        ],
+                    }
+                ),
+                c.ANNOTATION_ASSIGNMENT_SIGNATURE: "v1:" + "0" * 64,
+            },
+        },
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    made = _as(cluster, tokens["editor"], "create", "-n", team, "-f", "-", input=json.dumps(pod))
+    assert made.returncode == 0, made.stderr
+    # a cluster admin may write status: the operator resets the unsigned record instead of
+    # making pods from it
+    cluster.kubectl(*patch, "-p", json.dumps(forged))
+    kube.wait(
+        "victim reset",
+        lambda: (
+            any(e["reason"] == "StatusRestored" for e in kube.events())
+            and not (kube.jobs_by_name()["victim"].get("status") or {}).get("placements")
+        ),
+        60,
+    )
+    ring = KeyRing(key)
+    signed = sorted(
+        p["metadata"]["name"] for p in kube.pods(team) if pod_assignment_trusted(p, ring)
+    )
+    assert signed == ["legit-0"], signed
