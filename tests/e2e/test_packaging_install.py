@@ -477,3 +477,18 @@ def test_chart_config_loads_with_every_roles_settings(helm, tmp_path):
         if "scheduling.policy=binpack" in sets:
             assert got["operator"].policy == got["extender"].policy == "binpack"
             assert got["scheduler"].util_cap == 150.0
+
+
+def test_prometheus_rule_carries_the_shipped_rules(helm):
+    docs = _docs(
+        helm(
+            "template", "horus", str(CHART), *NS, *REG,
+            "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=kps",
+        ).stdout
+    )  # fmt: skip
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    shipped = yaml.safe_load((ROOT / "manifests/prometheus/horus-alerts.rules.yaml").read_text())
+    assert rule["spec"]["groups"] == shipped["groups"]
+    default = _docs(helm("template", "horus", str(CHART), *NS, *REG).stdout)
+    assert "PrometheusRule" not in {d["kind"] for d in default}
