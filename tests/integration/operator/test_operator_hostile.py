@@ -269,3 +269,61 @@ def _max_core_on_live_gpus(kube: Kube) -> int:
             if g.gpu_uuid in live:
                 core[g.gpu_uuid] = core.get(g.gpu_uuid, 0) + g.core_percent
     return max(core.values(), default=0)
+
+
+def test_a_burst_of_valid_and_poison_jobs(
+    gpu_nodes: list[str], kube: Kube, operator_factory: Any
+) -> None:
+    """50 valid jobs mixed with 50 that cannot run, created together: every valid one runs,
+    every bad one says why, no share is held by a job without pods, the operator stays up."""
+    import random
+
+    op = operator_factory()
+    _configmap(kube, "deep", "features: " + "[" * 3000 + "]" * 3000)
+    neg = {"kind": "GraphProfile", **copy.deepcopy(PROFILES["resnet50-bs64"])}
+    neg["features"]["params"] = -1
+    _configmap(kube, "negative", json.dumps(neg))
+    valid = [dljob_body(f"ok-{i}", profile="mobilenetv2-cifar-bs128") for i in range(50)]
+    poison: list[dict[str, Any]] = []
+    for i in range(10):
+        b = dljob_body(f"p-name-{i}")
+        b["spec"]["template"]["spec"]["containers"][0]["name"] = "Bad_Name"
+        poison.append(b)
+    for i in range(5):
+        b = dljob_body(f"p-prio-{i}")
+        b["spec"]["template"]["spec"]["priorityClassName"] = "nope"
+        poison.append(b)
+    for i in range(10):
+        poison.append(_with_selector(dljob_body(f"p-sel-{i}"), "horus-test/none", "x"))
+    for i, ref in enumerate(["deep", "negative", "missing"] * 5):
+        b = dljob_body(f"p-cm-{i}")
+        b["spec"]["profile"] = {"configMapRef": {"name": ref}}
+        poison.append(b)
+    for i in range(10):
+        poison.append(dljob_body(f"p-huge-{i}", gpus_per_replica=16))  # nodes have 8 GPUs
+    bodies = valid + poison
+    random.Random(7).shuffle(bodies)
+    kube.create_jobs(bodies)
+    names = [b["metadata"]["name"] for b in valid]
+    kube.wait(
+        "every valid job Running",
+        lambda: all(_status(kube, n).get("phase") == "Running" for n in names),
+        180,
+    )
+    jobs = kube.jobs_by_name()
+    pods = {p["metadata"]["name"] for p in kube.pods(kube.namespace)}
+    for name, job in jobs.items():
+        st = job.get("status") or {}
+        if name.startswith("p-"):
+            assert not st.get("placements"), f"{name} holds a share: {st}"
+            assert st.get("reason") and st.get("message"), f"{name} gives no reason: {st}"
+        for rec in st.get("placements") or []:
+            assert rec["pod"] in pods, f"{name} holds a share without its pod {rec['pod']}"
+    reasons = {n: (j.get("status") or {}).get("reason") for n, j in jobs.items()}
+    assert {reasons[f"p-name-{i}"] for i in range(10)} == {"InvalidSpec"}
+    assert {reasons[f"p-sel-{i}"] for i in range(10)} == {"NoMatchingNode"}
+    assert {reasons[f"p-cm-{i}"] for i in range(15)} == {"InvalidProfile", "ProfileUnavailable"}
+    assert {reasons[f"p-huge-{i}"] for i in range(10)} == {"NeverFits"}
+    check_invariants(kube)
+    log = op.log.read_text(errors="replace")
+    assert op.alive() and "Traceback" not in log, log[-3000:]
