@@ -61,7 +61,7 @@ from horus.api.resources import (
     parse_quantity,
     pod_effective_request,
 )
-from horus.api.signing import sign_assignment
+from horus.api.signing import KeyRing, sign_assignment
 from horus.common import constants as c
 from horus.common.documents import DEFAULT_MAX_DEPTH, load_json
 from horus.common.errors import ConfigError, HorusError, ValidationError
@@ -616,7 +616,7 @@ class Extender:
         self,
         source: ClusterSource,
         predictor: Predictor,
-        key: bytes | Callable[[], bytes],
+        key: bytes | KeyRing | Callable[[], KeyRing | bytes],
         policy: str = "horus",
         scheduler_settings: SchedulerSettings | None = None,
         cache_seconds: float = 2.0,
@@ -643,10 +643,16 @@ class Extender:
             self._cache.clear()
 
     # --- helpers ----------------------------------------------------------------------------
+    def keys(self) -> KeyRing:
+        """The key ring now: signs with its current key, verifies with all of them (a
+        callable, e.g. :class:`~horus.operator.assignment_key.AssignmentKeySource`, is asked
+        every time, so a rotated key is used without a restart)."""
+        k = self._key() if callable(self._key) else self._key
+        return KeyRing(k) if isinstance(k, bytes) else k
+
     def key(self) -> bytes:
-        if callable(self._key):
-            self._key = self._key()
-        return self._key
+        """The signing key (the ring's current one)."""
+        return self.keys().current
 
     def _scheduler(self, live: LiveState) -> Scheduler:
         sched = Scheduler(self.policy, self.predictor, self.scheduler_settings)
@@ -689,8 +695,9 @@ class Extender:
                 continue
             ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
             profiles[pod_job_name(ns, name)] = profile
+        # Only signed records count: a forged pod assignment or DLJob record holds nothing.
         return build_live_state(
-            objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles=profiles
+            objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles=profiles, keys=self.keys()
         )
 
     @staticmethod

@@ -18,7 +18,7 @@ from typing import Any
 
 from horus.common.errors import ConfigError
 from horus.common.settings import load_settings
-from horus.operator.assignment_key import load_or_create_assignment_key
+from horus.operator.assignment_key import AssignmentKeySource
 from horus.operator.extender import Extender, ExtenderServer, ExtenderSettings, KubeClusterSource
 from horus.scheduler import SchedulerSettings
 
@@ -55,11 +55,12 @@ def build_extender(
         if settings.predictor is not None
         else load_default_predictor()
     )
-    ring = load_or_create_assignment_key(client.CoreV1Api(api_client), settings.key_file)
+    # Re-read every 30 s: a rotated key is used without a restart (docs/operator.md).
+    keys = AssignmentKeySource(client.CoreV1Api(api_client), settings.key_file)
     return Extender(
         KubeClusterSource(api_client),
         predictor,
-        key=ring.current,
+        key=keys,
         policy=settings.policy,
         scheduler_settings=scheduler_settings,
         cache_seconds=settings.cache_seconds,

@@ -314,12 +314,6 @@ def build_live_state(
         if not name or not isinstance(status_raw, dict) or not status_raw.get("placements"):
             continue
         jname = dljob_job_name(ns, name)
-        if keys is not None and not dljob_record_trusted(obj, keys):
-            problems.append(
-                f"DLJob {jname}: status.placements not signed by the operator; not counted "
-                "(its pods are used instead)"
-            )
-            continue
         try:
             status = parse_dljob_status(status_raw)
         except ValidationError as exc:
@@ -327,12 +321,18 @@ def build_live_state(
             continue
         profile = _dljob_profile(obj, jname, known_profiles)
         if status.observed is not None and status.observed.pairs and profile is not None:
-            kind = job_kind(profile)
+            kind = job_kind(profile)  # the agent's measurements, whoever wrote the record
             live.observed_pairs += [
                 (kind, pair.other, pair.gpu_model, pair.speed) for pair in status.observed.pairs
             ]
         if status.phase in TERMINAL_JOB_PHASES:
             continue  # pods of a finished job that still run are counted below, from the pods
+        if keys is not None and not dljob_record_trusted(obj, keys):
+            problems.append(
+                f"DLJob {jname}: status.placements not signed by the operator; not counted "
+                "(its pods are used instead)"
+            )
+            continue
         shares = [
             GpuShare(p.node, p.gpu_index, p.gpu_uuid, p.core_percent, p.memory_mib)
             for p in status.placements

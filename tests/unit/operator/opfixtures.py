@@ -9,6 +9,7 @@ import yaml
 
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
+from horus.api.signing import sign_assignment, sign_placements
 from horus.common import constants as c
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,6 +64,22 @@ def share(node_name: str, index: int, core: int = 50, mem: int = 10000) -> dict[
     }
 
 
+#: The assignment key the fixtures sign with (what the operator and extender under test hold).
+KEY = b"0123456789abcdef0123456789abcdef"
+
+
+def sign_pod(pod: dict[str, Any], key: bytes = KEY) -> dict[str, Any]:
+    """Sign ``pod``'s assignment annotation as the placer would (in place; returns it)."""
+    meta = pod["metadata"]
+    ann = meta.setdefault("annotations", {})
+    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
+    if text is not None:
+        ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
+            key, meta.get("namespace", "default"), meta["name"], text
+        )
+    return pod
+
+
 def dljob(
     name: str,
     placements: list[dict[str, Any]] | None = None,
@@ -97,6 +114,9 @@ def dljob(
         },
     }
     if status:
+        status[c.STATUS_PLACEMENT_SIGNATURE] = sign_placements(
+            KEY, namespace, name, f"uid-{name}", status.get("phase"), status.get("placements")
+        )
         obj["status"] = status
     return obj
 
@@ -113,11 +133,18 @@ def pod(
     if assignment is not None:
         ann[c.ANNOTATION_GPU_ASSIGNMENT] = encode_assignment(assignment)
     labels = {c.LABEL_DLJOB_NAME: job, c.LABEL_REPLICA_INDEX: str(replica)} if job else {}
-    return {
-        "metadata": {"name": name, "namespace": namespace, "annotations": ann, "labels": labels},
-        "spec": {"nodeName": assignment.node if assignment else None},
-        "status": {"phase": phase},
-    }
+    return sign_pod(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": ann,
+                "labels": labels,
+            },
+            "spec": {"nodeName": assignment.node if assignment else None},
+            "status": {"phase": phase},
+        }
+    )
 
 
 def assignment(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from extfixtures import FakeSource, plain_pod
-from opfixtures import assignment, dljob, node, share
+from opfixtures import KEY, assignment, dljob, node, share, sign_pod
 
 from horus.api.assignment import decode_assignment, decode_predicted
 from horus.api.signing import verify_assignment
@@ -27,8 +27,6 @@ from horus.operator.extender import (
 )
 from horus.predictor import load_default_predictor
 
-KEY = b"0123456789abcdef0123456789abcdef"
-
 
 def running(name: str, node_name: str, core: int, mem: int) -> dict[str, Any]:
     p = plain_pod(name, core=core, memory=mem, node=node_name)
@@ -36,7 +34,7 @@ def running(name: str, node_name: str, core: int, mem: int) -> dict[str, Any]:
         assignment(node_name, 0, core, mem).to_json()
     )
     p["status"]["phase"] = "Running"
-    return p
+    return sign_pod(p)
 
 
 @pytest.fixture
@@ -394,6 +392,7 @@ def test_lost_race_backs_off(source: FakeSource) -> None:
             if annotations.get(c.ANNOTATION_GPU_ASSIGNMENT) and "rival" not in str(self.pods):
                 rival = running("rival", "idle", 80, 70000)
                 rival["metadata"]["name"] = "a-rival"  # listed before us: its share counts
+                sign_pod(rival)
                 self.pods[("default", "a-rival")] = rival
                 self.pods = dict(sorted(self.pods.items()))
             return super().patch_pod_annotations(namespace, name, annotations, resource_version)
@@ -445,7 +444,7 @@ def test_measured_pair_speeds_beat_predicted_ones() -> None:
             assignment(node_name, 0, 40, 10000).to_json()
         )
         p["status"]["phase"] = "Running"
-        return p
+        return sign_pod(p)
 
     def filtered(jobs: list[dict[str, Any]]) -> dict[str, Any]:
         src = FakeSource(

@@ -137,3 +137,29 @@ def test_measured_pairs_of_running_and_finished_dljobs_are_collected() -> None:
         (kind, "bert@8", "H100", 0.4),
         (kind, "bert@8", "H100", 0.7),
     ]
+
+
+def test_with_keys_only_signed_records_and_pods_count() -> None:
+    """A placement record or pod assignment someone else wrote holds no GPU: the operator
+    never makes pods from the one, and the device plugin gives the other no GPU."""
+    from opfixtures import KEY
+
+    from horus.api.signing import KeyRing
+
+    signed = dljob("j1", [share("a", 0, core=30)], phase="Running")
+    forged = dljob("j2", [share("a", 1, core=90)], phase="Scheduled")
+    forged["status"]["placementSignature"] = "v1:" + "0" * 64
+    resigned = dljob("j3", [share("a", 0, core=20)], phase="Running")
+    resigned["status"]["phase"] = "Scheduled"  # changed after signing: no longer the record
+    plain = pod("ok", assignment("a", 0, core=10))
+    fake = pod("fake", assignment("a", 1, core=70))
+    fake["metadata"]["annotations"]["horus.io/gpu-assignment-signature"] = "v1:" + "f" * 64
+    live = build_live_state(
+        [node("a")], [plain, fake], [signed, forged, resigned], keys=KeyRing(KEY)
+    )
+    assert _core(live.state, "a", 0) == 40  # j1 + the signed plain pod
+    assert _core(live.state, "a", 1) == 0
+    assert sum("not signed" in p for p in live.problems) == 3, live.problems
+    # without keys (tools, tests) every record is taken at its word, as before
+    unchecked = build_live_state([node("a")], [plain, fake], [signed, forged])
+    assert _core(unchecked.state, "a", 1) == 90  # the forged record (the pod would exceed 100 %)
