@@ -42,7 +42,7 @@ from horus.agent.simulated import SimulatedBackend
 from horus.agent.watchdog import MemoryWatchdog
 from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
 from horus.api.inventory import decode_inventory
-from horus.api.signing import load_key_file
+from horus.api.signing import load_key_ring
 from horus.common import constants as c
 from horus.common.errors import HorusError
 from horus.predictor.interface import GraphProfile, Predictor
@@ -74,7 +74,7 @@ class Agent:
         self.registry, self.collector = make_registry()
         self.skips = SkipLog()
         self.key = (
-            load_key_file(settings.assignment_key_file) if settings.assignment_key_file else None
+            load_key_ring(settings.assignment_key_file) if settings.assignment_key_file else None
         )
         self.simulated = SimulatedBackend(
             seed=settings.seed,

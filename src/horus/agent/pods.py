@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from horus.api.assignment import GpuAssignment, PredictedUsage, decode_assignment, decode_predicted
-from horus.api.signing import verify_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 
@@ -68,7 +68,9 @@ class SkipLog:
         return len(self._seen)
 
 
-def parse_pod(obj: Mapping[str, Any], skips: SkipLog, key: bytes | None = None) -> PodInfo | None:
+def parse_pod(
+    obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | bytes | None = None
+) -> PodInfo | None:
     """The :class:`PodInfo` of a pod object (as JSON), or None when the agent should skip it.
 
     Pods without an assignment are not Horus's and are skipped silently; pods that are not
@@ -107,8 +109,9 @@ def parse_pod(obj: Mapping[str, Any], skips: SkipLog, key: bytes | None = None) 
         )
         return None
     if key is not None:
+        ring = KeyRing(key) if isinstance(key, bytes) else key
         signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
-        if not verify_assignment(key, namespace, name, str(text), signature):
+        if not ring.verify_assignment(namespace, name, str(text), signature):
             skips.warn(
                 uid,
                 f"skipping {where}: annotation {c.ANNOTATION_ASSIGNMENT_SIGNATURE} is missing or "

@@ -38,7 +38,7 @@ from typing import Any
 from horus.api.assignment import GpuAssignment, decode_assignment
 from horus.api.inventory import GpuDevice
 from horus.api.resources import container_amount, memory_units, pod_effective_request
-from horus.api.signing import load_key_file, verify_assignment
+from horus.api.signing import KeyRing, load_key_ring
 from horus.common import constants as c
 from horus.common.documents import load_json
 from horus.common.errors import ConfigError, HorusError, ValidationError
@@ -86,31 +86,38 @@ class ContainerGrant:
 
 
 class AssignmentKey:
-    """The HMAC key: from a mounted file (re-read when it changes) or the Secret (cached)."""
+    """The key ring: from a mounted Secret (its ``key`` file, plus a ``previous`` file beside
+    it during a rotation; re-read when either changes) or the Secret itself (cached)."""
 
     def __init__(self, api: NodeApi, key_file: Path | None) -> None:
         self.api = api
         self.key_file = key_file
-        self._key: bytes | None = None
+        self._ring: KeyRing | None = None
         self._stamp: object = None
         self._read_at = 0.0
 
-    def get(self, refresh: bool = False) -> bytes:
+    def _file_stamp(self, path: Path) -> object:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def get(self, refresh: bool = False) -> KeyRing:
         if self.key_file is not None:
-            try:
-                st = self.key_file.stat()
-                stamp: object = (st.st_ino, st.st_mtime_ns, st.st_size)
-            except FileNotFoundError:
-                stamp = None
-            if self._key is None or stamp != self._stamp:
-                self._key = load_key_file(self.key_file)
+            stamp = (
+                self._file_stamp(self.key_file),
+                self._file_stamp(self.key_file.parent / "previous"),
+            )
+            if self._ring is None or stamp != self._stamp:
+                self._ring = load_key_ring(self.key_file)
                 self._stamp = stamp
-            return self._key
+            return self._ring
         age = time.monotonic() - self._read_at
-        if self._key is None or age > KEY_REFRESH_S or (refresh and age > KEY_RETRY_S):
-            self._key = self.api.read_assignment_key()
+        if self._ring is None or age > KEY_REFRESH_S or (refresh and age > KEY_RETRY_S):
+            self._ring = KeyRing(self.api.read_assignment_key())
             self._read_at = time.monotonic()
-        return self._key
+        return self._ring
 
 
 def _requested(pod: dict[str, Any], resource: str) -> list[int]:
@@ -235,10 +242,9 @@ class Allocator:
             raise self._refuse(pod, f"malformed assignment: {exc}") from None
         signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
         try:
-            key = self.key.get()
-            ok = verify_assignment(key, ns, name, text, signature)
+            ok = self.key.get().verify_assignment(ns, name, text, signature)
             if not ok:
-                ok = verify_assignment(self.key.get(refresh=True), ns, name, text, signature)
+                ok = self.key.get(refresh=True).verify_assignment(ns, name, text, signature)
         except ConfigError as exc:
             raise self._refuse(pod, f"cannot verify the assignment of {who}: {exc}") from None
         if not ok:
@@ -345,8 +351,8 @@ class Allocator:
             except ValidationError:
                 continue
             signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
-            if not verify_assignment(
-                key, str(meta.get("namespace")), str(meta.get("name")), text, signature
+            if not key.verify_assignment(
+                str(meta.get("namespace")), str(meta.get("name")), text, signature
             ):
                 continue
             for ref in held.all_gpus:

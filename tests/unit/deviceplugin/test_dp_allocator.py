@@ -250,3 +250,21 @@ def test_allocate_reads_the_inventory_once_for_all_its_checks(fake_api: FakeNode
     alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, None), inventory, 256)  # type: ignore[arg-type]
     assert alloc.allocate(CORE, 40).pod == "p1"
     assert answers == [[]]  # one read for the whole Allocate
+
+
+def test_previous_key_still_verifies_during_a_rotation(
+    fake_api: FakeNodeApi, tmp_path: Path
+) -> None:
+    """The Secret rotated: new key in ``key``, the old one in ``previous``. A pod the operator
+    signed with the old key just before is still allocated; once ``previous`` is emptied it is
+    refused."""
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"the-new-key-0123456789abcdef")
+    (tmp_path / "previous").write_bytes(KEY + b"\n")
+    add_pod(fake_api, "p")  # signed with KEY, now the previous key
+    alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, key_file), lambda: GPUS, 256)
+    assert alloc.allocate(CORE, 40).pod == "p"
+    (tmp_path / "previous").write_bytes(b"")
+    add_pod(fake_api, "q", core=30)
+    with pytest.raises(AllocationRefused, match="invalid"):
+        alloc.allocate(CORE, 30)
