@@ -128,6 +128,8 @@ def parse_quantity(value: object, where: str) -> int:
     if m is None:
         raise ValidationError(f"{where}: {_short(text)} is not a Kubernetes quantity")
     number, suffix = m.group(1), m.group(2)
+    if number.startswith("-") and float(number) != 0:
+        raise ValidationError(f"{where}: {text!r} is negative; a resource request cannot be")
     if suffix == "m":
         milli = float(number)
         if not math.isfinite(milli) or milli % 1000:
