@@ -190,7 +190,15 @@ def test_a_key_the_release_does_not_own_is_left_alone(helm, cluster, install):
 # --- GPU node selection and NOTES ---------------------------------------------------------------
 
 
-def test_node_daemonset_lands_on_the_selected_gpu_nodes(cluster, install):
+def _uninstall_then_delete(helm: Any, cluster: Any, nodes: list[str]) -> None:
+    """Uninstall while the nodes exist: pods left on a deleted node wait ~40 s for the
+    controller-manager's orphan collection, which would hold the namespace up."""
+    helm("uninstall", "horus", *NS, "--wait", "--timeout=90s", check=False)
+    wait_namespace_gone(cluster)
+    cluster.kubectl("delete", "node", *nodes, "--ignore-not-found")
+
+
+def test_node_daemonset_lands_on_the_selected_gpu_nodes(helm, cluster, install):
     nodes = add_nodes(cluster.kubeconfig, NodeSpec(count=4, gpus_per_node=1, prefix="sel"))
     try:
         opted_out, nvidia, nfd, plain = nodes
@@ -220,7 +228,7 @@ def test_node_daemonset_lands_on_the_selected_gpu_nodes(cluster, install):
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
         assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
     finally:
-        cluster.kubectl("delete", "node", *nodes, "--ignore-not-found")
+        _uninstall_then_delete(helm, cluster, nodes)
 
 
 def test_notes_warn_when_no_node_is_selected(helm, install):
@@ -235,7 +243,7 @@ def test_notes_warn_when_no_node_is_selected(helm, install):
 # --- PodDisruptionBudget -----------------------------------------------------------------------
 
 
-def test_pdb_stops_a_drain_from_taking_the_last_operator_replica(cluster, install):
+def test_pdb_stops_a_drain_from_taking_the_last_operator_replica(helm, cluster, install):
     nodes = add_nodes(cluster.kubeconfig, NodeSpec(count=2, gpus_per_node=1, prefix="pdb"))
     try:
         for n in nodes:
@@ -274,7 +282,7 @@ def test_pdb_stops_a_drain_from_taking_the_last_operator_replica(cluster, instal
         outputs = []
         for n in nodes:
             proc = cluster.kubectl(
-                "drain", n, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s",
+                "drain", n, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=10s",
                 check=False,
             )  # fmt: skip
             outputs.append(proc.stdout + proc.stderr)
@@ -284,7 +292,7 @@ def test_pdb_stops_a_drain_from_taking_the_last_operator_replica(cluster, instal
         after = _wait("the evicted replica gone", lambda: (r := running()) < before and r)
         assert len(after) == 1, "the last replica still runs"
     finally:
-        cluster.kubectl("delete", "node", *nodes, "--ignore-not-found")
+        _uninstall_then_delete(helm, cluster, nodes)
 
 
 # --- the Horus scheduler -----------------------------------------------------------------------
