@@ -117,7 +117,9 @@ def test_bad_reload_interval_is_refused(value: float) -> None:
     from horus.operator.settings import OperatorSettings
 
     for cls, section in ((OperatorSettings, "operator"), (ExtenderSettings, "extender")):
-        with pytest.raises(HorusError, match=r"predictor[_-]reload[_-]seconds(: nan is not a finite| must be >= 0)"):
+        with pytest.raises(
+            HorusError, match=r"predictor[_-]reload[_-]seconds(: nan is not a finite| must be >= 0)"
+        ):
             load_settings(cls, section, cli={"predictor_reload_seconds": value})
 
 
