@@ -72,7 +72,7 @@ def test_add_nodes_without_cluster_says_so(tmp_path: Path) -> None:
 
 def test_bad_node_shape_is_refused(tmp_path: Path) -> None:
     proc = horus("dev", "cluster", "--dir", str(tmp_path), "add-nodes", "--count", "0")
-    assert proc.returncode == 2 and "--count must be between 1 and 5000" in proc.stderr
+    assert proc.returncode == 2 and "--count: must be a whole number from 1 to 10000" in proc.stderr
 
 
 def test_missing_go_toolchain_names_the_step(tmp_path: Path) -> None:

@@ -4,6 +4,10 @@ ECDSA P-256 keys keep generation instant. The CA signs the apiserver's serving c
 the service-account key pair lets the apiserver issue and verify tokens (so RBAC and
 ``kubectl auth can-i --as=system:serviceaccount:…`` behave as in a real cluster); static
 bearer tokens authenticate the admin and each control-plane component as its own user.
+The CA key is kept (``ca.key``, mode 0600, inside the private cluster folder) so that real
+nodes added later get client certificates of their own (``system:node:<name>``, group
+``system:nodes``: the identity the Node authorizer and NodeRestriction judge), and the
+apiserver gets a client certificate for the kubelets' APIs (logs, exec).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from horus.common.errors import ClusterError
+
 SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range; never contacted
 
 
@@ -27,12 +33,15 @@ class Credentials:
     """Paths of the generated files and the bearer tokens, by user."""
 
     ca_cert: Path
+    ca_key: Path
     serving_cert: Path
     serving_key: Path
     sa_public_key: Path
     sa_private_key: Path
     token_file: Path
     tokens: dict[str, str]
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
 
 # user name -> groups. The component users are the ones Kubernetes' bootstrap RBAC policy knows.
@@ -131,8 +140,12 @@ def generate(directory: Path) -> Credentials:
         sa_private_key=directory / "sa.key",
         token_file=directory / "tokens.csv",
         tokens={user: secrets.token_hex(24) for user in USERS},
+        ca_key=directory / "ca.key",
+        kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
+        kubelet_client_key=directory / "apiserver-kubelet-client.key",
     )
     _write(creds.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write(creds.ca_key, _pem_key(ca_key))
     _write(creds.serving_cert, srv_cert.public_bytes(serialization.Encoding.PEM))
     _write(creds.serving_key, _pem_key(srv_key))
     _write(creds.sa_private_key, _pem_key(sa_key))
@@ -147,4 +160,51 @@ def generate(directory: Path) -> Credentials:
         group_field = f',"{",".join(groups)}"' if groups else ""
         lines.append(f"{creds.tokens[user]},{user},uid-{i}{group_field}")
     _write(creds.token_file, ("\n".join(lines) + "\n").encode())
+    issue_client_cert(
+        directory,
+        KUBELET_CLIENT_USER,
+        ["system:masters"],
+        creds.kubelet_client_cert,
+        creds.kubelet_client_key,
+    )
     return creds
+
+
+#: The apiserver's user towards the kubelets (kubeadm's name for it).
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+
+
+def issue_client_cert(
+    pki: Path, user: str, groups: list[str], cert_path: Path, key_path: Path
+) -> None:
+    """A client certificate for ``user`` (CN) in ``groups`` (O), signed by ``pki``'s CA."""
+    try:
+        ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    except FileNotFoundError:
+        raise ClusterError(
+            f"{pki} has no CA key: this cluster was started by an older Horus; run "
+            "'horus dev cluster down' and 'up' again"
+        ) from None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ClusterError(f"{pki / 'ca.key'} is not the EC key Horus generates")
+    now = datetime.datetime.now(datetime.UTC)
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, user))
+    key = _key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    _write(key_path, _pem_key(key))

@@ -153,6 +153,8 @@ class LocalCluster:
         state = self.state()
         if state is None:
             return {"up": False, "directory": str(self.directory)}
+        from horus.devcluster.realnodes import RealNodes
+
         procs = {p.name: {"pid": p.pid, "running": p.running()} for p in state.processes}
         return {
             "up": True,
@@ -161,6 +163,7 @@ class LocalCluster:
             "kubeconfig": state.kubeconfig,
             "ready": self.readyz(state),
             "processes": procs,
+            "real_nodes": RealNodes(self.directory).status(),
         }
 
     # ------------------------------------------------------------------ up
@@ -180,6 +183,9 @@ class LocalCluster:
                     "run 'horus dev cluster down' first"
                 )
             # Leftovers of a cluster whose processes all died (e.g. after a reboot).
+            from horus.devcluster.realnodes import RealNodes
+
+            RealNodes(self.directory).remove()
             self._remove_directory()
 
         bin_dir = binaries.ensure_binaries()
@@ -259,6 +265,13 @@ class LocalCluster:
                 f"--service-account-signing-key-file={creds.sa_private_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=Node,RBAC",
+                # Real nodes (add-nodes --real) act as system:node:<name>: the Node authorizer
+                # and NodeRestriction confine each kubelet to its own Node and pods.
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={creds.kubelet_client_cert}",
+                f"--kubelet-client-key={creds.kubelet_client_key}",
+                # Node names do not resolve here; logs/exec reach a kubelet by its InternalIP.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 # The "kubernetes" Service's endpoints may not be a loopback address.
                 "--endpoint-reconciler-type=none",
@@ -352,11 +365,18 @@ class LocalCluster:
     # ------------------------------------------------------------------ down
     def down(self, quiet: bool = False, grace: float = 15.0) -> bool:
         """Stop our processes (newest first) and remove the folder; False when nothing ran."""
+        from horus.devcluster.realnodes import RealNodes
+
+        # Real nodes first (their kubelets need the apiserver to stop cleanly); what they
+        # changed on the host is undone even when the control plane is already gone.
+        real = RealNodes(self.directory)
+        had_real = real.state() is not None
+        real.remove()
         state = self.state()
         if state is None:
             if self.directory.exists() and not quiet:
                 self._remove_directory()
-            return False
+            return had_real
         # Signal everything first (newest first) so they shut down in parallel, then wait.
         for proc in reversed(state.processes):
             if proc.running():

@@ -38,9 +38,27 @@ def register(sub: Any) -> None:
     status = csub.add_parser("status", help="what runs, and whether the apiserver is ready")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
-    add = csub.add_parser("add-nodes", help="add kwok-managed nodes with simulated GPUs")
+    add = csub.add_parser(
+        "add-nodes",
+        help="add nodes with simulated GPUs: kwok nodes, or real kubelets (--real)",
+        description=(
+            "Without --real: kwok-managed Node objects (no containers run; thousands are "
+            "cheap). With --real (root): each node is a real kubelet of the pinned version "
+            "with its own containerd, runc and CNI bridge, its own node identity "
+            "(system:node:<name>), and simulated GPUs served by the Horus device plugin; "
+            "pods run as real containers. A cluster may mix both."
+        ),
+    )
     add.add_argument("--count", type=count(10_000), required=True, help="number of nodes to add")
-    add.add_argument("--gpus-per-node", type=count(MAX_GPUS_PER_NODE), default=8)
+    add.add_argument(
+        "--real", action="store_true", help="real kubelet nodes (root; see the description)"
+    )
+    add.add_argument(
+        "--gpus-per-node",
+        type=count(MAX_GPUS_PER_NODE),
+        default=None,
+        help="simulated GPUs per node (default: kwok 8, real 2)",
+    )
     add.add_argument("--gpu-model", default="H100", help="GPU model name, e.g. H100, A100, V100")
     add.add_argument(
         "--gpu-memory-mib",
@@ -48,12 +66,55 @@ def register(sub: Any) -> None:
         default=81920,
         help="memory of each GPU, MiB",
     )
-    add.add_argument("--prefix", default="gpu-node", help="node name prefix")
     add.add_argument(
-        "--wait", type=seconds(positive=False), default=120.0, help="seconds to wait for Ready"
+        "--prefix", default=None, help="node name prefix (default: kwok gpu-node, real real-node)"
+    )
+    add.add_argument(
+        "--device-plugin",
+        choices=("host", "none"),
+        default="host",
+        help="real nodes: run the Horus device plugin (simulated GPUs) as a process of each "
+        "node (host), or leave the GPUs to the chart's node DaemonSet (none)",
+    )
+    add.add_argument(
+        "--wait",
+        type=seconds(positive=False),
+        default=None,
+        help="seconds to wait for Ready (default: kwok 120, real 180)",
     )
     add.set_defaults(handler=_add_nodes)
+    remove = csub.add_parser(
+        "remove-nodes",
+        help="stop real nodes and delete their Node objects (every real node when none named)",
+    )
+    remove.add_argument("names", nargs="*", help="real node names")
+    remove.set_defaults(handler=_remove_nodes)
+    load = csub.add_parser(
+        "load-images",
+        help="build Horus' images (cached) and import them into every real node's containerd",
+    )
+    load.add_argument("names", nargs="*", help="images (default: operator node workload)")
+    load.set_defaults(handler=_load_images)
+    _register_images(dev_sub)
     _register_demo(dev_sub)
+
+
+def _register_images(dev_sub: Any) -> None:
+    images = dev_sub.add_parser(
+        "images",
+        help="build Horus' container images from their Dockerfiles without a Docker engine",
+        description=(
+            "Executes operator/Dockerfile, device-plugin/Dockerfile, "
+            "examples/workload/Dockerfile (and predictor/Dockerfile on request) as root: "
+            "Debian (mmdebstrap) stands in for the python:*-slim base, pip installs offline "
+            "from wheels downloaded on this host. Cached by content in "
+            "~/.cache/horus/images; an unchanged image is found in under a second."
+        ),
+    )
+    isub = images.add_subparsers(dest="images_command", metavar="ACTION", required=True)
+    build = isub.add_parser("build", help="build (or find cached) images; print their names")
+    build.add_argument("names", nargs="*", help="images (default: operator node workload)")
+    build.set_defaults(handler=_images_build)
 
 
 def _register_demo(dev_sub: Any) -> None:
@@ -201,26 +262,98 @@ def _status(args: argparse.Namespace) -> int:
     print(f"server {info['server']}  ready={info['ready']}")
     print(f"KUBECONFIG={info['kubeconfig']}")
     _print_processes(info["processes"], width=24)
-    return 0 if info["ready"] else 1
+    real = info.get("real_nodes") or {}
+    for name, node in real.items():
+        print(
+            f"real node {name}  {node['ip']}  {node['gpus']}  device plugin: {node['device_plugin']}"
+        )
+        _print_processes(node["processes"], width=22)
+    stopped = [p for n in real.values() for p in n["processes"].values() if not p["running"]]
+    return 0 if info["ready"] and not stopped else 1
 
 
 def _add_nodes(args: argparse.Namespace) -> int:
     from horus.common.errors import ClusterError
+
+    cluster = _cluster(args)
+    if cluster.state() is None:
+        raise ClusterError("no local cluster is up; run 'horus dev cluster up' first")
+    if args.real:
+        return _add_real_nodes(args, cluster)
     from horus.devcluster.nodes import NodeSpec, add_nodes
 
     spec = NodeSpec(
         count=args.count,
-        gpus_per_node=args.gpus_per_node,
+        gpus_per_node=args.gpus_per_node or 8,
         gpu_model=args.gpu_model,
         gpu_memory_mib=args.gpu_memory_mib,
-        prefix=args.prefix,
+        prefix=args.prefix or "gpu-node",
     )
-    state = _cluster(args).state()
-    if state is None:
-        raise ClusterError("no local cluster is up; run 'horus dev cluster up' first")
-    names = add_nodes(state.kubeconfig, spec, wait=args.wait)
+    names = add_nodes(
+        cluster.state().kubeconfig, spec, wait=120.0 if args.wait is None else args.wait
+    )
     print(
         f"added {len(names)} Ready node(s) ({names[0]} … {names[-1]}), each with "
         f"{spec.gpus_per_node}× {spec.gpu_model} {spec.gpu_memory_mib} MiB"
     )
+    return 0
+
+
+def _add_real_nodes(args: argparse.Namespace, cluster: Any) -> int:
+    from horus.devcluster.realnodes import RealNodes, RealNodeSpec
+
+    spec = RealNodeSpec(
+        count=args.count,
+        gpus_per_node=args.gpus_per_node or 2,
+        gpu_model=args.gpu_model,
+        gpu_memory_mib=args.gpu_memory_mib,
+        prefix=args.prefix or "real-node",
+        device_plugin=args.device_plugin,
+    )
+    names = RealNodes(cluster.directory).add(spec, wait=180.0 if args.wait is None else args.wait)
+    gpus = (
+        "GPUs to come from the chart's node DaemonSet"
+        if spec.device_plugin == "none"
+        else f"each {spec.gpus_per_node}× simulated {spec.gpu_model} {spec.gpu_memory_mib} MiB"
+    )
+    print(f"added {len(names)} real kubelet node(s), Ready: {', '.join(names)}; {gpus}")
+    return 0
+
+
+def _remove_nodes(args: argparse.Namespace) -> int:
+    from horus.devcluster.realnodes import RealNodes
+
+    removed = RealNodes(_cluster(args).directory).remove(args.names or None)
+    print(f"removed {len(removed)} real node(s){': ' + ', '.join(removed) if removed else ''}")
+    return 0
+
+
+def _build_images(names: list[str]) -> list[Any]:
+    from horus.devcluster import images
+    from horus.devcluster.binaries import repo_root
+
+    return images.build(repo_root(), names or list(images.DEFAULT_IMAGES))
+
+
+def _images_build(args: argparse.Namespace) -> int:
+    for image in _build_images(args.names):
+        print(f"{image.ref}  {image.manifest_digest[:19]}  {image.descriptor}")
+    return 0
+
+
+def _load_images(args: argparse.Namespace) -> int:
+    from horus.devcluster.realnodes import RealNodes
+
+    real = RealNodes(_cluster(args).directory)
+    if real.state() is None:
+        from horus.common.errors import ClusterError
+
+        raise ClusterError(
+            "this cluster has no real nodes; add some first: horus dev cluster add-nodes "
+            "--real --count 2"
+        )
+    built = _build_images(args.names)
+    real.import_images([Path(b.descriptor) for b in built])
+    for image in built:
+        print(f"loaded {image.ref} into every real node")
     return 0

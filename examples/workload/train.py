@@ -1,0 +1,117 @@
+"""A small training loop for DLJob examples on the local cluster's real nodes.
+
+It prints, as JSON lines on stdout (``kubectl logs``):
+
+* ``{"event": "share", ...}`` once, first: the GPU share this container received, exactly as
+  the Horus device plugin handed it over (the ``HORUS_*``, ``CUDA_*`` and
+  ``NVIDIA_VISIBLE_DEVICES`` variables) and whether the MPS pipe directory is mounted;
+* ``{"event": "progress", "step": ..., "steps_per_second": ...}`` every ``--report-seconds``;
+* ``{"event": "done", ...}`` at the end (``--steps`` reached, or SIGTERM).
+
+The "model" is logistic regression by mini-batch SGD on synthetic data, in plain Python: there
+is no GPU here, so it stands in for a framework's training step without needing one. A short
+sleep per step (``--step-sleep``) keeps many replicas on a small machine from starving it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+
+SHARE_PREFIXES = ("HORUS_", "CUDA_", "NVIDIA_VISIBLE_DEVICES")
+
+
+def emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, "time": round(time.time(), 3), **fields}), flush=True)
+
+
+def mounted(path: str) -> bool:
+    """Whether ``path`` is a mount point of this container (from /proc/self/mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            return any(line.split()[4] == path for line in fh if len(line.split()) > 4)
+    except OSError:
+        return False
+
+
+def share() -> dict[str, object]:
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(SHARE_PREFIXES)}
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")
+    return {
+        "env": env,
+        "mps_pipe_directory": pipe,
+        "mps_pipe_mounted": bool(pipe) and mounted(pipe),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="logreg", help="a label for the logs")
+    ap.add_argument("--steps", type=int, default=0, help="steps to run (0: until SIGTERM)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--features", type=int, default=16)
+    ap.add_argument("--report-seconds", type=float, default=5.0)
+    ap.add_argument("--step-sleep", type=float, default=0.005, help="seconds to yield per step")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.steps < 0 or args.batch_size < 1 or not 1 <= args.features <= 4096:
+        ap.error("--steps >= 0, --batch-size >= 1 and 1 <= --features <= 4096")
+
+    stop = False
+
+    def on_term(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    emit("share", model=args.model, pod=os.environ.get("HORUS_POD_NAME", ""), **share())
+
+    rng = random.Random(args.seed)
+    truth = [rng.uniform(-1, 1) for _ in range(args.features)]
+    weights = [0.0] * args.features
+    lr, step, loss = 0.1, 0, 0.0
+    started = last = time.monotonic()
+    last_step = 0
+    while not stop and (args.steps == 0 or step < args.steps):
+        grad = [0.0] * args.features
+        loss = 0.0
+        for _ in range(args.batch_size):
+            x = [rng.gauss(0, 1) for _ in range(args.features)]
+            y = 1.0 if sum(a * b for a, b in zip(truth, x)) > 0 else 0.0
+            z = max(-30.0, min(30.0, sum(a * b for a, b in zip(weights, x))))
+            p = 1 / (1 + math.exp(-z))
+            loss -= y * math.log(p + 1e-12) + (1 - y) * math.log(1 - p + 1e-12)
+            for i, xi in enumerate(x):
+                grad[i] += (p - y) * xi
+        weights = [w - lr * g / args.batch_size for w, g in zip(weights, grad)]
+        step += 1
+        now = time.monotonic()
+        if now - last >= args.report_seconds:
+            emit(
+                "progress",
+                step=step,
+                steps_per_second=round((step - last_step) / (now - last), 2),
+                loss=round(loss / args.batch_size, 4),
+            )
+            last, last_step = now, step
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
+    elapsed = time.monotonic() - started
+    emit(
+        "done",
+        steps=step,
+        steps_per_second=round(step / elapsed, 2) if elapsed else 0.0,
+        loss=round(loss / args.batch_size, 4),
+        stopped=stop,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
