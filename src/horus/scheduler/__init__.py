@@ -8,12 +8,14 @@ Public API (see ``docs/scheduler.md``)::
     sched = Scheduler(policy="horus", predictor=predictor)
     result = sched.schedule(state, [job_request, ...], now=time.time())
     result.placed   -> Placement (replicas → GpuShare: node, GPU index/UUID, core %, MiB)
-    result.refused  -> Refusal (job, reason, code)
+    result.refused  -> Refusal (job, reason, code: RefusalCode)
+    sched.evaluate(state, job_request, ["node-1", ...])  # {node: Placement | Refusal}, per node
 """
 
+from horus.scheduler.estimates import published_pair_error
 from horus.scheduler.policies import POLICY_NAMES, Policy, get_policy
 from horus.scheduler.queue import JobQueue
-from horus.scheduler.scheduler import Scheduler, published_pair_error
+from horus.scheduler.scheduler import Scheduler
 from horus.scheduler.state import ClusterState
 from horus.scheduler.types import (
     GpuShare,
@@ -21,6 +23,7 @@ from horus.scheduler.types import (
     JobRequest,
     Placement,
     Refusal,
+    RefusalCode,
     ReplicaPlacement,
     ScheduleResult,
     SchedulerSettings,
@@ -37,6 +40,7 @@ __all__ = [
     "Placement",
     "Policy",
     "Refusal",
+    "RefusalCode",
     "ReplicaPlacement",
     "ScheduleResult",
     "Scheduler",

@@ -91,7 +91,12 @@ class ScoreContext:
 
 
 class Policy:
-    """Base policy: first fit on the common filter. Subclasses override the hooks."""
+    """Base policy: first fit on the common filter. Subclasses override the hooks.
+
+    ``refine`` and ``score`` judge each GPU by itself: a GPU's verdict and score may depend
+    on the state and the job, never on which other GPUs are in the mask. That is what lets
+    ``Scheduler.evaluate`` score every GPU once and answer per node.
+    """
 
     name = "base"
     #: Jobs that may share one GPU; ``None`` means ``settings.max_jobs_per_gpu``.
@@ -102,6 +107,10 @@ class Policy:
     lookahead: int | None = None
     #: The job gets the whole GPU (core 100 %, all memory).
     whole_gpu = False
+    #: Scores GPUs by predicted interference (pair speeds), under a cap on the summed
+    #: predicted utilisation (``refine``) and a sharing rule (``turned_down``); a refusal
+    #: then names the cap or the rule when they, not room, kept the job out.
+    interference_aware = False
 
     def max_jobs_per_gpu(self, settings: SchedulerSettings) -> int:
         return settings.max_jobs_per_gpu if self.max_jobs is None else self.max_jobs
@@ -214,6 +223,7 @@ class Horus(Policy):
     """Maximise the predicted rise in summed normalised speed on the chosen GPU."""
 
     name = "horus"
+    interference_aware = True
 
     def __init__(self) -> None:
         # (kind, gpu model, signature) -> (gain, new job's speed, slowest resident after)

@@ -96,6 +96,7 @@ class ClusterState:
                 healthy.append(gpu.healthy)
         #: The nodes this state offers GPUs on (for membership tests).
         self.node_set: frozenset[str] = frozenset(self.node_names)
+        self._node_ids = {node: n for n, node in enumerate(self.node_names)}
         self.models: list[str] = sorted(set(self.gpu_model))
         model_id = {m: i for i, m in enumerate(self.models)}
         n_gpus = len(self.gpu_index)
@@ -150,6 +151,11 @@ class ClusterState:
         """``node/gpu-i`` for global GPU number ``g``."""
         return f"{self.node_names[int(self.node_of[g])]}/gpu-{self.gpu_index[g]}"
 
+    def node_index(self, node: str) -> int:
+        """The number of ``node`` in :attr:`node_names` (what :attr:`node_of` holds); -1
+        when the state has no such node."""
+        return self._node_ids.get(node, -1)
+
     def gpu_id(self, node: str, index: int) -> int:
         try:
             return self._by_ref[(node, index)]
@@ -173,9 +179,6 @@ class ClusterState:
 
     def views(self) -> list[GpuView]:
         return [self.view(g) for g in range(self.gpu_count)]
-
-    def jobs_on(self, g: int) -> list[str]:
-        return [r.job for r in self.residents[g]]
 
     def gpus_of(self, job: str) -> list[int]:
         return list(self.jobs[job].gpus)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
 
 from horus.common.constants import GPU_CORE_UNITS_PER_GPU
 from horus.common.errors import ValidationError
@@ -85,16 +85,6 @@ class GpuShare:
     core_percent: int
     memory_mib: int
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``horus.io/gpu-assignment`` form of this share."""
-        return {
-            "node": self.node,
-            "gpuIndex": self.gpu_index,
-            "gpuUUID": self.gpu_uuid,
-            "corePercent": self.core_percent,
-            "memoryMiB": self.memory_mib,
-        }
-
 
 @dataclass(frozen=True)
 class ReplicaPlacement:
@@ -103,14 +93,6 @@ class ReplicaPlacement:
     replica: int
     node: str
     gpus: tuple[GpuShare, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``horus.io/gpu-assignment`` annotation value for this replica's pod."""
-        return {
-            "node": self.node,
-            "replica": self.replica,
-            "gpus": [g.to_json() for g in self.gpus],
-        }
 
 
 @dataclass(frozen=True)
@@ -135,20 +117,92 @@ class Placement:
         return tuple(g for r in self.replicas for g in r.gpus)
 
 
+class RefusalCode(StrEnum):
+    """Why a job was not placed, as a category a program can act on.
+
+    Modelled on kube-scheduler's ``framework.Code``: each code knows whether waiting on this
+    cluster may resolve it (:attr:`resolvable`: jobs leave, GPUs free up — kube-scheduler's
+    ``Unschedulable``) or not (the cluster as it is can never host the job; only a change to
+    the cluster or to the job helps — its ``UnschedulableAndUnresolvable``), and the CamelCase
+    reason the operator writes into the DLJob's ``Scheduled`` condition
+    (:attr:`condition_reason`). The string values are stable: they appear in logs, metrics
+    labels and tests, and a ``str`` enum compares equal to them.
+    """
+
+    #: Can never fit this cluster, even empty (too few GPUs, too little memory per GPU).
+    IMPOSSIBLE = "impossible"
+    #: No GPU node allows the pod template (nodeSelector, node affinity, tolerations).
+    NODES = "nodes"
+    #: Not enough free GPU memory right now.
+    MEMORY = "memory"
+    #: Not enough free core share right now (or the summed-utilisation cap).
+    CORE = "core"
+    #: Every GPU with room already runs the most jobs per GPU.
+    SLOTS = "slots"
+    #: Sharing would cost more than it gains; waiting for a better GPU.
+    INTERFERENCE = "interference"
+    #: No idle GPU (policies that run one job per GPU).
+    BUSY = "busy"
+    #: Not all replicas of the gang fit.
+    GANG = "gang"
+    #: Held back so that an older, starving job goes first.
+    HELD = "held"
+    #: Not examined this pass (behind the backfill depth).
+    QUEUED = "queued"
+    #: Already holds GPU shares in the state; never placed twice.
+    RESIDENT = "resident"
+    #: Not placed, reason not worked out (``Scheduler.schedule(explain=False)``).
+    UNPLACED = "unplaced"
+
+    @property
+    def resolvable(self) -> bool:
+        """Whether waiting on this cluster may let the job in (False: it never will as is)."""
+        return self not in _UNRESOLVABLE
+
+    @property
+    def condition_reason(self) -> str:
+        """The CamelCase reason of the DLJob's ``Scheduled=False`` condition."""
+        return _CONDITION_REASONS[self]
+
+
+_UNRESOLVABLE = frozenset({RefusalCode.IMPOSSIBLE, RefusalCode.NODES})
+_CONDITION_REASONS: dict[RefusalCode, str] = {
+    RefusalCode.IMPOSSIBLE: "NeverFits",
+    RefusalCode.NODES: "NoMatchingNode",
+    RefusalCode.MEMORY: "InsufficientGPUMemory",
+    RefusalCode.CORE: "InsufficientGPUCore",
+    RefusalCode.SLOTS: "GPUJobSlotsFull",
+    RefusalCode.INTERFERENCE: "InterferenceTooHigh",
+    RefusalCode.BUSY: "NoIdleGPU",
+    RefusalCode.GANG: "GangDoesNotFit",
+    RefusalCode.HELD: "HeldForOlderJob",
+    RefusalCode.QUEUED: "WaitingInQueue",
+    RefusalCode.RESIDENT: "AlreadyHoldsGPUShares",
+    RefusalCode.UNPLACED: "Unschedulable",
+}
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A job that could not be placed now, and why, in words a person can act on.
 
-    ``code`` is a short machine-readable category: ``impossible`` (can never fit this
-    cluster), ``memory``, ``core``, ``slots`` (max jobs per GPU), ``interference`` (sharing
-    would cost more than it gains), ``busy`` (no idle GPU), ``gang`` (not all replicas fit),
-    ``held`` (held back so an older job is not starved), ``queued`` (not examined this pass),
-    ``resident`` (the job already holds shares in the state; it is never placed twice).
+    ``code`` is the machine-readable category (:class:`RefusalCode`, which says whether
+    waiting may resolve it); ``reason`` the sentence, with numbers and the best candidate.
     """
 
     job: str
     reason: str
-    code: str
+    code: RefusalCode
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, RefusalCode):
+            try:
+                object.__setattr__(self, "code", RefusalCode(self.code))
+            except ValueError:
+                raise ValidationError(
+                    f"refusal of job {self.job}: unknown code {self.code!r}; use one of "
+                    f"{', '.join(c.value for c in RefusalCode)}"
+                ) from None
 
 
 @dataclass(frozen=True)
@@ -246,10 +300,6 @@ class GpuView:
     core_used_percent: int
     util_sum: float
     jobs: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def memory_free_mib(self) -> int:
-        return self.memory_mib - self.memory_used_mib
 
     @property
     def label(self) -> str:

@@ -182,14 +182,14 @@ def test_priority_goes_first() -> None:
     assert [p.job for p in res.placed] == ["high"]
 
 
-def test_assignment_json_and_add_job_roundtrip() -> None:
+def test_placement_shares_and_add_job_roundtrip() -> None:
     state = cluster(1, 2)
     sched = Scheduler("horus", PRED)
     j = job("a", "cool")
     p = sched.place(state, j)
     assert isinstance(p, Placement)
-    doc = p.replicas[0].to_json()
-    assert doc["gpus"][0]["gpuUUID"].startswith("GPU-") and doc["gpus"][0]["memoryMiB"] > 0
+    share = p.replicas[0].gpus[0]
+    assert share.gpu_uuid.startswith("GPU-") and share.memory_mib > 0
     rebuilt = cluster(1, 2)
     rebuilt.add_job(j, p.shares, p.prediction)
     assert rebuilt.view(0).jobs == state.view(0).jobs

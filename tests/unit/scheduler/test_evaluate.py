@@ -1,0 +1,204 @@
+"""``Scheduler.evaluate``: per-node answers for the scheduler extender's filter and prioritize.
+
+The promise: for each node, exactly what ``Scheduler.place`` answers when that node is the
+only usable one — same filters, margins, scores, shares and refusal sentences — without
+changing the state. Checked against ``place`` on a copy of the state whose other nodes'
+GPUs are marked unhealthy, on random mixed clusters for every policy, and on hand-made
+cases where the right answer is obvious.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sched_helpers import TablePredictor, cluster, job
+
+from horus.api.inventory import GpuDevice, simulated_gpu_uuid
+from horus.common.constants import GPU_UNHEALTHY
+from horus.scheduler import (
+    POLICY_NAMES,
+    ClusterState,
+    JobRequest,
+    Placement,
+    Refusal,
+    RefusalCode,
+    Scheduler,
+)
+
+pytestmark = pytest.mark.unit
+
+MODELS = {
+    f"m{i}": (float(u), float(m))
+    for i, (u, m) in enumerate(
+        [(10, 2000), (35, 3000), (60, 9000), (90, 9000), (99, 20000), (50, 30000)]
+    )
+}
+PAIRS = {
+    (a, b): 0.2 + 0.1 * ((i * 7 + j * 3) % 9)
+    for i, a in enumerate(MODELS)
+    for j, b in enumerate(MODELS)
+}
+PRED = TablePredictor(MODELS, PAIRS)
+
+
+def _only_node(state: ClusterState, node: str) -> ClusterState:
+    """A copy of ``state`` where every GPU off ``node`` is unhealthy."""
+    alone = state.copy()
+    for g in range(alone.gpu_count):
+        name = alone.node_names[int(alone.node_of[g])]
+        if name != node:
+            alone.set_health(name, alone.gpu_index[g], False)
+    return alone
+
+
+def _measured(kind: str, other: str, _gpu: str) -> float:
+    """``oracle``'s pair source: the table by model name (kinds are ``model@batch``)."""
+    return PAIRS[(kind.split("@")[0], other.split("@")[0])]
+
+
+def _same(a: Placement | Refusal, b: Placement | Refusal) -> None:
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, Refusal):
+        assert isinstance(b, Refusal)
+        assert (a.job, a.code, a.reason) == (b.job, b.code, b.reason)
+    else:
+        assert isinstance(b, Placement)
+        assert a == b
+
+
+def _mixed_cluster(sizes: list[tuple[str, int]], sick: int) -> ClusterState:
+    """Nodes of A100 (40 GiB) or V100 (16 GiB) GPUs; every ``sick``-th GPU unhealthy."""
+    inv: dict[str, list[GpuDevice]] = {}
+    k = 0
+    for n, (model, gpus) in enumerate(sizes):
+        name = f"node-{n}"
+        mem = 40960 if model == "A100" else 16384
+        inv[name] = []
+        for i in range(gpus):
+            k += 1
+            health = GPU_UNHEALTHY if sick and k % sick == 0 else "Healthy"
+            inv[name].append(GpuDevice(i, simulated_gpu_uuid(name, i), model, mem, health))
+    return ClusterState.from_inventory(inv)
+
+
+job_spec = st.tuples(
+    st.sampled_from(sorted(MODELS)),
+    st.integers(1, 3),  # replicas
+    st.sampled_from([1, 1, 1, 2, 4]),  # GPUs per replica
+    st.one_of(st.none(), st.integers(5, 100)),  # core %
+    st.one_of(st.none(), st.integers(1000, 50000)),  # memory MiB
+    st.sampled_from([(), ("A100",), ("V100",)]),  # GPU models
+)
+
+
+Spec = tuple[str, int, int, int | None, int | None, tuple[str, ...]]
+
+
+def _request(name: str, spec: Spec) -> JobRequest:
+    model, reps, per, core, mem, gpu_models = spec
+    return job(
+        name,
+        model,
+        replicas=reps,
+        gpus_per_replica=per,
+        core_percent=core,
+        memory_mib=mem,
+        gpu_models=gpu_models,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    policy=st.sampled_from(POLICY_NAMES),
+    sizes=st.lists(
+        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4])),
+        min_size=1,
+        max_size=4,
+    ),
+    sick=st.sampled_from([0, 0, 3, 5]),
+    running=st.lists(job_spec, max_size=10),
+    probes=st.lists(job_spec, min_size=1, max_size=4),
+    measured=st.booleans(),
+)
+def test_evaluate_agrees_with_place_when_only_that_node_is_usable(
+    policy: str,
+    sizes: list[tuple[str, int]],
+    sick: int,
+    running: list[Spec],
+    probes: list[Spec],
+    measured: bool,
+) -> None:
+    state = _mixed_cluster(sizes, sick)
+    sched = Scheduler(policy, PRED, pair_speed=_measured if policy == "oracle" else None)
+    sched.schedule(state, [_request(f"run-{i}", s) for i, s in enumerate(running)])
+    if measured:  # measured pairs change the margins of a decision
+        sched.observe_pair("m1@32", "m2@32", "A100", 0.9)
+        sched.observe_pair("m0@32", "m3@32", "V100", 0.4)
+    nodes = [*state.node_names, "no-such-node"]
+    for i, spec in enumerate(probes):
+        probe = _request(f"probe-{i}", spec)
+        version, njobs = state.version, state.njobs.copy()
+        answers = sched.evaluate(state, probe, nodes)
+        assert list(answers) == nodes
+        assert state.version == version and (state.njobs == njobs).all()  # nothing applied
+        for node in nodes:
+            _same(answers[node], sched.place(_only_node(state, node), probe))
+            placed = answers[node]
+            if isinstance(placed, Placement):
+                assert {s.node for s in placed.shares} == {node}
+
+
+def test_each_node_answers_for_itself() -> None:
+    state = cluster(3, 2)  # 24 GiB GPUs
+    sched = Scheduler("horus", PRED)
+    # node-0's memory full, node-1 half used, node-2 idle
+    assert isinstance(
+        sched.place(state, job("big-0", "m4", nodes=frozenset({"node-0"}))), Placement
+    )
+    assert isinstance(
+        sched.place(state, job("big-1", "m4", nodes=frozenset({"node-0"}))), Placement
+    )
+    assert isinstance(sched.place(state, job("mid", "m2", nodes=frozenset({"node-1"}))), Placement)
+    answers = sched.evaluate(state, job("new", "m2"), ["node-0", "node-1", "node-2"])
+    refused = answers["node-0"]
+    assert isinstance(refused, Refusal) and refused.code == RefusalCode.MEMORY
+    assert refused.code.resolvable and "node-0/gpu-" in refused.reason
+    for node in ("node-1", "node-2"):
+        placed = answers[node]
+        assert isinstance(placed, Placement) and placed.shares[0].node == node
+    # horus prefers the idle GPU of node-1 (gain 1.0, fuller node among equals) to sharing
+    p1 = answers["node-1"]
+    assert isinstance(p1, Placement) and p1.predicted_gain == pytest.approx(1.0)
+
+
+def test_a_gang_larger_than_the_node_never_fits_there() -> None:
+    state = cluster(2, 2)
+    sched = Scheduler("horus", PRED)
+    answers = sched.evaluate(state, job("gang", "m0", gpus_per_replica=4), state.node_names)
+    for r in answers.values():
+        assert isinstance(r, Refusal) and r.code == RefusalCode.IMPOSSIBLE
+        assert not r.code.resolvable
+
+
+def test_unknown_node_is_a_node_without_gpus() -> None:
+    state = cluster(1, 1)
+    r = Scheduler("binpack", PRED).evaluate(state, job("a", "m0"), ["elsewhere"])["elsewhere"]
+    assert isinstance(r, Refusal) and r.code == RefusalCode.IMPOSSIBLE
+    assert "0 healthy GPUs" in r.reason
+
+
+def test_refusal_codes_know_their_condition_reason_and_resolvability() -> None:
+    assert RefusalCode("impossible") is RefusalCode.IMPOSSIBLE
+    assert RefusalCode.IMPOSSIBLE == "impossible" and f"{RefusalCode.GANG}" == "gang"
+    assert RefusalCode.NODES.condition_reason == "NoMatchingNode"
+    assert {c for c in RefusalCode if not c.resolvable} == {
+        RefusalCode.IMPOSSIBLE,
+        RefusalCode.NODES,
+    }
+    assert all(c.condition_reason[0].isupper() for c in RefusalCode)
+    assert Refusal("j", "why", "memory").code is RefusalCode.MEMORY  # type: ignore[arg-type]
+    from horus.common.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown code 'nope'"):
+        Refusal("j", "why", "nope")  # type: ignore[arg-type]
