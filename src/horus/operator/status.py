@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from horus.common import constants as c
+from horus.scheduler import RefusalCode
 
 # Condition types the operator writes on a DLJob.
 COND_SCHEDULED = "Scheduled"
@@ -21,21 +22,6 @@ COND_RUNNING = "Running"
 COND_FINISHED = "Finished"
 #: False when an explicit share is below the job's predicted need (a warning, not a refusal).
 COND_SHARE_SUFFICIENT = "ShareSufficient"
-
-# Refusal codes of the scheduling core → CamelCase condition reasons.
-_REFUSAL_REASONS = {
-    "impossible": "NeverFits",
-    "memory": "InsufficientGPUMemory",
-    "core": "InsufficientGPUCore",
-    "slots": "GPUJobSlotsFull",
-    "interference": "InterferenceTooHigh",
-    "busy": "NoIdleGPU",
-    "gang": "GangDoesNotFit",
-    "held": "HeldForOlderJob",
-    "queued": "WaitingInQueue",
-    "resident": "AlreadyHoldsGPUShares",
-    "nodes": "NoMatchingNode",
-}
 
 #: Owned top-level status fields (a merge patch touches nothing else).
 OWNED_FIELDS = (
@@ -55,8 +41,12 @@ OWNED_FIELDS = (
 
 
 def refusal_reason(code: str) -> str:
-    """The condition reason for a scheduler refusal code (``Unschedulable`` when unknown)."""
-    return _REFUSAL_REASONS.get(code, "Unschedulable")
+    """The condition reason for a scheduler refusal code (:class:`RefusalCode` or its string
+    value; ``Unschedulable`` when unknown)."""
+    try:
+        return RefusalCode(code).condition_reason
+    except ValueError:
+        return "Unschedulable"
 
 
 @dataclass(frozen=True)
