@@ -27,6 +27,7 @@ import contextlib
 import csv
 import itertools
 import json
+import math
 import os
 import queue
 import random
@@ -464,13 +465,23 @@ def gpu_index(device: str) -> int:
     return int(device[5:]) if device.startswith("cuda:") else 0
 
 
+#: Largest measure.json read (a full zoo with every pair is a few MB).
+MAX_RESULTS_BYTES = 256 << 20
+
+
 def load_results(path: Path) -> dict[str, Any]:
     """``measure.json`` of an earlier run (to resume), or a fresh one."""
     if not path.exists():
         return {"format": RESULTS_FORMAT, "solo": {}, "pairs": {}, "failed": {}}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    from horus.common.documents import load_json, read_text_file
+
+    try:  # bounded (size, UTF-8, nesting): the folder may be anyone's
+        data = load_json(
+            read_text_file(path, max_bytes=MAX_RESULTS_BYTES),
+            str(path),
+            max_bytes=MAX_RESULTS_BYTES,
+        )
+    except ValidationError as exc:
         raise ValidationError(
             f"{path} is not a measure.json this tool wrote ({exc}); move it away to start over"
         ) from None
@@ -479,6 +490,16 @@ def load_results(path: Path) -> dict[str, Any]:
             f"{path}: format is {data.get('format') if isinstance(data, dict) else None!r}, "
             f"expected {RESULTS_FORMAT!r}; move it away to start over"
         )
+    for section in ("solo", "pairs", "failed"):
+        entries = data.setdefault(section, {})
+        objects = section != "failed"  # failed: job (or pair) -> its error text
+        if not isinstance(entries, dict) or (
+            objects and not all(isinstance(v, dict) for v in entries.values())
+        ):
+            raise ValidationError(
+                f"{path}: '{section}' must map each job (or pair) to an object; this file was "
+                "not written by 'horus predictor measure' (or was edited): move it away"
+            )
     return data
 
 
@@ -785,6 +806,9 @@ def solo_profile(key: str, entry: Mapping[str, Any]) -> GraphProfile:
     j = parse_job(key)
     try:
         features = {k: float(entry["features"][k]) for k in FEATURE_NAMES}
+        bad = [k for k, v in features.items() if not (math.isfinite(v) and v >= 0)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} not a finite number >= 0")
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError(
             f"{RESULTS_FILE}: solo entry {key!r} has no complete 'features' ({exc}); "
