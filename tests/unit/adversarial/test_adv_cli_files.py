@@ -386,3 +386,50 @@ def test_hostile_observed_rows_are_refused_before_training(
     out = tmp_path / "model.json"
     cli(["predictor", "train", flag, str(rows), "-o", str(out)]).refused(rows.name, *words)
     assert not out.exists()  # nothing trained, nothing written
+
+
+# --- measured ground truth (horus sim --truth measured:DIR) ---------------------------------------
+
+
+def _measure_json(**over: Any) -> bytes:
+    from horus.predictor.measure import RESULTS_FORMAT
+
+    features = {k: 1.0 for k in FEATURE_NAMES}
+    doc: dict[str, Any] = {
+        "format": RESULTS_FORMAT,
+        "gpu": "A100",
+        "solo": {"resnet50:32": {"features": features, "util": 50.0, "steps_per_s": 3.0}},
+        "pairs": {},
+        "failed": {},
+    }
+    doc.update(over)
+    return json.dumps(doc).encode()
+
+
+MEASURED_CASES: list[tuple[str, bytes, tuple[str, ...]]] = [
+    ("binary", bytes(range(256)) * 4, ("not UTF-8",)),
+    ("deep", b"[" * 5000 + b"]" * 5000, ("nested deeper",)),
+    ("list", b"[1]", ("format is None",)),
+    ("wrong-format", _measure_json(format=99), ("format is 99",)),
+    ("solo-list", _measure_json(solo=[1, 2]), ("'solo' must map",)),
+    ("pair-string", _measure_json(pairs={"a|b": "fast"}), ("'pairs' must map",)),
+    (
+        "nan-feature",
+        _measure_json(
+            solo={"resnet50:32": {"features": {k: "nan" for k in FEATURE_NAMES}, "util": 1.0}}
+        ),
+        ("resnet50:32", "features"),
+    ),
+    ("no-pairs", _measure_json(), ("no measured pairs",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "data", "words"), MEASURED_CASES, ids=[c[0] for c in MEASURED_CASES]
+)
+def test_hostile_measured_truth_is_refused(
+    tmp_path: Path, cli: Callable, case: str, data: bytes, words: tuple[str, ...]
+) -> None:
+    (tmp_path / "measure.json").write_bytes(data)
+    result = cli(["sim", "--truth", f"measured:{tmp_path}", "--no-progress", "--jobs", "5"])
+    result.refused(*words)
