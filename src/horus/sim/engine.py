@@ -46,9 +46,16 @@ import numpy as np
 
 from horus.common.errors import ConfigError, ValidationError
 from horus.predictor.interface import Predictor
-from horus.scheduler import ClusterState, JobRequest, Scheduler, SchedulerSettings
+from horus.scheduler import (
+    ClusterState,
+    JobRequest,
+    Scheduler,
+    ScheduleResult,
+    SchedulerSettings,
+)
 from horus.scheduler.policies import get_policy
 from horus.sim.groundtruth import GroundTruth
+from horus.sim.results import JobRecord, SimResult
 from horus.sim.traces import TraceJob
 
 #: Suffix of a run whose scheduler is told measured pair speeds, as the node agent reports them
@@ -107,74 +114,6 @@ class SimConfig:
             raise ValidationError(f"timeline_points must be 1..1000000, got {self.timeline_points}")
         if not (math.isfinite(self.slow_threshold) and 0 < self.slow_threshold <= 1):
             raise ValidationError(f"slow_threshold must be in (0, 1], got {self.slow_threshold}")
-
-
-@dataclass
-class JobRecord:
-    """What happened to one job."""
-
-    job_id: str
-    kind: str
-    num_gpus: int
-    submit: float
-    duration: float
-    start: float = math.nan
-    finish: float = math.nan
-
-    @property
-    def jct(self) -> float:
-        return self.finish - self.submit
-
-    @property
-    def wait(self) -> float:
-        return self.start - self.submit
-
-    @property
-    def mean_speed(self) -> float:
-        run = self.finish - self.start
-        return self.duration / run if run > 0 else 1.0
-
-
-@dataclass
-class SimResult:
-    """Per-job records, the utilisation timeline and summary metrics of one run."""
-
-    policy: str
-    trace: str
-    gpus: int
-    records: list[JobRecord]
-    timeline: list[tuple[float, float, float]] = field(default_factory=list)  # t, busy, util
-    busy_integral: float = 0.0
-    util_integral: float = 0.0
-    wall_seconds: float = 0.0
-    slow_threshold: float = 0.8
-    util_source: str = "measured"
-    rejected: list[str] = field(default_factory=list)
-
-    def metrics(self) -> dict[str, float]:
-        """Makespan, JCT mean/median/p95, mean queueing delay, busy fraction, summed util…"""
-        recs = self.records
-        jct = sorted(r.jct for r in recs)
-        start = min(r.submit for r in recs)
-        end = max(r.finish for r in recs)
-        span = max(end - start, 1e-9)
-
-        def pct(q: float) -> float:
-            return jct[min(len(jct) - 1, int(q * len(jct)))]
-
-        return {
-            "jobs": float(len(recs)),
-            "makespan_s": end - start,
-            "jct_mean_s": sum(jct) / len(jct),
-            "jct_median_s": pct(0.5),
-            "jct_p95_s": pct(0.95),
-            "queue_delay_mean_s": sum(r.wait for r in recs) / len(recs),
-            "gpu_busy_fraction": self.busy_integral / (span * self.gpus),
-            "summed_util_mean_pct": self.util_integral / (span * self.gpus),
-            "jobs_slowed": float(sum(1 for r in recs if r.mean_speed < self.slow_threshold - 1e-9)),
-            "wall_seconds": self.wall_seconds,
-            "jobs_rejected": float(len(self.rejected)),
-        }
 
 
 @dataclass
@@ -256,209 +195,279 @@ class Simulator:
         )
 
     def run(self) -> SimResult:
-        t0 = time.perf_counter()
-        st, sched, truth, cfg = self.state, self.scheduler, self.truth, self.config
-        queue = sched.new_queue(st)
-        records: dict[str, JobRecord] = {}
-        running: dict[str, _Running] = {}
-        events: list[tuple[float, int, str, int]] = []
-        seq = 0
-        arrivals = self.trace
-        ai = 0
-        n_total = len(arrivals)
-        done = 0
-        now = arrivals[0].submit_time if arrivals else 0.0
-        busy = 0
-        gpu_util = [0.0] * st.gpu_count
-        util_total = 0.0
-        result = SimResult(
-            self.policy, self.trace_name, cfg.gpus, [], slow_threshold=cfg.slow_threshold
+        """Simulate the whole trace; the result holds every job's record and the metrics."""
+        return _Run(self).loop()
+
+
+class _Run:
+    """One simulation in progress: the clock, the queue, what runs, the completion events and
+    the utilisation integrals. Each method is one step of the event loop (:meth:`loop`)."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.t0 = time.perf_counter()
+        self.sim, self.st, self.sched = sim, sim.state, sim.scheduler
+        self.truth, self.cfg = sim.truth, sim.config
+        self.speed = sim.truth.speed
+        self.queue = self.sched.new_queue(self.st)
+        self.records: dict[str, JobRecord] = {}
+        self.running: dict[str, _Running] = {}
+        #: (completion time, sequence, job, version): stale once the job's version moved on.
+        self.events: list[tuple[float, int, str, int]] = []
+        self.seq = 0
+        self.arrivals = sim.trace
+        self.ai = 0
+        self.done = 0
+        self.now = self.arrivals[0].submit_time if self.arrivals else 0.0
+        self.busy = 0
+        self.gpu_util = [0.0] * self.st.gpu_count
+        self.util_total = 0.0
+        cfg = self.cfg
+        self.result = SimResult(
+            sim.policy, sim.trace_name, cfg.gpus, [], slow_threshold=cfg.slow_threshold
         )
-        horizon = (arrivals[-1].submit_time - now) if arrivals else 0.0
-        sample_dt = max(horizon, 1.0) / max(cfg.timeline_points, 1)
-        next_sample = now
-        last_progress = -1
-        util_known = all(t.util is not None for t in truth.types)
-        result.util_source = "measured" if util_known else "predicted"
-        speed = truth.speed
+        horizon = (self.arrivals[-1].submit_time - self.now) if self.arrivals else 0.0
+        self.sample_dt = max(horizon, 1.0) / max(cfg.timeline_points, 1)
+        self.next_sample = self.now
+        self.last_progress = -1
+        util_known = all(t.util is not None for t in self.truth.types)
+        self.result.util_source = "measured" if util_known else "predicted"
         #: horus+observed: jobs seen alone on a GPU, and the neighbour kinds of jobs not yet
         #: seen alone (reported once they are), as the agent's baseline requires.
-        alone: set[str] = set()
-        paired: dict[str, set[str]] = {}
+        self.alone: set[str] = set()
+        self.paired: dict[str, set[str]] = {}
 
-        def report(kind: str, other: str) -> None:
-            if self.observe == "util":  # the agent's proxy; nothing where it cannot be derived
-                value = truth.util_ratio_speed(kind, other)
-                if value is not None:
-                    sched.observe_pair(kind, other, truth.gpu_model, value)
-            else:
-                sched.observe_pair(kind, other, truth.gpu_model, speed(kind, other))
-
-        def rate_of(r: _Running) -> float:
-            best = 1.0
-            for g in r.gpus:
-                s = 1.0
-                for other in st.residents[g]:
-                    if other.job != r.rec.job_id:
-                        s *= speed(r.request.kind, other.kind)
-                best = min(best, s)
-            if not (math.isfinite(best) and best > 0):
-                raise ValidationError(
-                    f"ground truth {truth.source}: job {r.rec.job_id} ({r.request.kind}) would "
-                    f"run at speed {best!r} next to its neighbours; a speed must be a finite "
-                    "number above 0 (check the pair speeds of this ground truth)"
-                )
-            return best
-
-        def refresh(gpus: set[int]) -> None:
-            nonlocal seq, util_total
-            touched: dict[str, _Running] = {}
-            for g in gpus:
-                for res in st.residents[g]:
-                    touched[res.job] = running[res.job]
-            util_gpus: set[int] = set(gpus)
-            if self.observe:
-                for g in gpus:
-                    here = st.residents[g]
-                    if len(here) == 1:  # a baseline: report what this job was paired with
-                        alone.add(here[0].job)
-                        for neighbour in paired.pop(here[0].job, ()):
-                            report(here[0].kind, neighbour)
-                    elif len(here) == 2:
-                        for me, them in ((here[0], here[1]), (here[1], here[0])):
-                            if me.job in alone:
-                                report(me.kind, them.kind)
-                            else:
-                                paired.setdefault(me.job, set()).add(them.kind)
-            for r in touched.values():
-                r.remaining -= r.rate * (now - r.last)
-                r.last = now
-                new_rate = rate_of(r)
-                r.rate = new_rate
-                r.version += 1
-                seq += 1
-                heapq.heappush(
-                    events, (now + max(r.remaining, 0.0) / new_rate, seq, r.rec.job_id, r.version)
-                )
-                util_gpus.update(r.gpus)
-            for g in util_gpus:
-                u = 0.0
-                for res in st.residents[g]:
-                    r2 = running[res.job]
-                    u += r2.util * r2.rate
-                u = min(100.0, u)
-                util_total += u - gpu_util[g]
-                gpu_util[g] = u
-
-        while ai < n_total or events:
-            t_next = min(
-                arrivals[ai].submit_time if ai < n_total else math.inf,
-                events[0][0] if events else math.inf,
-            )
-            if not math.isfinite(t_next) or t_next < now:
-                raise ValidationError(
-                    f"trace {self.trace_name}: the next event time is {t_next!r} at clock "
-                    f"{now!r}; every arrival and completion time must be finite and ordered"
-                )
-            before = (ai, len(events))
-            dt = t_next - now
-            result.busy_integral += busy * dt
-            result.util_integral += util_total * dt
-            now = t_next
-            if now >= next_sample:
-                result.timeline.append((now, busy / cfg.gpus, util_total / cfg.gpus))
-                next_sample = now + sample_dt
-            freed = False
-            changed: set[int] = set()
-            while events and events[0][0] <= now:
-                _, _, name, version = heapq.heappop(events)
-                r = running.get(name)
-                if r is None or r.version != version:
-                    continue
-                del running[name]
-                alone.discard(name)
-                paired.pop(name, None)
-                r.rec.finish = now
-                gpus = st.gpus_of(name)
-                st.release(name)
-                for g in gpus:
-                    util_total -= gpu_util[g]
-                    gpu_util[g] = 0.0
-                changed.update(gpus)
-                freed = True
-                done += 1
-            new: list[JobRequest] = []
-            while ai < n_total and arrivals[ai].submit_time <= now:
-                j = arrivals[ai]
-                ai += 1
-                req = self._request(j)
-                why = sched.check_possible(st, req)
-                if why is not None and cfg.drop_impossible:
-                    result.rejected.append(f"{j.job_id}: {why}")
-                    continue
-                if why is not None:
-                    raise ValidationError(f"trace {self.trace_name}: job {j.job_id} {why}")
-                records[j.job_id] = JobRecord(
-                    j.job_id, j.kind, j.num_gpus, j.submit_time, j.duration
-                )
-                queue.push(req)
-                new.append(req)
-            head = queue.head()
-            # A full pass is needed when GPUs were freed, or when the head has just started
-            # to starve and needs its reservation; otherwise only the new jobs can change
-            # anything (an existing reservation still binds them).
-            starving = (
-                head is not None
-                and now - head.submit_time > sched.settings.starvation_seconds
-                and sched.reserved_for != head.name
-            )
-            if freed or starving:
-                res = sched.schedule(st, queue, now=now, explain=False)
-            elif new:
-                res = sched.schedule(st, queue, now=now, explain=False, only={r.name for r in new})
-            else:
-                res = None
-            if res is not None:
-                for p in res.placed:
-                    rec = records[p.job]
-                    rec.start = now
-                    gpus = st.gpus_of(p.job)
-                    req = st.jobs[p.job].request
-                    t = truth.by_kind[req.kind]
-                    util = t.util if t.util is not None else st.jobs[p.job].prediction.util_mean
-                    running[p.job] = _Running(rec, req, rec.duration, 1.0, now, 0, util, gpus)
-                    changed.update(gpus)
+    def loop(self) -> SimResult:
+        n_total = len(self.arrivals)
+        while self.ai < n_total or self.events:
+            before = (self.ai, len(self.events))
+            self._advance_to(self._next_time())
+            changed, freed = self._complete_due()
+            new = self._admit_arrivals()
+            self._start(self._schedule(freed, new), changed)
             if changed:
-                refresh({g for g in changed if st.residents[g]})
-                busy = int(np.count_nonzero(st.njobs))
-            if cfg.progress and n_total:
-                pct = int(100 * done / n_total)
-                if pct != last_progress:
-                    last_progress = pct
-                    bar = "#" * (pct // 4)
-                    print(
-                        f"\r{self.policy:>14} [{bar:<25}] {pct:3d}% {done}/{n_total} jobs",
-                        end="",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            if (ai, len(events)) == before and not changed:
-                # Neither an arrival nor an event was consumed: the next pass would be this one
-                # again. Unreachable with checked inputs; kept so no input can spin the loop.
-                raise ValidationError(
-                    f"trace {self.trace_name}: the simulation made no progress at t={now!r} "
-                    f"(policy {self.policy}); an arrival or completion time is not comparable"
-                )
-            if not events and ai >= n_total and len(queue):
-                stuck = queue.head()
-                raise ValidationError(
-                    f"trace {self.trace_name}: job {stuck.name if stuck else '?'} can never be placed "
-                    f"under policy {self.policy} on an idle cluster"
-                )
+                self._refresh({g for g in changed if self.st.residents[g]})
+                self.busy = int(np.count_nonzero(self.st.njobs))
+            self._show_progress()
+            self._check_progress(before, changed)
+        return self._finish()
+
+    # --- the clock ------------------------------------------------------------------------
+    def _next_time(self) -> float:
+        """The next arrival or completion; an error when it is not a finite later time."""
+        t_next = min(
+            self.arrivals[self.ai].submit_time if self.ai < len(self.arrivals) else math.inf,
+            self.events[0][0] if self.events else math.inf,
+        )
+        if not math.isfinite(t_next) or t_next < self.now:
+            raise ValidationError(
+                f"trace {self.sim.trace_name}: the next event time is {t_next!r} at clock "
+                f"{self.now!r}; every arrival and completion time must be finite and ordered"
+            )
+        return t_next
+
+    def _advance_to(self, t_next: float) -> None:
+        """Integrate busy GPUs and utilisation up to ``t_next`` and sample the timeline."""
+        result, cfg = self.result, self.cfg
+        dt = t_next - self.now
+        result.busy_integral += self.busy * dt
+        result.util_integral += self.util_total * dt
+        self.now = t_next
+        if self.now >= self.next_sample:
+            result.timeline.append((self.now, self.busy / cfg.gpus, self.util_total / cfg.gpus))
+            self.next_sample = self.now + self.sample_dt
+
+    # --- jobs leave, arrive, start --------------------------------------------------------
+    def _complete_due(self) -> tuple[set[int], bool]:
+        """Finish every job whose completion is due; (GPUs they freed, whether any did)."""
+        st, events, now = self.st, self.events, self.now
+        freed = False
+        changed: set[int] = set()
+        while events and events[0][0] <= now:
+            _, _, name, version = heapq.heappop(events)
+            r = self.running.get(name)
+            if r is None or r.version != version:
+                continue
+            del self.running[name]
+            self.alone.discard(name)
+            self.paired.pop(name, None)
+            r.rec.finish = now
+            gpus = st.gpus_of(name)
+            st.release(name)
+            for g in gpus:
+                self.util_total -= self.gpu_util[g]
+                self.gpu_util[g] = 0.0
+            changed.update(gpus)
+            freed = True
+            self.done += 1
+        return changed, freed
+
+    def _admit_arrivals(self) -> list[JobRequest]:
+        """Queue every job that has arrived (one that can never fit is dropped or an error)."""
+        sim, cfg, arrivals = self.sim, self.cfg, self.arrivals
+        new: list[JobRequest] = []
+        while self.ai < len(arrivals) and arrivals[self.ai].submit_time <= self.now:
+            j = arrivals[self.ai]
+            self.ai += 1
+            req = sim._request(j)
+            why = self.sched.check_possible(self.st, req)
+            if why is not None and cfg.drop_impossible:
+                self.result.rejected.append(f"{j.job_id}: {why}")
+                continue
+            if why is not None:
+                raise ValidationError(f"trace {sim.trace_name}: job {j.job_id} {why}")
+            self.records[j.job_id] = JobRecord(
+                j.job_id, j.kind, j.num_gpus, j.submit_time, j.duration
+            )
+            self.queue.push(req)
+            new.append(req)
+        return new
+
+    def _schedule(self, freed: bool, new: list[JobRequest]) -> ScheduleResult | None:
+        """A full pass when GPUs were freed, or when the head of the queue has just started
+        to starve and needs its reservation; otherwise only the new jobs can change anything
+        (an existing reservation still binds them)."""
+        sched, st, now = self.sched, self.st, self.now
+        head = self.queue.head()
+        starving = (
+            head is not None
+            and now - head.submit_time > sched.settings.starvation_seconds
+            and sched.reserved_for != head.name
+        )
+        if freed or starving:
+            return sched.schedule(st, self.queue, now=now, explain=False)
+        if new:
+            only = {r.name for r in new}
+            return sched.schedule(st, self.queue, now=now, explain=False, only=only)
+        return None
+
+    def _start(self, res: ScheduleResult | None, changed: set[int]) -> None:
+        """Start the jobs a pass placed (their GPUs join ``changed``)."""
+        if res is None:
+            return
+        st = self.st
+        for p in res.placed:
+            rec = self.records[p.job]
+            rec.start = self.now
+            gpus = st.gpus_of(p.job)
+            req = st.jobs[p.job].request
+            t = self.truth.by_kind[req.kind]
+            util = t.util if t.util is not None else st.jobs[p.job].prediction.util_mean
+            self.running[p.job] = _Running(rec, req, rec.duration, 1.0, self.now, 0, util, gpus)
+            changed.update(gpus)
+
+    # --- speeds ---------------------------------------------------------------------------
+    def _refresh(self, gpus: set[int]) -> None:
+        """New speeds for every job on ``gpus`` (and new completion events), then the
+        utilisation of every GPU those jobs run on."""
+        st, now = self.st, self.now
+        touched: dict[str, _Running] = {}
+        for g in gpus:
+            for res in st.residents[g]:
+                touched[res.job] = self.running[res.job]
+        util_gpus: set[int] = set(gpus)
+        if self.sim.observe:
+            self._observe(gpus)
+        for r in touched.values():
+            r.remaining -= r.rate * (now - r.last)
+            r.last = now
+            new_rate = self._rate_of(r)
+            r.rate = new_rate
+            r.version += 1
+            self.seq += 1
+            heapq.heappush(
+                self.events,
+                (now + max(r.remaining, 0.0) / new_rate, self.seq, r.rec.job_id, r.version),
+            )
+            util_gpus.update(r.gpus)
+        for g in util_gpus:
+            u = 0.0
+            for res in st.residents[g]:
+                r2 = self.running[res.job]
+                u += r2.util * r2.rate
+            u = min(100.0, u)
+            self.util_total += u - self.gpu_util[g]
+            self.gpu_util[g] = u
+
+    def _rate_of(self, r: _Running) -> float:
+        """A job's speed: on each GPU the product of its pair speeds, the slowest GPU's."""
+        best = 1.0
+        for g in r.gpus:
+            s = 1.0
+            for other in self.st.residents[g]:
+                if other.job != r.rec.job_id:
+                    s *= self.speed(r.request.kind, other.kind)
+            best = min(best, s)
+        if not (math.isfinite(best) and best > 0):
+            raise ValidationError(
+                f"ground truth {self.truth.source}: job {r.rec.job_id} ({r.request.kind}) "
+                f"would run at speed {best!r} next to its neighbours; a speed must be a finite "
+                "number above 0 (check the pair speeds of this ground truth)"
+            )
+        return best
+
+    def _observe(self, gpus: set[int]) -> None:
+        """``+observed``: what the node agent would now know about pairs on ``gpus``."""
+        for g in gpus:
+            here = self.st.residents[g]
+            if len(here) == 1:  # a baseline: report what this job was paired with
+                self.alone.add(here[0].job)
+                for neighbour in self.paired.pop(here[0].job, ()):
+                    self._report(here[0].kind, neighbour)
+            elif len(here) == 2:
+                for me, them in ((here[0], here[1]), (here[1], here[0])):
+                    if me.job in self.alone:
+                        self._report(me.kind, them.kind)
+                    else:
+                        self.paired.setdefault(me.job, set()).add(them.kind)
+
+    def _report(self, kind: str, other: str) -> None:
+        truth = self.truth
+        if self.sim.observe == "util":  # the agent's proxy; nothing where it cannot be derived
+            value = truth.util_ratio_speed(kind, other)
+            if value is not None:
+                self.sched.observe_pair(kind, other, truth.gpu_model, value)
+        else:
+            self.sched.observe_pair(kind, other, truth.gpu_model, self.speed(kind, other))
+
+    # --- progress and the end -------------------------------------------------------------
+    def _show_progress(self) -> None:
+        n_total = len(self.arrivals)
+        if not (self.cfg.progress and n_total):
+            return
+        pct = int(100 * self.done / n_total)
+        if pct != self.last_progress:
+            self.last_progress = pct
+            bar = "#" * (pct // 4)
+            print(
+                f"\r{self.sim.policy:>14} [{bar:<25}] {pct:3d}% {self.done}/{n_total} jobs",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _check_progress(self, before: tuple[int, int], changed: set[int]) -> None:
+        """Errors instead of a loop that spins or a job that can never start."""
+        sim = self.sim
+        if (self.ai, len(self.events)) == before and not changed:
+            # Neither an arrival nor an event was consumed: the next pass would be this one
+            # again. Unreachable with checked inputs; kept so no input can spin the loop.
+            raise ValidationError(
+                f"trace {sim.trace_name}: the simulation made no progress at t={self.now!r} "
+                f"(policy {sim.policy}); an arrival or completion time is not comparable"
+            )
+        if not self.events and self.ai >= len(self.arrivals) and len(self.queue):
+            stuck = self.queue.head()
+            raise ValidationError(
+                f"trace {sim.trace_name}: job {stuck.name if stuck else '?'} can never be "
+                f"placed under policy {sim.policy} on an idle cluster"
+            )
+
+    def _finish(self) -> SimResult:
+        result, cfg = self.result, self.cfg
         if cfg.progress:
             print(file=sys.stderr)
-        result.records = list(records.values())
-        result.wall_seconds = time.perf_counter() - t0
-        if result.timeline and result.timeline[-1][0] < now:
-            result.timeline.append((now, busy / cfg.gpus, util_total / cfg.gpus))
+        result.records = list(self.records.values())
+        result.wall_seconds = time.perf_counter() - self.t0
+        if result.timeline and result.timeline[-1][0] < self.now:
+            result.timeline.append((self.now, self.busy / cfg.gpus, self.util_total / cfg.gpus))
         return result

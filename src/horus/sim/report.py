@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from horus.sim.engine import SimResult
+from horus.sim.results import SimResult
 
 COLUMNS = (
     ("makespan_s", "makespan s"),

@@ -16,7 +16,7 @@ from horus.common.errors import ValidationError
 from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
 from horus.sim.datasets import ALIBABA, ALIBABA_FILE, DEFAULT_TRUTH, GAVEL, dataset_file
-from horus.sim.engine import SimConfig, SimResult, Simulator
+from horus.sim.engine import SimConfig, Simulator
 from horus.sim.groundtruth import (
     GroundTruth,
     gavel_kind,
@@ -24,6 +24,7 @@ from horus.sim.groundtruth import (
     lucid_kind,
 )
 from horus.sim.predictors import ProfiledPredictor
+from horus.sim.results import SimResult
 from horus.sim.traces import (
     SyntheticSpec,
     TraceJob,
