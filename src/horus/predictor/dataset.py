@@ -257,6 +257,39 @@ def load_lucid_single(lucid_dir: Path) -> SingleTable:
     return SingleTable(rows, np.array(util), np.array(mem), fam, src)
 
 
+def check_lucid_dir(lucid_dir: Path) -> None:
+    """Refuse a ``--with-lucid`` folder whose CSVs are not Lucid's, before any training:
+    each file read bounded, every column present, every number finite and in range, every
+    job type one the catalog knows (errors name the file and line)."""
+    from horus.common.errors import ValidationError
+    from horus.predictor.catalog import job_type
+
+    def known(model: str | None, batch: float, amp: float, where: str) -> None:
+        try:
+            job_type("lucid", str(model), int(batch), amp == 1)
+        except (ValidationError, KeyError, ValueError) as exc:
+            raise ValidationError(f"{where}: {exc}") from None
+
+    single = lucid_dir / "single_data.csv"
+    need = ("model", "batchsize", "amp", "gpu_util", "gmem")
+    for i, r in _csv_rows(single, "Lucid data", need):
+        where = f"{single}:{i}"
+        batch = _row_number(r["batchsize"], where, "batchsize", 1, 1 << 20)
+        amp = _row_number(r["amp"], where, "amp", 0, 1)
+        _row_number(r["gpu_util"], where, "gpu_util", 0, 100)
+        _row_number(r["gmem"], where, "gmem", 0, _MAX_MEMORY_MIB)
+        known(r["model"], batch, amp, where)
+    pairs = lucid_dir / "colocate_info.csv"
+    pair_need = tuple(f"{k}{n}" for n in (1, 2) for k in ("model", "batchsize", "amp", "speed"))
+    for i, r in _csv_rows(pairs, "Lucid data", pair_need):
+        where = f"{pairs}:{i}"
+        for n in (1, 2):
+            batch = _row_number(r[f"batchsize{n}"], where, f"batchsize{n}", 1, 1 << 20)
+            amp = _row_number(r[f"amp{n}"], where, f"amp{n}", 0, 1)
+            _row_number(r[f"speed{n}"], where, f"speed{n}", 0, 2)
+            known(r[f"model{n}"], batch, amp, where)
+
+
 def _simulated(row: Mapping[str, str | None]) -> bool:
     """A row the agent wrote on a simulated node (``backend=simulated``): the predictor's own
     output plus noise, not a measurement."""

@@ -39,6 +39,7 @@ from horus.predictor.dataset import (
     FULL,
     ObservedPair,
     SingleTable,
+    check_lucid_dir,
     concat,
     load_extra_pair_rows,
     load_extra_rows,
@@ -325,6 +326,7 @@ def _train_artifact(
             raise ValidationError(
                 f"{include_lucid} holds no Lucid single_data.csv / colocate_info.csv"
             )
+        check_lucid_dir(include_lucid)  # before any training: the folder is the user's
         tables.append(load_lucid_single(include_lucid))
         sources.append("Lucid (S-Lab License 1.0, NON-COMMERCIAL)")
     for path in extra_rows:
