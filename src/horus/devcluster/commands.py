@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -352,8 +353,14 @@ def _load_images(args: argparse.Namespace) -> int:
             "this cluster has no real nodes; add some first: horus dev cluster add-nodes "
             "--real --count 2"
         )
+    started = time.monotonic()
     built = _build_images(args.names)
+    imported = time.monotonic()
     real.import_images([Path(b.descriptor) for b in built])
+    done = time.monotonic()
     for image in built:
         print(f"loaded {image.ref} into every real node")
+    print(
+        f"built (or found cached) in {imported - started:.1f}s, imported in {done - imported:.1f}s"
+    )
     return 0

@@ -40,7 +40,8 @@ REGISTRY = Path(os.environ.get("HORUS_DEV_HOST_REGISTRY", "/run/horus-dev"))
 #: hard-codes the device-plugin socket directory (/var/lib/kubelet/device-plugins, whatever
 #: --root-dir says) and the pod log directories; containerd 1.6 hard-codes /var/run/netns
 #: (CRI network namespaces), the shims' socket directory (/run/containerd/s) and libcni's
-#: cache (/var/lib/cni); the device plugin hands out the MPS pipe directory as a host path.
+#: cache (/var/lib/cni); the device plugin hands out the MPS pipe directory as a host path
+#: (its default, and the chart's node.mps.root under /run/horus).
 PRIVATE_MOUNTS = (
     "/var/lib/kubelet",
     "/var/log/pods",
@@ -49,6 +50,7 @@ PRIVATE_MOUNTS = (
     "/run/containerd",
     "/var/lib/cni",
     "/tmp/nvidia-mps",
+    "/run/horus",
 )
 
 #: Written by the kubelet's container manager at start (pkg/kubelet/cm, setupKernelTunables).

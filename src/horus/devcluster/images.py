@@ -78,10 +78,15 @@ class BuiltImage:
         return _manifest(self.config.encode(), [Path(p) for p in self.layers])
 
 
+#: The registry name of locally built images (``--set images.registry=horus.local`` for the
+#: chart). It resolves nowhere, so a missing image fails to pull instead of being fetched
+#: from a public registry under the same name.
+LOCAL_REGISTRY = "horus.local"
+
+
 def reference(repository: str, tag: str = __version__) -> str:
-    """The fully qualified name the kubelet will ask containerd for (``horus-operator:0.1.0``
-    is ``docker.io/library/horus-operator:0.1.0`` to the CRI)."""
-    return f"docker.io/library/{repository}:{tag}"
+    """The fully qualified name the kubelet will ask containerd for."""
+    return f"{LOCAL_REGISTRY}/{repository}:{tag}"
 
 
 def _layer_digest(path: Path) -> str:
@@ -234,9 +239,10 @@ def _cached(ref: str, key: str) -> BuiltImage | None:
     if not path.is_file():
         return None
     try:
-        return load_descriptor(path)
+        found = load_descriptor(path)
     except ClusterError:
         return None
+    return found if found.ref == ref else None
 
 
 def pause_image(bin_dir: Path) -> BuiltImage:
