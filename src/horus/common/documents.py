@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,15 +164,19 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def load_yaml(
-    data: bytes | str, where: str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_DEPTH
-) -> Any:
-    """Parse one YAML (or JSON) document within the size and depth limits, no aliases."""
+def _yaml_values(
+    data: bytes | str,
+    where: str,
+    max_bytes: int,
+    max_depth: int,
+    parse: Callable[[str], list[Any]],
+) -> list[Any]:
+    """``parse`` (one or all documents, no aliases) of ``data`` within the limits."""
     _check_size(data, where, max_bytes)
     text = decode_text(data, where)
     check_depth(text, where, max_depth)
     try:
-        value = yaml.load(text, Loader=_NoAliasLoader)
+        values = parse(text)
     except yaml.YAMLError as exc:
         raise ValidationError(f"{where}: not valid JSON or YAML ({_yaml_problem(exc)})") from None
     except RecursionError:
@@ -180,9 +184,18 @@ def load_yaml(
             f"{where}: nested deeper than this reader can parse (more than {max_depth} "
             "levels of indentation?); no Horus document needs that — check the file"
         ) from None
-    if depth_of(value) > max_depth:
+    if any(depth_of(value) > max_depth for value in values):
         raise ValidationError(f"{where}: nested deeper than {max_depth} levels")
-    return value
+    return values
+
+
+def load_yaml(
+    data: bytes | str, where: str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_DEPTH
+) -> Any:
+    """Parse one YAML (or JSON) document within the size and depth limits, no aliases."""
+    return _yaml_values(
+        data, where, max_bytes, max_depth, lambda text: [yaml.load(text, Loader=_NoAliasLoader)]
+    )[0]
 
 
 def load_yaml_all(
@@ -195,28 +208,19 @@ def load_yaml_all(
 ) -> list[Any]:
     """Every document of a multi-document YAML stream (``---``-separated, as ``kubectl apply
     -f`` files are), within the size and depth limits, no aliases; empty documents dropped."""
-    _check_size(data, where, max_bytes)
-    text = decode_text(data, where)
-    check_depth(text, where, max_depth)
-    docs: list[Any] = []
-    try:
-        for value in yaml.load_all(text, Loader=_NoAliasLoader):
-            if value is None:
-                continue
-            if len(docs) >= max_documents:
-                raise ValidationError(
-                    f"{where}: holds more than {max_documents} documents; split the file"
-                )
-            if depth_of(value) > max_depth:
-                raise ValidationError(f"{where}: nested deeper than {max_depth} levels")
-            docs.append(value)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"{where}: not valid JSON or YAML ({_yaml_problem(exc)})") from None
-    except RecursionError:
-        raise ValidationError(
-            f"{where}: nested deeper than this reader can parse (more than {max_depth} "
-            "levels of indentation?); no Horus document needs that — check the file"
-        ) from None
+    docs = [
+        value
+        for value in _yaml_values(
+            data,
+            where,
+            max_bytes,
+            max_depth,
+            lambda text: list(yaml.load_all(text, Loader=_NoAliasLoader)),
+        )
+        if value is not None
+    ]
+    if len(docs) > max_documents:
+        raise ValidationError(f"{where}: holds more than {max_documents} documents; split the file")
     return docs
 
 
