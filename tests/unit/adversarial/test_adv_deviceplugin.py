@@ -386,3 +386,21 @@ def test_a_hostile_allocated_mark_does_not_stop_allocation(plugin: Plugin) -> No
     response = allocate(plugin.core, [core_ids(UUID0, 30)])
     assert response.container_responses[0].envs[c.ENV_POD_NAME] == "marked"
     plugin.good_pod()
+
+
+@pytest.mark.parametrize(
+    ("quantity", "found"),
+    [("1k", True), ("1000", True), ("1e3", False), ("-1k", False), ("1000m", False), ("x", False)],
+)
+def test_canonical_quantities_find_the_pod(quantity: str, found: bool) -> None:
+    """The apiserver stores quantities in canonical form (1000 comes back as "1k"): the pod
+    being admitted for 1000 units is found by its parsed amount, never by int()."""
+    from horus.deviceplugin.allocator import candidates
+
+    pod = pod_manifest("ml", "big", NODE, 10, 4, {})
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {c.RESOURCE_GPU_MEMORY: quantity},
+        "requests": {c.RESOURCE_GPU_MEMORY: quantity},
+    }
+    pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    assert bool(candidates([pod], c.RESOURCE_GPU_MEMORY, 1000)) is found
