@@ -26,6 +26,20 @@ MAX_SEED = 2**32 - 1
 
 
 def register(sub: Any) -> None:
+    """Add ``horus profile``, ``horus predict`` and ``horus predictor …`` to ``sub``."""
+    _add_profile(sub)
+    _add_predict(sub)
+    p = sub.add_parser("predictor", help="train and inspect the predictor model")
+    psub = p.add_subparsers(dest="predictor_command", metavar="ACTION", required=True)
+    _add_train(psub)
+    _add_build_tables(psub)
+    _add_measure(psub)
+    card = psub.add_parser("card", help="print the model card of an artifact")
+    card.add_argument("--model-file", type=Path, default=None)
+    card.set_defaults(handler=_card)
+
+
+def _add_profile(sub: Any) -> None:
     prof = sub.add_parser(
         "profile",
         help="write the graph profile of a PyTorch model (needs the [profile] extra)",
@@ -49,6 +63,8 @@ def register(sub: Any) -> None:
     prof.add_argument("-o", "--output", type=Path, help="write the YAML here (default: stdout)")
     prof.set_defaults(handler=_profile)
 
+
+def _add_predict(sub: Any) -> None:
     pred = sub.add_parser(
         "predict",
         help="predict GPU utilisation and memory of a profiled job",
@@ -80,8 +96,8 @@ def register(sub: Any) -> None:
     pred.add_argument("--json", action="store_true", help="machine-readable output")
     pred.set_defaults(handler=_predict)
 
-    p = sub.add_parser("predictor", help="train and inspect the predictor model")
-    psub = p.add_subparsers(dest="predictor_command", metavar="ACTION", required=True)
+
+def _add_train(psub: Any) -> None:
     train = psub.add_parser(
         "train",
         help="train the predictor artifact (deterministic)",
@@ -134,6 +150,9 @@ def register(sub: Any) -> None:
         "(the agent on simulated nodes writes them; by default they are dropped)",
     )
     train.set_defaults(handler=_train)
+
+
+def _add_build_tables(psub: Any) -> None:
     tables = psub.add_parser(
         "build-tables",
         help="recompute the shipped feature tables from the measured data (needs torch)",
@@ -146,6 +165,9 @@ def register(sub: Any) -> None:
     )
     tables.add_argument("--out-dir", type=Path, default=None)
     tables.set_defaults(handler=_build_tables)
+
+
+def _add_measure(psub: Any) -> None:
     meas = psub.add_parser(
         "measure",
         help="run zoo models on this machine's GPU, alone and in pairs, and write training rows",
@@ -207,9 +229,6 @@ def register(sub: Any) -> None:
     )
     meas.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     meas.set_defaults(handler=_measure)
-    card = psub.add_parser("card", help="print the model card of an artifact")
-    card.add_argument("--model-file", type=Path, default=None)
-    card.set_defaults(handler=_card)
 
 
 def _profile(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from horus.common.errors import ValidationError
@@ -230,6 +230,10 @@ def _conv_backward_flops(args: Any) -> float:
     return float(fwd * (int(bool(mask[0])) + int(bool(mask[1]))))
 
 
+#: Optimizer states kept per parameter (Adam: two moments; SGD with momentum: one).
+_OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "sgd": 1, "momentum": 1, "sgd-nomomentum": 0, "none": 0}
+
+
 def profile_module(
     module: Any,
     inputs: Sequence[InputSpec],
@@ -246,19 +250,66 @@ def profile_module(
     a module with real weights is moved to meta first (no copy of the weights is made).
     Raises :class:`ValidationError` when the inputs do not fit the model.
     """
-    import torch
-    import torch.nn as nn
-
     if batch_size < 1:
         raise ValidationError(f"batch size must be a positive integer, got {batch_size}")
-    opt = optimizer.lower()
-    opt_states = {"adam": 2, "adamw": 2, "sgd": 1, "momentum": 1, "sgd-nomomentum": 0, "none": 0}
-    if opt not in opt_states:
-        raise ValidationError(
-            f"unknown optimizer {optimizer!r}; use one of {', '.join(sorted(opt_states))}"
-        )
+    opt_states = _optimizer_states(optimizer)
     module = module.to("meta")
     module.train()
+    tensors = _meta_inputs(inputs, batch_size)
+    rec = _Recorder(amp)
+    layout = _Layout()
+    hooks = _attribute_to_modules(module, rec, layout)
+    try:
+        with _make_mode(rec):
+            fwd_flops, bwd_flops = _training_step(module, tensors, rec, model_name)
+    finally:
+        for h in hooks:
+            h.remove()
+        rec.family_stack.clear()
+    params = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
+    param_bytes = float(sum(p.numel() * 4 for p in module.parameters() if p.requires_grad))
+    fam_total = sum(rec.flops.values()) or 1.0
+    feats: dict[str, float] = {
+        "batch_size": float(batch_size),
+        "input_elems": float(sum(math.prod(s.shape) for s in inputs)),
+        "amp": 1.0 if amp else 0.0,
+        "dtype_bytes": 2.0 if amp else 4.0,
+        "params": params,
+        "param_bytes": param_bytes,
+        "optimizer_bytes": param_bytes * opt_states,
+        "activation_bytes": rec.activation_bytes,
+        "input_bytes": float(sum(t.numel() * t.element_size() for t in tensors)),
+        "fwd_flops": fwd_flops,
+        "bwd_flops": bwd_flops,
+        "depth": float(layout.depth),
+        "layers": float(layout.layers),
+    }
+    for f in FAMILIES:
+        feats[f"count_{f}"] = layout.counts[f]
+        feats[f"share_{f}"] = rec.flops[f] / fam_total
+    assert set(feats) == set(FEATURE_NAMES)
+    return GraphProfile(
+        model=model_name,
+        batch_size=batch_size,
+        features={k: feats[k] for k in FEATURE_NAMES},
+        family=family,
+    )
+
+
+def _optimizer_states(optimizer: str) -> int:
+    """Optimizer-state copies per parameter; an error naming the known optimizers."""
+    opt = optimizer.lower()
+    if opt not in _OPTIMIZER_STATES:
+        raise ValidationError(
+            f"unknown optimizer {optimizer!r}; use one of {', '.join(sorted(_OPTIMIZER_STATES))}"
+        )
+    return _OPTIMIZER_STATES[opt]
+
+
+def _meta_inputs(inputs: Sequence[InputSpec], batch_size: int) -> list[Any]:
+    """One meta tensor per input, with the batch dimension in front."""
+    import torch
+
     tensors = []
     for spec in inputs:
         shape = (batch_size, *spec.shape)
@@ -266,11 +317,21 @@ def profile_module(
             tensors.append(torch.zeros(shape, dtype=torch.long, device="meta"))
         else:
             tensors.append(torch.empty(shape, dtype=torch.float32, device="meta"))
+    return tensors
 
-    rec = _Recorder(amp)
-    counts = dict.fromkeys(FAMILIES, 0.0)
-    depth = 0
-    layers = 0
+
+@dataclass
+class _Layout:
+    """Layer counts per family, and depth (layers that are neither elementwise nor pools)."""
+
+    counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FAMILIES, 0.0))
+    depth: int = 0
+    layers: int = 0
+
+
+def _attribute_to_modules(module: Any, rec: _Recorder, layout: _Layout) -> list[Any]:
+    """Count ``module``'s leaf-ish layers into ``layout`` and hook every module of a known
+    family so the operators it runs are attributed to it; returns the hooks to remove."""
     hooks = []
     for sub in module.modules():
         fam = _module_family(sub)
@@ -278,10 +339,10 @@ def profile_module(
             continue
         is_leaf = len(list(sub.children())) == 0 or fam in ("attention", "recurrent")
         if is_leaf:
-            counts[fam] += 1
-            layers += 1
+            layout.counts[fam] += 1
+            layout.layers += 1
             if fam != "elementwise" and fam != "pool":
-                depth += 1
+                layout.depth += 1
 
         def pre(_m: Any, _a: Any, fam: str = fam) -> None:
             rec.family_stack.append(fam)
@@ -292,58 +353,26 @@ def profile_module(
 
         hooks.append(sub.register_forward_pre_hook(pre))
         hooks.append(sub.register_forward_hook(post))
+    return hooks
 
+
+def _training_step(
+    module: Any, tensors: list[Any], rec: _Recorder, model_name: str
+) -> tuple[float, float]:
+    """Run the forward and backward pass under the recording mode: (forward, backward) FLOPs."""
     try:
-        with _make_mode(rec):
-            try:
-                out = module(*tensors)
-            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                shapes = ", ".join(str((batch_size, *s.shape)) for s in inputs)
-                raise ValidationError(
-                    f"{model_name}: input of shape {shapes} does not fit the model: {exc}"
-                ) from exc
-            fwd_flops = rec.total_flops
-            rec.forward = False
-            loss = scalar_loss(out)
-            if loss is not None and loss.requires_grad:
-                loss.backward()
-            bwd_flops = rec.total_flops - fwd_flops
-    finally:
-        for h in hooks:
-            h.remove()
-        rec.family_stack.clear()
-
-    params = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
-    param_bytes = float(sum(p.numel() * 4 for p in module.parameters() if p.requires_grad))
-    input_elems = float(sum(math.prod(s.shape) for s in inputs))
-    input_bytes = float(sum(t.numel() * t.element_size() for t in tensors))
-    fam_total = sum(rec.flops.values()) or 1.0
-    feats: dict[str, float] = {
-        "batch_size": float(batch_size),
-        "input_elems": input_elems,
-        "amp": 1.0 if amp else 0.0,
-        "dtype_bytes": 2.0 if amp else 4.0,
-        "params": params,
-        "param_bytes": param_bytes,
-        "optimizer_bytes": param_bytes * opt_states[opt],
-        "activation_bytes": rec.activation_bytes,
-        "input_bytes": input_bytes,
-        "fwd_flops": fwd_flops,
-        "bwd_flops": bwd_flops,
-        "depth": float(depth),
-        "layers": float(layers),
-    }
-    for f in FAMILIES:
-        feats[f"count_{f}"] = counts[f]
-        feats[f"share_{f}"] = rec.flops[f] / fam_total
-    assert set(feats) == set(FEATURE_NAMES)
-    del nn
-    return GraphProfile(
-        model=model_name,
-        batch_size=batch_size,
-        features={k: feats[k] for k in FEATURE_NAMES},
-        family=family,
-    )
+        out = module(*tensors)
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+        raise ValidationError(
+            f"{model_name}: input of shape {shapes} does not fit the model: {exc}"
+        ) from exc
+    fwd_flops = rec.total_flops
+    rec.forward = False
+    loss = scalar_loss(out)
+    if loss is not None and loss.requires_grad:
+        loss.backward()
+    return fwd_flops, rec.total_flops - fwd_flops
 
 
 def scalar_loss(out: Any) -> Any:

@@ -140,6 +140,72 @@ def build_mlp(layers: list[tuple[str, int, int]], input_dim: int) -> Any:
 
 def build_cnn(layers: list[tuple[str, int, int]], in_ch: int, size: int) -> Any:
     """Rebuild a GPUMemNet CNN from its layer list (see the module docstring)."""
+    import torch.nn as nn
+
+    reshape = _reshape_class()
+    mods: list[Any] = []
+    ch, hw = in_ch, size
+    for kind, acts, params in layers:
+        k = kind.lower()
+        if k == "conv2d":
+            c_in, c_out, ksz = _solve_conv(acts, params, ch, hw)
+            out_hw = max(1, round(math.sqrt(acts / c_out)))
+            if c_in != ch:
+                mods.append(reshape(c_in, hw))
+            mods.append(nn.Conv2d(c_in, c_out, ksz, padding=ksz // 2))
+            if out_hw != hw:
+                mods.append(nn.AdaptiveMaxPool2d(out_hw))
+            ch, hw = c_out, out_hw
+        elif k == "batchnorm2d":
+            c = params // 2
+            if c != ch:
+                mods.append(reshape(c, hw))
+                ch = c
+            mods.append(nn.BatchNorm2d(ch))
+        elif k == "dropout":
+            mods.append(nn.Dropout(0.3))
+        elif k == "adaptive_avg_pool2d":
+            mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+            hw = 1
+        elif k == "linear":
+            c_in = (params - acts) // acts if acts else ch
+            if c_in != ch:  # the generator's channel count differs from the solved one
+                mods.append(reshape(c_in, 1))
+                ch = c_in
+            mods.append(nn.Linear(ch, acts))
+            ch = acts
+        elif k == "softmax":
+            mods.append(nn.Softmax(dim=1))
+        else:
+            mods.append(_activation(nn, kind))
+    return nn.Sequential(*mods)
+
+
+def _solve_conv(acts: int, params: int, ch: int, hw: int) -> tuple[int, int, int]:
+    """(input channels, output channels, kernel size) of a conv with ``params`` parameters
+    and ``acts`` output activations per sample, its input having ``ch`` channels of
+    ``hw``×``hw``: a 3×3, else 1×1 kernel on that input; failing that (a concatenated or
+    shortcut input), the input channels solved from the activations."""
+    for ksz in (3, 1):
+        if params % (ch * ksz * ksz + 1) == 0:
+            c_out = params // (ch * ksz * ksz + 1)
+            if c_out > 0 and acts % c_out == 0:
+                return ch, c_out, ksz
+    for ksz in (3, 1):
+        for cand_hw in (hw, hw // 2, max(1, hw // 4)):
+            if cand_hw < 1 or acts % (cand_hw * cand_hw):
+                continue
+            c_out = acts // (cand_hw * cand_hw)
+            if c_out and (params - c_out) % (c_out * ksz * ksz) == 0:
+                c_in = (params - c_out) // (c_out * ksz * ksz)
+                if c_in > 0:
+                    return c_in, c_out, ksz
+    raise ValidationError(f"cannot solve conv with {acts} acts, {params} params")
+
+
+def _reshape_class() -> Any:
+    """An ``nn.Module`` class bringing its input to (channels, size): slice or repeat the
+    channels, pool spatially (where the generator concatenated or added shortcuts)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -161,64 +227,7 @@ def build_cnn(layers: list[tuple[str, int, int]], in_ch: int, size: int) -> Any:
                 x = F.adaptive_avg_pool2d(x, self.hw)
             return x
 
-    mods: list[Any] = []
-    ch, hw = in_ch, size
-    for kind, acts, params in layers:
-        k = kind.lower()
-        if k == "conv2d":
-            solved = None
-            for ksz in (3, 1):
-                if params % (ch * ksz * ksz + 1) == 0:
-                    c_out = params // (ch * ksz * ksz + 1)
-                    if c_out > 0 and acts % c_out == 0:
-                        solved = (ch, c_out, ksz)
-                        break
-            if solved is None:  # concatenated or shortcut input: solve c_in from acts
-                for ksz in (3, 1):
-                    for cand_hw in (hw, hw // 2, max(1, hw // 4)):
-                        if cand_hw < 1 or acts % (cand_hw * cand_hw):
-                            continue
-                        c_out = acts // (cand_hw * cand_hw)
-                        if c_out and (params - c_out) % (c_out * ksz * ksz) == 0:
-                            c_in = (params - c_out) // (c_out * ksz * ksz)
-                            if c_in > 0:
-                                solved = (c_in, c_out, ksz)
-                                break
-                    if solved:
-                        break
-            if solved is None:
-                raise ValidationError(f"cannot solve conv with {acts} acts, {params} params")
-            c_in, c_out, ksz = solved
-            out_hw = max(1, round(math.sqrt(acts / c_out)))
-            if c_in != ch:
-                mods.append(Reshape(c_in, hw))
-            mods.append(nn.Conv2d(c_in, c_out, ksz, padding=ksz // 2))
-            if out_hw != hw:
-                mods.append(nn.AdaptiveMaxPool2d(out_hw))
-            ch, hw = c_out, out_hw
-        elif k == "batchnorm2d":
-            c = params // 2
-            if c != ch:
-                mods.append(Reshape(c, hw))
-                ch = c
-            mods.append(nn.BatchNorm2d(ch))
-        elif k == "dropout":
-            mods.append(nn.Dropout(0.3))
-        elif k == "adaptive_avg_pool2d":
-            mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
-            hw = 1
-        elif k == "linear":
-            c_in = (params - acts) // acts if acts else ch
-            if c_in != ch:  # the generator's channel count differs from the solved one
-                mods.append(Reshape(c_in, 1))
-                ch = c_in
-            mods.append(nn.Linear(ch, acts))
-            ch = acts
-        elif k == "softmax":
-            mods.append(nn.Softmax(dim=1))
-        else:
-            mods.append(_activation(nn, kind))
-    return nn.Sequential(*mods)
+    return Reshape
 
 
 def _filename_fields(name: str) -> dict[str, str]:
