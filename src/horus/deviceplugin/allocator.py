@@ -141,6 +141,18 @@ def _requested(pod: dict[str, Any], resource: str) -> list[int]:
     return out
 
 
+def _container_resources(container: dict[str, Any]) -> set[str]:
+    """The resource names a container requests or limits (values not parsed)."""
+    res = container.get("resources") or {}
+    names: set[str] = set()
+    if isinstance(res, dict):
+        for kind in ("requests", "limits"):
+            values = res.get(kind) or {}
+            if isinstance(values, dict):
+                names.update(str(k) for k in values)
+    return names
+
+
 def _allocated(pod: dict[str, Any]) -> dict[str, str]:
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_GPU_ALLOCATED)
     if not text:
@@ -281,6 +293,21 @@ class Allocator:
                 f"({effective.describe()}) but its signed assignment grants {expected}; "
                 "request Horus GPU resources in one container only, the amount the "
                 "assignment names (never in initContainers)",
+            )
+        init = [
+            str(ctr.get("name") or f"#{i}")
+            for i, ctr in enumerate((pod.get("spec") or {}).get("initContainers") or [])
+            if isinstance(ctr, dict) and resource in _container_resources(ctr)
+        ]
+        if init:
+            # Within the share, but the kubelet would call Allocate again for the app
+            # container (reusing the init container's devices), and a pod's share is handed
+            # out once: refuse now, with the reason, rather than at that second call.
+            raise self._refuse(
+                pod,
+                f"{who}: init container(s) {', '.join(init)} request {resource}; a pod's GPU "
+                "share goes to the one app container that uses the GPU, so request it there "
+                "(never in initContainers)",
             )
         for ref in assignment.all_gpus:
             gpu = gpus.get(ref.gpu_uuid)

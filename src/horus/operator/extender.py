@@ -423,6 +423,27 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
             for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
         )
     ]
+    init = [  # quantities already parsed above, so container_amount cannot raise here
+        str(ctr.get("name") or f"#{i}")
+        for i, ctr in enumerate(spec.get("initContainers") or [])
+        if any(
+            container_amount(ctr, r, f"spec.initContainers[{i}]") is not None
+            for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
+        )
+    ]
+    if init:
+        # The device plugin hands a pod's share out once, to the container the kubelet
+        # admits first; the app container asking after an init container would be refused
+        # at admission, so such a pod could never start. Say so now, not at the kubelet.
+        return PodDemand(
+            True,
+            problem=(
+                f"{REASON_PREFIX}{where}: init container(s) {', '.join(init)} request Horus GPU "
+                "resources; a pod's GPU share goes to the one app container that uses the GPU, "
+                f"so request {c.RESOURCE_GPU_CORE}/{c.RESOURCE_GPU_MEMORY} there (never in "
+                "initContainers)"
+            ),
+        )
     if len(asking) > 1:
         return PodDemand(
             True,

@@ -370,12 +370,18 @@ def test_hostile_pod_is_refused_at_allocate(plugin: Plugin, case: str, words: st
     plugin.good_pod()
 
 
-def test_init_container_within_its_share_is_allocated(plugin: Plugin) -> None:
-    """Control case: an init container asking no more than the signed share passes the
-    effective-request check (the kubelet reuses its devices for the app container)."""
-    plugin.api.add(_pod("fine", 30, _signed("fine"), initContainers=_init(30)))
-    response = allocate(plugin.core, [core_ids(UUID0, 30)])
-    assert response.container_responses[0].envs[c.ENV_POD_NAME] == "fine"
+def test_init_container_within_its_share_is_refused_with_the_reason(plugin: Plugin) -> None:
+    """Within the share, but the kubelet would call Allocate again for the app container (it
+    reuses the init container's devices) and a share is handed out once: refused at the
+    first call, saying why, instead of failing obscurely at the second."""
+    plugin.api.add(_pod("init-same", 30, _signed("init-same"), initContainers=_init(30)))
+    expect(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "init container(s) init request horus.io/gpu-core",
+        lambda: allocate(plugin.core, [core_ids(UUID0, 30)]),
+    )
+    plugin.api.pods.remove(plugin.api.get("init-same"))
+    plugin.good_pod()
 
 
 def test_a_hostile_allocated_mark_does_not_stop_allocation(plugin: Plugin) -> None:

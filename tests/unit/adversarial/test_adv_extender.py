@@ -431,7 +431,7 @@ POD_CASES: list[tuple[str, str]] = [
     ("quantity-fraction", "not a whole number"),
     ("quantity-long", "not a Kubernetes quantity"),
     ("core-150", "must be 1..100"),
-    ("init-container-more", "must be 1..100"),
+    ("init-container-more", "never in initContainers"),
     ("two-containers", "in one container only"),
     ("no-profile", c.ANNOTATION_GRAPH_PROFILE),
     ("profile-deep", "nested deeper"),

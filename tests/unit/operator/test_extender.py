@@ -199,14 +199,22 @@ def test_demand_of_plain_pods() -> None:
     assert d.request.name == "pod:default/p"
 
 
-def test_demand_takes_the_larger_of_container_and_init_container() -> None:
+def test_init_containers_asking_for_gpu_shares_are_refused() -> None:
+    """The device plugin hands a pod's share out once, to the container admitted first; an
+    init container asking for it would leave the app container refused at admission, so the
+    pod could never start: it is refused here, with the reason (issue 20)."""
     pod = plain_pod("p", core=20, memory=1000)
     pod["spec"]["containers"].append({"name": "side", "image": "busybox"})  # asks for no GPU
     pod["spec"]["initContainers"] = [
         {"name": "init", "resources": {"requests": {c.RESOURCE_GPU_CORE: "60"}}}
     ]
     d = pod_demand(pod)
-    assert d.request is not None and d.request.core_percent == 60 and d.request.memory_mib == 1000
+    assert d.interested and d.request is None and d.problem is not None
+    assert "init container(s) init request Horus GPU resources" in d.problem
+    assert "never in initContainers" in d.problem
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox"}]  # asks for none
+    d = pod_demand(pod)
+    assert d.request is not None and d.request.core_percent == 20
 
 
 def test_two_containers_asking_for_gpu_shares_are_refused() -> None:
