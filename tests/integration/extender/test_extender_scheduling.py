@@ -202,3 +202,27 @@ def test_cli_serves_and_stops_cleanly(ext_cluster: ExtenderCluster, tmp_path: Pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_hostile_pods_stay_pending_with_the_reason(ext_cluster: ExtenderCluster) -> None:
+    """Issue 20: an init container asking for a GPU share, and a profile annotation nested
+    thousands deep, each keep only that pod Pending with the extender's reason; the extender
+    (real HTTP, called by the real kube-scheduler) goes on binding good pods."""
+    ec = ext_cluster
+    init = _pod("init-share", core=10, memory=1000)
+    res = {c.RESOURCE_GPU_CORE: "10"}
+    init["spec"]["initContainers"] = [
+        {"name": "grab", "image": "busybox", "resources": {"requests": res, "limits": res}}
+    ]
+    ec.core.create_namespaced_pod("default", init)
+    msg = _unschedulable_message(ec, "init-share")
+    assert "init container(s) grab request Horus GPU resources" in msg, msg
+
+    deep = _pod("deep-profile", core=10, memory=1000)
+    deep["metadata"]["annotations"][c.ANNOTATION_GRAPH_PROFILE] = "[" * 3000 + "]" * 3000
+    ec.core.create_namespaced_pod("default", deep)
+    msg = _unschedulable_message(ec, "deep-profile")
+    assert "nested deeper than" in msg, msg
+
+    ec.core.create_namespaced_pod("default", _pod("after-hostile", core=10, memory=1000))
+    _check_assignment(ec, _bound(ec, "after-hostile"))
