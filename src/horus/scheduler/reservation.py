@@ -27,7 +27,9 @@ Pick = Callable[[ClusterState, JobRequest], list[int]]
 class Reservation:
     """The GPUs held for one starving job, kept across passes while it stays blocked."""
 
-    def __init__(self) -> None:
+    def __init__(self, pick: Pick) -> None:
+        #: Chooses the GPUs when a job needs a (new) reservation.
+        self._pick = pick
         #: (job, state token, GPUs); None when nothing is reserved.
         self._held: tuple[str, int, list[int]] | None = None
 
@@ -39,11 +41,11 @@ class Reservation:
     def clear(self) -> None:
         self._held = None
 
-    def protect(self, st: ClusterState, job: JobRequest, pick: Pick) -> BoolArray:
+    def protect(self, st: ClusterState, job: JobRequest) -> BoolArray:
         """GPUs backfill may not touch while ``job`` (starving, blocked) waits.
 
         The reservation made for ``job`` on this state is kept (so its residents only ever
-        leave) unless one of its GPUs has become unhealthy; otherwise ``pick`` chooses anew.
+        leave) unless one of its GPUs has become unhealthy; otherwise it is chosen anew.
         Protected are the reserved GPUs and every GPU of a job running on one of them.
         """
         keep = self._held
@@ -53,7 +55,7 @@ class Reservation:
             if len(gpus) != job.gpu_count:
                 gpus = None
         if gpus is None:
-            gpus = pick(st, job)
+            gpus = self._pick(st, job)
             self._held = (job.name, st.token, gpus)
         protect = np.zeros(st.gpu_count, dtype=np.bool_)
         protect[gpus] = True

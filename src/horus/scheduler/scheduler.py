@@ -5,10 +5,8 @@ health, model, memory, core and job slots, let the policy refine and score, then
 gang all-or-nothing. When a job does not fit, the refusal names the filter that ruled it out
 (:mod:`horus.scheduler.explain`).
 
-Queue discipline (:meth:`Scheduler.schedule`): jobs are tried in the policy's order
-(priority, then FIFO). After the first job that does not fit, at most ``backfill_depth`` more
-are tried (backfill). If the first blocked job has waited longer than ``starvation_seconds``,
-it gets a reservation (:mod:`horus.scheduler.reservation`) that backfill cannot touch.
+A pass over the queue (:meth:`Scheduler.schedule`: order, backfill, the starvation guard)
+is :mod:`horus.scheduler.queuepass`.
 
 Per-node answers (:meth:`Scheduler.evaluate`, for the scheduler extender): the job's needs
 and the common filters are worked out once for every GPU (kube-scheduler's PreFilter), the
@@ -24,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +32,7 @@ from horus.scheduler.estimates import Estimates, PairKey
 from horus.scheduler.explain import Verdicts, explain_refusal, why_never
 from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy
 from horus.scheduler.queue import JobQueue
+from horus.scheduler.queuepass import QueuePass
 from horus.scheduler.reservation import Reservation, soonest_free
 from horus.scheduler.state import BoolArray, ClusterState, FloatArray, IntArray
 from horus.scheduler.types import (
@@ -82,33 +81,6 @@ class _Prepared:
         return self._score
 
 
-@dataclass
-class _Pass:
-    """The bookkeeping of one scheduling pass over the queue."""
-
-    depth: int  # jobs tried behind the first blocked one
-    explain: bool
-    placed: list[Placement] = field(default_factory=list)
-    refused: list[Refusal] = field(default_factory=list)
-    failed_shapes: dict[tuple[object, ...], Refusal] = field(default_factory=dict)
-    blocked: int = 0
-    barrier: JobRequest | None = None  # the starving job GPUs are reserved for
-    protect: BoolArray | None = None  # GPUs backfill may not touch (the reservation)
-
-
-def _shape(job: JobRequest) -> tuple[object, ...]:
-    """What decides whether a job fits: jobs of one shape fail alike within a pass."""
-    return (
-        job.kind,
-        job.replicas,
-        job.gpus_per_replica,
-        job.core_percent,
-        job.memory_mib,
-        job.gpu_models,
-        job.prediction,
-    )
-
-
 class Scheduler:
     """Places jobs on a :class:`ClusterState` with one policy.
 
@@ -132,7 +104,8 @@ class Scheduler:
         self.estimates = Estimates(predictor, self.settings, pair_speed, pair_error)
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self._queue_model: str | None = None
-        self._reservation = Reservation()
+        #: GPUs held for the starving job at the head of the queue (the starvation guard).
+        self.reservation = Reservation(self._pick_reservation)
         self._needs_cache: dict[tuple[object, ...], _Needs] = {}
 
     # --- what the scheduler believes (horus.scheduler.estimates) --------------------------
@@ -205,7 +178,7 @@ class Scheduler:
     # --- one job --------------------------------------------------------------------------
     def place(self, state: ClusterState, job: JobRequest) -> Placement | Refusal:
         """Try to place one job now; on success the placement is applied to ``state``."""
-        result = self._attempt(state, job, explain=True)
+        result = self.attempt(state, job)
         if isinstance(result, Placement):
             state.apply(job, result)
         return result
@@ -306,14 +279,15 @@ class Scheduler:
         room = usable & mem_ok & core_ok & slots_ok
         return _Prepared(st, job, pol, preds, ctx, allowed, usable, mem_ok, core_ok, slots_ok, room)
 
-    def _attempt(
+    def attempt(
         self,
         state: ClusterState,
         job: JobRequest,
-        explain: bool,
+        explain: bool = True,
         exclude: BoolArray | None = None,
     ) -> Placement | Refusal:
-        """Try ``job`` on every GPU (``exclude``: GPUs it may not use, e.g. a reservation)."""
+        """What :meth:`place` would answer, without applying it (``exclude``: GPUs the job
+        may not use, e.g. a reservation; ``explain=False``: refusals carry no reason)."""
         return self._decide(self._prefilter(state, job, exclude), None, explain)
 
     def _decide(self, pre: _Prepared, only: BoolArray | None, explain: bool) -> Placement | Refusal:
@@ -431,11 +405,7 @@ class Scheduler:
     @property
     def reserved_for(self) -> str | None:
         """The starving job that GPUs are reserved for after the last pass, if any."""
-        return self._reservation.job
-
-    def _reserve(self, st: ClusterState, job: JobRequest) -> BoolArray:
-        """GPUs backfill may not touch while ``job`` (starving, blocked) waits."""
-        return self._reservation.protect(st, job, self._pick_reservation)
+        return self.reservation.job
 
     def _pick_reservation(self, st: ClusterState, job: JobRequest) -> list[int]:
         _, mem_need, core_need, _ = self._needs(st, job)
@@ -461,98 +431,7 @@ class Scheduler:
         (a reservation made by an earlier pass still binds them).
         """
         q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
-        lookahead = self.policy.lookahead
-        depth = lookahead if lookahead is not None else self.settings.backfill_depth
-        run = _Pass(depth, explain)
-        for pos, job in enumerate(self._pass_jobs(state, q, run, only)):
-            if not self._consider(state, q, run, pos, job, now):
-                break
-        if run.barrier is None:
-            self._reservation.clear()
-        return ScheduleResult(tuple(run.placed), tuple(run.refused))
-
-    def _pass_jobs(
-        self, state: ClusterState, q: JobQueue, run: _Pass, only: Collection[str] | None
-    ) -> Iterable[JobRequest]:
-        """The jobs of this pass in order; with ``only``, a reservation from an earlier pass
-        still binds them."""
-        if only is None:
-            return q
-        held = self._reservation.job
-        if held is not None and held not in only:
-            waiting = q.jobs([held])
-            if waiting:
-                run.barrier = waiting[0]
-                run.protect = self._reserve(state, run.barrier)
-        return sorted(q.jobs(only), key=q.key_of)
-
-    def _consider(
-        self,
-        state: ClusterState,
-        q: JobQueue,
-        run: _Pass,
-        pos: int,
-        job: JobRequest,
-        now: float | None,
-    ) -> bool:
-        """Try one job of the pass; False ends the pass."""
-        if job.name in state.jobs:
-            # Already holds shares (e.g. its pods exist but the caller's record lost the
-            # placement): placing it again would count it twice. Not a blocker for others.
-            run.refused.append(_resident(job))
-            return True
-        if run.blocked > run.depth:
-            if not run.explain:
-                return False
-            run.refused.append(_beyond_depth(job, pos, run.depth))
-            return True
-        if run.protect is not None and not run.explain and not self._backfill_room(state, run):
-            return False
-        shape = _shape(job)
-        hit = run.failed_shapes.get(shape)
-        if hit is not None:
-            run.refused.append(Refusal(job.name, hit.reason, hit.code))
-            run.blocked += 1
-            return True
-        result = self._attempt(state, job, run.explain, exclude=run.protect)
-        if isinstance(result, Placement):
-            state.apply(job, result)
-            q.remove(job.name)
-            run.placed.append(result)
-            return True
-        refusal = self._held_back(state, job, result, run)
-        run.failed_shapes[shape] = refusal
-        run.refused.append(refusal)
-        run.blocked += 1
-        if run.blocked == 1 and self._starving(job, now) and refusal.code.resolvable:
-            run.barrier = job
-            run.protect = self._reserve(state, job)
-        return True
-
-    def _backfill_room(self, state: ClusterState, run: _Pass) -> bool:
-        """Whether any unreserved GPU has a free job slot (else no backfill can fit)."""
-        assert run.protect is not None
-        slots = self.policy.max_jobs_per_gpu(self.settings)
-        return bool(np.any(state.healthy & ~run.protect & (state.njobs < slots)))
-
-    def _starving(self, job: JobRequest, now: float | None) -> bool:
-        return now is not None and now - job.submit_time > self.settings.starvation_seconds
-
-    def _held_back(
-        self, state: ClusterState, job: JobRequest, refusal: Refusal, run: _Pass
-    ) -> Refusal:
-        """``refusal``, or "held back" when only the reservation kept ``job`` out."""
-        if run.barrier is None or not run.explain:
-            return refusal
-        if isinstance(self._attempt(state, job, explain=False), Placement):
-            return Refusal(
-                job.name,
-                f"held back: the GPUs it could use are reserved for the older job "
-                f"{run.barrier.name}, which has waited longer than "
-                f"{self.settings.starvation_seconds:.0f} s and goes first",
-                RefusalCode.HELD,
-            )
-        return refusal
+        return QueuePass(self, state, q, now, explain).run(only)
 
 
 def _scored_on(ctx: ScoreContext, scored: ScoreContext, only: BoolArray) -> None:
@@ -586,21 +465,3 @@ def _best_node_gpus(
     if not np.isfinite(node_sum[best]):
         return None
     return [int(g) for g in idx[top & (nodes == best)]]
-
-
-def _resident(job: JobRequest) -> Refusal:
-    return Refusal(
-        job.name,
-        f"job {job.name} already holds GPU shares in the cluster; it is not "
-        "placed a second time until those shares are released",
-        RefusalCode.RESIDENT,
-    )
-
-
-def _beyond_depth(job: JobRequest, pos: int, depth: int) -> Refusal:
-    return Refusal(
-        job.name,
-        f"waiting in queue at position {pos + 1}; this pass tried "
-        f"{depth} jobs behind the first blocked one",
-        RefusalCode.QUEUED,
-    )
