@@ -1,7 +1,8 @@
-"""Scheduler benchmarks: policies on three traces, placement throughput, simulator speed.
+"""Scheduler benchmarks: policies on three traces, placement throughput, per-node evaluation,
+simulator speed.
 
     .venv/bin/python benchmarks/scheduler.py            # everything (~10 min on 2 cores)
-    .venv/bin/python benchmarks/scheduler.py --only placement,simspeed,policies --quick
+    .venv/bin/python benchmarks/scheduler.py --only placement,evaluate,simspeed,policies --quick
 
 Writes ``benchmarks/results/scheduler-*.json`` (and PNG plots) and prints every target as a
 ratio measured in this run. The trained predictor is used when its artifact exists; otherwise
@@ -184,6 +185,65 @@ def placement(args: argparse.Namespace) -> dict[str, object]:
     return doc
 
 
+def evaluate(args: argparse.Namespace) -> dict[str, object]:
+    """Per-node answers for the scheduler extender: ``Scheduler.evaluate`` over every node
+    against ``place`` once per node with the other nodes' GPUs masked unhealthy (what the
+    extender did before it), on the placement benchmark's cluster; the answers must agree."""
+    truth = load_truth("lucid", args.data_dir)
+    predictor = make_predictor(args.predictor, truth)
+    state = ClusterState.uniform(1000, 8, truth.gpu_model, truth.gpu_memory_mib)
+    sched = Scheduler("horus", predictor)
+    kinds = truth.kinds
+
+    def req(i: int, **kw: int) -> JobRequest:
+        k = kinds[(i * 7919) % len(kinds)]
+        return JobRequest(
+            name=f"j{i}", profile=truth.profile(k), kind=k, submit_time=float(i), **kw
+        )
+
+    placed, i = 0, 0
+    while placed < 12_000:
+        placed += isinstance(sched.place(state, req(i)), Placement)
+        i += 1
+    nodes = list(state.node_names)
+    t_eval: list[float] = []
+    t_mask: list[float] = []
+    fits = 0
+    for j in range(args.evaluations):
+        r = req(20_000_000 + j, gpus_per_replica=8 if j % 2 else 1)
+        t0 = time.perf_counter()
+        answers = sched.evaluate(state, r, nodes)
+        t_eval.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        masked = {}
+        healthy = state.healthy.copy()
+        for n, name in enumerate(nodes):
+            state.healthy = healthy & (state.node_of == n)
+            masked[name] = sched.place(state, r)
+            if isinstance(masked[name], Placement):
+                state.release(r.name)
+        state.healthy = healthy
+        t_mask.append(time.perf_counter() - t0)
+        if answers != masked:
+            raise SystemExit(f"evaluate disagrees with place on one node for job {r.name}")
+        fits += sum(isinstance(a, Placement) for a in answers.values())
+    doc = {
+        "cluster": "1000 nodes × 8 GPUs",
+        "placed_before": 12_000,
+        "jobs": args.evaluations,
+        "nodes_per_job": len(nodes),
+        "nodes_fit_mean": fits / args.evaluations,
+        "evaluate_ms_median": 1000 * statistics.median(t_eval),
+        "place_per_node_ms_median": 1000 * statistics.median(t_mask),
+        "speedup": statistics.median(t_mask) / statistics.median(t_eval),
+        "answers_agree": True,
+        "predictor": predictor.version,
+    }
+    print("\n== per-node evaluation:", json.dumps(doc, indent=1))
+    write_json(RESULTS / "scheduler-evaluate.json", doc)
+    return doc
+
+
 def simspeed(args: argparse.Namespace) -> dict[str, object]:
     from horus.sim.engine import Simulator
 
@@ -220,12 +280,13 @@ def simspeed(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", default="placement,simspeed,policies")
+    p.add_argument("--only", default="placement,evaluate,simspeed,policies")
     p.add_argument("--gpus", type=int, default=1024)
     p.add_argument("--jobs", type=int, default=15000, help="jobs per policy trace")
     p.add_argument("--load", type=float, default=2.0, help="windowed load of the policy traces")
     p.add_argument("--sim-jobs", type=int, default=100_000)
     p.add_argument("--decisions", type=int, default=2000)
+    p.add_argument("--evaluations", type=int, default=40, help="jobs evaluated on every node")
     p.add_argument("--predictor", default="auto")
     p.add_argument(
         "--data-dir", type=Path, default=None, help="default: $HORUS_DATA_DIR, else data/"
@@ -234,10 +295,16 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     args = p.parse_args()
     if args.quick:
-        args.jobs, args.sim_jobs, args.decisions = 600, 5000, 300
+        args.jobs, args.sim_jobs, args.decisions, args.evaluations = 600, 5000, 300, 5
     todo = args.only.split(",")
     summary = {}
-    for name, fn in (("placement", placement), ("simspeed", simspeed), ("policies", policies)):
+    steps = (
+        ("placement", placement),
+        ("evaluate", evaluate),
+        ("simspeed", simspeed),
+        ("policies", policies),
+    )
+    for name, fn in steps:
         if name in todo:
             summary[name] = fn(args)
     print("\nresults in", RESULTS, file=sys.stderr)

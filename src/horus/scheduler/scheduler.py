@@ -67,6 +67,7 @@ class _Prepared:
     room: BoolArray  # all four
     _refined: BoolArray | None = None
     _score: FloatArray | None = None
+    _finite: BoolArray | None = None
 
     def refined(self) -> BoolArray:
         """``room`` after the policy's own filter."""
@@ -79,6 +80,12 @@ class _Prepared:
         if self._score is None:
             self._score = self.policy.score(self.ctx, self.refined())
         return self._score
+
+    def finite(self) -> BoolArray:
+        """Where :meth:`score` is finite (the policy did not rule the GPU out)."""
+        if self._finite is None:
+            self._finite = np.isfinite(self.score())
+        return self._finite
 
 
 class Scheduler:
@@ -195,10 +202,15 @@ class Scheduler:
         refines and scores once; each node then costs a few vectorised masks.
         """
         pre = self._prefilter(state, job)
+        # GPUs are numbered in node order, so node n's GPUs are bounds[n]:bounds[n + 1].
+        bounds = np.searchsorted(state.node_of, np.arange(len(state.node_names) + 1))
         out: dict[str, Placement | Refusal] = {}
         for name in nodes:
             n = state.node_index(name)
-            out[name] = self._decide(pre, state.node_of == n, explain=True)
+            only = np.zeros(state.gpu_count, dtype=np.bool_)
+            if n >= 0:
+                only[bounds[n] : bounds[n + 1]] = True
+            out[name] = self._decide(pre, only, explain=True)
         return out
 
     def check_possible(self, state: ClusterState, job: JobRequest) -> str | None:
@@ -297,16 +309,17 @@ class Scheduler:
         mask = pre.room if only is None else pre.room & only
         if int(np.count_nonzero(mask)) >= need:
             mask = pre.refined() if only is None else pre.refined() & only
-        if int(np.count_nonzero(mask)) >= need:
+        scored = int(np.count_nonzero(mask)) >= need
+        if scored:
             score = pre.score()
-            if only is not None:
-                _scored_on(ctx, pre.ctx, only)
-            mask = mask & np.isfinite(score)
+            mask = mask & pre.finite()
             chosen = self._choose(st, job, mask, score) if np.count_nonzero(mask) >= need else None
             if chosen is not None:
                 return self._placement(st, job, chosen, ctx, pre.preds)
         if not explain:
             return Refusal(job.name, "", RefusalCode.UNPLACED)
+        if only is not None and scored:
+            _scored_on(ctx, pre.ctx, only)
         allowed, usable = pre.allowed, pre.usable
         if only is not None:
             allowed, usable = allowed & only, usable & only

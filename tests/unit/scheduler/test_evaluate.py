@@ -84,11 +84,11 @@ def _mixed_cluster(sizes: list[tuple[str, int]], sick: int) -> ClusterState:
 
 job_spec = st.tuples(
     st.sampled_from(sorted(MODELS)),
-    st.integers(1, 3),  # replicas
+    st.sampled_from([1, 1, 1, 2, 3]),  # replicas
     st.sampled_from([1, 1, 1, 2, 4]),  # GPUs per replica
-    st.one_of(st.none(), st.integers(5, 100)),  # core %
-    st.one_of(st.none(), st.integers(1000, 50000)),  # memory MiB
-    st.sampled_from([(), ("A100",), ("V100",)]),  # GPU models
+    st.one_of(st.none(), st.none(), st.integers(5, 100)),  # core %
+    st.one_of(st.none(), st.none(), st.integers(1000, 50000)),  # memory MiB
+    st.sampled_from([(), (), ("A100",), ("V100",)]),  # GPU models
 )
 
 
@@ -108,16 +108,16 @@ def _request(name: str, spec: Spec) -> JobRequest:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     policy=st.sampled_from(POLICY_NAMES),
     sizes=st.lists(
-        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4])),
+        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
         min_size=1,
         max_size=4,
     ),
     sick=st.sampled_from([0, 0, 3, 5]),
-    running=st.lists(job_spec, max_size=10),
+    running=st.lists(job_spec, max_size=24),
     probes=st.lists(job_spec, min_size=1, max_size=4),
     measured=st.booleans(),
 )
