@@ -37,6 +37,21 @@ class TablePredictor:
         return self.pairs.get((job.model, other.model), self.default_speed)
 
 
+def synthetic_predictor(
+    usage: Sequence[tuple[float, float]], base: float, steps: int
+) -> TablePredictor:
+    """Models ``m0``, ``m1``, … using ``usage[i]`` (util %, memory MiB), with deterministic
+    pair speeds spread over ``base + 0.1 × ((7i + 3j) mod steps)`` (asymmetric, some below the
+    policies' speed floor)."""
+    models = {f"m{i}": (float(u), float(m)) for i, (u, m) in enumerate(usage)}
+    pairs = {
+        (a, b): base + 0.1 * ((i * 7 + j * 3) % steps)
+        for i, a in enumerate(models)
+        for j, b in enumerate(models)
+    }
+    return TablePredictor(models, pairs)
+
+
 def cluster(nodes: int, gpus: int, memory_mib: int = 24576, model: str = "RTX3090") -> ClusterState:
     inv = {}
     for n in range(nodes):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sched_helpers import TablePredictor, cluster, job
+from sched_helpers import cluster, job, synthetic_predictor
 
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common.constants import GPU_UNHEALTHY
@@ -28,18 +28,10 @@ from horus.scheduler import (
 
 pytestmark = pytest.mark.unit
 
-MODELS = {
-    f"m{i}": (float(u), float(m))
-    for i, (u, m) in enumerate(
-        [(10, 2000), (35, 3000), (60, 9000), (90, 9000), (99, 20000), (50, 30000)]
-    )
-}
-PAIRS = {
-    (a, b): 0.2 + 0.1 * ((i * 7 + j * 3) % 9)
-    for i, a in enumerate(MODELS)
-    for j, b in enumerate(MODELS)
-}
-PRED = TablePredictor(MODELS, PAIRS)
+PRED = synthetic_predictor(
+    [(10, 2000), (35, 3000), (60, 9000), (90, 9000), (99, 20000), (50, 30000)], 0.2, 9
+)
+MODELS = PRED.usage
 
 
 def _only_node(state: ClusterState, node: str) -> ClusterState:
@@ -54,7 +46,7 @@ def _only_node(state: ClusterState, node: str) -> ClusterState:
 
 def _measured(kind: str, other: str, _gpu: str) -> float:
     """``oracle``'s pair source: the table by model name (kinds are ``model@batch``)."""
-    return PAIRS[(kind.split("@")[0], other.split("@")[0])]
+    return PRED.pairs[(kind.split("@")[0], other.split("@")[0])]
 
 
 def _same(a: Placement | Refusal, b: Placement | Refusal) -> None:

@@ -6,24 +6,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sched_helpers import TablePredictor, cluster, job
+from sched_helpers import cluster, job, synthetic_predictor
 
 from horus.scheduler import POLICY_NAMES, Scheduler
 
 pytestmark = pytest.mark.unit
 
-MODELS = {
-    f"m{i}": (float(u), float(m))
-    for i, (u, m) in enumerate(
-        [(10, 2000), (35, 3000), (60, 6000), (90, 9000), (99, 20000), (50, 12000)]
-    )
-}
-PAIRS = {
-    (a, b): 0.3 + 0.1 * ((i * 7 + j * 3) % 8)
-    for i, a in enumerate(MODELS)
-    for j, b in enumerate(MODELS)
-}
-PRED = TablePredictor(MODELS, PAIRS)
+PRED = synthetic_predictor(
+    [(10, 2000), (35, 3000), (60, 6000), (90, 9000), (99, 20000), (50, 12000)], 0.3, 8
+)
+MODELS = PRED.usage
 
 job_spec = st.tuples(
     st.sampled_from(sorted(MODELS)),
