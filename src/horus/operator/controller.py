@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common import constants as c
-from horus.common.errors import ConfigError
+from horus.kube.client import api_client, load_default_config
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.model_reload import PredictorReloader, ReloadThread
@@ -35,31 +35,6 @@ from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)
-
-
-def load_kube_config(kubeconfig: str) -> None:
-    """Load the client configuration: the given file, else in-cluster, else $KUBECONFIG."""
-    from kubernetes import config as _config
-
-    config: Any = _config
-    if kubeconfig:
-        if not Path(kubeconfig).is_file():
-            raise ConfigError(f"kubeconfig {kubeconfig} does not exist (--kubeconfig)")
-        try:
-            config.load_kube_config(config_file=kubeconfig)
-        except config.ConfigException as exc:
-            raise ConfigError(f"kubeconfig {kubeconfig} is not usable: {exc}") from None
-        return
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        try:
-            config.load_kube_config()
-        except config.ConfigException as exc:
-            raise ConfigError(
-                "no Kubernetes credentials: not running in a pod, and no kubeconfig "
-                f"($KUBECONFIG or ~/.kube/config): {exc}; pass --kubeconfig"
-            ) from None
 
 
 def load_operator_predictor(settings: OperatorSettings) -> Predictor:
@@ -72,14 +47,6 @@ def load_operator_predictor(settings: OperatorSettings) -> Predictor:
     predictor = load_predictor(str(settings.predictor))
     log.info("predictor %s from %s", predictor.version, settings.predictor)
     return predictor
-
-
-def new_api_client(pool_size: int) -> Any:
-    from kubernetes import client
-
-    cfg = client.Configuration.get_default_copy()
-    cfg.connection_pool_maxsize = max(pool_size, 4)
-    return client.ApiClient(cfg)
 
 
 @dataclass
@@ -136,7 +103,7 @@ class Controller:
         # chains and their replicas (2 × workers), the event posters (workers / 4), the
         # Lease thread and the pass's own lists. Smaller, and urllib3 would open and drop
         # extra connections under load ("Connection pool is full").
-        api = new_api_client(2 * s.workers + max(2, s.workers // 4) + 4)
+        api = api_client(s.kubeconfig or None, 2 * s.workers + max(2, s.workers // 4) + 4)
         key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
         # Re-read every 30 s: a rotated key (docs/operator.md) is used without a restart.
         key = await asyncio.to_thread(AssignmentKeySource, client.CoreV1Api(api), key_file)
@@ -219,6 +186,8 @@ class Controller:
                 log.exception("lease round failed")
                 now = self.elector.is_leader()
             self.metrics.leader.set(1 if now else 0)
+            if was and not now:
+                self.metrics.clear_leader_state()  # a follower reports no queue or phases
             if now and not was:
                 self.nudge.set()  # new leader: reconcile at once
             was = now
@@ -427,7 +396,7 @@ def run(
     import kopf
 
     predictor = load_operator_predictor(settings)  # a bad artifact fails here, with its name
-    load_kube_config(settings.kubeconfig)
+    load_default_config(settings.kubeconfig or None)  # kopf logs in with the default
     # kopf logs every handler call at INFO; ours only nudge a loop, so keep kopf to warnings.
     for name in ("kopf.objects", "kopf.activities.startup", "kopf.activities.cleanup"):
         logging.getLogger(name).setLevel(logging.WARNING)

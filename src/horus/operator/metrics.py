@@ -111,6 +111,16 @@ class OperatorMetrics:
             self.gpu_predicted_util.remove(*key)
         self._gpu_labels = seen
 
+    def clear_leader_state(self) -> None:
+        """Drop the queue, phase and GPU gauges: only the leader's pass sets them, so a
+        replica that lost the Lease must not keep reporting its last view (a sum over
+        replicas would count every job twice after a fail-over)."""
+        self.queue_length.clear()
+        self.phases.clear()
+        self.gpu_predicted_util.clear()
+        self._queue_reasons.clear()
+        self._gpu_labels.clear()
+
     def serve(self, port: int, host: str) -> None:
         """Serve ``/metrics`` on ``host:port`` from a daemon thread (port 0: do nothing)."""
         if port:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import ROOT, Kube, dljob_body
+from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.operator.livestate import pod_assignment_trusted
@@ -27,7 +29,7 @@ RBAC = [ROOT / "manifests" / "rbac" / f for f in ("operator.yaml", "node.yaml", 
 
 
 @pytest.fixture(scope="module")
-def roles(cluster: Any, dljob_crd: None) -> dict[str, Any]:
+def roles(cluster: Any, dljob_crd: None) -> Iterator[dict[str, Any]]:
     """Tokens of the operator, the node agent, a namespace editor and a viewer."""
     if cluster.kubectl("get", "namespace", c.HORUS_NAMESPACE, check=False).returncode:
         cluster.kubectl("create", "namespace", c.HORUS_NAMESPACE)
@@ -60,7 +62,13 @@ def roles(cluster: Any, dljob_crd: None) -> dict[str, Any]:
         name: cluster.kubectl("create", "token", sa, "-n", ns).stdout.strip()
         for name, (sa, ns) in tokens.items()
     }
-    return {"tokens": out, "team": team}
+    try:
+        yield {"tokens": out, "team": team}
+    finally:  # its hand-made pods must not disturb later tests' cluster-wide checks
+        cluster.kubectl("delete", "namespace", team, "--wait=false", check=False)
+        cluster.kubectl(
+            "delete", "pods", "--all", "-n", team, "--grace-period=0", "--force", check=False
+        )
 
 
 def _as(cluster: Any, token: str, *args: str, input: str | None = None) -> Any:
@@ -154,18 +162,8 @@ def test_forged_writes_by_each_role_never_yield_a_signed_assignment(
         "metadata": {
             "name": "sneaky",
             "annotations": {
-                c.ANNOTATION_GPU_ASSIGNMENT: json.dumps(
-                    {
-                        "node": gpu_nodes[0],
-                        "gpus": [
-                            {
-                                "gpuUUID": "GPU-x",
-                                "gpuIndex": 0,
-                                "corePercent": 100,
-                                "memoryMiB": 1024,
-                            }
-                        ],
-                    }
+                c.ANNOTATION_GPU_ASSIGNMENT: encode_assignment(
+                    GpuAssignment(gpu_nodes[0], "GPU-x", 0, 100, 1024)
                 ),
                 c.ANNOTATION_ASSIGNMENT_SIGNATURE: "v1:" + "0" * 64,
             },

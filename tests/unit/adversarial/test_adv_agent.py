@@ -320,7 +320,7 @@ CASES: list[tuple[str, list[str], dict[str, bytes], str]] = [
         {
             DLJOB_PATH: dljob_body('{"configMapRef": {"name": "prof", "key": "p"}}'),
             "/api/v1/namespaces/ns/configmaps/prof": json.dumps(
-                {"data": {"p": "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 400))}}
+                {"data": {"p": "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 300))}}
             ).encode(),
         },
         "nested deeper",

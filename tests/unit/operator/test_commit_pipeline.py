@@ -64,20 +64,22 @@ class RawResp:
         self.released = True
 
 
-def _reconciler(core: FakeCore, leader: Any = lambda: True) -> Any:
-    from horus.operator.reconcile import Reconciler
+def _committer(core: FakeCore, leader: Any = lambda: True) -> Any:
+    """The commit pipeline over the real :class:`KubeJobApi`, its client's core API faked."""
+    from horus.api.signing import KeyRing
+    from horus.operator.commit import Committer
+    from horus.operator.jobapi import KubeJobApi
+    from horus.operator.metrics import OperatorMetrics
+    from horus.operator.writer import StatusWriter
 
-    rec = Reconciler.__new__(Reconciler)
-    rec.key = b"k" * 32
-    rec.node_units = {"n1": 1, "n2": 1}
-    rec.core = core
-    rec.is_leader = leader
-    rec.replica_pool = ThreadPoolExecutor(max_workers=8)
-    return rec
+    api = KubeJobApi.from_clients(core, None)
+    writer = StatusWriter(api, lambda: KeyRing(b"k" * 32), OperatorMetrics(), "test")
+    units = {"n1": 1, "n2": 1}
+    return Committer(api, writer, leader, lambda: units, ThreadPoolExecutor(max_workers=8), 300.0)
 
 
 def _ctx(replicas: int) -> Any:
-    from horus.operator.reconcile import JobCtx
+    from horus.operator.passctx import JobCtx
 
     obj = dljob(
         "train",
@@ -89,12 +91,12 @@ def _ctx(replicas: int) -> Any:
 
 
 def test_replicas_concurrent_each_created_before_bound() -> None:
-    from horus.operator.reconcile import PassReport
+    from horus.operator.passctx import PassReport
 
     core = FakeCore()
-    rec = _reconciler(core)
+    rec = _committer(core)
     ctx, report = _ctx(4), PassReport()
-    rec._ensure_pods(ctx, report)
+    rec.ensure_pods(ctx, report)
     assert (report.pods_created, report.pods_bound) == (4, 4)
     assert core.max_in_flight > 1  # replicas overlapped
     for r in range(4):
@@ -106,27 +108,27 @@ def test_replicas_concurrent_each_created_before_bound() -> None:
 
 
 def test_one_failed_replica_is_reraised_after_the_others_finish() -> None:
-    from horus.operator.reconcile import PassReport
+    from horus.operator.passctx import PassReport
 
     core = FakeCore(fail_bind="train-1")
-    rec = _reconciler(core)
+    rec = _committer(core)
     report = PassReport()
     with pytest.raises(RuntimeError, match="apiserver unavailable"):
-        rec._ensure_pods(_ctx(4), report)
+        rec.ensure_pods(_ctx(4), report)
     assert (report.pods_created, report.pods_bound) == (4, 3)  # the next pass binds train-1
 
 
 def test_no_writes_without_the_lease() -> None:
-    from horus.operator.reconcile import PassReport
+    from horus.operator.passctx import PassReport
 
     core = FakeCore()
-    rec = _reconciler(core, leader=lambda: False)
-    rec._ensure_pods(_ctx(3), PassReport())
+    rec = _committer(core, leader=lambda: False)
+    rec.ensure_pods(_ctx(3), PassReport())
     assert core.calls == []
 
 
 def test_pass_report_counts_from_many_threads() -> None:
-    from horus.operator.reconcile import PassReport
+    from horus.operator.passctx import PassReport
 
     report = PassReport()
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -1,26 +1,18 @@
-"""Pair speeds node agents measured (DLJob status.observed.pairs) reach the scheduler."""
+"""Pair speeds node agents measured (DLJob status.observed.pairs) reach the scheduler, through
+the placement session both placers use."""
 
 from __future__ import annotations
 
-from typing import Any
+from opfixtures import dljob, node, share
 
-from opfixtures import dljob
-
-from horus.api.dljob import parse_dljob
-from horus.operator.reconcile import JobCtx, Reconciler
-from horus.scheduler import Scheduler
-from horus.scheduler.policies import get_policy
-
-
-def _ctx(obj: dict[str, Any]) -> JobCtx:
-    return JobCtx(obj, parse_dljob(obj), dict(obj.get("status") or {}))
+from horus.operator.livestate import build_live_state
+from horus.operator.session import UNKNOWN_PAIR_SPEED, PlacementSession
+from horus.predictor import load_default_predictor
 
 
 def test_measured_pairs_become_observations_under_the_jobs_kind() -> None:
-    rec: Any = Reconciler.__new__(Reconciler)
-    rec.scheduler = Scheduler(get_policy("horus"))
-    rec._uid_profiles = {}
-    measured = dljob("a", phase="Running")
+    session = PlacementSession("horus", load_default_predictor())
+    measured = dljob("a", [share("n1", 0)], phase="Running")
     measured["status"]["observed"] = {
         "util": 30.0,
         "pairs": [
@@ -28,15 +20,24 @@ def test_measured_pairs_become_observations_under_the_jobs_kind() -> None:
             {"other": "resnet50@64", "gpuModel": "A100", "speed": 0.9, "samples": 3},
         ],
     }
-    plain = dljob("b", phase="Running")
+    plain = dljob("b", [share("n1", 1)], phase="Running")
     plain["status"]["observed"] = {"util": 10.0}
-    ctxs = {"default/a": _ctx(measured), "default/b": _ctx(plain)}
-    assert rec._observe_pairs(ctxs) == 2
+    broken = dljob("c", phase="Running")
+    broken["spec"]["profile"] = {"configMapRef": {"name": "unread"}}  # profile unknown here
+    broken["status"]["observed"] = measured["status"]["observed"]
+    live = build_live_state([node("n1")], [], [measured, plain, broken])
+    assert session.observe(live) == 2
     kind = "resnet50@64"  # the example profile's model@batch, as JobRequest names kinds
-    assert rec.scheduler.observed_pairs == {
+    assert session.scheduler.observed_pairs == {
         (kind, "bert@8", "H100"): 0.7,
         (kind, "resnet50@64", "A100"): 0.9,
     }
-    # a job the operator could not parse gives nothing (and does not stop the others)
-    broken = dljob("c", phase="Running")
-    assert rec._observe_pairs({"default/c": JobCtx(broken, None, {})}) == 0
+
+
+def test_a_resident_nobody_profiled_gets_the_pessimistic_pair_speed() -> None:
+    session = PlacementSession("horus", load_default_predictor())
+    live = build_live_state([node("n1")], [], [dljob("a", [share("n1", 0)], phase="Running")])
+    session.observe(live)
+    assert session.pair_speed("resnet50@64", "unknown", "H100") == UNKNOWN_PAIR_SPEED
+    known = session.pair_speed("resnet50@64", "resnet50@64", "H100")
+    assert 0.0 < known <= 1.0 and known != UNKNOWN_PAIR_SPEED

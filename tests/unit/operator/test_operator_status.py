@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -192,7 +191,8 @@ def test_lease_race_has_one_winner() -> None:
 
 
 def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
-    from horus.operator.reconcile import JobCtx, Reconciler
+    from horus.api.signing import KeyRing
+    from horus.operator.podspec import pod_manifest
 
     obj = dljob(
         "train",
@@ -201,11 +201,8 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
         gpus_per_replica=2,
     )
     obj["status"]["placements"][1]["replica"] = 0  # one replica with two GPUs
-    rec = Reconciler.__new__(Reconciler)
-    rec.key = b"k" * 32
-    rec.node_units = {"n1": 256}
-    ctx = JobCtx(obj, None, json.loads(json.dumps(obj["status"])))
-    pod = rec.pod_manifest(ctx, 0, ctx.status["placements"])
+    key = b"k" * 32
+    pod = pod_manifest(obj, 0, obj["status"]["placements"], KeyRing(key), unit_mib=256)
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "train-0"
     assert meta["ownerReferences"][0]["uid"] == "uid-train"
@@ -219,7 +216,7 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
     a = decode_assignment(text)
     assert (a.job, a.replica, len(a.all_gpus)) == ("train", 0, 2)
     assert verify_assignment(
-        rec.key, "default", "train-0", text, meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
+        key, "default", "train-0", text, meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
     )
 
 

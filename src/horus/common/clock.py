@@ -1,0 +1,30 @@
+"""Times as Kubernetes writes and reads them (RFC 3339, UTC, trailing ``Z``), in one place.
+
+Every status field, Event and Lease Horus writes carries one of these strings, and every
+component reads them back; one writer and one reader keep the format identical everywhere.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+__all__ = ["now_rfc3339", "timestamp"]
+
+
+def now_rfc3339(micro: bool = False) -> str:
+    """Now, e.g. ``2026-11-23T19:00:00Z`` (``micro``: with microseconds, as Leases and
+    Events' ``eventTime`` are written)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def timestamp(value: object) -> float:
+    """Seconds since the epoch of an RFC 3339 string or a datetime; 0.0 when unreadable."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0

@@ -1,0 +1,9 @@
+"""The one Kubernetes access layer of Horus' roles (operator, extender, device plugin, agent,
+dev cluster): how a client is made from a kubeconfig or the pod's ServiceAccount, how the
+apiserver's errors are read, and how an Event is posted.
+
+Why a layer of its own: each role used to carry its own copy of these (four kubeconfig
+loaders, three Event builders, three conflict error classes), and the copies had drifted.
+It sits below the roles and above the pure core (scheduler, predictor, api), which never
+import the Kubernetes client.
+"""

@@ -1,0 +1,287 @@
+"""Committing a placement and following a placed job until it runs, finishes or gives up.
+
+The order of one placement is what makes a crash at any instant safe (the module docstring of
+:mod:`horus.operator.reconcile` says why): the signed record first, then one pod per replica
+(deterministic names: ``AlreadyExists`` means a previous attempt made it), then its Binding
+("already assigned" means a previous attempt bound it). A placed job whose pods are missing
+or unbound is *finished* from its record on every pass, never placed again — unless it cannot
+make progress: a pod the apiserver refuses, or nothing started within the progress deadline,
+gives the share back (requeued without pods, failed otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from horus.common import constants as c
+from horus.common.clock import now_rfc3339, timestamp
+from horus.kube.errors import Conflict
+from horus.operator import status as st
+from horus.operator import transitions as tr
+from horus.operator.jobapi import JobApi, PodRejected
+from horus.operator.livestate import TERMINAL_POD_PHASES
+from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.podspec import owner_uid, placement_record, pod_manifest, pod_name
+from horus.operator.writer import StatusWriter
+from horus.scheduler import Placement
+
+__all__ = ["RUNNING_SYNC_DEFER_SECONDS", "STUCK_WAITING_REASONS", "Committer"]
+
+log = logging.getLogger(__name__)
+
+#: While a pass is placing jobs, a placed job's Scheduled → Running status write (a CRD write,
+#: 3-4x a pod write) waits, so placements get the apiserver first; never for longer than this
+#: after the job was scheduled.
+RUNNING_SYNC_DEFER_SECONDS = 10.0
+#: A container waiting for one of these reasons makes no progress on its own.
+STUCK_WAITING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+        "RunContainerError",
+    }
+)
+
+
+class Committer:
+    """Writes placements and keeps placed jobs' pods and phases in step with their record."""
+
+    def __init__(
+        self,
+        api: JobApi,
+        writer: StatusWriter,
+        is_leader: Callable[[], bool],
+        node_units: Callable[[], Mapping[str, int]],
+        replica_pool: ThreadPoolExecutor,
+        progress_deadline: float,
+    ) -> None:
+        self.api = api
+        self.writer = writer
+        self.is_leader = is_leader
+        self.node_units = node_units
+        self.replica_pool = replica_pool
+        self.progress_deadline = progress_deadline
+
+    # --- a new placement -------------------------------------------------------------------
+    def commit(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
+        """The signed record (``Conflict`` if the job changed since it was read), then pods
+        and Bindings."""
+        if not self.is_leader():
+            return
+        t0 = time.perf_counter()
+        records: list[dict[str, Any]] = []
+        where: list[str] = []
+        for r in placement.replicas:
+            pod = pod_name(ctx.name, r.replica)
+            records += [placement_record(r.replica, pod, g.node, g) for g in r.gpus]
+            first = r.gpus[0]
+            where.append(
+                f"replica {r.replica} → {r.node}/gpu-{first.gpu_index}"
+                + (f" (+{len(r.gpus) - 1} GPUs)" if len(r.gpus) > 1 else "")
+                + f" ({first.core_percent}% core, {first.memory_mib} MiB)"
+            )
+        message = (
+            f"placed by policy {placement.policy}: {'; '.join(where[:8])}"
+            + (f"; … {len(where) - 8} more" if len(where) > 8 else "")
+            + f"; predicted speed {placement.predicted_speed:.2f}"
+        )
+        self.writer.patch(
+            ctx, tr.placed(ctx.status, records, message, now_rfc3339(), ctx.generation)
+        )
+        report.count("status_writes")
+        self.writer.event(ctx, "Scheduled", message)
+        self.ensure_pods(ctx, report)
+        self.writer.metrics.commit_latency.observe(time.perf_counter() - t0)
+
+    # --- a placed job ----------------------------------------------------------------------
+    def follow(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
+        """Finish the job's pods from its record, give up past the deadline, sync its phase."""
+        if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
+            error: Exception | None = None
+            try:
+                self.ensure_pods(ctx, report)
+            except (Conflict, PodRejected):
+                raise
+            except Exception as exc:  # e.g. the apiserver is down: the deadline still runs
+                error = exc
+            if self._past_deadline(ctx, report):
+                return
+            if error is not None:
+                raise error
+        self.sync_status(ctx, report, placing)
+
+    def pod_rejected(self, ctx: JobCtx, exc: PodRejected, report: PassReport) -> None:
+        """The apiserver will not take a replica pod: give the GPU share back. A quota
+        refusal may pass later, so a job without pods goes back to the queue; anything else
+        is the template's fault and the job fails with the apiserver's sentence."""
+        if exc.quota and not ctx.pods:
+            self._requeue(ctx, "PodQuotaExceeded", f"replica pod refused: {exc}", report)
+            return
+        self.writer.fail(ctx, "InvalidSpec", f"the apiserver refused a replica pod: {exc}", report)
+
+    def _requeue(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
+        self.writer.write(
+            ctx,
+            tr.requeued(ctx.status, reason, message, now_rfc3339()),
+            report,
+            (reason, f"{message}; its GPU share is given back", True),
+        )
+
+    def _past_deadline(self, ctx: JobCtx, report: PassReport) -> bool:
+        """True when the job gave its share back for not starting within the deadline."""
+        waited = time.time() - timestamp(ctx.status.get("scheduledTime"))
+        if not ctx.status.get("scheduledTime") or waited < self.progress_deadline:
+            return False
+        stuck = stuck_container(ctx.pods.values())
+        if stuck is not None:
+            self.writer.fail(ctx, "ReplicaStuck", stuck, report)
+            return True
+        replicas = sorted({int(r["replica"]) for r in ctx.status.get("placements") or []})
+        unbound = [
+            r for r in replicas if not ((ctx.pods.get(r) or {}).get("spec") or {}).get("nodeName")
+        ]
+        if not unbound:
+            return False
+        why = (
+            f"replica pod(s) {', '.join(map(str, unbound[:8]))} not created and bound "
+            f"{waited:.0f} s after placement (progress deadline {self.progress_deadline:.0f} s)"
+        )
+        if not ctx.pods:
+            self._requeue(ctx, "ProgressDeadlineExceeded", why, report)
+        else:
+            self.writer.fail(ctx, "ProgressDeadlineExceeded", why, report)
+        return True
+
+    def ensure_pods(self, ctx: JobCtx, report: PassReport) -> None:
+        """Create and bind every replica pod from ``status.placements`` (idempotent).
+
+        Replicas are independent of each other (each has its own record in the status that
+        was written first), so they go out concurrently; each replica keeps its own order,
+        pod create → Binding. The first error is re-raised after every replica has finished,
+        so the pass sees the job as not done and the next pass finishes it from the record.
+        """
+        by_replica: dict[int, list[dict[str, Any]]] = {}
+        for rec in ctx.status.get("placements") or []:
+            by_replica.setdefault(int(rec["replica"]), []).append(rec)
+        items = sorted(by_replica.items())
+        if len(items) <= 1:
+            for replica, recs in items:
+                self._ensure_replica(ctx, replica, recs, report)
+            return
+        futures = [
+            self.replica_pool.submit(self._ensure_replica, ctx, replica, recs, report)
+            for replica, recs in items
+        ]
+        errors = [e for f in futures if (e := f.exception()) is not None]
+        if errors:
+            raise errors[0]
+
+    def _ensure_replica(
+        self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], report: PassReport
+    ) -> None:
+        """One replica: create its pod (if missing), then bind it to its recorded node."""
+        if not self.is_leader():
+            return
+        pod = ctx.pods.get(replica) or self._create(ctx, replica, recs, report)
+        if pod is None:
+            return
+        name, node = pod_name(ctx.name, replica), str(recs[0]["node"])
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if owner_uid(pod) != ctx.uid or (bound and bound != node):
+            why = (
+                "belongs to an older DLJob of the same name"
+                if bound == node or not bound
+                else (f"is bound to {bound}, not its assigned node {node}")
+            )
+            log.warning("pod %s/%s %s; deleting it to redo", ctx.namespace, name, why)
+            self.api.delete_pod(ctx.namespace, name)
+            ctx.pods.pop(replica, None)
+            return
+        if bound == node or not self.is_leader():  # lost the lease: the next leader binds
+            return
+        if self.api.bind(ctx.namespace, name, node):
+            report.count("pods_bound")
+        pod.setdefault("spec", {})["nodeName"] = node
+
+    def _create(
+        self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], report: PassReport
+    ) -> dict[str, Any] | None:
+        unit = self.node_units().get(str(recs[0]["node"]), 1)
+        predicted = ctx.status.get("predicted")
+        manifest = pod_manifest(
+            ctx.obj,
+            replica,
+            recs,
+            self.writer.keys(),
+            unit,
+            predicted if isinstance(predicted, dict) else None,
+        )
+        pod = self.api.create_pod(ctx.namespace, manifest)
+        if pod is not None:
+            report.count("pods_created")
+        else:  # AlreadyExists: a previous attempt made it; read it back
+            pod = self.api.read_pod(ctx.namespace, pod_name(ctx.name, replica))
+        if pod is not None:
+            ctx.pods[replica] = pod
+        return pod
+
+    def sync_status(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
+        """The phase the pods give the job, written when it changed (Running, or final)."""
+        replicas = (
+            ctx.job.spec.replicas
+            if ctx.job is not None
+            else len({int(r["replica"]) for r in ctx.status.get("placements") or []})
+        )
+        views = [v for p in ctx.pods.values() if (v := st.PodView.from_pod(p)) is not None]
+        prog = st.progress(replicas, views, ctx.phase)
+        if prog.phase == ctx.phase or not self.is_leader():
+            return
+        if (
+            placing
+            and prog.phase == c.DLJOB_PHASE_RUNNING
+            and time.time() - timestamp(ctx.status.get("scheduledTime"))
+            < RUNNING_SYNC_DEFER_SECONDS
+        ):
+            report.count("deferred")  # the next pass writes it (the controller nudges one)
+            return
+        patch = tr.progressed(ctx.status, prog, now_rfc3339())
+        if patch is None:
+            return
+        self.writer.patch(ctx, patch)
+        report.count("status_writes")
+        if prog.phase != c.DLJOB_PHASE_FAILED:
+            self.writer.event(ctx, prog.phase, prog.message)
+            return
+        self.writer.metrics.failures.labels(reason=prog.reason).inc()
+        self.writer.event(ctx, prog.reason, prog.message, warning=True)
+        for pod in ctx.pods.values():
+            if (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES:
+                self.api.delete_pod(ctx.namespace, str((pod.get("metadata") or {}).get("name")))
+
+
+def stuck_container(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why a replica cannot start on its own (a container waiting for a reason in
+    :data:`STUCK_WAITING_REASONS`), or None."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        statuses = [
+            *(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or []),
+        ]
+        for cs in statuses:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK_WAITING_REASONS:
+                name = (pod.get("metadata") or {}).get("name")
+                return (
+                    f"pod {name} container {cs.get('name')} is stuck in {waiting['reason']}: "
+                    f"{waiting.get('message') or 'no message'}"
+                )[: tr.MAX_MESSAGE]
+    return None

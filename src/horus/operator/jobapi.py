@@ -1,0 +1,218 @@
+"""What the reconciler asks of the apiserver, as a small protocol with one real implementation.
+
+Why a protocol: the reconcile pass is the product's core loop, and it was only testable on a
+real control plane. With every call it makes behind :class:`JobApi`, the pass runs in unit
+tests against an in-memory store (``tests/unit/operator/fakeapi.py``) that keeps
+resourceVersions, refuses stale writes with :class:`~horus.kube.errors.Conflict` and binds
+pods as the apiserver does; :class:`KubeJobApi` is the same protocol on the real apiserver,
+and the integration tests cover it.
+
+Every list and read is decoded from the raw response (``horus.api.raw``: ten times faster
+than the client's models, and depth-tolerant), and every refusal is one of three errors:
+:class:`Conflict` (stale or vanished: retry next pass), :class:`PodRejected` (the apiserver
+will never create this pod), or the client's own exception (the apiserver is unreachable:
+retry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from horus.api.raw import discard, read_items, read_object
+from horus.common import constants as c
+from horus.common.errors import HorusError
+from horus.kube.errors import Conflict, api_message
+from horus.kube.events import post_event
+
+__all__ = ["JobApi", "KubeJobApi", "PodRejected", "ProfileUnavailable"]
+
+
+class PodRejected(HorusError):
+    """The apiserver refused a replica pod for good (HTTP 4xx other than 409/429)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def quota(self) -> bool:
+        """Refused by a ResourceQuota: may pass later, when the namespace's usage drops."""
+        return self.status == 403 and "exceeded quota" in str(self)
+
+
+class ProfileUnavailable(HorusError):
+    """The job's profile ConfigMap is missing or unreadable (may appear later: stay Pending)."""
+
+
+class JobApi(Protocol):
+    """The apiserver calls of one reconcile pass (objects are the apiserver's JSON dicts)."""
+
+    def list_pods(self) -> list[dict[str, Any]]: ...
+
+    def list_dljobs(self) -> list[dict[str, Any]]: ...
+
+    def list_nodes(self) -> list[dict[str, Any]]: ...
+
+    def patch_dljob_status(
+        self, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """JSON merge patch of the status subresource (``Conflict`` on 404/409)."""
+        ...
+
+    def create_pod(
+        self, namespace: str, manifest: Mapping[str, Any], dry_run: bool = False
+    ) -> dict[str, Any] | None:
+        """The created pod; None when one of that name exists (``PodRejected`` on 4xx)."""
+        ...
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def bind(self, namespace: str, name: str, node: str) -> bool:
+        """Bind; False when already bound (409); ``Conflict`` when the pod vanished."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str) -> None: ...
+
+    def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
+        """A ConfigMap's data (``ProfileUnavailable`` when missing or unreadable)."""
+        ...
+
+    def post_event(self, body: Mapping[str, Any]) -> None: ...
+
+
+class KubeJobApi:
+    """:class:`JobApi` on the real apiserver (a ``kubernetes.client.ApiClient``)."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+
+    @classmethod
+    def from_clients(cls, core_v1: Any, custom: Any) -> KubeJobApi:
+        """Over given ``CoreV1Api``/``CustomObjectsApi`` objects (tests fake the transport)."""
+        api = cls.__new__(cls)
+        api.core, api.custom = core_v1, custom
+        return api
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        return read_items(self.core.list_pod_for_all_namespaces(_preload_content=False))
+
+    def list_dljobs(self) -> list[dict[str, Any]]:
+        return read_items(
+            self.custom.list_cluster_custom_object(
+                c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL, _preload_content=False
+            )
+        )
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return read_items(self.core.list_node(_preload_content=False))
+
+    def patch_dljob_status(
+        self, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.custom.patch_namespaced_custom_object_status(
+                c.API_GROUP,
+                c.API_VERSION,
+                namespace,
+                c.DLJOB_PLURAL,
+                name,
+                dict(body),
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise Conflict(
+                    f"DLJob {namespace}/{name} changed or vanished (HTTP {exc.status}); "
+                    "retrying next pass"
+                ) from None
+            raise
+        return read_object(resp)
+
+    def create_pod(
+        self, namespace: str, manifest: Mapping[str, Any], dry_run: bool = False
+    ) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        extra = {"dry_run": "All"} if dry_run else {}
+        try:
+            resp = self.core.create_namespaced_pod(
+                namespace, dict(manifest), _preload_content=False, **extra
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                raise PodRejected(exc.status, api_message(exc)) from None
+            raise
+        except (ValueError, TypeError) as exc:  # the client could not even encode it
+            raise PodRejected(400, f"not a valid pod: {exc}") from None
+        return read_object(resp)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return read_object(resp)
+
+    def bind(self, namespace: str, name: str, node: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            discard(self.core.create_namespaced_binding(namespace, body, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            if exc.status == 404:
+                raise Conflict(f"pod {namespace}/{name} vanished before binding") from None
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            # The pod's own grace period: its GPU is not free until its containers stopped.
+            discard(self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = read_object(
+                self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ProfileUnavailable(
+                    f"ConfigMap {namespace}/{name} (spec.profile.configMapRef) does not exist; "
+                    "create it with `kubectl create configmap ... "
+                    "--from-file=profile.yaml=<horus profile output>`"
+                ) from None
+            raise ProfileUnavailable(
+                f"cannot read ConfigMap {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+            ) from None
+        data = obj.get("data")
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def post_event(self, body: Mapping[str, Any]) -> None:
+        post_event(self.core, body)

@@ -1,0 +1,107 @@
+"""What one reconcile pass carries per DLJob (:class:`JobCtx`) and reports (:class:`PassReport`).
+
+A context is made from the listed objects at the start of a pass and only lives as long as
+the pass: the reconciler keeps no job state between passes (the apiserver is the truth, see
+``horus.operator.reconcile``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from horus.api.dljob import DLJob
+from horus.operator.livestate import dljob_job_name
+
+__all__ = ["JobCtx", "PassReport"]
+
+
+@dataclass
+class JobCtx:
+    """One DLJob during a pass: its raw object, typed view and the status we are building."""
+
+    obj: dict[str, Any]
+    job: DLJob | None
+    status: dict[str, Any]
+    pods: dict[int, dict[str, Any]] = field(default_factory=dict)  # replica → pod
+    #: Admission result (phase Queued, predicted) not yet written: it goes out with this
+    #: pass's decision for the job (placement or refusal) in one status write.
+    pending: dict[str, Any] | None = None
+    #: Phase and placements carry the operator's valid signature (or are both unset).
+    trusted: bool = True
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        m = self.obj.get("metadata")
+        return m if isinstance(m, dict) else {}
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.meta.get("namespace", "default"))
+
+    @property
+    def key(self) -> str:
+        return dljob_job_name(self.namespace, self.name)
+
+    @property
+    def uid(self) -> str:
+        return str(self.meta.get("uid", ""))
+
+    @property
+    def rv(self) -> str:
+        return str(self.meta.get("resourceVersion", ""))
+
+    @property
+    def generation(self) -> int | None:
+        return int(self.meta.get("generation") or 0) or None
+
+    @property
+    def phase(self) -> str | None:
+        p = self.status.get("phase")
+        return str(p) if p else None
+
+    @property
+    def involved(self) -> dict[str, str]:
+        """The job as an Event's ``involvedObject``."""
+        from horus.common import constants as c
+
+        return {
+            "apiVersion": c.API_GROUP_VERSION,
+            "kind": c.DLJOB_KIND,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+        }
+
+
+@dataclass
+class PassReport:
+    """What one pass did (logged, and used by tests)."""
+
+    placed: int = 0
+    refused: int = 0
+    queued: int = 0
+    failed: int = 0
+    pods_created: int = 0
+    pods_bound: int = 0
+    pods_deleted: int = 0
+    status_writes: int = 0
+    conflicts: int = 0
+    #: Scheduled → Running writes held back because this pass was placing jobs
+    deferred: int = 0
+    #: measured pair speeds handed to the scheduler (DLJobs' status.observed.pairs)
+    pairs_observed: int = 0
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, what: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``what`` (called from many commit threads at once)."""
+        with self._lock:
+            setattr(self, what, getattr(self, what) + n)

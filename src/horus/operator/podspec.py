@@ -1,0 +1,148 @@
+"""A DLJob replica's pod, as a pure function of the job, its placement record and the key.
+
+Why pure: the pod is the contract with three other parties — the apiserver (which must accept
+it; the operator dry-runs it before committing a share), the kubelet's device plugin (which
+allocates exactly the signed assignment) and the node agent (which enforces and measures it).
+Everything that goes into it is visible in the arguments, so it is tested without a cluster.
+
+The replica pod is the template plus: an ownerReference to the DLJob (``controller: true``),
+``schedulerName: horus-scheduler``, the ``horus.io/gpu-core``/``gpu-memory`` requests = limits
+on the first container (in the chosen node's memory unit), the labels ``horus.io/dljob`` and
+``horus.io/replica-index``, and the annotations ``horus.io/gpu-assignment`` with its HMAC
+signature and ``horus.io/predicted``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from horus.api.assignment import (
+    GpuAssignment,
+    GpuRef,
+    encode_assignment,
+    encode_predicted,
+    parse_predicted,
+)
+from horus.api.resources import pod_gpu_requests
+from horus.api.signing import KeyRing, sign_assignment
+from horus.common import constants as c
+from horus.common.errors import ValidationError
+
+__all__ = ["assignment_of", "owner_uid", "placement_record", "pod_manifest", "pod_name"]
+
+
+def pod_name(job: str, replica: int) -> str:
+    """The deterministic name of replica ``replica`` of DLJob ``job``."""
+    return f"{job}-{replica}"
+
+
+def owner_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the DLJob that controls ``pod`` (None for any other pod)."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == c.DLJOB_KIND and ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def placement_record(replica: int, pod: str, node: str, gpu: Any) -> dict[str, Any]:
+    """One ``status.placements`` entry: replica ``replica`` (pod ``pod``) on one GPU
+    (anything with ``gpu_uuid``, ``gpu_index``, ``core_percent`` and ``memory_mib``)."""
+    return {
+        "replica": replica,
+        "pod": pod,
+        "node": node,
+        "gpuUUID": gpu.gpu_uuid,
+        "gpuIndex": gpu.gpu_index,
+        "corePercent": gpu.core_percent,
+        "memoryMiB": gpu.memory_mib,
+    }
+
+
+def assignment_of(job: str, replica: int, records: Sequence[Mapping[str, Any]]) -> GpuAssignment:
+    """The assignment of one replica from its placement records (one per GPU)."""
+    gpus = tuple(
+        GpuRef(str(r["gpuUUID"]), int(r["gpuIndex"]), int(r["corePercent"]), int(r["memoryMiB"]))
+        for r in records
+    )
+    return GpuAssignment(
+        node=str(records[0]["node"]),
+        gpu_uuid=gpus[0].gpu_uuid,
+        gpu_index=gpus[0].gpu_index,
+        core_percent=gpus[0].core_percent,
+        memory_mib=gpus[0].memory_mib,
+        job=job,
+        replica=replica,
+        gpus=gpus if len(gpus) > 1 else (),
+    )
+
+
+def _owner(dljob: Mapping[str, Any]) -> dict[str, Any]:
+    meta = dljob.get("metadata") or {}
+    return {
+        "apiVersion": c.API_GROUP_VERSION,
+        "kind": c.DLJOB_KIND,
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
+def pod_manifest(
+    dljob: Mapping[str, Any],
+    replica: int,
+    records: Sequence[Mapping[str, Any]],
+    keys: KeyRing,
+    unit_mib: int = 1,
+    predicted: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The pod of replica ``replica`` of ``dljob`` (the raw object) placed as ``records`` say,
+    its assignment signed with ``keys``' current key; ``unit_mib``: MiB per unit of
+    ``horus.io/gpu-memory`` on the chosen node; ``predicted``: the job's ``status.predicted``
+    (its ``horus.io/predicted`` annotation)."""
+    meta = dljob.get("metadata") or {}
+    job, namespace = str(meta.get("name", "")), str(meta.get("namespace", "default"))
+    template = copy.deepcopy((dljob.get("spec") or {}).get("template") or {})
+    tmeta = template.get("metadata") or {}
+    pspec = template.get("spec") or {}
+    name = pod_name(job, replica)
+    assignment = assignment_of(job, replica, records)
+    text = encode_assignment(assignment)
+    annotations = dict(tmeta.get("annotations") or {})
+    annotations[c.ANNOTATION_GPU_ASSIGNMENT] = text
+    annotations[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
+        keys.current, namespace, name, text
+    )
+    if isinstance(predicted, dict):
+        with contextlib.suppress(ValidationError):
+            annotations[c.ANNOTATION_PREDICTED] = encode_predicted(parse_predicted(predicted))
+    labels = dict(tmeta.get("labels") or {})
+    labels[c.LABEL_DLJOB_NAME] = job
+    labels[c.LABEL_REPLICA_INDEX] = str(replica)
+    pspec["schedulerName"] = c.SCHEDULER_NAME
+    pspec.setdefault("restartPolicy", "Never")
+    pspec.pop("nodeName", None)
+    # Quantities in the chosen node's gpu-memory unit (docs/decisions.md, device plugin).
+    wanted = pod_gpu_requests(assignment, unit_mib)
+    containers = pspec.get("containers") or []
+    if containers:
+        res = containers[0].setdefault("resources", {})
+        for kind in ("requests", "limits"):
+            res.setdefault(kind, {})
+            for resource, amount in wanted.items():
+                res[kind][resource] = str(amount)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [_owner(dljob)],
+        },
+        "spec": pspec,
+    }

@@ -1,0 +1,77 @@
+"""Putting back the truth of a DLJob whose phase or placements someone else wrote.
+
+The operator signs every record it writes (``status.placementSignature``); one whose
+signature does not verify was written by another identity — a mis-scoped role, a cluster
+admin, an older operator — and is trusted for nothing. The job's own pods with signed
+assignments say where it really runs: the record is rebuilt from them and the phase from
+their states. Without such a pod a job that is not finished is reset (no phase, no
+placements) so it is admitted and placed again. A finished job without pods holds nothing
+and is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from horus.api.assignment import decode_assignment
+from horus.api.signing import KeyRing
+from horus.common import constants as c
+from horus.common.clock import now_rfc3339
+from horus.common.errors import ValidationError
+from horus.operator import status as st
+from horus.operator import transitions as tr
+from horus.operator.livestate import TERMINAL_POD_PHASES, pod_assignment_trusted
+from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.podspec import placement_record
+from horus.operator.writer import StatusWriter
+
+__all__ = ["restore"]
+
+log = logging.getLogger(__name__)
+_FINISHED = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
+
+
+def _signed_pods(ctx: JobCtx, keys: KeyRing) -> dict[int, dict[str, Any]]:
+    return {
+        r: p
+        for r, p in ctx.pods.items()
+        if c.ANNOTATION_GPU_ASSIGNMENT in ((p.get("metadata") or {}).get("annotations") or {})
+        and pod_assignment_trusted(p, keys)
+    }
+
+
+def _records(pods: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for replica, pod in sorted(pods.items()):
+        meta = pod.get("metadata") or {}
+        try:
+            a = decode_assignment(str(meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]))
+        except (ValidationError, KeyError):
+            continue
+        out += [placement_record(replica, str(meta.get("name")), a.node, g) for g in a.all_gpus]
+    return out
+
+
+def restore(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
+    """Rebuild ``ctx``'s record from its signed pods, or reset it (module docstring)."""
+    pods = _signed_pods(ctx, writer.keys())
+    live = [
+        p for p in pods.values() if (p.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+    ]
+    if not live and ctx.phase in _FINISHED:
+        return
+    records = _records(pods)
+    now = now_rfc3339()
+    unsigned = f"status.phase/placements were not written by the operator (no valid {c.STATUS_PLACEMENT_SIGNATURE})"
+    if records and live:
+        replicas = ctx.job.spec.replicas if ctx.job is not None else len(pods)
+        views = [v for p in pods.values() if (v := st.PodView.from_pod(p)) is not None]
+        phase: str | None = st.progress(replicas, views, None).phase
+        message = f"{unsigned}; restored from the job's {len(pods)} pod(s)"
+        patch = tr.restored(ctx.status, phase, records, message, now)
+    else:
+        message = f"{unsigned} and the job has no pods: reset, it is admitted and placed again"
+        patch = tr.restored(ctx.status, None, None, message, now)
+    log.warning("DLJob %s: %s", ctx.key, message)
+    writer.write(ctx, patch, report, ("StatusRestored", message, True))

@@ -1,0 +1,142 @@
+"""The operator's writes to a DLJob: signed status patches, Events, and per-job errors.
+
+Every status write goes through :meth:`StatusWriter.patch`, which signs the record (uid, phase
+and placements after the patch, :func:`horus.api.signing.sign_placements`) and carries the
+``resourceVersion`` precondition that makes two writers race-free. Events are posted off the
+critical path. An unexpected error for one job is logged once per five minutes (its
+traceback the first time) and posted as a ``ReconcileError`` Event on that job, so one
+poisoned object never floods the log while the loop goes on for every other job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from horus.api.signing import KeyRing
+from horus.common import constants as c
+from horus.common.clock import now_rfc3339
+from horus.kube.errors import Conflict
+from horus.kube.events import event_body
+from horus.operator import transitions as tr
+from horus.operator.jobapi import JobApi
+from horus.operator.metrics import OperatorMetrics
+from horus.operator.passctx import JobCtx, PassReport
+
+__all__ = ["COMPONENT", "PROBLEM_REPEAT_SECONDS", "StatusWriter"]
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "horus-operator"
+#: The same per-object error is logged (and posted as an Event) at most this often.
+PROBLEM_REPEAT_SECONDS = 300.0
+
+
+class StatusWriter:
+    """Signed, preconditioned status writes and best-effort Events for one operator."""
+
+    def __init__(
+        self,
+        api: JobApi,
+        keys: Callable[[], KeyRing],
+        metrics: OperatorMetrics,
+        identity: str,
+        event_workers: int = 4,
+    ) -> None:
+        self.api = api
+        self.keys = keys
+        self.metrics = metrics
+        self.identity = identity
+        self._events = ThreadPoolExecutor(
+            max_workers=max(2, event_workers), thread_name_prefix="horus-events"
+        )
+        self._seen: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+        self._posting: list[Future[None]] = []
+
+    def close(self) -> None:
+        self._events.shutdown(wait=False, cancel_futures=True)
+
+    def patch(self, ctx: JobCtx, fields: Mapping[str, Any], precondition: bool = True) -> None:
+        """Merge-patch owned status fields (plus the job's unwritten admission); with
+        ``precondition`` fail with ``Conflict`` when the job changed since it was read."""
+        new: dict[str, Any] = {**(ctx.pending or {}), **fields}
+        if "phase" in new or "placements" in new:
+            # The record's signature covers the phase and placements *after* this patch.
+            after = {**ctx.status, **new}
+            new[c.STATUS_PLACEMENT_SIGNATURE] = self.keys().sign_placements(
+                ctx.namespace, ctx.name, ctx.uid, after.get("phase"), after.get("placements")
+            )
+        body: dict[str, Any] = {"status": new}
+        if precondition:
+            body["metadata"] = {"resourceVersion": ctx.rv}
+        try:
+            ctx.obj = self.api.patch_dljob_status(ctx.namespace, ctx.name, body)
+        except Conflict:
+            ctx.pending = None  # stale: the next pass reads the job again and admits it anew
+            raise
+        ctx.status.update(new)
+        ctx.pending = None
+
+    def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
+        """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
+        body = event_body(
+            ctx.involved,
+            reason,
+            message,
+            warning=warning,
+            component=COMPONENT,
+            instance=self.identity,
+        )
+        future = self._events.submit(self.api.post_event, body)
+        with self._lock:
+            self._posting = [f for f in self._posting if not f.done()]
+            self._posting.append(future)
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Wait until the Events posted so far have gone out (tests; an orderly stop)."""
+        with self._lock:
+            pending = list(self._posting)
+        wait(pending, timeout=timeout)
+
+    def fail(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
+        """Final: the job cannot run; written, counted and told."""
+        self.patch(ctx, tr.failed(ctx.status, reason, message, now_rfc3339()))
+        report.count("status_writes")
+        report.count("failed")
+        self.metrics.failures.labels(reason=reason).inc()
+        self.event(ctx, reason, message, warning=True)
+
+    def write(
+        self,
+        ctx: JobCtx,
+        fields: Mapping[str, Any] | None,
+        report: PassReport,
+        event: tuple[str, str, bool] | None = None,
+    ) -> None:
+        """Write ``fields`` (nothing when None) and post ``event`` (reason, message, warning)."""
+        if fields is None:
+            return
+        self.patch(ctx, fields)
+        report.count("status_writes")
+        if event is not None:
+            self.event(ctx, *event[:2], warning=event[2])
+
+    def problem(self, ctx: JobCtx, what: str, exc: BaseException) -> None:
+        """One job's unexpected error, rate-limited (see the module docstring)."""
+        text = f"{what}: {type(exc).__name__}: {exc}"[: tr.MAX_MESSAGE]
+        key = (ctx.key, text)
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < PROBLEM_REPEAT_SECONDS:
+                return
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[key] = now
+        log.error("DLJob %s: %s; retrying next pass", ctx.key, text, exc_info=last is None)
+        self.event(ctx, "ReconcileError", f"{text} (retrying every pass)", warning=True)

@@ -1,0 +1,160 @@
+"""An in-memory apiserver behind :class:`horus.operator.jobapi.JobApi`, for reconcile passes in
+unit tests.
+
+It stands in for what the operator's pass needs of a real apiserver: resourceVersions that
+make a stale status write a ``Conflict``, JSON merge patches (``None`` deletes), pods that
+exist once per name, Bindings that set ``spec.nodeName`` once, a dry run that refuses what the
+apiserver's Pod validation would (a container name that is not a DNS label, an unknown
+PriorityClass), and Events. The integration tests run the same pass on the real apiserver.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from horus.kube.errors import Conflict
+from horus.operator.jobapi import PodRejected, ProfileUnavailable
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class FakeJobApi:
+    """A :class:`JobApi` over dicts (see the module docstring)."""
+
+    def __init__(self, nodes: list[dict[str, Any]] | None = None) -> None:
+        self.lock = threading.Lock()
+        self._rv = itertools.count(1)
+        self.nodes = list(nodes or [])
+        self.dljobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.priority_classes: set[str] = set()
+        self.dry_runs = 0
+        self.status_writes = 0
+        #: pod names whose create fails once with this exception (a crash between writes)
+        self.fail_create_once: dict[str, Exception] = {}
+
+    # --- test helpers ------------------------------------------------------------------
+    def add_dljob(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta["resourceVersion"] = str(next(self._rv))
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        self.dljobs[(meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def job(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.dljobs[(namespace, name)]
+
+    def run_bound_pods(self, phase: str = "Running") -> None:
+        """What kubelets do: bound pods start (or end with ``phase``)."""
+        for pod in self.pods.values():
+            if pod["spec"].get("nodeName"):
+                pod["status"]["phase"] = phase
+
+    # --- JobApi ------------------------------------------------------------------------
+    def list_pods(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(list(self.pods.values()))
+
+    def list_dljobs(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(list(self.dljobs.values()))
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.nodes)
+
+    def patch_dljob_status(
+        self, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        with self.lock:
+            obj = self.dljobs.get((namespace, name))
+            if obj is None:
+                raise Conflict(f"DLJob {namespace}/{name} vanished")
+            want = (body.get("metadata") or {}).get("resourceVersion")
+            if want is not None and want != obj["metadata"]["resourceVersion"]:
+                raise Conflict(f"DLJob {namespace}/{name} changed")
+            merge_patch(obj.setdefault("status", {}), body.get("status") or {})
+            obj["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.status_writes += 1
+            return copy.deepcopy(obj)
+
+    def create_pod(
+        self, namespace: str, manifest: Mapping[str, Any], dry_run: bool = False
+    ) -> dict[str, Any] | None:
+        spec = manifest.get("spec") or {}
+        for container in spec.get("containers") or []:
+            if not _DNS_LABEL.match(str(container.get("name", ""))):
+                raise PodRejected(
+                    422, f"spec.containers[0].name: Invalid value: {container.get('name')!r}"
+                )
+        prio = spec.get("priorityClassName")
+        if prio and prio not in self.priority_classes:
+            raise PodRejected(403, f"no PriorityClass with name {prio} was found")
+        if dry_run:
+            self.dry_runs += 1
+            return copy.deepcopy(dict(manifest))
+        name = str(manifest["metadata"]["name"])
+        failure = self.fail_create_once.pop(name, None)
+        if failure is not None:
+            raise failure
+        with self.lock:
+            if (namespace, name) in self.pods:
+                return None
+            pod = copy.deepcopy(dict(manifest))
+            pod["metadata"]["uid"] = f"pod-uid-{name}"
+            pod["metadata"]["resourceVersion"] = str(next(self._rv))
+            pod["status"] = {"phase": "Pending"}
+            self.pods[(namespace, name)] = pod
+            return copy.deepcopy(pod)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            return copy.deepcopy(pod) if pod is not None else None
+
+    def bind(self, namespace: str, name: str, node: str) -> bool:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise Conflict(f"pod {namespace}/{name} vanished before binding")
+            if pod["spec"].get("nodeName"):
+                return False
+            pod["spec"]["nodeName"] = node
+            return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self.lock:
+            self.pods.pop((namespace, name), None)
+
+    def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
+        data = self.configmaps.get((namespace, name))
+        if data is None:
+            raise ProfileUnavailable(f"ConfigMap {namespace}/{name} does not exist")
+        return dict(data)
+
+    def post_event(self, body: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.events.append(copy.deepcopy(dict(body)))
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
