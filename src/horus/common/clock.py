@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["now_rfc3339", "timestamp"]
+__all__ = ["now_rfc3339", "rfc3339", "timestamp"]
+
+
+def rfc3339(value: datetime, micro: bool = False) -> str:
+    """``value`` in UTC, e.g. ``2026-11-23T19:00:00Z`` (``micro``: with microseconds, as
+    Leases and Events' ``eventTime`` are written); a naive datetime is taken as UTC."""
+    utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def now_rfc3339(micro: bool = False) -> str:
-    """Now, e.g. ``2026-11-23T19:00:00Z`` (``micro``: with microseconds, as Leases and
-    Events' ``eventTime`` are written)."""
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+    """Now, as :func:`rfc3339` writes it."""
+    return rfc3339(datetime.now(UTC), micro)
 
 
 def timestamp(value: object) -> float:

@@ -18,14 +18,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from horus.common.clock import now_rfc3339, rfc3339
+
 log = logging.getLogger(__name__)
-
-
-def _now_micro() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -67,7 +64,7 @@ class LeaseElector:
         )
 
     def _body(self, rv: str | None, transitions: int, acquire: bool, old: Any) -> dict[str, Any]:
-        now = _now_micro()
+        now = now_rfc3339(micro=True)
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self.lease_duration)),
@@ -119,9 +116,7 @@ class LeaseElector:
             self._observed = _Observed(record, start)
         rv = lease.metadata.resource_version
         if holder == self.identity:
-            acquire_time = (
-                spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if spec.acquire_time else None
-            )
+            acquire_time = rfc3339(spec.acquire_time, micro=True) if spec.acquire_time else None
             body = self._body(rv, transitions, False, acquire_time)
         else:
             duration = float(spec.lease_duration_seconds or self.lease_duration)
