@@ -130,7 +130,7 @@ def _register_extender(rsub: Any) -> None:
 
 
 def _extender(args: argparse.Namespace) -> int:
-    from horus.operator.extender_main import run_extender
+    from horus.operator.extender.main import run_extender
 
     cli = {
         "host": args.host,

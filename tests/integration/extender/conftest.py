@@ -22,7 +22,7 @@ from extcluster import ExtenderCluster
 from horus.devcluster.cluster import LocalCluster
 from horus.devcluster.nodes import NodeSpec, add_nodes
 from horus.operator.extender import ExtenderServer, ExtenderSettings
-from horus.operator.extender_main import build_extender
+from horus.operator.extender.main import build_extender
 from horus.scheduler import SchedulerSettings
 
 ROOT = Path(__file__).resolve().parents[3]

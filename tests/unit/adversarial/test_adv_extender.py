@@ -22,6 +22,7 @@ from opfixtures import node
 from horus.common import constants as c
 from horus.operator import extender as ext_mod
 from horus.operator.extender import Extender, ExtenderServer
+from horus.operator.extender import http as ext_http
 from horus.predictor import load_default_predictor
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -213,7 +214,7 @@ def test_a_stalled_client_is_dropped(
     server: ExtenderServer, source: FakeSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client that announces a body and never sends it frees its thread (408)."""
-    monkeypatch.setattr(ext_mod._Handler, "timeout", 1.0)
+    monkeypatch.setattr(ext_http._Handler, "timeout", 1.0)
     started = time.monotonic()
     got, body = raw_http(
         server, request("POST /filter HTTP/1.1\nHost: x\nContent-Length: 100\n", b"{")

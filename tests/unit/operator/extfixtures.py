@@ -10,7 +10,7 @@ from typing import Any
 from opfixtures import profile_doc
 
 from horus.common import constants as c
-from horus.operator.extender import ConflictError
+from horus.kube.errors import Conflict as ConflictError
 from horus.operator.livestate import LiveObjects
 
 

@@ -11,6 +11,7 @@ from extfixtures import FakeSource, plain_pod
 from opfixtures import KEY, assignment, dljob, node, share, sign_pod
 
 from horus.api.assignment import decode_assignment, decode_predicted
+from horus.api.resources import parse_quantity
 from horus.api.signing import verify_assignment
 from horus.common import constants as c
 from horus.common.errors import ConfigError, ValidationError
@@ -22,7 +23,6 @@ from horus.operator.extender import (
     RequestError,
     parse_binding_args,
     parse_extender_args,
-    parse_quantity,
     pod_demand,
 )
 from horus.predictor import load_default_predictor

@@ -19,7 +19,10 @@ from typing import Any
 from horus.common.errors import ConfigError
 from horus.common.settings import load_settings
 from horus.operator.assignment_key import AssignmentKeySource
-from horus.operator.extender import Extender, ExtenderServer, ExtenderSettings, KubeClusterSource
+from horus.operator.extender.decisions import Extender
+from horus.operator.extender.http import ExtenderServer
+from horus.operator.extender.settings import ExtenderSettings
+from horus.operator.extender.source import KubeClusterSource
 from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,398 @@
+"""The extender's decisions: per-node verdicts for filter/prioritize, and bind.
+
+Every decision starts from the live cluster (:mod:`horus.operator.livestate`: node
+inventories, DLJob placements and pods' signed assignments) and goes through the same
+:class:`~horus.operator.session.PlacementSession` as the operator's, so the two placers score
+a GPU by one rule. Each candidate node gets a real per-node answer from the core
+(:meth:`horus.scheduler.Scheduler.evaluate`: prefilter once, decide per node). Binds are
+serialised in-process and re-checked after the assignment is written (another placer may
+have raced us); a lost race rolls the annotation back and reports an error, and the
+scheduler retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from horus.api.assignment import GpuAssignment, encode_assignment, encode_predicted
+from horus.api.resources import node_memory_unit_mib
+from horus.api.signing import KeyRing, sign_assignment
+from horus.common import constants as c
+from horus.common.errors import HorusError, ValidationError
+from horus.kube.errors import Conflict
+from horus.operator.extender.demand import cached_profile, pod_demand
+from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
+from horus.operator.extender.source import ClusterSource
+from horus.operator.extender.wire import BindingArgs, ExtenderArgs
+from horus.operator.livestate import (
+    LiveObjects,
+    LiveState,
+    build_live_state,
+    graph_profile,
+    pod_job_name,
+)
+from horus.operator.session import PlacementSession
+from horus.predictor.interface import GraphProfile, Predictor
+from horus.scheduler import JobRequest, Placement, Refusal, SchedulerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """One candidate node for one pod: placeable (with its best placement) or why not."""
+
+    node: str
+    placement: Placement | None = None
+    reason: str | None = None
+    #: True when waiting or preempting cannot help (the pod can never fit this node).
+    unresolvable: bool = False
+
+    @property
+    def score(self) -> int:
+        """0..10: the predicted rise in summed normalised speed on the node's best GPU × 10."""
+        if self.placement is None:
+            return 0
+        gain = self.placement.predicted_gain
+        if not math.isfinite(gain):
+            return 0
+        return max(0, min(MAX_EXTENDER_PRIORITY, round(gain * MAX_EXTENDER_PRIORITY)))
+
+
+_NO_INVENTORY = (
+    f"{REASON_PREFIX}node has no Horus GPUs (no {c.ANNOTATION_GPU_INVENTORY} annotation; "
+    "is the Horus device plugin running there?)"
+)
+
+
+class Extender:
+    """The three verbs over a :class:`ClusterSource`, independent of HTTP."""
+
+    def __init__(
+        self,
+        source: ClusterSource,
+        predictor: Predictor,
+        key: bytes | KeyRing | Callable[[], KeyRing | bytes],
+        policy: str = "horus",
+        scheduler_settings: SchedulerSettings | None = None,
+        cache_seconds: float = 2.0,
+        verify_binds: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self._key = key
+        self.policy = policy
+        self.scheduler_settings = scheduler_settings or SchedulerSettings()
+        #: The scheduling core with the operator's rules (unknown residents, measured pairs,
+        #: the prediction record); one per extender, its caches kept between requests.
+        self.session = PlacementSession(policy, predictor, self.scheduler_settings)
+        self._session_lock = threading.Lock()
+        self.cache_seconds = cache_seconds
+        self.verify_binds = verify_binds
+        self._clock = clock
+        self._bind_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
+        self._cache: dict[tuple[str, ...], tuple[float, dict[str, NodeVerdict]]] = {}
+
+    def set_predictor(self, predictor: Predictor) -> None:
+        """Place with ``predictor`` from the next request on (a reloaded artifact); filter
+        results computed with the old one are not reused."""
+        with self._cache_lock, self._session_lock:
+            self.session.set_predictor(predictor)
+            self._cache.clear()
+
+    @property
+    def predictor(self) -> Predictor:
+        return self.session.predictor
+
+    # --- helpers ----------------------------------------------------------------------------
+    def keys(self) -> KeyRing:
+        """The key ring now: signs with its current key, verifies with all of them (a
+        callable, e.g. :class:`~horus.operator.assignment_key.AssignmentKeySource`, is asked
+        every time, so a rotated key is used without a restart)."""
+        k = self._key() if callable(self._key) else self._key
+        return KeyRing(k) if isinstance(k, bytes) else k
+
+    def key(self) -> bytes:
+        """The signing key (the ring's current one)."""
+        return self.keys().current
+
+    def _live(self, exclude: str) -> tuple[LiveState, dict[str, int]]:
+        """The live state without ``exclude``'s own share, and each node's MiB per memory unit."""
+        objs = self.source.list_objects()
+        live = self._build(objs)
+        if exclude in live.residents:  # the pod's own earlier assignment (a retried bind)
+            live.state.release(exclude)
+            del live.residents[exclude]
+        units: dict[str, int] = {}
+        for n in objs.nodes:
+            meta = n.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            try:
+                units[name] = node_memory_unit_mib(meta.get("annotations"), f"node {name}")
+            except ValidationError as exc:
+                live.excluded_nodes.setdefault(name, str(exc))
+        return live, units
+
+    def _build(self, objs: LiveObjects) -> LiveState:
+        """:func:`build_live_state`, with the pods' profiles parsed through the cache."""
+        profiles: dict[str, GraphProfile] = {}
+        for pod in objs.pods:
+            meta = pod.get("metadata") or {}
+            ann = meta.get("annotations") or {}
+            text = ann.get(c.ANNOTATION_GRAPH_PROFILE)
+            if not text or c.ANNOTATION_GPU_ASSIGNMENT not in ann:
+                continue
+            try:
+                profile = graph_profile(cached_profile(text))
+            except ValidationError:
+                continue
+            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+            profiles[pod_job_name(ns, name)] = profile
+        # Only signed records count: a forged pod assignment or DLJob record holds nothing.
+        return build_live_state(
+            objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles=profiles, keys=self.keys()
+        )
+
+    @staticmethod
+    def _in_mib(job: JobRequest, unit_mib: int) -> JobRequest:
+        """``job`` with its ``horus.io/gpu-memory`` quantity read in the node's units (MiB)."""
+        if job.memory_mib is None or unit_mib == 1:
+            return job
+        return replace(job, memory_mib=job.memory_mib * unit_mib)
+
+    def evaluate(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, NodeVerdict]:
+        """A verdict for every candidate node (cached briefly for the prioritize call)."""
+        meta = pod.get("metadata") or {}
+        cache_key = (
+            str(meta.get("uid") or ""),
+            str(meta.get("namespace") or "default"),
+            str(meta.get("name") or ""),
+            str(meta.get("resourceVersion") or ""),
+            *node_names,
+        )
+        now = self._clock()
+        if self.cache_seconds > 0 and cache_key[0]:
+            with self._cache_lock:
+                hit = self._cache.get(cache_key)
+                if hit is not None and now - hit[0] <= self.cache_seconds:
+                    return hit[1]
+        verdicts = self._evaluate(pod, node_names)
+        if self.cache_seconds > 0 and cache_key[0]:
+            with self._cache_lock:
+                self._cache = {
+                    k: v for k, v in self._cache.items() if now - v[0] <= self.cache_seconds
+                }
+                self._cache[cache_key] = (now, verdicts)
+        return verdicts
+
+    def _evaluate(
+        self, pod: Mapping[str, Any], node_names: Sequence[str]
+    ) -> dict[str, NodeVerdict]:
+        demand = pod_demand(pod)
+        if not demand.interested:
+            return {n: NodeVerdict(n) for n in node_names}
+        if demand.request is None:
+            reason = demand.problem or f"{REASON_PREFIX}pod cannot be placed"
+            return {n: NodeVerdict(n, reason=reason, unresolvable=True) for n in node_names}
+        live, units = self._live(demand.request.name)
+        out: dict[str, NodeVerdict] = {}
+        known = set(live.state.node_names)
+        # Nodes with the same gpu-memory unit read the pod's quantity alike: one core call each.
+        by_unit: dict[int, list[str]] = {}
+        for name in node_names:
+            if name not in known or name in live.excluded_nodes:
+                why = live.excluded_nodes.get(name)
+                out[name] = (
+                    NodeVerdict(name, reason=f"{REASON_PREFIX}{why}")
+                    if why
+                    else NodeVerdict(name, reason=_NO_INVENTORY, unresolvable=True)
+                )
+            else:
+                by_unit.setdefault(units.get(name, 1), []).append(name)
+        for unit, names in by_unit.items():
+            job = self._in_mib(demand.request, unit)
+            try:
+                results = self._decide(live, job, names)
+            except HorusError as exc:  # e.g. the predictor rejects the profile
+                for name in names:
+                    out[name] = NodeVerdict(name, reason=f"{REASON_PREFIX}{exc}", unresolvable=True)
+                continue
+            for name, result in results.items():
+                out[name] = (
+                    NodeVerdict(name, placement=result)
+                    if isinstance(result, Placement)
+                    else NodeVerdict(
+                        name,
+                        reason=f"{REASON_PREFIX}{result.reason}",
+                        unresolvable=not result.code.resolvable,
+                    )
+                )
+        return {n: out[n] for n in node_names}
+
+    def _decide(
+        self, live: LiveState, job: JobRequest, nodes: Sequence[str]
+    ) -> dict[str, Placement | Refusal]:
+        """The core's per-node answer, with the session's rules and this cluster's residents
+        and measured pairs."""
+        with self._session_lock:
+            self.session.observe(live)
+            self.session.remember(job)
+            return self.session.scheduler.evaluate(live.state, job, nodes)
+
+    # --- verbs ------------------------------------------------------------------------------
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        """``ExtenderFilterResult`` for ``args``."""
+        try:
+            verdicts = self.evaluate(args.pod, args.node_names)
+        except Exception as exc:  # the cluster could not be read: tell the scheduler
+            log.warning("filter %s/%s failed: %s", args.namespace, args.name, exc)
+            return {
+                "Nodes": None,
+                "NodeNames": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": f"horus extender: {exc}",
+            }
+        passed = [n for n in args.node_names if verdicts[n].reason is None]
+        failed = {
+            n: v.reason for n, v in verdicts.items() if v.reason is not None and not v.unresolvable
+        }
+        unresolvable = {
+            n: v.reason for n, v in verdicts.items() if v.reason is not None and v.unresolvable
+        }
+        result: dict[str, Any] = {
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
+        if args.nodes is None:
+            result["Nodes"] = None
+            result["NodeNames"] = passed
+        else:
+            keep = set(passed)
+            items = [n for n in args.nodes if n["metadata"]["name"] in keep]
+            result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
+            result["NodeNames"] = None
+        log.debug(
+            "filter %s/%s: %d of %d nodes pass",
+            args.namespace,
+            args.name,
+            len(passed),
+            len(args.node_names),
+        )
+        return result
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        """``HostPriorityList`` for ``args`` (0 for nodes that cannot take the pod)."""
+        try:
+            verdicts = self.evaluate(args.pod, args.node_names)
+        except Exception as exc:
+            log.warning("prioritize %s/%s failed: %s", args.namespace, args.name, exc)
+            return [{"Host": n, "Score": 0} for n in args.node_names]
+        return [{"Host": n, "Score": verdicts[n].score} for n in args.node_names]
+
+    def bind(self, args: BindingArgs) -> dict[str, str]:
+        """``ExtenderBindingResult``: assignment first, then the Binding."""
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        try:
+            with self._bind_lock:
+                self._bind(args, where)
+        except Exception as exc:
+            log.warning("bind %s to %s failed: %s", where, args.node, exc)
+            return {"Error": f"horus extender: bind {where} to {args.node}: {exc}"}
+        return {"Error": ""}
+
+    def _bind(self, args: BindingArgs, where: str) -> None:
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
+        pod = self.source.get_pod(ns, name)
+        if pod is None:
+            raise ValidationError(f"{where} no longer exists")
+        meta = pod.get("metadata") or {}
+        if args.pod_uid and meta.get("uid") and meta["uid"] != args.pod_uid:
+            raise ValidationError(f"{where} was replaced (uid {meta['uid']}, not {args.pod_uid})")
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            if bound == node:
+                return  # already bound there: a retried call after a lost response
+            raise ValidationError(f"{where} is already bound to node {bound}")
+        demand = pod_demand(pod)
+        if not demand.interested:
+            self.source.bind_pod(ns, name, args.pod_uid, node)
+            return
+        if demand.request is None:
+            raise ValidationError(demand.problem or "the pod cannot be placed")
+        live, units = self._live(demand.request.name)
+        job = self._in_mib(demand.request, units.get(node, 1))
+        st = live.state
+        if node not in st.node_names or node in live.excluded_nodes:
+            why = live.excluded_nodes.get(node) or _NO_INVENTORY
+            raise ValidationError(f"node {node} cannot take it: {why}")
+        result = self._decide(live, job, [node])[node]
+        if isinstance(result, Refusal):
+            raise ValidationError(f"node {node} cannot take it any more: {result.reason}")
+        share = result.replicas[0].gpus[0]
+        assignment = GpuAssignment(
+            node=node,
+            gpu_uuid=share.gpu_uuid,
+            gpu_index=share.gpu_index,
+            core_percent=share.core_percent,
+            memory_mib=share.memory_mib,
+        )
+        text = encode_assignment(assignment)
+        gpu_model = st.gpu_model[st.gpu_id(share.node, share.gpu_index)]
+        predicted = self.session.predicted_usage(result.prediction, gpu_model)
+        annotations = {
+            c.ANNOTATION_GPU_ASSIGNMENT: text,
+            c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(self.key(), ns, name, text),
+            c.ANNOTATION_PREDICTED: encode_predicted(predicted),
+        }
+        try:
+            self.source.patch_pod_annotations(ns, name, annotations, meta.get("resourceVersion"))
+        except Conflict:
+            raise ValidationError(f"{where} changed while binding; the scheduler retries") from None
+        # Written. Another placer (the operator, a second extender) may have chosen the same
+        # GPU at the same moment: re-read and make sure our share is the one counted.
+        if self.verify_binds:
+            check = self._build(self.source.list_objects())
+            if job.name not in check.residents:
+                self._rollback(ns, name)
+                raise ValidationError(
+                    f"GPU {node}/gpu-{share.gpu_index} was taken by another placement at the "
+                    "same time; the scheduler retries"
+                )
+        try:
+            self.source.bind_pod(ns, name, args.pod_uid, node)
+        except Exception:
+            self._rollback(ns, name)
+            raise
+        log.info(
+            "bound %s to %s GPU %d (%d%% core, %d MiB, predicted gain %.2f)",
+            where,
+            node,
+            share.gpu_index,
+            share.core_percent,
+            share.memory_mib,
+            result.predicted_gain,
+        )
+
+    def _rollback(self, namespace: str, name: str) -> None:
+        """Remove an assignment that did not lead to a binding (best effort)."""
+        try:
+            self.source.patch_pod_annotations(
+                namespace,
+                name,
+                {
+                    c.ANNOTATION_GPU_ASSIGNMENT: None,
+                    c.ANNOTATION_ASSIGNMENT_SIGNATURE: None,
+                    c.ANNOTATION_PREDICTED: None,
+                },
+            )
+        except Exception as exc:  # the record stays; the next bind of this pod replaces it
+            log.warning("could not roll back the assignment of %s/%s: %s", namespace, name, exc)

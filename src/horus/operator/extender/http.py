@@ -1,0 +1,205 @@
+"""HTTP at the edge: the three verbs' routes, framing checks, decode → :class:`Extender` →
+encode. Nothing here decides anything (HAMi's ``routes/route.go`` has the same shape)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from horus.common.documents import DEFAULT_MAX_DEPTH, load_json
+from horus.common.errors import ConfigError, ValidationError
+from horus.operator.extender.decisions import Extender
+from horus.operator.extender.settings import CONTENT_LENGTH, REQUEST_TIMEOUT_S, VERBS
+from horus.operator.extender.wire import parse_binding_args, parse_extender_args, short
+
+log = logging.getLogger(__name__)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: the scheduler reuses connections
+    timeout = REQUEST_TIMEOUT_S  # socket timeout: a stalled client frees its thread
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _reply(self, status: int, payload: object) -> None:
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._reply(status, {"Error": message})
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path in ("/healthz", "/readyz", "/livez"):
+            self._reply(HTTPStatus.OK, {"status": "ok"})
+        else:
+            self._error(
+                HTTPStatus.NOT_FOUND, f"no such path {self.path}; POST to {', '.join(VERBS)}"
+            )
+
+    def do_POST(self) -> None:
+        try:
+            self._post()
+        except Exception as exc:  # a bug: answer 500, log, keep serving
+            log.exception("extender request %s failed", self.path)
+            with contextlib.suppress(OSError):
+                self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
+
+    def _read_body(self) -> tuple[bool, object]:
+        """(True, decoded JSON) or (False, None) after an error reply was sent.
+
+        The body is bounded before a byte of it is read: ``Content-Length`` is required (the
+        kube-scheduler's Go client always sends it for these JSON bodies), must be one plain
+        number within ``max_body_bytes``, and a chunked body is refused; then the JSON is
+        depth-checked before it is parsed (:func:`horus.common.documents.load_json`).
+        """
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.LENGTH_REQUIRED,
+                "Transfer-Encoding is not accepted; send the body with a Content-Length",
+            )
+            return False, None
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            self.close_connection = True
+            self._error(HTTPStatus.LENGTH_REQUIRED, "Content-Length: required")
+            return False, None
+        if len(lengths) > 1 or not CONTENT_LENGTH.match(lengths[0].strip()):
+            self.close_connection = True
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"Content-Length: must be one whole number of bytes, got {short(lengths)}",
+            )
+            return False, None
+        length = int(lengths[0])
+        limit = self.server.max_body_bytes
+        if length > limit:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"request body: {length} bytes is over the limit of {limit}",
+            )
+            return False, None
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"request body: not received within {REQUEST_TIMEOUT_S:g} s",
+            )
+            return False, None
+        if len(raw) != length:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"request body: got {len(raw)} of the {length} bytes Content-Length announced",
+            )
+            return False, None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"request body: not valid JSON (not UTF-8: byte {exc.start} is "
+                f"0x{raw[exc.start]:02x})",
+            )
+            return False, None
+        try:
+            return True, load_json(
+                text, "request body", max_bytes=limit, max_depth=DEFAULT_MAX_DEPTH
+            )
+        except ValidationError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            return False, None
+
+    def _post(self) -> None:
+        verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if verb not in VERBS:
+            self._error(
+                HTTPStatus.NOT_FOUND, f"no such verb {verb!r}; use one of {', '.join(VERBS)}"
+            )
+            return
+        ok, body = self._read_body()
+        if not ok:
+            return
+        try:
+            if verb == "bind":
+                binding = parse_binding_args(body)
+                self._reply(HTTPStatus.OK, self.server.extender.bind(binding))
+                return
+            args = parse_extender_args(body)
+        except ValidationError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, f"{verb}: {exc}")
+            return
+        if verb == "filter":
+            self._reply(HTTPStatus.OK, self.server.extender.filter(args))
+        else:
+            self._reply(HTTPStatus.OK, self.server.extender.prioritize(args))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], extender: Extender, max_body_bytes: int) -> None:
+        self.extender = extender
+        self.max_body_bytes = max_body_bytes
+        super().__init__(address, _Handler)
+
+
+class ExtenderServer:
+    """The HTTP server around an :class:`Extender`; ``port=0`` picks a free port."""
+
+    def __init__(
+        self,
+        extender: Extender,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 8 * 1024 * 1024,
+    ) -> None:
+        self.extender = extender
+        try:
+            self._server = _Server((host, port), extender, max_body_bytes)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self._server.server_address[0])
+        return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}"
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever(poll_interval=0.5)
+
+    def start(self) -> ExtenderServer:
+        """Serve in a background thread (tests, or next to the operator)."""
+        self._thread = threading.Thread(
+            target=self.serve_forever, name="horus-extender", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._server.server_close()

@@ -1,0 +1,81 @@
+"""Settings of ``horus operator extender`` and the limits of what a request may carry."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from horus.common.errors import ConfigError
+from horus.common.settings import check_range, check_seconds
+from horus.scheduler import POLICY_NAMES
+
+#: k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority.
+MAX_EXTENDER_PRIORITY = 10
+#: Reasons start with this, so a person reading a Pending pod knows who refused it.
+REASON_PREFIX = "horus: "
+VERBS = ("filter", "prioritize", "bind")
+#: The most ``max_body_bytes`` may allow: a Pod is rarely over 100 KiB, and the apiserver
+#: itself refuses requests over 3 MiB; a NodeList of 5,000 nodes stays under this.
+MAX_REQUEST_BYTES = 64 << 20
+#: Candidate nodes one request may name (Kubernetes supports clusters of 5,000 nodes).
+MAX_CANDIDATE_NODES = 50_000
+#: A Kubernetes object name (DNS subdomain) is at most 253 characters; a UID 36 (we allow 128).
+MAX_NAME_LENGTH = 253
+MAX_UID_LENGTH = 128
+#: Containers of one pod (init containers and containers each); the apiserver has no limit,
+#: but a pod with more is not one Horus can place anyway.
+MAX_CONTAINERS = 256
+#: Seconds a client may take to send a request once connected; a stalled one is dropped so
+#: it cannot hold a server thread (and its socket) forever.
+REQUEST_TIMEOUT_S = 60.0
+CONTENT_LENGTH = re.compile(r"^[0-9]{1,15}$")
+
+
+@dataclass(frozen=True)
+class ExtenderSettings:
+    """Settings of ``horus operator extender`` (section ``extender``; CLI > env > file).
+
+    Environment variables are ``HORUS_EXTENDER_<FIELD>`` (e.g. ``HORUS_EXTENDER_PORT``).
+    """
+
+    #: Address to listen on (``0.0.0.0`` in a pod; ``127.0.0.1`` for a local scheduler).
+    host: str = "0.0.0.0"
+    #: TCP port; the kube-scheduler's ``urlPrefix`` points here (the Service uses 8888).
+    port: int = 8888
+    #: Placement policy of :mod:`horus.scheduler` (``horus`` is interference-aware).
+    policy: str = "horus"
+    #: kubeconfig to reach the apiserver; unset: ``$KUBECONFIG``, else in-cluster config.
+    kubeconfig: Path | None = None
+    #: Assignment key file (mounted Secret); unset: ``$HORUS_ASSIGNMENT_KEY_FILE``, else the
+    #: Secret ``horus-system/horus-assignment-key`` (created when absent).
+    key_file: Path | None = None
+    #: Predictor artifact (``horus predictor train -o``); unset: the shipped one.
+    predictor: Path | None = None
+    #: Seconds between checks of the ``predictor`` file for a new model (as the operator's
+    #: ``predictor_reload_seconds``); 0: read once at start.
+    predictor_reload_seconds: float = 30.0
+    #: How long filter results are reused by the prioritize call of the same pod (seconds).
+    cache_seconds: float = 2.0
+    #: Largest request body accepted (bytes); a Pod is rarely over 100 KiB.
+    max_body_bytes: int = 8 * 1024 * 1024
+    #: After writing an assignment, re-read the cluster and back off if another placer raced.
+    verify_binds: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"extender port must be 0..65535, got {self.port}")
+        if self.policy not in POLICY_NAMES:
+            raise ConfigError(
+                f"extender policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
+            )
+        if self.cache_seconds < 0:
+            raise ConfigError(f"extender cache_seconds must be >= 0, got {self.cache_seconds}")
+        if not self.predictor_reload_seconds >= 0:
+            raise ConfigError(
+                "extender predictor_reload_seconds must be >= 0 (0: never reload), got "
+                f"{self.predictor_reload_seconds}"
+            )
+        check_seconds("cache_seconds", self.cache_seconds, positive=False)
+        check_seconds("predictor_reload_seconds", self.predictor_reload_seconds, positive=False)
+        check_range("max_body_bytes", self.max_body_bytes, 1024, MAX_REQUEST_BYTES, unit=" bytes")
