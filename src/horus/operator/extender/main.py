@@ -9,15 +9,14 @@ around it (tests build an ``Extender`` on a fake cluster), and from ``commands.p
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from horus.common.errors import ConfigError
 from horus.common.settings import load_settings
+from horus.kube.client import api_client
 from horus.operator.assignment_key import AssignmentKeySource
 from horus.operator.extender.decisions import Extender
 from horus.operator.extender.http import ExtenderServer
@@ -26,23 +25,6 @@ from horus.operator.extender.source import KubeClusterSource
 from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)
-
-
-def api_client_for(kubeconfig: Path | None) -> Any:
-    """A Kubernetes ``ApiClient``: ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster."""
-    from kubernetes import client, config
-
-    try:
-        if kubeconfig is not None or os.environ.get("KUBECONFIG"):
-            path = str(kubeconfig) if kubeconfig is not None else None
-            return config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    except (config.ConfigException, OSError) as exc:
-        raise ConfigError(
-            f"cannot reach the apiserver: {exc}; pass --kubeconfig, set KUBECONFIG, or run in "
-            "a pod with a service account"
-        ) from None
 
 
 def build_extender(
@@ -75,7 +57,7 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status."""
     settings = load_settings(ExtenderSettings, "extender", cli=cli, config_file=config_file)
     scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=config_file)
-    extender = build_extender(settings, scheduler_settings, api_client_for(settings.kubeconfig))
+    extender = build_extender(settings, scheduler_settings, api_client(settings.kubeconfig))
     server = ExtenderServer(extender, settings.host, settings.port, settings.max_body_bytes)
     stop = threading.Event()
 
