@@ -73,7 +73,7 @@ __all__ = [
     "InlineProfile",
     "JobCondition",
     "ObservedUsage",
-    "Placement",
+    "PlacementRecord",
     "ProfileSource",
     "format_time",
     "parse_dljob",
@@ -152,7 +152,7 @@ class DLJobSpec:
 
 
 @dataclass(frozen=True)
-class Placement:
+class PlacementRecord:
     """Where one replica runs: one entry per replica and GPU in ``status.placements``."""
 
     replica: int
@@ -166,7 +166,7 @@ class Placement:
     @classmethod
     def from_assignment(
         cls, assignment: GpuAssignment, replica: int, pod: str | None = None
-    ) -> Placement:
+    ) -> PlacementRecord:
         return cls(
             replica=replica,
             node=assignment.node,
@@ -192,7 +192,7 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class ObservedPair:
+class MeasuredPair:
     """The job's measured normalised speed next to one other job kind on one GPU model."""
 
     other: str  # the neighbour's job kind (model@batch)
@@ -218,7 +218,7 @@ class ObservedUsage:
     sampled_at: datetime | None = None
     util_peak: float | None = None  # highest percent one replica reached
     memory_mib_mean: float | None = None  # mean MiB over the replicas
-    pairs: tuple[ObservedPair, ...] = ()
+    pairs: tuple[MeasuredPair, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -269,7 +269,7 @@ class DLJobStatus:
     reason: str = ""
     message: str = ""
     observed_generation: int | None = None
-    placements: tuple[Placement, ...] = ()
+    placements: tuple[PlacementRecord, ...] = ()
     predicted: PredictedUsage | None = None
     observed: ObservedUsage | None = None
     conditions: tuple[JobCondition, ...] = ()
@@ -643,10 +643,10 @@ def parse_dljob_status(value: object, path: str = "status") -> DLJobStatus:
     )
 
 
-def _parse_placement(value: object, path: str) -> Placement:
+def _parse_placement(value: object, path: str) -> PlacementRecord:
     raw = require_object(value, path)
     reject_unknown(raw, _PLACEMENT_KEYS, path)
-    return Placement(
+    return PlacementRecord(
         replica=read_int(raw, "replica", path, lo=0, hi=MAX_DLJOB_REPLICAS - 1),
         node=read_str(raw, "node", path, max_length=253),
         gpu_uuid=read_str(raw, "gpuUUID", path, max_length=128),
@@ -666,7 +666,7 @@ def _parse_observed(value: object, path: str) -> ObservedUsage:
     def number(key: str, hi: float) -> float | None:
         return read_number(raw, key, path, lo=0.0, hi=hi) if key in raw else None
 
-    pairs: list[ObservedPair] = []
+    pairs: list[MeasuredPair] = []
     if "pairs" in raw:
         items = raw["pairs"]
         if not isinstance(items, list) or len(items) > MAX_OBSERVED_PAIRS:
@@ -678,7 +678,7 @@ def _parse_observed(value: object, path: str) -> ObservedUsage:
             entry = require_object(item, where)
             reject_unknown(entry, ("other", "gpuModel", "speed", "samples"), where)
             pairs.append(
-                ObservedPair(
+                MeasuredPair(
                     other=read_str(entry, "other", where, max_length=256),
                     gpu_model=read_str(entry, "gpuModel", where, max_length=64),
                     speed=read_number(entry, "speed", where, lo=MIN_OBSERVED_PAIR_SPEED, hi=1.0),

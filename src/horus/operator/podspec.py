@@ -26,6 +26,7 @@ from horus.api.assignment import (
     encode_predicted,
     parse_predicted,
 )
+from horus.api.dljob import PlacementRecord
 from horus.api.resources import pod_gpu_requests
 from horus.api.signing import KeyRing, sign_assignment
 from horus.common import constants as c
@@ -48,17 +49,18 @@ def owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 
 def placement_record(replica: int, pod: str, node: str, gpu: Any) -> dict[str, Any]:
-    """One ``status.placements`` entry: replica ``replica`` (pod ``pod``) on one GPU
-    (anything with ``gpu_uuid``, ``gpu_index``, ``core_percent`` and ``memory_mib``)."""
-    return {
-        "replica": replica,
-        "pod": pod,
-        "node": node,
-        "gpuUUID": gpu.gpu_uuid,
-        "gpuIndex": gpu.gpu_index,
-        "corePercent": gpu.core_percent,
-        "memoryMiB": gpu.memory_mib,
-    }
+    """One ``status.placements`` entry (:class:`~horus.api.dljob.PlacementRecord`): replica
+    ``replica`` (pod ``pod``) on one GPU (anything with ``gpu_uuid``, ``gpu_index``,
+    ``core_percent`` and ``memory_mib``)."""
+    return PlacementRecord(
+        replica=replica,
+        node=node,
+        gpu_uuid=gpu.gpu_uuid,
+        gpu_index=gpu.gpu_index,
+        core_percent=gpu.core_percent,
+        memory_mib=gpu.memory_mib,
+        pod=pod,
+    ).to_json()
 
 
 def assignment_of(job: str, replica: int, records: Sequence[Mapping[str, Any]]) -> GpuAssignment:

@@ -18,7 +18,7 @@ from horus.api.dljob import (
     InlineProfile,
     JobCondition,
     ObservedUsage,
-    Placement,
+    PlacementRecord,
     format_time,
     parse_dljob,
     parse_dljob_status,
@@ -198,10 +198,10 @@ def test_status_round_trips_through_to_json() -> None:
         message="2 replicas placed",
         observed_generation=1,
         placements=(
-            Placement.from_assignment(
+            PlacementRecord.from_assignment(
                 GpuAssignment("n1", "GPU-a", 0, 40, 8192, job="valid", replica=0), 0, "valid-0"
             ),
-            Placement(1, "n2", "GPU-b", 3, 40, 8192),
+            PlacementRecord(1, "n2", "GPU-b", 3, 40, 8192),
         ),
         predicted=PredictedUsage(38.0, 45.5, 7000.0, 7900.0, "gbr-1", low_confidence=True),
         observed=ObservedUsage(util=41.0, memory_mib=7100.0, sampled_at=t0),

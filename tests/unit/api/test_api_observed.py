@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from horus.api.dljob import ObservedPair, ObservedUsage, parse_dljob_status
+from horus.api.dljob import MeasuredPair, ObservedUsage, parse_dljob_status
 from horus.common.errors import ValidationError
 
 
@@ -34,7 +34,7 @@ def test_observed_pairs_round_trip() -> None:
     pairs = [{"other": "bert@8", "gpuModel": "H100", "speed": 0.71, "samples": 12}]
     observed = parse_dljob_status({"observed": {"util": 30.0, "pairs": pairs}}).observed
     assert observed is not None
-    assert observed.pairs == (ObservedPair("bert@8", "H100", 0.71, 12),)
+    assert observed.pairs == (MeasuredPair("bert@8", "H100", 0.71, 12),)
     assert observed.to_json() == {"util": 30.0, "pairs": pairs}
 
 
