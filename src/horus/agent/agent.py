@@ -33,7 +33,7 @@ from horus.agent.feedback import (
     pair_rows,
     training_row,
 )
-from horus.agent.kube import ApiError, Kube, KubeActions
+from horus.agent.kube import Kube, KubeActions
 from horus.agent.mps import MpsSupervisor
 from horus.agent.nvml import NvmlBackend
 from horus.agent.pods import PodInfo, SkipLog, parse_pod
@@ -45,6 +45,7 @@ from horus.api.inventory import decode_inventory
 from horus.api.signing import load_key_ring
 from horus.common import constants as c
 from horus.common.errors import HorusError
+from horus.kube.errors import ApiError
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import job_kind
 

@@ -40,9 +40,11 @@ from horus.api.inventory import GpuDevice
 from horus.api.resources import container_amount, memory_units, pod_effective_request
 from horus.api.signing import KeyRing, load_key_ring
 from horus.common import constants as c
+from horus.common.clock import now_rfc3339
 from horus.common.documents import load_json
 from horus.common.errors import ConfigError, HorusError, ValidationError
-from horus.deviceplugin.kube import ConflictError, NodeApi, now_rfc3339
+from horus.deviceplugin.kube import NodeApi
+from horus.kube.errors import Conflict
 
 log = logging.getLogger(__name__)
 
@@ -439,7 +441,7 @@ class Allocator:
                         # (or kwok) keeps bumping the pod's version with status updates.
                         "",
                     )
-                except ConflictError:
+                except Conflict:
                     if attempt == 2:
                         raise AllocationRefused(
                             f"pod {_name(pod)} kept changing while it was being allocated; retry"

@@ -9,8 +9,6 @@ comes from the API server, never from the kubelet's request (which names no pod)
 from __future__ import annotations
 
 import base64
-import logging
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,12 +20,9 @@ from horus.common.constants import (
     HORUS_NAMESPACE,
 )
 from horus.common.errors import ConfigError
-
-log = logging.getLogger(__name__)
-
-
-class ConflictError(Exception):
-    """The object changed since it was read (HTTP 409); read again and retry."""
+from horus.kube.client import api_client
+from horus.kube.errors import Conflict
+from horus.kube.events import event_body, pod_involved, post_event
 
 
 class NodeApi(Protocol):
@@ -37,7 +32,9 @@ class NodeApi(Protocol):
 
     def patch_pod_annotations(
         self, namespace: str, name: str, annotations: dict[str, str], resource_version: str
-    ) -> None: ...
+    ) -> None:
+        """Merge ``annotations`` into the pod (:class:`~horus.kube.errors.Conflict` on 409)."""
+        ...
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, node: str) -> None: ...
 
@@ -46,33 +43,13 @@ class NodeApi(Protocol):
     def read_assignment_key(self) -> bytes: ...
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class KubeApi:
     """:class:`NodeApi` on the real API server (kubernetes Python client)."""
 
     def __init__(self, kubeconfig: Path | None = None) -> None:
         from kubernetes import client
-        from kubernetes import config as _config
 
-        config: Any = _config
-        if kubeconfig is not None:
-            api = config.new_client_from_config(config_file=str(kubeconfig))
-        else:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                try:
-                    config.load_kube_config()
-                except Exception as exc:
-                    raise ConfigError(
-                        f"no Kubernetes credentials: not in a pod and no kubeconfig ({exc}); "
-                        "pass --kubeconfig"
-                    ) from None
-            api = client.ApiClient()
-        self.core: Any = client.CoreV1Api(api)
+        self.core: Any = client.CoreV1Api(api_client(kubeconfig))
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         return read_items(
@@ -94,45 +71,32 @@ class KubeApi:
             discard(self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
-                raise ConflictError(f"pod {namespace}/{name} changed") from None
+                raise Conflict(f"pod {namespace}/{name} changed") from None
             raise
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, node: str) -> None:
+        """A Warning Event on ``pod`` (best effort: the gRPC error still says it all)."""
         meta = pod.get("metadata", {})
-        now = now_rfc3339()
-        body = {
-            "metadata": {
-                "generateName": f"{meta.get('name', 'pod')}.",
-                "namespace": meta["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta.get("name"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": EVENT_COMPONENT_DEVICE_PLUGIN, "host": node},
-            "reportingComponent": EVENT_COMPONENT_DEVICE_PLUGIN,
-            "reportingInstance": node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            discard(
-                self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
-            )
-        except Exception as exc:  # an Event is best effort; the gRPC error still says it all
-            log.warning("could not record Event %s on pod %s: %s", reason, meta.get("name"), exc)
+        involved = pod_involved(
+            meta["namespace"],
+            str(meta.get("name", "pod")),
+            str(meta.get("uid") or ""),
+            str(meta.get("resourceVersion") or ""),
+        )
+        body = event_body(
+            involved,
+            reason,
+            message,
+            warning=True,
+            component=EVENT_COMPONENT_DEVICE_PLUGIN,
+            instance=node,
+            host=node,
+        )
+        post_event(self.core, body)
 
     def patch_node_annotations(self, node: str, annotations: dict[str, str]) -> None:
         body = {"metadata": {"annotations": annotations}}
-        self.core.patch_node(node, body, _preload_content=False)
+        discard(self.core.patch_node(node, body, _preload_content=False))
 
     def read_assignment_key(self) -> bytes:
         from kubernetes.client.exceptions import ApiException

@@ -1,4 +1,5 @@
-"""Reading the apiserver's refusals: one ``Conflict`` and the apiserver's own sentence."""
+"""Reading the apiserver's refusals: one ``Conflict``, one ``ApiError`` for raw requests, and
+the apiserver's own sentence."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from horus.common.errors import HorusError
 
-__all__ = ["Conflict", "api_message", "status_of"]
+__all__ = ["ApiError", "Conflict", "api_message", "status_of"]
 
 _MAX_MESSAGE = 1024
 
@@ -15,6 +16,15 @@ _MAX_MESSAGE = 1024
 class Conflict(HorusError):
     """A write lost an optimistic-concurrency race or its object vanished (HTTP 409/404):
     read again and retry (the next pass, the next request)."""
+
+
+class ApiError(HorusError):
+    """A raw request (:class:`horus.kube.rest.RestClient`) failed: ``status`` is the HTTP
+    status, 0 when the apiserver could not be reached at all."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
 
 
 def status_of(exc: BaseException) -> int | None:

@@ -10,10 +10,22 @@ from typing import Any
 from horus.api.raw import discard
 from horus.common.clock import now_rfc3339
 
-__all__ = ["event_body", "post_event"]
+__all__ = ["event_body", "pod_involved", "post_event"]
 
 log = logging.getLogger(__name__)
 _MAX_MESSAGE = 1024
+
+
+def pod_involved(
+    namespace: str, name: str, uid: str = "", resource_version: str = ""
+) -> dict[str, str]:
+    """A pod as an Event's ``involvedObject`` (uid and resourceVersion when known)."""
+    out = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
+    if uid:
+        out["uid"] = uid
+    if resource_version:
+        out["resourceVersion"] = resource_version
+    return out
 
 
 def event_body(
@@ -52,18 +64,20 @@ def event_body(
 
 
 def post_event(core_v1: Any, body: Mapping[str, Any]) -> bool:
-    """Post an Event (best effort: an Event never blocks a decision); False if refused."""
+    """Post an Event (best effort: an Event never blocks a decision, not even when the
+    apiserver cannot be reached); False if it was not posted."""
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     namespace = str((body.get("metadata") or {}).get("namespace") or "default")
     try:
         discard(core_v1.create_namespaced_event(namespace, body, _preload_content=False))
-    except ApiException as exc:
+    except (ApiException, HTTPError, OSError) as exc:
         log.warning(
             "could not post event %s on %s: %s",
             body.get("reason"),
             (body.get("involvedObject") or {}).get("name"),
-            exc.reason,
+            getattr(exc, "reason", None) or exc,
         )
         return False
     return True

@@ -24,16 +24,9 @@ from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.api.signing import sign_assignment
 from horus.common import constants as c
+from kube_fakes import RawResponse
 
 NODE = "n1"
-
-
-class _Response:
-    def __init__(self, status: int, data: bytes) -> None:
-        self.status, self.data = status, data
-
-    def read(self) -> bytes:
-        return self.data
 
 
 class FakeApiClient:
@@ -49,12 +42,12 @@ class FakeApiClient:
     ) -> tuple[Any, ...]:
         return (method, path, query_params, body)
 
-    def call_api(self, method: str, path: str, query: Any, body: Any, **_: Any) -> _Response:
+    def call_api(self, method: str, path: str, query: Any, body: Any, **_: Any) -> RawResponse:
         if method != "GET":
             self.writes.append((method, path))
-            return _Response(200, b"{}")
+            return RawResponse(200, b"{}")
         data = self.routes.get(path)
-        return _Response(404, b"not found") if data is None else _Response(200, data)
+        return RawResponse(404, b"not found") if data is None else RawResponse(200, data)
 
 
 def node_json(inventory: str | None = None) -> bytes:

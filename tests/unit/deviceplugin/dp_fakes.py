@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from horus.deviceplugin.kube import ConflictError
+from horus.kube.errors import Conflict
 
 KEY = b"0123456789abcdef0123456789abcdef"
 
@@ -47,7 +47,7 @@ class FakeNodeApi:
     ) -> None:
         pod = self.get(name)
         if resource_version and resource_version != pod["metadata"]["resourceVersion"]:
-            raise ConflictError(name)
+            raise Conflict(name)
         pod["metadata"].setdefault("annotations", {}).update(annotations)
         self._rv += 1
         pod["metadata"]["resourceVersion"] = str(self._rv)
