@@ -33,6 +33,7 @@ from typing import Any
 
 from horus.api.assignment import GpuAssignment, PredictedUsage, decode_assignment, decode_predicted
 from horus.api.dljob import (
+    DLJobStatus,
     InlineProfile,
     parse_dljob_spec,
     parse_dljob_status,
@@ -266,6 +267,16 @@ def build_live_state(
     Records that cannot be counted are listed in :attr:`LiveState.problems`, never raised:
     one bad object must not stop the whole cluster from being scheduled.
     """
+    live = _gpu_nodes(nodes)
+    known = dict(profiles or {})
+    recorded = _add_dljob_records(live, dljobs, predictor, known, keys)
+    for jname, members in _pod_groups(live, pods, recorded, keys).items():
+        _add_pod_group(live, jname, members, predictor, known)
+    return live
+
+
+def _gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> LiveState:
+    """The GPUs of the nodes that may receive work (see :func:`node_exclusion`)."""
     live_nodes: dict[str, list[GpuDevice]] = {}
     excluded: dict[str, str] = {}
     problems: list[str] = []
@@ -289,10 +300,18 @@ def build_live_state(
     except ValidationError as exc:  # e.g. a UUID on two nodes: drop nodes until it builds
         problems.append(f"cluster inventory is inconsistent: {exc}")
         state = _tolerant_state(live_nodes, excluded, problems)
-    live = LiveState(state=state, excluded_nodes=excluded, problems=problems)
-    known_profiles = dict(profiles or {})
+    return LiveState(state=state, excluded_nodes=excluded, problems=problems)
 
-    # (a) the durable record: DLJob status.placements of jobs that are not finished
+
+def _add_dljob_records(
+    live: LiveState,
+    dljobs: Iterable[Mapping[str, Any]],
+    predictor: Predictor | None,
+    known: Mapping[str, GraphProfile],
+    keys: KeyRing | None,
+) -> set[str]:
+    """(a) the durable record: each unfinished DLJob's signed ``status.placements``; and
+    every DLJob's measured pair speeds. Returns the jobs whose record was counted."""
     recorded: set[str] = set()
     for obj in dljobs:
         meta = _meta(obj)
@@ -304,60 +323,81 @@ def build_live_state(
         try:
             status = parse_dljob_status(status_raw)
         except ValidationError as exc:
-            problems.append(f"DLJob {jname}: unreadable status ({exc}); its pods are used instead")
+            live.problems.append(
+                f"DLJob {jname}: unreadable status ({exc}); its pods are used instead"
+            )
             continue
-        profile = _dljob_profile(obj, jname, known_profiles)
+        profile = _dljob_profile(obj, jname, known)
         if status.observed is not None and status.observed.pairs and profile is not None:
             kind = job_kind(profile)  # the agent's measurements, whoever wrote the record
             live.observed_pairs += [
                 (kind, pair.other, pair.gpu_model, pair.speed) for pair in status.observed.pairs
             ]
         if status.phase in TERMINAL_JOB_PHASES:
-            continue  # pods of a finished job that still run are counted below, from the pods
+            continue  # pods of a finished job that still run are counted from the pods
         if keys is not None and not dljob_record_trusted(obj, keys):
-            problems.append(
+            live.problems.append(
                 f"DLJob {jname}: status.placements not signed by the operator; not counted "
                 "(its pods are used instead)"
             )
             continue
-        shares = [
-            GpuShare(p.node, p.gpu_index, p.gpu_uuid, p.core_percent, p.memory_mib)
-            for p in status.placements
-        ]
-        replicas = max(p.replica for p in status.placements) + 1
-        per_replica = max(1, len(shares) // replicas)
-        prediction = (
-            resource_prediction(status.predicted)
-            if status.predicted is not None
-            else _predict_or_assume(predictor, profile, shares, state)
-        )
-        request = JobRequest(
-            name=jname,
-            profile=profile or _unknown_profile(UNKNOWN_KIND),
-            replicas=replicas,
-            gpus_per_replica=per_replica,
-            core_percent=shares[0].core_percent,
-            memory_mib=shares[0].memory_mib,
-            submit_time=timestamp(meta.get("creationTimestamp")),
-            prediction=prediction,
-            kind="" if profile is not None else UNKNOWN_KIND,
+        request, shares, prediction = _record_request(
+            jname, meta, status, profile, predictor, live.state
         )
         if _add(live, request, shares, prediction, "dljob-status", (), f"DLJob {jname}"):
             recorded.add(jname)
+    return recorded
 
-    # (b) pods with an assignment, grouped by DLJob (replicas of one job) or by pod
+
+def _record_request(
+    jname: str,
+    meta: Mapping[str, Any],
+    status: DLJobStatus,
+    profile: GraphProfile | None,
+    predictor: Predictor | None,
+    state: ClusterState,
+) -> tuple[JobRequest, list[GpuShare], ResourcePrediction]:
+    shares = [
+        GpuShare(p.node, p.gpu_index, p.gpu_uuid, p.core_percent, p.memory_mib)
+        for p in status.placements
+    ]
+    replicas = max(p.replica for p in status.placements) + 1
+    prediction = (
+        resource_prediction(status.predicted)
+        if status.predicted is not None
+        else _predict_or_assume(predictor, profile, shares, state)
+    )
+    request = JobRequest(
+        name=jname,
+        profile=profile or _unknown_profile(UNKNOWN_KIND),
+        replicas=replicas,
+        gpus_per_replica=max(1, len(shares) // replicas),
+        core_percent=shares[0].core_percent,
+        memory_mib=shares[0].memory_mib,
+        submit_time=timestamp(meta.get("creationTimestamp")),
+        prediction=prediction,
+        kind="" if profile is not None else UNKNOWN_KIND,
+    )
+    return request, shares, prediction
+
+
+def _pod_groups(
+    live: LiveState,
+    pods: Iterable[Mapping[str, Any]],
+    recorded: set[str],
+    keys: KeyRing | None,
+) -> dict[str, list[tuple[Mapping[str, Any], GpuAssignment]]]:
+    """(b) pods with a signed assignment, grouped by DLJob (replicas of one job) or by pod;
+    a DLJob whose record was counted is not counted again from its pods."""
     groups: dict[str, list[tuple[Mapping[str, Any], GpuAssignment]]] = {}
     for pod in pods:
         text = _annotations(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
-        if text is None:
-            continue
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in TERMINAL_POD_PHASES:
+        if text is None or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
             continue
         meta = _meta(pod)
         ns, pname = str(meta.get("namespace", "default")), str(meta.get("name", ""))
         if keys is not None and not pod_assignment_trusted(pod, keys):
-            problems.append(
+            live.problems.append(
                 f"pod {ns}/{pname}: {c.ANNOTATION_GPU_ASSIGNMENT} is not signed by Horus; not "
                 "counted (the device plugin gives it no GPU)"
             )
@@ -365,11 +405,11 @@ def build_live_state(
         try:
             assignment = decode_assignment(text, f"pod {ns}/{pname}")
         except ValidationError as exc:
-            problems.append(f"{exc} (the pod's share is not counted)")
+            live.problems.append(f"{exc} (the pod's share is not counted)")
             continue
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound and bound != assignment.node:
-            problems.append(
+            live.problems.append(
                 f"pod {ns}/{pname}: assigned to node {assignment.node} but bound to {bound}; "
                 "its share is counted on the assigned node"
             )
@@ -380,9 +420,7 @@ def build_live_state(
         else:
             jname = pod_job_name(ns, pname)
         groups.setdefault(jname, []).append((pod, assignment))
-    for jname, members in groups.items():
-        _add_pod_group(live, jname, members, predictor, known_profiles)
-    return live
+    return groups
 
 
 def _dljob_profile(
