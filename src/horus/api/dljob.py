@@ -1,4 +1,5 @@
-"""The DLJob custom resource as typed values: spec, status, and ``parse_dljob``.
+"""The DLJob custom resource as typed values: its spec and ``parse_dljob`` (the status types
+live in :mod:`horus.api.jobstatus` and are re-exported here).
 
 ``manifests/crds/horus.io_dljobs.yaml`` makes the apiserver reject malformed DLJobs; this module
 repeats its key checks so the operator, the simulator and unit tests see the *same* errors,
@@ -9,7 +10,7 @@ annotations in the template, finite feature values). Errors are
 ``spec.gpu.corePercent: must be 1..100, got 150``.
 
 The operator reads a DLJob with :func:`parse_dljob`, resolves a ``configMapRef`` profile with
-:func:`parse_profile_document`, and writes status with :meth:`DLJobStatus.to_json`.
+:func:`parse_profile_document` (one validator for every profile, :mod:`horus.api.profile`).
 """
 
 from __future__ import annotations
@@ -17,18 +18,23 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from horus.api._fields import (
     read_int,
-    read_number,
     read_str,
     reject_unknown,
     require_object,
     type_name,
 )
-from horus.api.assignment import GpuAssignment, PredictedUsage, parse_predicted
+from horus.api.jobstatus import (
+    DLJobStatus,
+    JobCondition,
+    ObservedUsage,
+    PlacementRecord,
+    format_time,
+    parse_dljob_status,
+)
 from horus.api.profile import (
     PROFILE_KEYS,
     InlineProfile,
@@ -43,7 +49,6 @@ from horus.common.constants import (
     DEFAULT_QUEUE,
     DLJOB_KIND,
     DLJOB_MAX_NAME_LENGTH,
-    DLJOB_PHASES,
     DLJOB_PRIORITY_MAX,
     DLJOB_PRIORITY_MIN,
     GPU_CORE_UNITS_PER_GPU,
@@ -55,8 +60,6 @@ from horus.common.constants import (
     MAX_DLJOB_REPLICAS,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS_PER_REPLICA,
-    MAX_OBSERVED_PAIRS,
-    MIN_OBSERVED_PAIR_SPEED,
     PROFILE_CONFIGMAP_DEFAULT_KEY,
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
@@ -86,11 +89,9 @@ __all__ = [
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_CONDITION_REASON = re.compile(r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?)?$")
 _MAX_CONTAINERS = 32
 _RESTART_POLICIES = ("Never", "OnFailure")
 _DEFAULT_RESTART_POLICY = "Never"
-_CONDITION_STATUSES = ("True", "False", "Unknown")
 # GPU resources Horus sets on the pods itself; a container naming them would double-count.
 _OWNED_RESOURCES = (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, "nvidia.com/gpu")
 _OWNED_LABELS = (LABEL_DLJOB_NAME, LABEL_REPLICA_INDEX)
@@ -146,173 +147,6 @@ class DLJobSpec:
         spec = self.template.get("spec", {})
         policy = spec.get("restartPolicy") if isinstance(spec, dict) else None
         return policy if isinstance(policy, str) else _DEFAULT_RESTART_POLICY
-
-
-# --- status -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlacementRecord:
-    """Where one replica runs: one entry per replica and GPU in ``status.placements``."""
-
-    replica: int
-    node: str
-    gpu_uuid: str
-    gpu_index: int
-    core_percent: int
-    memory_mib: int
-    pod: str | None = None
-
-    @classmethod
-    def from_assignment(
-        cls, assignment: GpuAssignment, replica: int, pod: str | None = None
-    ) -> PlacementRecord:
-        return cls(
-            replica=replica,
-            node=assignment.node,
-            gpu_uuid=assignment.gpu_uuid,
-            gpu_index=assignment.gpu_index,
-            core_percent=assignment.core_percent,
-            memory_mib=assignment.memory_mib,
-            pod=pod,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"replica": self.replica}
-        if self.pod is not None:
-            out["pod"] = self.pod
-        out.update(
-            node=self.node,
-            gpuUUID=self.gpu_uuid,
-            gpuIndex=self.gpu_index,
-            corePercent=self.core_percent,
-            memoryMiB=self.memory_mib,
-        )
-        return out
-
-
-@dataclass(frozen=True)
-class MeasuredPair:
-    """The job's measured normalised speed next to one other job kind on one GPU model."""
-
-    other: str  # the neighbour's job kind (model@batch)
-    gpu_model: str
-    speed: float  # MIN_OBSERVED_PAIR_SPEED..1
-    samples: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "other": self.other,
-            "gpuModel": self.gpu_model,
-            "speed": self.speed,
-            "samples": self.samples,
-        }
-
-
-@dataclass(frozen=True)
-class ObservedUsage:
-    """Measured GPU use of the job, written by the node agent."""
-
-    util: float | None = None  # mean percent of the GPU's compute over the replicas
-    memory_mib: float | None = None  # peak MiB of the largest replica
-    sampled_at: datetime | None = None
-    util_peak: float | None = None  # highest percent one replica reached
-    memory_mib_mean: float | None = None  # mean MiB over the replicas
-    pairs: tuple[MeasuredPair, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.util is not None:
-            out["util"] = self.util
-        if self.util_peak is not None:
-            out["utilPeak"] = self.util_peak
-        if self.memory_mib is not None:
-            out["memoryMiB"] = self.memory_mib
-        if self.memory_mib_mean is not None:
-            out["memoryMiBMean"] = self.memory_mib_mean
-        if self.sampled_at is not None:
-            out["sampledAt"] = format_time(self.sampled_at)
-        if self.pairs:
-            out["pairs"] = [p.to_json() for p in self.pairs]
-        return out
-
-
-@dataclass(frozen=True)
-class JobCondition:
-    """A metav1.Condition-shaped entry of ``status.conditions``."""
-
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: str = ""
-    message: str = ""
-    last_transition_time: datetime | None = None
-    observed_generation: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type, "status": self.status}
-        if self.reason:
-            out["reason"] = self.reason
-        if self.message:
-            out["message"] = self.message
-        if self.last_transition_time is not None:
-            out["lastTransitionTime"] = format_time(self.last_transition_time)
-        if self.observed_generation is not None:
-            out["observedGeneration"] = self.observed_generation
-        return out
-
-
-@dataclass(frozen=True)
-class DLJobStatus:
-    """What Horus reports about a DLJob. A new object has the empty status (phase None)."""
-
-    phase: str | None = None
-    reason: str = ""
-    message: str = ""
-    observed_generation: int | None = None
-    placements: tuple[PlacementRecord, ...] = ()
-    predicted: PredictedUsage | None = None
-    observed: ObservedUsage | None = None
-    conditions: tuple[JobCondition, ...] = ()
-    #: The operator's signature over uid, phase and placements (horus.api.signing).
-    placement_signature: str = ""
-    queued_time: datetime | None = None
-    scheduled_time: datetime | None = None
-    start_time: datetime | None = None
-    completion_time: datetime | None = None
-
-    def condition(self, type_: str) -> JobCondition | None:
-        return next((c for c in self.conditions if c.type == type_), None)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``status`` object for a status-subresource patch (unset fields left out)."""
-        out: dict[str, Any] = {}
-        if self.phase is not None:
-            out["phase"] = self.phase
-        if self.reason:
-            out["reason"] = self.reason
-        if self.message:
-            out["message"] = self.message
-        if self.observed_generation is not None:
-            out["observedGeneration"] = self.observed_generation
-        if self.placements:
-            out["placements"] = [p.to_json() for p in self.placements]
-        if self.placement_signature:
-            out["placementSignature"] = self.placement_signature
-        if self.predicted is not None:
-            out["predicted"] = self.predicted.to_json()
-        if self.observed is not None:
-            out["observed"] = self.observed.to_json()
-        if self.conditions:
-            out["conditions"] = [c.to_json() for c in self.conditions]
-        for key, value in (
-            ("queuedTime", self.queued_time),
-            ("scheduledTime", self.scheduled_time),
-            ("startTime", self.start_time),
-            ("completionTime", self.completion_time),
-        ):
-            if value is not None:
-                out[key] = format_time(value)
-        return out
 
 
 @dataclass(frozen=True)
@@ -570,183 +404,3 @@ def _parse_gpu(value: object, path: str) -> GpuRequest:
                     f"use mode explicit"
                 )
     return GpuRequest(mode=str(mode), core_percent=core, memory_mib=memory)
-
-
-# --- status parsing ---------------------------------------------------------------------------
-
-_STATUS_KEYS = (
-    "phase",
-    "placementSignature",
-    "reason",
-    "message",
-    "observedGeneration",
-    "placements",
-    "predicted",
-    "observed",
-    "conditions",
-    "queuedTime",
-    "scheduledTime",
-    "startTime",
-    "completionTime",
-)
-_PLACEMENT_KEYS = ("replica", "pod", "node", "gpuUUID", "gpuIndex", "corePercent", "memoryMiB")
-
-
-def parse_dljob_status(value: object, path: str = "status") -> DLJobStatus:
-    """Validate and type a DLJob ``status`` (as the operator wrote it)."""
-    raw = require_object(value, path)
-    reject_unknown(raw, _STATUS_KEYS, path)
-    phase = raw.get("phase")
-    if phase is not None and phase not in DLJOB_PHASES:
-        raise ValidationError(
-            f"{path}.phase: must be one of {', '.join(DLJOB_PHASES)}, got {phase!r}"
-        )
-    placements_raw = raw.get("placements", [])
-    if not isinstance(placements_raw, list):
-        raise ValidationError(f"{path}.placements: must be a list, got {type_name(placements_raw)}")
-    placements = tuple(
-        _parse_placement(p, f"{path}.placements[{i}]") for i, p in enumerate(placements_raw)
-    )
-    predicted = (
-        parse_predicted(require_object(raw["predicted"], f"{path}.predicted"), f"{path}.predicted")
-        if "predicted" in raw
-        else None
-    )
-    observed = _parse_observed(raw["observed"], f"{path}.observed") if "observed" in raw else None
-    conditions_raw = raw.get("conditions", [])
-    if not isinstance(conditions_raw, list):
-        raise ValidationError(f"{path}.conditions: must be a list, got {type_name(conditions_raw)}")
-    conditions = tuple(
-        _parse_condition(c, f"{path}.conditions[{i}]") for i, c in enumerate(conditions_raw)
-    )
-    types = [c.type for c in conditions]
-    if len(set(types)) != len(types):
-        raise ValidationError(f"{path}.conditions: duplicate condition type in {types}")
-    return DLJobStatus(
-        phase=phase,
-        reason=read_str(raw, "reason", path, max_length=128, default="", allow_empty=True),
-        message=read_str(raw, "message", path, max_length=4096, default="", allow_empty=True),
-        observed_generation=(
-            read_int(raw, "observedGeneration", path, lo=0) if "observedGeneration" in raw else None
-        ),
-        placements=placements,
-        predicted=predicted,
-        observed=observed,
-        conditions=conditions,
-        placement_signature=read_str(
-            raw, "placementSignature", path, max_length=128, default="", allow_empty=True
-        ),
-        queued_time=_read_time(raw, "queuedTime", path),
-        scheduled_time=_read_time(raw, "scheduledTime", path),
-        start_time=_read_time(raw, "startTime", path),
-        completion_time=_read_time(raw, "completionTime", path),
-    )
-
-
-def _parse_placement(value: object, path: str) -> PlacementRecord:
-    raw = require_object(value, path)
-    reject_unknown(raw, _PLACEMENT_KEYS, path)
-    return PlacementRecord(
-        replica=read_int(raw, "replica", path, lo=0, hi=MAX_DLJOB_REPLICAS - 1),
-        node=read_str(raw, "node", path, max_length=253),
-        gpu_uuid=read_str(raw, "gpuUUID", path, max_length=128),
-        gpu_index=read_int(raw, "gpuIndex", path, lo=0, hi=1023),
-        core_percent=read_int(raw, "corePercent", path, lo=1, hi=GPU_CORE_UNITS_PER_GPU),
-        memory_mib=read_int(raw, "memoryMiB", path, lo=1, hi=MAX_GPU_MEMORY_MIB),
-        pod=read_str(raw, "pod", path, max_length=253) if "pod" in raw else None,
-    )
-
-
-def _parse_observed(value: object, path: str) -> ObservedUsage:
-    raw = require_object(value, path)
-    reject_unknown(
-        raw, ("util", "utilPeak", "memoryMiB", "memoryMiBMean", "sampledAt", "pairs"), path
-    )
-
-    def number(key: str, hi: float) -> float | None:
-        return read_number(raw, key, path, lo=0.0, hi=hi) if key in raw else None
-
-    pairs: list[MeasuredPair] = []
-    if "pairs" in raw:
-        items = raw["pairs"]
-        if not isinstance(items, list) or len(items) > MAX_OBSERVED_PAIRS:
-            raise ValidationError(
-                f"{path}.pairs: must be a list of at most {MAX_OBSERVED_PAIRS} entries"
-            )
-        for i, item in enumerate(items):
-            where = f"{path}.pairs[{i}]"
-            entry = require_object(item, where)
-            reject_unknown(entry, ("other", "gpuModel", "speed", "samples"), where)
-            pairs.append(
-                MeasuredPair(
-                    other=read_str(entry, "other", where, max_length=256),
-                    gpu_model=read_str(entry, "gpuModel", where, max_length=64),
-                    speed=read_number(entry, "speed", where, lo=MIN_OBSERVED_PAIR_SPEED, hi=1.0),
-                    samples=read_int(entry, "samples", where, lo=1),
-                )
-            )
-    return ObservedUsage(
-        util=number("util", 100.0),
-        memory_mib=number("memoryMiB", float(MAX_GPU_MEMORY_MIB)),
-        sampled_at=_read_time(raw, "sampledAt", path),
-        util_peak=number("utilPeak", 100.0),
-        memory_mib_mean=number("memoryMiBMean", float(MAX_GPU_MEMORY_MIB)),
-        pairs=tuple(pairs),
-    )
-
-
-def _parse_condition(value: object, path: str) -> JobCondition:
-    raw = require_object(value, path)
-    reject_unknown(
-        raw,
-        ("type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"),
-        path,
-    )
-    status = raw.get("status")
-    if status not in _CONDITION_STATUSES:
-        raise ValidationError(
-            f"{path}.status: must be one of {', '.join(_CONDITION_STATUSES)}, got {status!r}"
-        )
-    reason = read_str(raw, "reason", path, max_length=1024, default="", allow_empty=True)
-    if not _CONDITION_REASON.match(reason):
-        raise ValidationError(
-            f"{path}.reason: must be CamelCase letters, digits, '_', ',' or ':', got {reason!r}"
-        )
-    return JobCondition(
-        type=read_str(raw, "type", path, max_length=316),
-        status=str(status),
-        reason=reason,
-        message=read_str(raw, "message", path, max_length=32768, default="", allow_empty=True),
-        last_transition_time=_read_time(raw, "lastTransitionTime", path),
-        observed_generation=(
-            read_int(raw, "observedGeneration", path, lo=0) if "observedGeneration" in raw else None
-        ),
-    )
-
-
-def _read_time(raw: dict[str, Any], key: str, path: str) -> datetime | None:
-    if key not in raw:
-        return None
-    value = raw[key]
-    where = f"{path}.{key}"
-    if isinstance(value, datetime):  # YAML loaders may already have parsed it
-        stamp = value
-    elif isinstance(value, str):
-        try:
-            stamp = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValidationError(
-                f"{where}: must be an RFC 3339 time like 2024-05-01T12:00:00Z, got {value!r}"
-            ) from None
-    else:
-        raise ValidationError(f"{where}: must be an RFC 3339 time string, got {type_name(value)}")
-    if stamp.tzinfo is None:
-        raise ValidationError(f"{where}: must carry a time zone (e.g. a trailing Z), got {value!r}")
-    return stamp
-
-
-def format_time(stamp: datetime) -> str:
-    """RFC 3339 in UTC with a trailing Z, second precision — as Kubernetes writes times."""
-    if stamp.tzinfo is None:
-        raise ValidationError(f"time {stamp.isoformat()} has no time zone")
-    return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

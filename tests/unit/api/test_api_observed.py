@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from horus.api.dljob import MeasuredPair, ObservedUsage, parse_dljob_status
+from horus.api.jobstatus import MeasuredPair, ObservedUsage, parse_dljob_status
 from horus.common.errors import ValidationError
 
 
