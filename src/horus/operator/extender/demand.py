@@ -59,6 +59,58 @@ class PodDemand:
     problem: str | None = None
 
 
+def _asking(spec: Mapping[str, Any], group: str) -> list[str]:
+    """Names of the ``group`` containers that request a Horus resource (quantities parsed
+    already, so :func:`container_amount` cannot raise here)."""
+    return [
+        str(ctr.get("name") or f"#{i}")
+        for i, ctr in enumerate(spec.get(group) or [])
+        if any(
+            container_amount(ctr, r, f"spec.{group}[{i}]") is not None
+            for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
+        )
+    ]
+
+
+def _shape_problem(spec: Mapping[str, Any], where: str) -> str | None:
+    """Why the pod's containers cannot hold one GPU share (None when they can)."""
+    init = _asking(spec, "initContainers")
+    if init:
+        # The device plugin hands a pod's share out once, to the container the kubelet
+        # admits first; the app container asking after an init container would be refused
+        # at admission, so such a pod could never start. Say so now, not at the kubelet.
+        return (
+            f"{REASON_PREFIX}{where}: init container(s) {', '.join(init)} request Horus GPU "
+            "resources; a pod's GPU share goes to the one app container that uses the GPU, "
+            f"so request {c.RESOURCE_GPU_CORE}/{c.RESOURCE_GPU_MEMORY} there (never in "
+            "initContainers)"
+        )
+    asking = _asking(spec, "containers")
+    if len(asking) > 1:
+        return (
+            f"{REASON_PREFIX}{where}: containers {', '.join(asking)} all request Horus GPU "
+            "resources, but a pod's GPU share goes to one container; request "
+            f"{c.RESOURCE_GPU_CORE}/{c.RESOURCE_GPU_MEMORY} in one container only"
+        )
+    return None
+
+
+def _amount_problem(core: int | None, memory: int | None, where: str) -> str | None:
+    """Why the requested amounts are not one GPU share (None when they are)."""
+    if core is not None and not 1 <= core <= c.GPU_CORE_UNITS_PER_GPU:
+        return (
+            f"{REASON_PREFIX}{where} requests {c.RESOURCE_GPU_CORE}={core}; a plain pod gets "
+            f"one GPU share, so it must be 1..{c.GPU_CORE_UNITS_PER_GPU} (use a DLJob with "
+            "gpusPerReplica for several GPUs)"
+        )
+    if memory is not None and not 1 <= memory <= c.MAX_GPU_MEMORY_MIB:
+        return (
+            f"{REASON_PREFIX}{where} requests {c.RESOURCE_GPU_MEMORY}={memory} MiB; it must "
+            f"be 1..{c.MAX_GPU_MEMORY_MIB}"
+        )
+    return None
+
+
 def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     """Read the pod's Horus resources and graph profile into a :class:`JobRequest`.
 
@@ -76,61 +128,9 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     if core is None and memory is None:
         return PodDemand(False)
     where = f"pod {ns}/{name}"
-    asking = [  # quantities already parsed above, so container_amount cannot raise here
-        str(ctr.get("name") or f"#{i}")
-        for i, ctr in enumerate(spec.get("containers") or [])
-        if any(
-            container_amount(ctr, r, f"spec.containers[{i}]") is not None
-            for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
-        )
-    ]
-    init = [  # quantities already parsed above, so container_amount cannot raise here
-        str(ctr.get("name") or f"#{i}")
-        for i, ctr in enumerate(spec.get("initContainers") or [])
-        if any(
-            container_amount(ctr, r, f"spec.initContainers[{i}]") is not None
-            for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
-        )
-    ]
-    if init:
-        # The device plugin hands a pod's share out once, to the container the kubelet
-        # admits first; the app container asking after an init container would be refused
-        # at admission, so such a pod could never start. Say so now, not at the kubelet.
-        return PodDemand(
-            True,
-            problem=(
-                f"{REASON_PREFIX}{where}: init container(s) {', '.join(init)} request Horus GPU "
-                "resources; a pod's GPU share goes to the one app container that uses the GPU, "
-                f"so request {c.RESOURCE_GPU_CORE}/{c.RESOURCE_GPU_MEMORY} there (never in "
-                "initContainers)"
-            ),
-        )
-    if len(asking) > 1:
-        return PodDemand(
-            True,
-            problem=(
-                f"{REASON_PREFIX}{where}: containers {', '.join(asking)} all request Horus GPU "
-                "resources, but a pod's GPU share goes to one container; request "
-                f"{c.RESOURCE_GPU_CORE}/{c.RESOURCE_GPU_MEMORY} in one container only"
-            ),
-        )
-    if core is not None and not 1 <= core <= c.GPU_CORE_UNITS_PER_GPU:
-        return PodDemand(
-            True,
-            problem=(
-                f"{REASON_PREFIX}{where} requests {c.RESOURCE_GPU_CORE}={core}; a plain pod gets "
-                f"one GPU share, so it must be 1..{c.GPU_CORE_UNITS_PER_GPU} (use a DLJob with "
-                "gpusPerReplica for several GPUs)"
-            ),
-        )
-    if memory is not None and not 1 <= memory <= c.MAX_GPU_MEMORY_MIB:
-        return PodDemand(
-            True,
-            problem=(
-                f"{REASON_PREFIX}{where} requests {c.RESOURCE_GPU_MEMORY}={memory} MiB; it must "
-                f"be 1..{c.MAX_GPU_MEMORY_MIB}"
-            ),
-        )
+    problem = _shape_problem(spec, where) or _amount_problem(core, memory, where)
+    if problem is not None:
+        return PodDemand(True, problem=problem)
     text = (meta.get("annotations") or {}).get(c.ANNOTATION_GRAPH_PROFILE)
     if not text:
         return PodDemand(
