@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,15 +239,20 @@ def _make_cgroup_root(name: str) -> None:
                 (path / f).write_text((h / f).read_text())
 
 
+def _cgroup_dirs(root: Path) -> list[Path]:
+    """``root`` and every folder below it, deepest first (cgroups come and go meanwhile)."""
+    found: list[Path] = []
+    for dirpath, _dirs, _files in os.walk(root, onerror=lambda err: None):
+        found.append(Path(dirpath))
+    return sorted(found, key=lambda p: -len(p.parts))
+
+
 def _cgroup_pids(name: str) -> set[int]:
     pids: set[int] = set()
     for h in _cgroup_hierarchies():
-        root = h / name.lstrip("/")
-        if not root.is_dir():
-            continue
-        for procs in root.rglob("cgroup.procs"):
+        for d in _cgroup_dirs(h / name.lstrip("/")):
             with contextlib.suppress(OSError, ValueError):
-                pids.update(int(x) for x in procs.read_text().split())
+                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
     return pids
 
 
@@ -260,11 +266,7 @@ def _remove_cgroup_root(name: str, timeout: float = 15.0) -> list[str]:
         time.sleep(0.2)
     left = []
     for h in _cgroup_hierarchies():
-        root = h / name.lstrip("/")
-        if not root.is_dir():
-            continue
-        dirs = sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-        for d in [*dirs, root]:
+        for d in _cgroup_dirs(h / name.lstrip("/")):
             for _ in range(50):
                 try:
                     d.rmdir()
@@ -625,7 +627,9 @@ class RealNodes:
         node.processes.append(containerd)
         state.save()
         _wait_for("containerd", lambda: node.socket.exists(), 30, containerd)
-        for ref_path in [pause.descriptor, *state.images]:
+        # Images loaded into the cluster before this node joined (a pruned one is rebuilt and
+        # loaded by the next load-images).
+        for ref_path in [pause.descriptor, *(p for p in state.images if _descriptor_ref(Path(p)))]:
             images.import_into(images.load_descriptor(Path(ref_path)), node.socket)
         self._start_kubelet(node, cstate)
         if node.device_plugin == "host":
@@ -717,7 +721,7 @@ class RealNodes:
         while pending and time.monotonic() < deadline:
             for node in list(pending.values()):
                 for proc in node.processes:
-                    if not proc.running():
+                    if _exited(proc):
                         raise ClusterError(
                             f"{proc.name} of {node.name} exited; last lines of {proc.log}:\n"
                             + proc.log_tail()
@@ -758,6 +762,15 @@ class RealNodes:
         self._start_kubelet(node, self._cluster())
         state.save()
 
+    def socket(self, name: str) -> Path:
+        """The node's containerd socket (``ctr --address``)."""
+        return self._node(name)[1].socket
+
+    def device_plugin_dir(self, name: str) -> Path:
+        """Where the node's kubelet sees /var/lib/kubelet/device-plugins (its private bind)."""
+        _, node = self._node(name)
+        return Path(node.directory) / "mounts" / "var-lib-kubelet" / "device-plugins"
+
     def _node(self, name: str) -> tuple[RealNodesState, RealNode]:
         state = self.state()
         node = next((n for n in state.nodes if n.name == name), None) if state else None
@@ -775,12 +788,19 @@ class RealNodes:
                 "this cluster has no real nodes; add some with 'horus dev cluster add-nodes "
                 "--real --count 2' first"
             )
-        for path in descriptors:
-            image = images.load_descriptor(path)
-            for node in state.nodes:
+        loaded = [images.load_descriptor(path) for path in descriptors]
+
+        def load(node: RealNode) -> None:
+            for image in loaded:
                 images.import_into(image, node.socket)
+
+        # One thread per node: each import is mostly the node's containerd writing and
+        # unpacking layers, so nodes overlap well.
+        with ThreadPoolExecutor(max_workers=max(1, len(state.nodes))) as pool:
+            list(pool.map(load, state.nodes))
+        for path, image in zip(descriptors, loaded, strict=True):
             state.images = [
-                p for p in state.images if images.load_descriptor(Path(p)).ref != image.ref
+                p for p in state.images if _descriptor_ref(Path(p)) not in ("", image.ref)
             ]
             state.images.append(str(path))
         state.save()
@@ -822,7 +842,10 @@ class RealNodes:
                 api = _core_api(cstate.kubeconfig)
         left: list[str] = []
         for node in [n for n in state.nodes if n.name in wanted]:
-            left += self._teardown(node, api)
+            try:
+                left += self._teardown(node, api)
+            except Exception as exc:  # keep going: every other node must still be stopped
+                left.append(f"{node.name}: {exc!r}")
             state.nodes = [n for n in state.nodes if n.name != node.name]
             state.save()
         if not state.nodes:
@@ -871,12 +894,23 @@ class RealNodes:
         return left
 
 
+def _exited(proc: ManagedProcess) -> bool:
+    """Whether a process this one started has exited. A child of ours is asked with waitpid:
+    its /proc/<pid>/cmdline reads empty while it is inside execve, which on a loaded machine
+    lasted longer than :meth:`ManagedProcess.running` waits."""
+    try:
+        pid, _status = os.waitpid(proc.pid, os.WNOHANG)
+    except ChildProcessError:
+        return not proc.running()
+    return pid != 0
+
+
 def _wait_for(what: str, check: Any, timeout: float, proc: ManagedProcess) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
-        if not proc.running():
+        if _exited(proc):
             raise ClusterError(f"{what} exited; last lines of {proc.log}:\n{proc.log_tail()}")
         time.sleep(0.1)
     raise ClusterError(f"{what} not ready after {timeout:.0f}s; see {proc.log}")
@@ -943,3 +977,11 @@ def _ensure_device_plugin_rbac(kubeconfig: str) -> None:
             if exc.status != 409:
                 raise
             replace(body["metadata"]["name"], body)
+
+
+def _descriptor_ref(path: Path) -> str:
+    """The image a descriptor names, or "" when it is gone from the cache."""
+    try:
+        return str(json.loads(path.read_text())["ref"])
+    except (OSError, ValueError, KeyError):
+        return ""

@@ -1,0 +1,254 @@
+"""Horus installed with its own chart on the local cluster's real nodes, as a cluster admin
+would: the operator Deployment and the node DaemonSet run in-cluster from images built from
+this checkout (:mod:`horus.devcluster.images`), with the chart's RBAC as shipped.
+
+What differs from a GPU cluster is said in :func:`real_node_values` and nothing else: images
+come from the nodes' containerd (``images.registry=horus.local``, ``pullPolicy: Never``), the
+device plugin and agent use the simulated backend, the DaemonSet selects the real nodes, and
+the agent does not start an MPS daemon (there is none without a GPU) while the device plugin
+still hands out the MPS settings, so containers see exactly what they would on a GPU node.
+
+The demo (``make demo``), the real-node e2e tests and the real-node benchmark all start from
+:func:`start`, so they exercise one setup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from horus.common import constants as c
+from horus.common.errors import ClusterError
+from horus.devcluster import images
+from horus.devcluster.binaries import repo_root
+from horus.devcluster.cluster import ClusterState, LocalCluster
+from horus.devcluster.realnodes import RealNodes, RealNodeSpec
+
+RELEASE = "horus"
+NAMESPACE = c.HORUS_NAMESPACE
+#: The images a chart install on real nodes needs.
+CHART_IMAGES = ("operator", "node", "workload")
+
+
+def real_node_values(gpus_per_node: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Helm values for the chart on real nodes with simulated GPUs (see the module docstring)."""
+    values: dict[str, Any] = {
+        "images": {
+            "registry": images.LOCAL_REGISTRY,
+            "operator": {"pullPolicy": "Never"},
+            "node": {"pullPolicy": "Never"},
+        },
+        "enforcement": "mps",
+        "node": {
+            "backend": "simulated",
+            "nodeSelector": {c.LABEL_DEV_NODE: c.DEV_NODE_REAL},
+            "devicePlugin": {"extraArgs": ["--sim-gpu-count", str(gpus_per_node)]},
+            "agent": {"extraArgs": ["--enforcement", "none", "--interval-seconds", "2"]},
+        },
+    }
+    return _merge(values, extra or {})
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@dataclass
+class Kube:
+    """kubectl and helm of the pinned version against one cluster."""
+
+    kubeconfig: str
+    bin_dir: Path
+    helm_home: Path
+
+    def run(
+        self,
+        tool: str,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": self.kubeconfig,
+            "HELM_CACHE_HOME": str(self.helm_home / "cache"),
+            "HELM_CONFIG_HOME": str(self.helm_home / "config"),
+            "HELM_DATA_HOME": str(self.helm_home / "data"),
+        }
+        proc = subprocess.run(
+            [str(self.bin_dir / tool), *args],
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(f"{tool} {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return self.run("kubectl", *args, **kw)
+
+    def helm(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return self.run("helm", *args, **kw)
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    @classmethod
+    def of(cls, state: ClusterState) -> Kube:
+        return cls(state.kubeconfig, Path(state.bin_dir), Path(state.directory) / "helm")
+
+
+def install(kube: Kube, values: dict[str, Any], timeout: float = 300.0) -> None:
+    """``helm upgrade --install`` of this checkout's chart, waiting for every pod."""
+    path = kube.helm_home / "values-real-nodes.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    chart = repo_root() / "charts" / "horus"
+    kube.helm(
+        *("upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE, "--create-namespace"),
+        *("-f", str(path), "--wait", "--timeout", f"{int(timeout)}s"),
+        timeout=timeout + 30,
+    )
+    wait_nodes_have_gpus(kube, timeout=60)
+
+
+def wait_nodes_have_gpus(kube: Kube, timeout: float = 60.0) -> None:
+    """Every real node's allocatable has Horus GPUs (the DaemonSet's plugin registered)."""
+    deadline = time.monotonic() + timeout
+    missing: list[str] = []
+    while time.monotonic() < deadline:
+        nodes = kube.json("get", "nodes", "-l", f"{c.LABEL_DEV_NODE}={c.DEV_NODE_REAL}")["items"]
+        missing = [
+            n["metadata"]["name"]
+            for n in nodes
+            if int((n["status"].get("allocatable") or {}).get(c.RESOURCE_GPU_CORE, "0")) <= 0
+        ]
+        if nodes and not missing:
+            return
+        time.sleep(0.5)
+    raise ClusterError(
+        f"real node(s) {', '.join(missing) or '(none)'} have no {c.RESOURCE_GPU_CORE} after "
+        f"{timeout:.0f}s: is the chart's device plugin running? kubectl -n {NAMESPACE} logs "
+        "ds/horus-node -c device-plugin"
+    )
+
+
+@dataclass
+class RealCluster:
+    """A local cluster with real nodes and Horus' chart on them."""
+
+    local: LocalCluster
+    state: ClusterState
+    real: RealNodes
+    kube: Kube
+    nodes: list[str]
+
+
+def start(
+    directory: Path,
+    nodes: int,
+    gpus_per_node: int,
+    values: dict[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> RealCluster:
+    """Control plane, ``nodes`` real nodes, the images, and the chart; stops what it started
+    when a step fails."""
+    say = log or (lambda text: None)
+    local = LocalCluster(directory)
+    t0 = time.monotonic()
+    state = local.up(timeout=180)
+    try:
+        say(f"control plane up in {time.monotonic() - t0:.0f}s")
+        return prepare(local, state, nodes, gpus_per_node, values, say)
+    except BaseException:
+        local.down(quiet=True)
+        raise
+
+
+def prepare(
+    local: LocalCluster,
+    state: ClusterState,
+    nodes: int,
+    gpus_per_node: int,
+    values: dict[str, Any] | None,
+    say: Callable[[str], None],
+) -> RealCluster:
+    """On a running control plane: real nodes, the images in them, the chart installed."""
+    real = RealNodes(local.directory)
+    t = time.monotonic()
+    names = real.add(RealNodeSpec(count=nodes, gpus_per_node=gpus_per_node, device_plugin="none"))
+    say(f"{nodes} real node(s) Ready in {time.monotonic() - t:.0f}s: {', '.join(names)}")
+    t = time.monotonic()
+    built = images.build(repo_root(), list(CHART_IMAGES), log=say)
+    t_import = time.monotonic()
+    real.import_images([Path(b.descriptor) for b in built])
+    say(
+        f"images built/cached in {t_import - t:.0f}s, imported into {nodes} node(s) in "
+        f"{time.monotonic() - t_import:.0f}s"
+    )
+    kube = Kube.of(state)
+    t = time.monotonic()
+    install(kube, real_node_values(gpus_per_node, values))
+    say(f"helm install (operator x2 + node DaemonSet) Ready in {time.monotonic() - t:.0f}s")
+    return RealCluster(local, state, real, kube, names)
+
+
+#: Prometheus job -> the chart's ``app.kubernetes.io/component`` whose pods it scrapes (the
+#: job names the dashboards and alert rules expect).
+SCRAPE_JOBS = {"horus-operator": "operator", "horus-agent": "node"}
+
+
+def write_scrape_targets(kube: Kube, folder: Path) -> dict[str, list[str]]:
+    """Write each job's targets (``podIP:port`` of the pods' ``metrics`` ports) as Prometheus
+    file_sd files in ``folder``; returns them. Debian's Prometheus is built without the
+    Kubernetes service discovery, so the pods are looked up here, through the apiserver, and
+    Prometheus re-reads the files on change."""
+    pods = kube.json("get", "pods", "-n", NAMESPACE)["items"]
+    targets: dict[str, list[str]] = {}
+    folder.mkdir(parents=True, exist_ok=True)
+    for job, component in SCRAPE_JOBS.items():
+        found = []
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            ip = (pod.get("status") or {}).get("podIP")
+            if labels.get("app.kubernetes.io/component") != component or not ip:
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            for container in pod["spec"]["containers"]:
+                for port in container.get("ports") or []:
+                    if port.get("name") == "metrics":
+                        found.append(f"{ip}:{port['containerPort']}")
+        targets[job] = sorted(found)
+        tmp = folder / f"{job}.json.tmp"
+        tmp.write_text(json.dumps([{"targets": targets[job]}]))
+        tmp.replace(folder / f"{job}.json")
+    return targets
+
+
+def prometheus_scrape_configs(folder: Path, interval: str = "2s") -> list[dict[str, Any]]:
+    """Prometheus jobs ``horus-operator`` and ``horus-agent`` scraping the pods by pod IP, from
+    the files :func:`write_scrape_targets` keeps in ``folder``."""
+    return [
+        {
+            "job_name": job,
+            "scrape_interval": interval,
+            "file_sd_configs": [{"files": [str(folder / f"{job}.json")], "refresh_interval": "5s"}],
+        }
+        for job in SCRAPE_JOBS
+    ]
