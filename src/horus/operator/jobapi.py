@@ -27,6 +27,8 @@ from horus.kube.events import post_event
 
 __all__ = ["JobApi", "KubeJobApi", "PodRejected", "ProfileUnavailable"]
 
+_ACTIVE = "status.phase!=Succeeded,status.phase!=Failed"
+
 
 class PodRejected(HorusError):
     """The apiserver refused a replica pod for good (HTTP 4xx other than 409/429)."""
@@ -97,8 +99,10 @@ class KubeJobApi:
         api.core, api.custom = core_v1, custom
         return api
 
-    def list_pods(self) -> list[dict[str, Any]]:
-        return read_items(self.core.list_pod_for_all_namespaces(_preload_content=False))
+    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
+        """Every pod (``active_only``: not Succeeded or Failed)."""
+        selector = {"field_selector": _ACTIVE} if active_only else {}
+        return read_items(self.core.list_pod_for_all_namespaces(_preload_content=False, **selector))
 
     def list_dljobs(self) -> list[dict[str, Any]]:
         return read_items(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from horus.api.raw import discard, read_items, read_object
-from horus.common import constants as c
+from horus.api.raw import discard, read_object
 from horus.kube.errors import Conflict
+from horus.operator.jobapi import KubeJobApi
 from horus.operator.livestate import LiveObjects
 
 
@@ -32,29 +32,22 @@ class ClusterSource(Protocol):
 
 
 class KubeClusterSource:
-    """:class:`ClusterSource` over the official Kubernetes client (raw JSON, no models)."""
+    """:class:`ClusterSource` over the operator's :class:`~horus.operator.jobapi.KubeJobApi`
+    (the same raw-JSON calls), plus the two writes only the extender makes."""
 
     def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
         self.api_client = api_client
+        self.jobs = KubeJobApi(api_client)
         # Any: raw JSON calls (_preload_content=False) return urllib3 responses, not models.
-        self.core: Any = client.CoreV1Api(api_client)
-        self.custom: Any = client.CustomObjectsApi(api_client)
-
-    def _list(self, call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        return read_items(call(*args, _preload_content=False, **kwargs))
+        self.core: Any = self.jobs.core
 
     def list_objects(self) -> LiveObjects:
         from kubernetes.client.exceptions import ApiException
 
-        selector = "status.phase!=Succeeded,status.phase!=Failed"
-        nodes = self._list(self.core.list_node)
-        pods = self._list(self.core.list_pod_for_all_namespaces, field_selector=selector)
+        nodes = self.jobs.list_nodes()
+        pods = self.jobs.list_pods(active_only=True)
         try:
-            dljobs = self._list(
-                self.custom.list_cluster_custom_object, c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL
-            )
+            dljobs = self.jobs.list_dljobs()
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -62,15 +55,7 @@ class KubeClusterSource:
         return LiveObjects(nodes, pods, dljobs)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return read_object(resp)
+        return self.jobs.read_pod(namespace, name)
 
     def patch_pod_annotations(
         self,
@@ -95,6 +80,7 @@ class KubeClusterSource:
         return read_object(resp)
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """A Binding through the pod's ``binding`` subresource (with the uid it was asked for)."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
