@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from horus.api.assignment import GpuAssignment, PredictedUsage, decode_assignment, decode_predicted
+from horus.api.assignment import GpuAssignment, PredictedUsage, decode_predicted
+from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 
 log = logging.getLogger("horus.agent.pods")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,78 @@ class SkipLog:
         return len(self._seen)
 
 
+def _running(obj: Mapping[str, Any]) -> bool:
+    """A Running pod, not being deleted, with an assignment annotation (else: not the
+    agent's business, skipped silently)."""
+    meta = obj.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return False  # not a pod the apiserver would return; nothing of Horus's to read
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping) or c.ANNOTATION_GPU_ASSIGNMENT not in annotations:
+        return False
+    status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        return False
+    return status.get("phase") == "Running" and not meta.get("deletionTimestamp")
+
+
+def _assignment(
+    obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | None
+) -> GpuAssignment | None:
+    """The pod's signed assignment (:func:`horus.api.podassignment.read_pod_assignment`),
+    for the node it runs on; None (logged once) otherwise."""
+    uid = str((obj.get("metadata") or {}).get("uid", ""))
+    read = read_pod_assignment(obj, key)
+    if read.assignment is None or not read.trusted:
+        consequence = (
+            "an assignment the scheduler did not write is never enforced or reported as the "
+            "pod's share"
+            if read.problem is not None and read.problem.signature
+            else "pod not enforced or reported"
+        )
+        skips.warn(uid, f"skipping {read.detail} ({consequence})")
+        return None
+    node = str((obj.get("spec") or {}).get("nodeName") or "")
+    if read.assignment.node != node:
+        skips.warn(
+            uid,
+            f"skipping {read.who}: its assignment names node {read.assignment.node!r} but it "
+            f"runs on {node!r}",
+        )
+        return None
+    return read.assignment
+
+
+def _simulated_mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= c.MAX_GPU_MEMORY_MIB:  # also NaN
+        raise ValidationError(f"must be a number of MiB between 0 and {c.MAX_GPU_MEMORY_MIB}")
+    return value
+
+
+def _optional(
+    annotations: Mapping[str, Any],
+    key: str,
+    parse: Callable[[str], T],
+    ignoring: str,
+    uid: str,
+    skips: SkipLog,
+) -> T | None:
+    """An annotation the pod can do without: parsed, or None (a bad value is logged once,
+    the pod is kept: its share is enforceable without it)."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    try:
+        return parse(str(raw))
+    except ValidationError as exc:
+        skips.warn(uid, f"{ignoring}: {exc}")
+        return None
+
+
 def parse_pod(
     obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | bytes | None = None
 ) -> PodInfo | None:
@@ -75,74 +149,19 @@ def parse_pod(
 
     Pods without an assignment are not Horus's and are skipped silently; pods that are not
     running, or are being deleted, are skipped silently too. Everything else that is wrong is
-    logged (once) and skipped.
+    logged (once) and skipped. With a ``key``, only assignments signed by Horus count.
     """
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
-    if not isinstance(annotations, Mapping):
-        return None  # not a pod the apiserver would return; nothing of Horus's to read
-    text = annotations.get(c.ANNOTATION_GPU_ASSIGNMENT)
-    if text is None:
+    if not _running(obj):
         return None
-    status = obj.get("status") or {}
-    if not isinstance(status, Mapping):
+    ring = KeyRing(key) if isinstance(key, bytes) else key
+    assignment = _assignment(obj, skips, ring)
+    if assignment is None:
         return None
-    if status.get("phase") != "Running" or meta.get("deletionTimestamp"):
-        return None
-    namespace = str(meta.get("namespace", ""))
-    name = str(meta.get("name", ""))
+    meta = obj["metadata"]
+    annotations = meta["annotations"]
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     uid = str(meta.get("uid", ""))
-    node = str((obj.get("spec") or {}).get("nodeName") or "")
     where = f"pod {namespace}/{name}"
-    try:
-        assignment = decode_assignment(
-            str(text), f"{where} annotation {c.ANNOTATION_GPU_ASSIGNMENT}"
-        )
-    except ValidationError as exc:
-        skips.warn(uid, f"skipping {exc} (pod not enforced or reported)")
-        return None
-    if assignment.node != node:
-        skips.warn(
-            uid,
-            f"skipping {where}: its assignment names node {assignment.node!r} but it runs on "
-            f"{node!r}",
-        )
-        return None
-    if key is not None:
-        ring = KeyRing(key) if isinstance(key, bytes) else key
-        signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
-        if not ring.verify_assignment(namespace, name, str(text), signature):
-            skips.warn(
-                uid,
-                f"skipping {where}: annotation {c.ANNOTATION_ASSIGNMENT_SIGNATURE} is missing or "
-                "does not verify (an assignment the scheduler did not write is never enforced "
-                "or reported as the pod's share)",
-            )
-            return None
-    predicted: PredictedUsage | None = None
-    raw_pred = annotations.get(c.ANNOTATION_PREDICTED)
-    if raw_pred is not None:
-        try:
-            predicted = decode_predicted(
-                str(raw_pred), f"{where} annotation {c.ANNOTATION_PREDICTED}"
-            )
-        except ValidationError as exc:
-            # The share is still enforceable without a prediction: keep the pod, say why.
-            skips.warn(uid, f"{where}: ignoring its prediction: {exc}")
-    sim_mem: float | None = None
-    raw_sim = annotations.get(c.ANNOTATION_SIMULATED_MEMORY)
-    if raw_sim is not None:
-        try:
-            sim_mem = float(raw_sim)
-            if not 0 <= sim_mem <= c.MAX_GPU_MEMORY_MIB:
-                raise ValueError
-        except ValueError:
-            skips.warn(
-                uid,
-                f"{where}: ignoring annotation {c.ANNOTATION_SIMULATED_MEMORY}={raw_sim!r}: must "
-                f"be a number of MiB between 0 and {c.MAX_GPU_MEMORY_MIB}",
-            )
-            sim_mem = None
     labels = meta.get("labels") or {}
     job = assignment.job or labels.get(c.LABEL_DLJOB_NAME)
     profile = annotations.get(c.ANNOTATION_GRAPH_PROFILE)
@@ -150,10 +169,25 @@ def parse_pod(
         namespace=namespace,
         name=name,
         uid=uid,
-        node=node,
+        node=assignment.node,
         assignment=assignment,
-        predicted=predicted,
+        predicted=_optional(
+            annotations,
+            c.ANNOTATION_PREDICTED,
+            lambda text: decode_predicted(text, f"{where} annotation {c.ANNOTATION_PREDICTED}"),
+            f"{where}: ignoring its prediction",
+            uid,
+            skips,
+        ),
         job=str(job) if job else None,
-        simulated_memory_mib=sim_mem,
+        simulated_memory_mib=_optional(
+            annotations,
+            c.ANNOTATION_SIMULATED_MEMORY,
+            _simulated_mib,
+            f"{where}: ignoring annotation {c.ANNOTATION_SIMULATED_MEMORY}="
+            f"{annotations.get(c.ANNOTATION_SIMULATED_MEMORY)!r}",
+            uid,
+            skips,
+        ),
         graph_profile=str(profile) if profile else None,
     )

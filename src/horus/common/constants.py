@@ -19,12 +19,17 @@ DLJOB_SHORT_NAME: Final = "dlj"
 DLJOB_CRD_NAME: Final = f"{DLJOB_PLURAL}.{API_GROUP}"
 
 # --- Scheduling ------------------------------------------------------------------------------
-SCHEDULER_NAME: Final = "horus-scheduler"
+SCHEDULER_NAME: Final = "horus-scheduler"  # on DLJob replica pods: the operator binds them
+# The chart's optional second kube-scheduler (scheduler.enabled) that calls the extender: the
+# schedulerName plain pods choose to be placed by Horus (chart value scheduler.schedulerName).
+KUBE_SCHEDULER_NAME: Final = "horus-kube-scheduler"
 
 # --- Extended resources advertised by the device plugin --------------------------------------
 RESOURCE_GPU_CORE: Final = f"{API_GROUP}/gpu-core"  # percent of one GPU's compute
 RESOURCE_GPU_MEMORY: Final = f"{API_GROUP}/gpu-memory"  # MiB
 GPU_CORE_UNITS_PER_GPU: Final = 100
+# NVIDIA's device plugin's resource: a node advertising it hands whole GPUs out already
+RESOURCE_NVIDIA_GPU: Final = "nvidia.com/gpu"
 
 # --- Annotations -----------------------------------------------------------------------------
 ANNOTATION_GPU_INVENTORY: Final = f"{API_GROUP}/gpu-inventory"  # node: JSON list of GPUs

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horus.api.assignment import GpuAssignment, decode_assignment
+from horus.api.assignment import GpuAssignment
 from horus.api.inventory import GpuDevice
+from horus.api.podassignment import AssignmentProblem, read_pod_assignment
 from horus.api.resources import container_amount, memory_units, pod_effective_request
 from horus.api.signing import KeyRing, load_key_ring
 from horus.common import constants as c
@@ -51,6 +52,14 @@ log = logging.getLogger(__name__)
 _FINISHED = ("Succeeded", "Failed")
 KEY_REFRESH_S = 60.0  # re-read the Secret at most this often (and after a failed check)
 KEY_RETRY_S = 5.0
+#: Where a pod gets a signed assignment (said when Allocate refuses a pod without one).
+PLACEMENT_CHOICES = (
+    "Create a DLJob (the Horus operator places its pods); or, for a plain pod, set "
+    f"spec.schedulerName: {c.KUBE_SCHEDULER_NAME} (the chart's optional Horus scheduler, "
+    "scheduler.enabled=true; the name is scheduler.schedulerName), or keep the default "
+    "scheduler and add the Horus extender to the control plane's kube-scheduler (the "
+    "KubeSchedulerConfiguration in the ConfigMap horus-scheduler-config)"
+)
 
 
 class AllocationRefused(HorusError):
@@ -233,42 +242,35 @@ class Allocator:
             self.api.pod_event(pod, c.EVENT_REASON_ALLOCATE_REFUSED, message, self.node)
         return AllocationRefused(message)
 
-    def _verified(
-        self, pod: dict[str, Any], resource: str, amount: int, gpus: dict[str, GpuDevice]
-    ) -> GpuAssignment:
-        meta = pod["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        annotations = meta.get("annotations") or {}
-        text = annotations.get(c.ANNOTATION_GPU_ASSIGNMENT)
-        who = f"pod {ns}/{name}"
-        if text is None:
+    def _signed(self, pod: dict[str, Any], resource: str, amount: int) -> GpuAssignment:
+        """The pod's assignment, present, well formed and signed for it by Horus."""
+        if c.ANNOTATION_GPU_ASSIGNMENT not in ((pod["metadata"].get("annotations")) or {}):
             raise self._refuse(
                 pod,
-                f"{who} requests {resource}={amount} but has no {c.ANNOTATION_GPU_ASSIGNMENT} "
-                f"annotation: Horus GPU resources are only handed to pods placed by "
-                f"{c.SCHEDULER_NAME} (set spec.schedulerName, or create a DLJob)",
+                f"pod {_name(pod)} requests {resource}={amount} but has no "
+                f"{c.ANNOTATION_GPU_ASSIGNMENT} annotation: Horus GPU resources are only handed "
+                f"to pods Horus placed. {PLACEMENT_CHOICES}",
             )
         try:
-            assignment = decode_assignment(
-                text, where=f"{who} annotation {c.ANNOTATION_GPU_ASSIGNMENT}"
-            )
-        except ValidationError as exc:
-            raise self._refuse(pod, f"malformed assignment: {exc}") from None
-        signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
-        try:
-            ok = self.key.get().verify_assignment(ns, name, text, signature)
-            if not ok:
-                ok = self.key.get(refresh=True).verify_assignment(ns, name, text, signature)
+            read = read_pod_assignment(pod, self.key.get())
+            if read.problem is not None and read.problem.signature:
+                # the key may have been rotated since it was cached: read it again, once
+                read = read_pod_assignment(pod, self.key.get(refresh=True))
         except ConfigError as exc:
-            raise self._refuse(pod, f"cannot verify the assignment of {who}: {exc}") from None
-        if not ok:
-            what = "has no" if not signature else "has an invalid"
             raise self._refuse(
-                pod,
-                f"{who} {what} {c.ANNOTATION_ASSIGNMENT_SIGNATURE}: its "
-                f"{c.ANNOTATION_GPU_ASSIGNMENT} was not written by {c.SCHEDULER_NAME} "
-                "(forged, copied from another pod, or edited) and is refused",
-            )
+                pod, f"cannot verify the assignment of pod {_name(pod)}: {exc}"
+            ) from None
+        if read.problem is AssignmentProblem.MALFORMED:
+            raise self._refuse(pod, f"malformed assignment: {read.detail}")
+        if read.assignment is None or not read.trusted:
+            raise self._refuse(pod, f"{read.detail}; refused")
+        return read.assignment
+
+    def _check_request(
+        self, pod: dict[str, Any], assignment: GpuAssignment, resource: str, amount: int
+    ) -> None:
+        """The assignment is for this node, and the pod asks for exactly its share, once."""
+        who = f"pod {_name(pod)}"
         if assignment.node != self.node:
             raise self._refuse(
                 pod, f"{who}: assignment is for node {assignment.node!r}, this is {self.node!r}"
@@ -311,6 +313,12 @@ class Allocator:
                 "share goes to the one app container that uses the GPU, so request it there "
                 "(never in initContainers)",
             )
+
+    def _check_gpus(
+        self, pod: dict[str, Any], assignment: GpuAssignment, gpus: dict[str, GpuDevice]
+    ) -> None:
+        """Every assigned GPU is on this node, at the index the assignment says, healthy."""
+        who = f"pod {_name(pod)}"
         for ref in assignment.all_gpus:
             gpu = gpus.get(ref.gpu_uuid)
             if gpu is None:
@@ -327,6 +335,13 @@ class Allocator:
                 raise self._refuse(
                     pod, f"{who}: assigned GPU {gpu.index} ({gpu.uuid}) is Unhealthy"
                 )
+
+    def _verified(
+        self, pod: dict[str, Any], resource: str, amount: int, gpus: dict[str, GpuDevice]
+    ) -> GpuAssignment:
+        assignment = self._signed(pod, resource, amount)
+        self._check_request(pod, assignment, resource, amount)
+        self._check_gpus(pod, assignment, gpus)
         return assignment
 
     def _find(self, resource: str, amount: int) -> tuple[dict[str, Any], GpuAssignment]:
@@ -366,25 +381,14 @@ class Allocator:
         memory: dict[str, int] = {}
         holders: dict[str, list[str]] = {}
         for other in pods:
-            meta = other.get("metadata") or {}
             if _name(other) == mine or not _allocated(other):
                 continue
             if (other.get("status") or {}).get("phase") in _FINISHED:
                 continue
-            annotations = meta.get("annotations") or {}
-            text = annotations.get(c.ANNOTATION_GPU_ASSIGNMENT)
-            if not text:
+            held = read_pod_assignment(other, key)
+            if held.assignment is None or not held.trusted:
                 continue
-            try:
-                held = decode_assignment(text)
-            except ValidationError:
-                continue
-            signature = annotations.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE)
-            if not key.verify_assignment(
-                str(meta.get("namespace")), str(meta.get("name")), text, signature
-            ):
-                continue
-            for ref in held.all_gpus:
+            for ref in held.assignment.all_gpus:
                 core[ref.gpu_uuid] = core.get(ref.gpu_uuid, 0) + ref.core_percent
                 memory[ref.gpu_uuid] = memory.get(ref.gpu_uuid, 0) + ref.memory_mib
                 holders.setdefault(ref.gpu_uuid, []).append(_name(other))
@@ -411,11 +415,8 @@ class Allocator:
         except Exception:
             return None
         for pod in candidates(pods, resource, amount)[:1]:
-            text = ((pod["metadata"].get("annotations")) or {}).get(c.ANNOTATION_GPU_ASSIGNMENT)
-            try:
-                return decode_assignment(text) if text else None
-            except ValidationError:
-                return None
+            # unverified: a preferred allocation only orders device IDs; Allocate verifies
+            return read_pod_assignment(pod, None).assignment
         return None
 
     # --- the grant -------------------------------------------------------------------------

@@ -201,7 +201,7 @@ CASES: list[tuple[str, list[str], dict[str, bytes], str]] = [
             )
         ],
         {},
-        "does not verify",
+        "has no horus.io/gpu-assignment-signature",
     ),
     (
         "signature-of-other-pod",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,44 @@ def test_unhealthy_gpu_is_refused(fake_api: FakeNodeApi) -> None:
 def test_no_matching_pod(fake_api: FakeNodeApi) -> None:
     with pytest.raises(AllocationRefused, match="no pod on node gpu-node-0000 awaits"):
         make_allocator(fake_api).allocate(CORE, 40)
+
+
+def test_a_pod_without_assignment_is_told_its_real_choices(fake_api: FakeNodeApi) -> None:
+    """The refusal names the ways a pod gets a signed assignment (issue 21): a DLJob, the
+    chart's Horus scheduler by its schedulerName, or the extender in the control plane's
+    scheduler — not horus-scheduler, the name the operator's own pods carry."""
+    add_pod(fake_api, "p", annotations={})
+    with pytest.raises(AllocationRefused) as info:
+        make_allocator(fake_api).allocate(CORE, 40)
+    message = str(info.value)
+    for words in (
+        "has no horus.io/gpu-assignment annotation",
+        "Create a DLJob",
+        f"spec.schedulerName: {c.KUBE_SCHEDULER_NAME}",
+        "scheduler.enabled=true",
+        "extender",
+        "horus-scheduler-config",
+    ):
+        assert words in message, message
+    assert re.findall(r"schedulerName: (\S+)", message) == [c.KUBE_SCHEDULER_NAME]
+    assert f"{c.SCHEDULER_NAME} " not in message and f"{c.SCHEDULER_NAME}," not in message
+
+
+def test_the_secret_is_read_again_when_a_signature_does_not_verify(
+    fake_api: FakeNodeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key rotated in the Secret: the cached ring fails, the plugin re-reads the Secret
+    (at most every KEY_RETRY_S) and then allocates the pod signed with the new key."""
+    from horus.deviceplugin import allocator as allocator_mod
+
+    monkeypatch.setattr(allocator_mod, "KEY_RETRY_S", 0.0)
+    alloc = make_allocator(fake_api)
+    add_pod(fake_api, "p1")
+    assert alloc.allocate(CORE, 40).pod == "p1"
+    fake_api.key = b"the-rotated-cluster-key-0123456789"
+    add_pod(fake_api, "p2", core=30, key=fake_api.key, gpu=0)
+    assert alloc.allocate(CORE, 30).pod == "p2"
+    assert fake_api.events == []
 
 
 def test_key_from_file_and_rotation(fake_api: FakeNodeApi, tmp_path: Path) -> None:
