@@ -69,84 +69,89 @@ class AgentCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             snap = self._snap
-        util = GaugeMetricFamily(
-            c.METRIC_GPU_UTILIZATION, "GPU compute utilisation (0..1)", labels=GPU_LABELS
+        yield from _gpu_and_pod_metrics(snap)
+        yield from _agent_metrics(snap)
+
+
+def _pod_gauge(name: str, help_text: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=POD_LABELS)
+
+
+def _gpu_and_pod_metrics(snap: Snapshot) -> list[Metric]:
+    """Per GPU: utilisation and memory; per pod: memory, share, prediction, observation."""
+    util = GaugeMetricFamily(
+        c.METRIC_GPU_UTILIZATION, "GPU compute utilisation (0..1)", labels=GPU_LABELS
+    )
+    used = GaugeMetricFamily(
+        c.METRIC_GPU_MEMORY_USED, "GPU memory in use, bytes", labels=GPU_LABELS
+    )
+    total = GaugeMetricFamily(
+        c.METRIC_GPU_MEMORY_TOTAL, "GPU memory size, bytes", labels=GPU_LABELS
+    )
+    p_used = _pod_gauge(c.METRIC_POD_GPU_MEMORY_USED, "GPU memory the pod uses, bytes")
+    p_share = _pod_gauge(
+        c.METRIC_POD_GPU_CORE_SHARE, "the pod's assigned share of its GPU's compute (0..1)"
+    )
+    p_limit = _pod_gauge(
+        c.METRIC_POD_GPU_MEMORY_LIMIT, "the pod's assigned GPU memory share, bytes"
+    )
+    p_pred = _pod_gauge(
+        c.METRIC_POD_PREDICTED_UTIL,
+        "predicted GPU utilisation of the pod alone (0..1, horus.io/predicted)",
+    )
+    p_obs = _pod_gauge(
+        c.METRIC_POD_OBSERVED_UTIL, "measured GPU utilisation of the pod (0..1 of the whole GPU)"
+    )
+    for s in snap.samples:
+        for g in s.gpus:
+            labels = [s.node, str(g.index), g.uuid, g.model, s.backend]
+            util.add_metric(labels, g.utilization)
+            used.add_metric(labels, g.memory_used_bytes)
+            total.add_metric(labels, g.memory_total_bytes)
+        for uid, ps in s.pods.items():
+            pod = snap.pods.get(uid)
+            if pod is None:
+                continue
+            labels = [pod.namespace, pod.name, s.node, str(pod.assignment.gpu_index), s.backend]
+            p_used.add_metric(labels, ps.memory_used_bytes)
+            p_share.add_metric(labels, pod.core_share)
+            p_limit.add_metric(labels, float(pod.assignment.memory_mib * MIB))
+            if pod.predicted is not None:
+                p_pred.add_metric(labels, pod.predicted.util_mean / 100.0)
+            if ps.utilization is not None:
+                p_obs.add_metric(labels, ps.utilization)
+    return [util, used, total, p_used, p_share, p_limit, p_pred, p_obs]
+
+
+def _agent_metrics(snap: Snapshot) -> Iterator[Metric]:
+    """The agent's own: evictions, backend up, MPS daemon restarts, cycle duration."""
+    ev = CounterMetricFamily(
+        c.METRIC_ENFORCEMENT_EVICTIONS,
+        "pods the memory watchdog evicted for exceeding their GPU memory share",
+        labels=EVICTION_LABELS,
+    )
+    for key, n in snap.evictions.items():
+        ev.add_metric(list(key), float(n))
+    yield ev
+    up = GaugeMetricFamily(
+        c.METRIC_AGENT_BACKEND_UP,
+        "1 when the node's GPU backend works, 0 when it is unavailable (see the agent log)",
+        labels=[c.METRIC_LABEL_NODE, c.METRIC_LABEL_BACKEND],
+    )
+    for (node, backend), ok in snap.backend_up.items():
+        up.add_metric([node, backend], 1.0 if ok else 0.0)
+    yield up
+    if snap.mps_restarts is not None:
+        restarts = CounterMetricFamily(
+            c.METRIC_MPS_RESTARTS, "times the agent restarted a dead MPS control daemon"
         )
-        used = GaugeMetricFamily(
-            c.METRIC_GPU_MEMORY_USED, "GPU memory in use, bytes", labels=GPU_LABELS
-        )
-        total = GaugeMetricFamily(
-            c.METRIC_GPU_MEMORY_TOTAL, "GPU memory size, bytes", labels=GPU_LABELS
-        )
-        p_used = GaugeMetricFamily(
-            c.METRIC_POD_GPU_MEMORY_USED, "GPU memory the pod uses, bytes", labels=POD_LABELS
-        )
-        p_share = GaugeMetricFamily(
-            c.METRIC_POD_GPU_CORE_SHARE,
-            "the pod's assigned share of its GPU's compute (0..1)",
-            labels=POD_LABELS,
-        )
-        p_limit = GaugeMetricFamily(
-            c.METRIC_POD_GPU_MEMORY_LIMIT,
-            "the pod's assigned GPU memory share, bytes",
-            labels=POD_LABELS,
-        )
-        p_pred = GaugeMetricFamily(
-            c.METRIC_POD_PREDICTED_UTIL,
-            "predicted GPU utilisation of the pod alone (0..1, horus.io/predicted)",
-            labels=POD_LABELS,
-        )
-        p_obs = GaugeMetricFamily(
-            c.METRIC_POD_OBSERVED_UTIL,
-            "measured GPU utilisation of the pod (0..1 of the whole GPU)",
-            labels=POD_LABELS,
-        )
-        for s in snap.samples:
-            for g in s.gpus:
-                labels = [s.node, str(g.index), g.uuid, g.model, s.backend]
-                util.add_metric(labels, g.utilization)
-                used.add_metric(labels, g.memory_used_bytes)
-                total.add_metric(labels, g.memory_total_bytes)
-            for uid, ps in s.pods.items():
-                pod = snap.pods.get(uid)
-                if pod is None:
-                    continue
-                labels = [pod.namespace, pod.name, s.node, str(pod.assignment.gpu_index), s.backend]
-                p_used.add_metric(labels, ps.memory_used_bytes)
-                p_share.add_metric(labels, pod.core_share)
-                p_limit.add_metric(labels, float(pod.assignment.memory_mib * MIB))
-                if pod.predicted is not None:
-                    p_pred.add_metric(labels, pod.predicted.util_mean / 100.0)
-                if ps.utilization is not None:
-                    p_obs.add_metric(labels, ps.utilization)
-        yield from (util, used, total, p_used, p_share, p_limit, p_pred, p_obs)
-        ev = CounterMetricFamily(
-            c.METRIC_ENFORCEMENT_EVICTIONS,
-            "pods the memory watchdog evicted for exceeding their GPU memory share",
-            labels=EVICTION_LABELS,
-        )
-        for key, n in snap.evictions.items():
-            ev.add_metric(list(key), float(n))
-        yield ev
-        up = GaugeMetricFamily(
-            c.METRIC_AGENT_BACKEND_UP,
-            "1 when the node's GPU backend works, 0 when it is unavailable (see the agent log)",
-            labels=[c.METRIC_LABEL_NODE, c.METRIC_LABEL_BACKEND],
-        )
-        for (node, backend), ok in snap.backend_up.items():
-            up.add_metric([node, backend], 1.0 if ok else 0.0)
-        yield up
-        if snap.mps_restarts is not None:
-            restarts = CounterMetricFamily(
-                c.METRIC_MPS_RESTARTS, "times the agent restarted a dead MPS control daemon"
-            )
-            restarts.add_metric([], float(snap.mps_restarts))
-            yield restarts
-        cycle = GaugeMetricFamily(
-            c.METRIC_AGENT_CYCLE_DURATION, "duration of the agent's last sampling cycle"
-        )
-        cycle.add_metric([], snap.cycle_seconds)
-        yield cycle
+        restarts.add_metric([], float(snap.mps_restarts))
+        yield restarts
+    cycle = GaugeMetricFamily(
+        c.METRIC_AGENT_CYCLE_DURATION, "duration of the agent's last sampling cycle"
+    )
+    cycle.add_metric([], snap.cycle_seconds)
+    yield cycle
 
 
 def make_registry() -> tuple[CollectorRegistry, AgentCollector]:
