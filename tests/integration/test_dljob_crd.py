@@ -127,6 +127,8 @@ def test_status_subresource_and_printer_columns(crd: Any) -> None:
         "scheduledTime": "2024-05-01T12:00:00Z",
         "observed": {"util": 30.5, "pairs": [{"other": "bert@8", "gpuModel": "H100",
                                               "speed": 0.71, "samples": 12}]},
+        "migrations": {"count": 2, "lastFrom": "gpu-node-1/gpu-0", "lastTo": "gpu-node-7/gpu-3",
+                       "lastReason": "measured 0.41x next to bert@8", "lastTime": "2024-05-01T13:00:00Z"},
     }  # fmt: skip
     crd.kubectl(
         "patch", "dljob", name, "-n", NS, "--subresource=status", "--type=merge",
@@ -138,12 +140,13 @@ def test_status_subresource_and_printer_columns(crd: Any) -> None:
     assert header == ["NAME", "PHASE", "NODE", "GPU", "CORE%", "MEM", "PREDUTIL", "AGE"]
     assert row[:7] == [name, "Running", "gpu-node-7", "3", "40", "12288", "38.5"]
     wide = crd.kubectl("get", "dlj", name, "-n", NS, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-3:] == ["REPLICAS", "QUEUE", "REASON"]
+    assert wide[0].split()[-4:] == ["REPLICAS", "QUEUE", "REASON", "MOVES"]
+    assert wide[1].split()[-1] == "2"
     stored = json.loads(crd.kubectl("get", "dlj", name, "-n", NS, "-o", "json").stdout)
     job = parse_dljob(stored)
     assert job.status.phase == "Running" and job.status.placements[0].gpu_index == 3
     assert job.status.predicted is not None and job.status.predicted.util_upper == 47.0
-    assert job.status.observed is not None
+    assert job.status.observed is not None and job.status.migrations.count == 2
     assert [(x.other, x.gpu_model, x.speed, x.samples) for x in job.status.observed.pairs] == [
         ("bert@8", "H100", 0.71, 12)
     ]

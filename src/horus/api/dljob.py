@@ -60,6 +60,9 @@ from horus.common.constants import (
     MAX_DLJOB_REPLICAS,
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS_PER_REPLICA,
+    MIGRATION_NEVER,
+    MIGRATION_ON_CHECKPOINT,
+    MIGRATION_POLICIES,
     PROFILE_CONFIGMAP_DEFAULT_KEY,
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
@@ -75,6 +78,7 @@ __all__ = [
     "GpuRequest",
     "InlineProfile",
     "JobCondition",
+    "MigrationSpec",
     "ObservedUsage",
     "PlacementRecord",
     "ProfileSource",
@@ -130,6 +134,27 @@ class GpuRequest:
 
 
 @dataclass(frozen=True)
+class MigrationSpec:
+    """Whether Horus may move the running job, or preempt it for a higher-priority one.
+
+    ``Never`` (the default): a move restarts the job's processes, and a job that does not
+    write a checkpoint when told to would lose its progress, so moving is opted into.
+    ``OnCheckpoint``: the job's pods get SIGTERM and ``grace_period_seconds`` to write a
+    checkpoint under ``checkpoint_path`` (``$HORUS_CHECKPOINT_PATH``), and resume from it.
+    """
+
+    policy: str = MIGRATION_NEVER
+    checkpoint_path: str | None = None
+    grace_period_seconds: int = 30
+    #: At most this many moves (None: the operator's limit).
+    max_migrations: int | None = None
+
+    @property
+    def movable(self) -> bool:
+        return self.policy == MIGRATION_ON_CHECKPOINT
+
+
+@dataclass(frozen=True)
 class DLJobSpec:
     """What the user asked for. ``template`` is the raw core/v1 PodTemplateSpec."""
 
@@ -140,6 +165,7 @@ class DLJobSpec:
     gpu: GpuRequest = field(default_factory=GpuRequest)
     priority: int = 0
     queue: str = DEFAULT_QUEUE
+    migration: MigrationSpec = field(default_factory=MigrationSpec)
 
     @property
     def restart_policy(self) -> str:
@@ -214,7 +240,16 @@ def parse_dljob(obj: Mapping[str, Any]) -> DLJob:
     )
 
 
-_SPEC_KEYS = ("template", "replicas", "gpusPerReplica", "profile", "gpu", "priority", "queue")
+_SPEC_KEYS = (
+    "template",
+    "replicas",
+    "gpusPerReplica",
+    "profile",
+    "gpu",
+    "priority",
+    "queue",
+    "migration",
+)
 
 
 def parse_dljob_spec(value: object, path: str = "spec") -> DLJobSpec:
@@ -241,7 +276,9 @@ def parse_dljob_spec(value: object, path: str = "spec") -> DLJobSpec:
             f"{path}.queue: must be a DNS-1123 label (lower-case letters, digits, '-'), "
             f"got {queue!r}"
         )
+    migration = _parse_migration(raw.get("migration", {}), f"{path}.migration")
     return DLJobSpec(
+        migration=migration,
         template=template,
         profile=profile,
         replicas=replicas,
@@ -373,6 +410,34 @@ def _parse_configmap_ref(value: object, path: str) -> ConfigMapProfileRef:
             f"{path}.key: must consist of letters, digits, '-', '_' or '.', got {key!r}"
         )
     return ConfigMapProfileRef(name=name, key=key)
+
+
+def _parse_migration(value: object, path: str) -> MigrationSpec:
+    raw = require_object(value, path)
+    reject_unknown(raw, ("policy", "checkpointPath", "gracePeriodSeconds", "maxMigrations"), path)
+    policy = raw.get("policy", MIGRATION_NEVER)
+    if policy not in MIGRATION_POLICIES:
+        raise ValidationError(
+            f"{path}.policy: must be one of {', '.join(MIGRATION_POLICIES)}, got {policy!r}"
+        )
+    ckpt = (
+        read_str(raw, "checkpointPath", path, max_length=4096) if "checkpointPath" in raw else None
+    )
+    if ckpt is not None and not ckpt.startswith("/"):
+        raise ValidationError(f"{path}.checkpointPath: must be an absolute path, got {ckpt!r}")
+    if policy == MIGRATION_ON_CHECKPOINT and ckpt is None:
+        raise ValidationError(
+            f"{path}.checkpointPath: policy OnCheckpoint needs checkpointPath: where the job "
+            "writes its checkpoint and finds it again"
+        )
+    return MigrationSpec(
+        policy=str(policy),
+        checkpoint_path=ckpt,
+        grace_period_seconds=read_int(raw, "gracePeriodSeconds", path, lo=1, hi=3600, default=30),
+        max_migrations=(
+            read_int(raw, "maxMigrations", path, lo=0, hi=100) if "maxMigrations" in raw else None
+        ),
+    )
 
 
 def _parse_gpu(value: object, path: str) -> GpuRequest:

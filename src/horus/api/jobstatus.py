@@ -10,7 +10,7 @@ field path, e.g. ``status.placements[0].corePercent: must be 1..100, got 101``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,6 +37,8 @@ __all__ = [
     "DLJobStatus",
     "JobCondition",
     "MeasuredPair",
+    "MigrationHistory",
+    "MigrationInProgress",
     "ObservedUsage",
     "PlacementRecord",
     "format_time",
@@ -158,6 +160,28 @@ class JobCondition:
 
 
 @dataclass(frozen=True)
+class MigrationHistory:
+    """How often Horus moved (or preempted) the job, and its last move (``status.migrations``)."""
+
+    count: int = 0
+    preemptions: int = 0
+    last_from: str = ""
+    last_to: str = ""
+    last_reason: str = ""
+    last_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MigrationInProgress:
+    """A move not finished yet (``status.migration``): the placements the job leaves, which
+    still hold their GPUs until the job's old pods are gone."""
+
+    source: tuple[PlacementRecord, ...]
+    started_time: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class DLJobStatus:
     """What Horus reports about a DLJob. A new object has the empty status (phase None)."""
 
@@ -171,6 +195,8 @@ class DLJobStatus:
     conditions: tuple[JobCondition, ...] = ()
     #: The operator's signature over uid, phase and placements (horus.api.signing).
     placement_signature: str = ""
+    migrations: MigrationHistory = field(default_factory=MigrationHistory)
+    migration: MigrationInProgress | None = None
     queued_time: datetime | None = None
     scheduled_time: datetime | None = None
     start_time: datetime | None = None
@@ -225,6 +251,8 @@ _STATUS_KEYS = (
     "scheduledTime",
     "startTime",
     "completionTime",
+    "migrations",
+    "migration",
 )
 _PLACEMENT_KEYS = ("replica", "pod", "node", "gpuUUID", "gpuIndex", "corePercent", "memoryMiB")
 
@@ -277,6 +305,42 @@ def parse_dljob_status(value: object, path: str = "status") -> DLJobStatus:
         scheduled_time=_read_time(raw, "scheduledTime", path),
         start_time=_read_time(raw, "startTime", path),
         completion_time=_read_time(raw, "completionTime", path),
+        migrations=_parse_migrations(raw.get("migrations", {}), f"{path}.migrations"),
+        migration=(
+            _parse_migration(raw["migration"], f"{path}.migration") if "migration" in raw else None
+        ),
+    )
+
+
+def _parse_migrations(value: object, path: str) -> MigrationHistory:
+    raw = require_object(value, path)
+    keys = ("count", "preemptions", "lastFrom", "lastTo", "lastReason", "lastTime")
+    reject_unknown(raw, keys, path)
+    return MigrationHistory(
+        count=read_int(raw, "count", path, lo=0, default=0),
+        preemptions=read_int(raw, "preemptions", path, lo=0, default=0),
+        last_from=read_str(raw, "lastFrom", path, max_length=1024, default="", allow_empty=True),
+        last_to=read_str(raw, "lastTo", path, max_length=1024, default="", allow_empty=True),
+        last_reason=read_str(
+            raw, "lastReason", path, max_length=1024, default="", allow_empty=True
+        ),
+        last_time=_read_time(raw, "lastTime", path),
+    )
+
+
+def _parse_migration(value: object, path: str) -> MigrationInProgress:
+    raw = require_object(value, path)
+    reject_unknown(raw, ("from", "reason", "startedTime"), path)
+    items = raw.get("from")
+    if not isinstance(items, list) or not items:
+        raise ValidationError(f"{path}.from: must be a non-empty list of placements")
+    started = _read_time(raw, "startedTime", path)
+    if started is None:
+        raise ValidationError(f"{path}.startedTime: required")
+    return MigrationInProgress(
+        source=tuple(_parse_placement(p, f"{path}.from[{i}]") for i, p in enumerate(items)),
+        started_time=started,
+        reason=read_str(raw, "reason", path, max_length=1024, default="", allow_empty=True),
     )
 
 

@@ -86,9 +86,15 @@ class KeyRing:
         )
 
     def sign_placements(
-        self, namespace: str, name: str, uid: str, phase: str | None, placements: Any
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        phase: str | None,
+        placements: Any,
+        migration: Any = None,
     ) -> str:
-        return sign_placements(self.current, namespace, name, uid, phase, placements)
+        return sign_placements(self.current, namespace, name, uid, phase, placements, migration)
 
     def verify_placements(
         self,
@@ -98,33 +104,47 @@ class KeyRing:
         phase: str | None,
         placements: Any,
         signature: str | None,
+        migration: Any = None,
     ) -> bool:
         if not signature or not signature.startswith(_PREFIX):
             return False
         return any(
             hmac.compare_digest(
-                sign_placements(k, namespace, name, uid, phase, placements), signature
+                sign_placements(k, namespace, name, uid, phase, placements, migration), signature
             )
             for k in self.keys
         )
 
 
 def _placement_message(
-    namespace: str, name: str, uid: str, phase: str | None, placements: Any
+    namespace: str, name: str, uid: str, phase: str | None, placements: Any, migration: Any
 ) -> bytes:
-    record = json.dumps(placements or [], sort_keys=True, separators=(",", ":"))
-    return "\n".join(("horus-placements-v1", namespace, name, uid, phase or "", record)).encode()
+    fields = [namespace, name, uid, phase or "", _canonical(placements or [])]
+    if migration:  # only a record with a move in progress has one (older records stay valid)
+        fields.append(_canonical(migration))
+    return "\n".join(("horus-placements-v1", *fields)).encode()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def sign_placements(
-    key: bytes, namespace: str, name: str, uid: str, phase: str | None, placements: Any
+    key: bytes,
+    namespace: str,
+    name: str,
+    uid: str,
+    phase: str | None,
+    placements: Any,
+    migration: Any = None,
 ) -> str:
     """The ``status.placementSignature`` of DLJob ``namespace/name`` (its ``uid``): binds its
-    phase and its placement records, so neither can be changed by another writer."""
+    phase, its placement records and a move in progress (``status.migration``), so none of
+    them can be changed by another writer."""
     if len(key) < 16:
         raise ConfigError("the assignment key must be at least 16 bytes")
-    mac = hmac.new(key, _placement_message(namespace, name, uid, phase, placements), "sha256")
-    return _PREFIX + mac.hexdigest()
+    msg = _placement_message(namespace, name, uid, phase, placements, migration)
+    return _PREFIX + hmac.new(key, msg, "sha256").hexdigest()
 
 
 def parse_key_list(text: str, where: str) -> tuple[bytes, ...]:

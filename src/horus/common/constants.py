@@ -120,6 +120,8 @@ DEFAULT_GPU_MEMORY_UNIT_MIB: Final = 256  # 256 GiB GPUs stay at 1,024 device ID
 MAX_DEVICE_IDS_PER_GPU: Final = 1024
 EVENT_REASON_ALLOCATE_REFUSED: Final = "HorusAllocateRefused"
 EVENT_REASON_ALLOCATED: Final = "HorusAllocated"
+# on a Node: another device plugin advertises nvidia.com/gpu there, Horus does not advertise
+EVENT_REASON_GPU_PLUGIN_CONFLICT: Final = "HorusGpuPluginConflict"
 EVENT_COMPONENT_DEVICE_PLUGIN: Final = "horus-device-plugin"
 
 # --- DLJob spec and status values (the CRD in manifests/crds and horus.api.dljob agree) -------
@@ -154,6 +156,12 @@ MAX_PROFILE_FEATURES: Final = 256
 #: Measured pair speeds one DLJob's status.observed may carry, and the lowest speed reported.
 MAX_OBSERVED_PAIRS: Final = 16
 MIN_OBSERVED_PAIR_SPEED: Final = 0.05
+#: spec.migration.policy: whether Horus may move or preempt a running job.
+MIGRATION_NEVER: Final = "Never"
+MIGRATION_ON_CHECKPOINT: Final = "OnCheckpoint"
+MIGRATION_POLICIES: Final = (MIGRATION_NEVER, MIGRATION_ON_CHECKPOINT)
+#: The environment variable a movable job's containers find their checkpoint path in.
+ENV_CHECKPOINT_PATH: Final = "HORUS_CHECKPOINT_PATH"
 #: DLJob status field: the operator's signature over the job's uid, phase and placements.
 STATUS_PLACEMENT_SIGNATURE: Final = "placementSignature"
 PROFILE_SCHEMA_VERSION: Final = 1  # the graph-profile schemaVersion this Horus reads

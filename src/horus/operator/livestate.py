@@ -157,7 +157,7 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
     if not isinstance(status, dict):
         return True
     phase, placements = status.get("phase"), status.get("placements")
-    if not phase and not placements:
+    if not phase and not placements and not status.get("migration"):
         return True
     meta = _meta(obj)
     signature = status.get(c.STATUS_PLACEMENT_SIGNATURE)
@@ -168,6 +168,7 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
         phase if isinstance(phase, str) else None,
         placements,
         signature if isinstance(signature, str) else None,
+        status.get("migration"),
     )
 
 

@@ -22,7 +22,7 @@ from horus.operator.livestate import resource_prediction
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.writer import StatusWriter
 from horus.predictor.interface import GraphProfile
-from horus.scheduler import JobRequest
+from horus.scheduler import JobRequest, RefusalCode
 
 __all__ = ["NodeEligibility", "job_request", "refuse", "stable_refusal"]
 
@@ -85,7 +85,7 @@ class NodeEligibility:
 
 def stable_refusal(reason: str, code: str) -> str:
     """The refusal text, without the parts that change every pass (queue positions)."""
-    if code == "queued":
+    if code == RefusalCode.QUEUED:
         return "waiting in queue: jobs ahead of it do not fit yet (backfill depth reached)"
     return reason
 

@@ -61,7 +61,14 @@ from horus.operator.restore import restore
 from horus.operator.session import PlacementSession
 from horus.operator.writer import COMPONENT, StatusWriter
 from horus.predictor.interface import Predictor
-from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler, SchedulerSettings
+from horus.scheduler import (
+    ClusterState,
+    JobRequest,
+    Placement,
+    RefusalCode,
+    Scheduler,
+    SchedulerSettings,
+)
 
 __all__ = ["COMPONENT", "Conflict", "JobCtx", "PassReport", "Reconciler"]
 
@@ -361,14 +368,14 @@ class Reconciler:
             assert ctx.job is not None
             allowed, why_none = eligible.allowed(ctx.job.spec.template)
             if allowed is not None and not allowed and state.gpu_count:
-                self._refuse(ctx, st.refusal_reason("nodes"), why_none, queue, report)
+                self._refuse(ctx, RefusalCode.NODES.condition_reason, why_none, queue, report)
                 continue
             if allowed is not None:
                 req = dataclasses.replace(req, nodes=allowed)
             # A job that can never fit this cluster must not block the queue behind it.
             never = self.scheduler.check_possible(state, req) if state.gpu_count else None
             if never is not None:
-                self._refuse(ctx, st.refusal_reason("impossible"), never, queue, report)
+                self._refuse(ctx, RefusalCode.IMPOSSIBLE.condition_reason, never, queue, report)
                 continue
             requests[req.name] = req
         return requests

@@ -31,6 +31,8 @@ OWNED_FIELDS = (
     "observedGeneration",
     "placements",
     "placementSignature",
+    "migrations",
+    "migration",
     "predicted",
     "conditions",
     "queuedTime",

@@ -65,11 +65,16 @@ class StatusWriter:
         """Merge-patch owned status fields (plus the job's unwritten admission); with
         ``precondition`` fail with ``Conflict`` when the job changed since it was read."""
         new: dict[str, Any] = {**(ctx.pending or {}), **fields}
-        if "phase" in new or "placements" in new:
-            # The record's signature covers the phase and placements *after* this patch.
+        if "phase" in new or "placements" in new or "migration" in new:
+            # The signature covers the phase, placements and move *after* this patch.
             after = {**ctx.status, **new}
             new[c.STATUS_PLACEMENT_SIGNATURE] = self.keys().sign_placements(
-                ctx.namespace, ctx.name, ctx.uid, after.get("phase"), after.get("placements")
+                ctx.namespace,
+                ctx.name,
+                ctx.uid,
+                after.get("phase"),
+                after.get("placements"),
+                after.get("migration"),
             )
         body: dict[str, Any] = {"status": new}
         if precondition:
