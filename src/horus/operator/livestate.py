@@ -26,12 +26,13 @@ extender uses the same module.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from horus.api.assignment import GpuAssignment, PredictedUsage, decode_assignment, decode_predicted
+from horus.api.assignment import GpuAssignment, PredictedUsage, decode_predicted
 from horus.api.dljob import (
     DLJobStatus,
     InlineProfile,
@@ -40,6 +41,7 @@ from horus.api.dljob import (
     parse_profile_document,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
+from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import timestamp
@@ -67,6 +69,8 @@ __all__ = [
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 TERMINAL_JOB_PHASES = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
 UNKNOWN_KIND = "unknown"
+#: The live state's name for the placements a moving job leaves (``<job>`` + this).
+MOVING_SUFFIX = "#moving-from"
 
 
 def dljob_job_name(namespace: str, name: str) -> str:
@@ -173,16 +177,9 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
 
 
 def pod_assignment_trusted(pod: Mapping[str, Any], keys: KeyRing) -> bool:
-    """Whether a pod's ``horus.io/gpu-assignment`` carries a valid signature for this pod."""
-    ann = _annotations(pod)
-    meta = _meta(pod)
-    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
-    return isinstance(text, str) and keys.verify_assignment(
-        str(meta.get("namespace", "default")),
-        str(meta.get("name", "")),
-        text,
-        ann.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE),
-    )
+    """Whether a pod's ``horus.io/gpu-assignment`` carries a valid signature for this pod
+    (:func:`horus.api.podassignment.read_pod_assignment`, the one reader)."""
+    return read_pod_assignment(pod, keys).trusted
 
 
 def graph_profile(profile: InlineProfile) -> GraphProfile:
@@ -347,7 +344,32 @@ def _add_dljob_records(
         )
         if _add(live, request, shares, prediction, "dljob-status", (), f"DLJob {jname}"):
             recorded.add(jname)
+        if status.migration is not None:
+            _add_moving_from(live, request, status, shares, prediction)
     return recorded
+
+
+def _add_moving_from(
+    live: LiveState,
+    request: JobRequest,
+    status: DLJobStatus,
+    new: list[GpuShare],
+    prediction: ResourcePrediction,
+) -> None:
+    """A move in progress: the GPUs the job leaves still hold its old pods (until they have
+    stopped and the operator closes the move), so both the old and the new shares count."""
+    assert status.migration is not None
+    taken = {s.gpu_uuid for s in new}
+    old = [
+        GpuShare(p.node, p.gpu_index, p.gpu_uuid, p.core_percent, p.memory_mib)
+        for p in status.migration.source
+        if p.gpu_uuid not in taken
+    ]
+    if not old:
+        return
+    name = request.name + MOVING_SUFFIX
+    leaving = dataclasses.replace(request, name=name, kind=request.kind or UNKNOWN_KIND)
+    _add(live, leaving, old, prediction, "dljob-status", (), f"DLJob {request.name} (moving)")
 
 
 def _record_request(
@@ -395,18 +417,12 @@ def _pod_groups(
         text = _annotations(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
         if text is None or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
             continue
-        meta = _meta(pod)
-        ns, pname = str(meta.get("namespace", "default")), str(meta.get("name", ""))
-        if keys is not None and not pod_assignment_trusted(pod, keys):
-            live.problems.append(
-                f"pod {ns}/{pname}: {c.ANNOTATION_GPU_ASSIGNMENT} is not signed by Horus; not "
-                "counted (the device plugin gives it no GPU)"
-            )
-            continue
-        try:
-            assignment = decode_assignment(text, f"pod {ns}/{pname}")
-        except ValidationError as exc:
-            live.problems.append(f"{exc} (the pod's share is not counted)")
+        read = read_pod_assignment(pod, keys)
+        ns, pname = read.namespace, read.name
+        assignment = read.assignment
+        if assignment is None or (keys is not None and not read.trusted):
+            why = "the device plugin gives it no GPU" if read.problem else "unreadable"
+            live.problems.append(f"{read.detail}; not counted ({why})")
             continue
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound and bound != assignment.node:

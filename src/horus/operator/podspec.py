@@ -93,6 +93,22 @@ def _owner(dljob: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _checkpointing(pspec: dict[str, Any], migration: object) -> None:
+    """A job that may be moved (``spec.migration.policy: OnCheckpoint``) is told where its
+    checkpoint lives (``$HORUS_CHECKPOINT_PATH`` in every container) and gets its grace
+    period to write it after SIGTERM (``terminationGracePeriodSeconds``, never shortened)."""
+    if not isinstance(migration, dict) or migration.get("policy") != c.MIGRATION_ON_CHECKPOINT:
+        return
+    grace = int(migration.get("gracePeriodSeconds") or 30)
+    current = pspec.get("terminationGracePeriodSeconds")
+    if not isinstance(current, int) or current < grace:
+        pspec["terminationGracePeriodSeconds"] = grace
+    path = str(migration.get("checkpointPath") or "")
+    for container in pspec.get("containers") or []:
+        env = [e for e in container.get("env") or [] if e.get("name") != c.ENV_CHECKPOINT_PATH]
+        container["env"] = [*env, {"name": c.ENV_CHECKPOINT_PATH, "value": path}]
+
+
 def pod_manifest(
     dljob: Mapping[str, Any],
     replica: int,
@@ -127,6 +143,7 @@ def pod_manifest(
     pspec["schedulerName"] = c.SCHEDULER_NAME
     pspec.setdefault("restartPolicy", "Never")
     pspec.pop("nodeName", None)
+    _checkpointing(pspec, (dljob.get("spec") or {}).get("migration"))
     # Quantities in the chosen node's gpu-memory unit (docs/decisions.md, device plugin).
     wanted = pod_gpu_requests(assignment, unit_mib)
     containers = pspec.get("containers") or []

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from horus.api.assignment import decode_assignment
+from horus.api.assignment import GpuAssignment
+from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
-from horus.common.errors import ValidationError
 from horus.operator import status as st
 from horus.operator import transitions as tr
-from horus.operator.livestate import TERMINAL_POD_PHASES, pod_assignment_trusted
+from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import placement_record
 from horus.operator.writer import StatusWriter
@@ -32,32 +32,31 @@ log = logging.getLogger(__name__)
 _FINISHED = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
 
 
-def _signed_pods(ctx: JobCtx, keys: KeyRing) -> dict[int, dict[str, Any]]:
-    return {
-        r: p
-        for r, p in ctx.pods.items()
-        if c.ANNOTATION_GPU_ASSIGNMENT in ((p.get("metadata") or {}).get("annotations") or {})
-        and pod_assignment_trusted(p, keys)
-    }
+def _signed(ctx: JobCtx, keys: KeyRing) -> dict[int, tuple[dict[str, Any], GpuAssignment]]:
+    """The job's pods whose assignment is signed, with that assignment, by replica."""
+    out: dict[int, tuple[dict[str, Any], GpuAssignment]] = {}
+    for replica, pod in ctx.pods.items():
+        read = read_pod_assignment(pod, keys)
+        if read.trusted and read.assignment is not None:
+            out[replica] = (pod, read.assignment)
+    return out
 
 
-def _records(pods: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+def _records(pods: dict[int, tuple[dict[str, Any], GpuAssignment]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for replica, pod in sorted(pods.items()):
-        meta = pod.get("metadata") or {}
-        try:
-            a = decode_assignment(str(meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]))
-        except (ValidationError, KeyError):
-            continue
-        out += [placement_record(replica, str(meta.get("name")), a.node, g) for g in a.all_gpus]
+    for replica, (pod, a) in sorted(pods.items()):
+        name = str((pod.get("metadata") or {}).get("name"))
+        out += [placement_record(replica, name, a.node, g) for g in a.all_gpus]
     return out
 
 
 def restore(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
     """Rebuild ``ctx``'s record from its signed pods, or reset it (module docstring)."""
-    pods = _signed_pods(ctx, writer.keys())
+    pods = _signed(ctx, writer.keys())
     live = [
-        p for p in pods.values() if (p.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+        p
+        for p, _ in pods.values()
+        if (p.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
     ]
     if not live and ctx.phase in _FINISHED:
         return
@@ -66,7 +65,7 @@ def restore(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
     unsigned = f"status.phase/placements were not written by the operator (no valid {c.STATUS_PLACEMENT_SIGNATURE})"
     if records and live:
         replicas = ctx.job.spec.replicas if ctx.job is not None else len(pods)
-        views = [v for p in pods.values() if (v := st.PodView.from_pod(p)) is not None]
+        views = [v for p, _ in pods.values() if (v := st.PodView.from_pod(p)) is not None]
         phase: str | None = st.progress(replicas, views, None).phase
         message = f"{unsigned}; restored from the job's {len(pods)} pod(s)"
         patch = tr.restored(ctx.status, phase, records, message, now)

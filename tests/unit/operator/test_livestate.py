@@ -163,3 +163,16 @@ def test_with_keys_only_signed_records_and_pods_count() -> None:
     # without keys (tools, tests) every record is taken at its word, as before
     unchecked = build_live_state([node("a")], [plain, fake], [signed, forged])
     assert _core(unchecked.state, "a", 1) == 90  # the forged record (the pod would exceed 100 %)
+
+
+def test_a_move_in_progress_counts_both_the_old_and_the_new_shares() -> None:
+    """Until the job's old pods have stopped, the GPUs it leaves are still busy."""
+    job = dljob("m", [share("a", 1, core=60)], phase="Scheduled")
+    job["status"]["migration"] = {
+        "from": [{"replica": 0, "pod": "m-0", **share("a", 0, core=60)}],
+        "startedTime": "2026-01-01T00:00:00Z",
+    }
+    live = build_live_state([node("a")], [], [job])
+    assert _core(live.state, "a", 0) == 60 and _core(live.state, "a", 1) == 60
+    del job["status"]["migration"]  # the move closed: only the new share
+    assert _core(build_live_state([node("a")], [], [job]).state, "a", 0) == 0

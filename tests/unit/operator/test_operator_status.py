@@ -246,3 +246,28 @@ def test_metrics_names_and_stale_series_dropped() -> None:
     assert "horus_scheduling_decision_duration_seconds_bucket" in text
     m.set_gpus([])
     assert "GPU-x" not in generate_latest(m.registry).decode()
+
+
+def test_a_movable_job_knows_its_checkpoint_and_gets_its_grace_period() -> None:
+    from horus.api.signing import KeyRing
+    from horus.operator.podspec import pod_manifest
+
+    obj = dljob("train", [share("n1", 0)], phase="Scheduled")
+    obj["spec"]["migration"] = {
+        "policy": "OnCheckpoint",
+        "checkpointPath": "/ckpt/train",
+        "gracePeriodSeconds": 90,
+    }
+    obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 10
+    obj["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    pod = pod_manifest(obj, 0, obj["status"]["placements"], KeyRing(b"k" * 32))
+    spec = pod["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 90
+    assert spec["containers"][0]["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": c.ENV_CHECKPOINT_PATH, "value": "/ckpt/train"},
+    ]
+    obj["spec"]["migration"] = {"policy": "Never"}  # not movable: the template as written
+    pod = pod_manifest(obj, 0, obj["status"]["placements"], KeyRing(b"k" * 32))
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 10
+    assert c.ENV_CHECKPOINT_PATH not in str(pod["spec"]["containers"][0]["env"])
