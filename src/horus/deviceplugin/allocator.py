@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 _FINISHED = ("Succeeded", "Failed")
 KEY_REFRESH_S = 60.0  # re-read the Secret at most this often (and after a failed check)
 KEY_RETRY_S = 5.0
+#: Where an MPS client's container sees the daemon's shared memory.
+MPS_CLIENT_SHM = "/dev/shm"
 #: Where a pod gets a signed assignment (said when Allocate refuses a pod without one).
 PLACEMENT_CHOICES = (
     "Create a DLJob (the Horus operator places its pods); or, for a plain pod, set "
@@ -223,6 +225,7 @@ class Allocator:
         enforcement: str = "mps",
         mps_pipe_dir: Path = Path(c.MPS_PIPE_DIRECTORY_DEFAULT),
         pass_device_specs: bool = False,
+        mps_shm_dir: Path | None = None,
     ) -> None:
         self.api = api
         self.node = node_name
@@ -232,6 +235,7 @@ class Allocator:
         self.enforcement = enforcement
         self.mps_pipe_dir = mps_pipe_dir
         self.pass_device_specs = pass_device_specs
+        self.mps_shm_dir = mps_shm_dir
         self._lock = threading.Lock()
 
     # --- finding and checking the pod ------------------------------------------------------
@@ -489,6 +493,10 @@ class Allocator:
                 f"{ordinal}={g.memory_mib}M" for ordinal, g in enumerate(refs)
             )
             mounts.append(MountSpec(pipe, pipe))
+            if self.mps_shm_dir is not None:
+                # MPS clients and the server share memory in /dev/shm: the client's must be
+                # the daemon's (NVIDIA's device plugin mounts <mps root>/shm the same way).
+                mounts.append(MountSpec(MPS_CLIENT_SHM, str(self.mps_shm_dir)))
         devices: list[DeviceNode] = []
         if self.pass_device_specs:
             names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]

@@ -14,6 +14,7 @@ import threading
 from horus.api.inventory import GpuDevice
 from horus.common.errors import HorusError
 from horus.deviceplugin.allocator import Allocator, AssignmentKey
+from horus.deviceplugin.coexistence import CoexistenceGuard
 from horus.deviceplugin.devices import core_kind, memory_kind
 from horus.deviceplugin.gpus import GpuBackend, GpuDiscoveryError, open_backend
 from horus.deviceplugin.kube import KubeApi, NodeApi
@@ -84,6 +85,7 @@ def build(
             settings.enforcement,
             settings.mps_pipe_dir,
             settings.pass_device_specs,
+            settings.mps_shm_dir,
         )
     plugins = [
         ResourcePlugin(core_kind(), allocator, settings.plugin_dir),
@@ -99,6 +101,16 @@ def build(
         settings.memory_unit_mib,
         settings.health_interval_s,
         settings.socket_poll_s,
+        guard=(
+            CoexistenceGuard(
+                api,
+                settings.node_name,
+                settings.allow_other_gpu_plugin,
+                settings.node_check_interval_s,
+            )
+            if api is not None
+            else None
+        ),
     )
     manager_ref.append(manager)
     return manager

@@ -31,6 +31,7 @@ _HELP = {
     "memory_unit_mib": "MiB per horus.io/gpu-memory device ID (default 256)",
     "enforcement": "mps (hand out CUDA MPS limits) or none",
     "mps_pipe_dir": "host directory of the MPS control daemon's pipes",
+    "mps_shm_dir": "host directory mounted as /dev/shm into MPS clients (the daemon's /dev/shm)",
     "pass_device_specs": "also hand out /dev/nvidia* device nodes (true/false)",
     "kubeconfig": "kubeconfig file (default: in-cluster, else ~/.kube/config)",
     "assignment_key_file": "assignment key file (default: $HORUS_ASSIGNMENT_KEY_FILE, else the Secret)",
@@ -39,6 +40,8 @@ _HELP = {
     "socket_poll_s": "seconds between looks at kubelet.sock",
     "fail_on_init_error": "exit when GPU discovery fails instead of waiting (true/false)",
     "retry_interval_s": "seconds between GPU discovery retries",
+    "allow_other_gpu_plugin": "advertise even where the node lists nvidia.com/gpu (true/false)",
+    "node_check_interval_s": "seconds between reads of the node for another GPU device plugin",
 }
 
 

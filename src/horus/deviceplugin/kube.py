@@ -12,7 +12,7 @@ import base64
 from pathlib import Path
 from typing import Any, Protocol
 
-from horus.api.raw import discard, read_items
+from horus.api.raw import discard, read_items, read_object
 from horus.common.constants import (
     ASSIGNMENT_KEY_SECRET,
     ASSIGNMENT_KEY_SECRET_KEY,
@@ -38,7 +38,17 @@ class NodeApi(Protocol):
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, node: str) -> None: ...
 
-    def patch_node_annotations(self, node: str, annotations: dict[str, str]) -> None: ...
+    def read_node(self, node: str) -> dict[str, Any] | None:
+        """The Node object as JSON (None when it does not exist)."""
+        ...
+
+    def node_event(self, node: dict[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on the Node (best effort)."""
+        ...
+
+    def patch_node_annotations(self, node: str, annotations: dict[str, str | None]) -> None:
+        """Merge ``annotations`` into the Node's (None removes a key)."""
+        ...
 
     def read_assignment_key(self) -> bytes: ...
 
@@ -94,7 +104,34 @@ class KubeApi:
         )
         post_event(self.core, body)
 
-    def patch_node_annotations(self, node: str, annotations: dict[str, str]) -> None:
+    def read_node(self, node: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return read_object(self.core.read_node(node, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def node_event(self, node: dict[str, Any], reason: str, message: str) -> None:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        involved = {"apiVersion": "v1", "kind": "Node", "name": name}
+        if meta.get("uid"):
+            involved["uid"] = str(meta["uid"])
+        body = event_body(
+            involved,
+            reason,
+            message,
+            warning=True,
+            component=EVENT_COMPONENT_DEVICE_PLUGIN,
+            instance=name,
+            host=name,
+        )
+        post_event(self.core, body)
+
+    def patch_node_annotations(self, node: str, annotations: dict[str, str | None]) -> None:
         body = {"metadata": {"annotations": annotations}}
         discard(self.core.patch_node(node, body, _preload_content=False))
 

@@ -32,6 +32,7 @@ from horus.common import constants as c
 from horus.deviceplugin.allocator import AllocationRefused, Allocator
 from horus.deviceplugin.api import api_pb2 as pb
 from horus.deviceplugin.api import api_pb2_grpc as _pb_grpc
+from horus.deviceplugin.coexistence import CoexistenceGuard
 from horus.deviceplugin.devices import ResourceKind
 from horus.deviceplugin.gpus import GpuBackend
 from horus.deviceplugin.kube import NodeApi
@@ -327,6 +328,7 @@ class PluginManager:
         memory_unit_mib: int = c.DEFAULT_GPU_MEMORY_UNIT_MIB,
         health_interval_s: float = 5.0,
         socket_poll_s: float = 0.5,
+        guard: CoexistenceGuard | None = None,
     ) -> None:
         self.plugins = plugins
         self.backend = backend
@@ -346,6 +348,8 @@ class PluginManager:
         self.registrations = 0  # successful Register rounds (tests and logs)
         self._retry_at = 0.0
         self._failures = 0
+        self.guard = guard  # another device plugin on the node: do not advertise
+        self._withdrawn = False
         for plugin in plugins:
             plugin.set_gpus(gpus)
 
@@ -356,7 +360,7 @@ class PluginManager:
     # --- inventory -------------------------------------------------------------------------
 
     def publish(self) -> None:
-        if self.api is None:
+        if self.api is None or (self.guard is not None and self.guard.refusal is not None):
             return
         text = encode_inventory(self.gpus())
         if text == self._published:
@@ -385,6 +389,34 @@ class PluginManager:
             for plugin in self.plugins:
                 plugin.set_gpus(new)
         self.publish()
+
+    def _withdraw(self) -> None:
+        """Stop advertising: servers down (the kubelet drops the resources) and the node's
+        inventory withdrawn (the placers skip the node), once per refusal."""
+        if self._serving:
+            log.error("not advertising Horus GPUs on node %s: stopping the servers", self.node)
+            self.stop()
+        self._registered_to = None
+        if self._withdrawn or self.api is None:
+            return
+        self._withdrawn = True
+        self._published = None
+        try:
+            self.api.patch_node_annotations(
+                self.node, {c.ANNOTATION_GPU_INVENTORY: None, c.ANNOTATION_GPU_MEMORY_UNIT: None}
+            )
+        except Exception as exc:
+            log.warning("could not withdraw the GPU inventory of node %s: %s", self.node, exc)
+
+    def may_advertise(self) -> bool:
+        """The coexistence check (:mod:`horus.deviceplugin.coexistence`, when due); withdraws
+        on a refusal. Advertising resumes through :meth:`watch_kubelet` (registration) and
+        :meth:`check_health` (the inventory, within ``health_interval_s``)."""
+        if self.guard is None or self.guard.may_advertise():
+            self._withdrawn = False
+            return True
+        self._withdraw()
+        return False
 
     # --- kubelet ---------------------------------------------------------------------------
 
@@ -449,21 +481,24 @@ class PluginManager:
             ", ".join(p.kind.resource for p in self.plugins),
         )
 
+    def _watch_directory(self) -> None:
+        if self.plugin_dir.is_dir():
+            self.watch_kubelet()
+        elif not self._waiting_logged:
+            log.warning("device-plugin directory %s does not exist yet; waiting", self.plugin_dir)
+            self._waiting_logged = True
+
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set."""
+        advertise = self.may_advertise()
         self.publish()
-        if self.plugin_dir.is_dir():
+        if advertise and self.plugin_dir.is_dir():
             self._start_servers()
         next_health = time.monotonic() + self.health_interval_s
         try:
             while not stop.is_set():
-                if self.plugin_dir.is_dir():
-                    self.watch_kubelet()
-                elif not self._waiting_logged:
-                    log.warning(
-                        "device-plugin directory %s does not exist yet; waiting", self.plugin_dir
-                    )
-                    self._waiting_logged = True
+                if self.may_advertise():
+                    self._watch_directory()
                 if time.monotonic() >= next_health:
                     try:
                         self.check_health()

@@ -55,6 +55,11 @@ class DevicePluginSettings:
     # Host directory of the MPS control daemon's pipes (the agent starts the daemon there); it
     # is mounted at the same path in every container.
     mps_pipe_dir: Path = Path(MPS_PIPE_DIRECTORY_DEFAULT)
+    # Host directory the MPS control daemon has as /dev/shm (the chart: node.mps.root/shm,
+    # mounted as the agent's /dev/shm). MPS clients share memory with the server there, so it
+    # is mounted as /dev/shm into every MPS client, as NVIDIA's device plugin does. Empty: no
+    # /dev/shm mount (a daemon running in the host's own /dev/shm, as in the local demo).
+    mps_shm_dir: Path | None = None
     # Also hand out /dev/nvidia* device nodes (for runtimes without the NVIDIA container
     # toolkit, like NVIDIA's PASS_DEVICE_SPECS).
     pass_device_specs: bool = False
@@ -75,6 +80,13 @@ class DevicePluginSettings:
     # on a node without a driver never crash-loops.
     fail_on_init_error: bool = False
     retry_interval_s: float = 30.0
+    # Advertise even when the node's capacity already lists nvidia.com/gpu, i.e. another
+    # device plugin (NVIDIA's) hands out this node's GPUs. Off: the plugin does not advertise
+    # there (log, Event on the Node, inventory withdrawn) until the other plugin is gone; on
+    # only where the two plugins do not share GPUs (docs/deviceplugin.md, Coexistence).
+    allow_other_gpu_plugin: bool = False
+    # Seconds between reads of this node for that check.
+    node_check_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.memory_unit_mib <= 65536:
@@ -82,8 +94,20 @@ class DevicePluginSettings:
         if not 1 <= self.sim_gpu_count <= 16:
             raise ConfigError(f"sim_gpu_count must be 1..16, got {self.sim_gpu_count}")
         check_range("sim_gpu_memory_mib", self.sim_gpu_memory_mib, 1, MAX_GPU_MEMORY_MIB)
-        for name in ("health_interval_s", "socket_poll_s", "retry_interval_s"):
+        for name in (
+            "health_interval_s",
+            "socket_poll_s",
+            "retry_interval_s",
+            "node_check_interval_s",
+        ):
             check_seconds(name, getattr(self, name))
+        for name in ("mps_pipe_dir", "mps_shm_dir"):
+            path = getattr(self, name)
+            if path is not None and not path.is_absolute():
+                raise ConfigError(
+                    f"{name} must be an absolute host path (the kubelet mounts it into "
+                    f"containers), got {str(path)!r}"
+                )
 
 
 def load(

@@ -18,8 +18,10 @@ KEY = b"0123456789abcdef0123456789abcdef"
 class FakeNodeApi:
     def __init__(self, key: bytes = KEY) -> None:
         self.pods: list[dict[str, Any]] = []
-        self.events: list[tuple[str, str, str]] = []  # (pod, reason, message)
+        self.events: list[tuple[str, str, str]] = []  # (pod or node, reason, message)
         self.node_annotations: dict[str, dict[str, str]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}  # read_node answers (absent: None)
+        self.node_error: Exception | None = None  # read_node raises this when set
         self.key = key
         self.lists = 0
         self._rv = 0
@@ -55,8 +57,21 @@ class FakeNodeApi:
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, node: str) -> None:
         self.events.append((pod["metadata"]["name"], reason, message))
 
-    def patch_node_annotations(self, node: str, annotations: dict[str, str]) -> None:
-        self.node_annotations.setdefault(node, {}).update(annotations)
+    def read_node(self, node: str) -> dict[str, Any] | None:
+        if self.node_error is not None:
+            raise self.node_error
+        return copy.deepcopy(self.nodes.get(node))
+
+    def node_event(self, node: dict[str, Any], reason: str, message: str) -> None:
+        self.events.append((node["metadata"]["name"], reason, message))
+
+    def patch_node_annotations(self, node: str, annotations: dict[str, str | None]) -> None:
+        mine = self.node_annotations.setdefault(node, {})
+        for key, value in annotations.items():
+            if value is None:
+                mine.pop(key, None)
+            else:
+                mine[key] = value
 
     def read_assignment_key(self) -> bytes:
         return self.key

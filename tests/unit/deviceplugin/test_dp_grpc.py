@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -45,7 +46,7 @@ class Running:
 def start_plugin(plugin_dir: Path, fake_api: FakeNodeApi) -> Iterator[object]:
     running: list[Running] = []
 
-    def start(gpus: int = 2, memory_mib: int = 16384) -> Running:
+    def start(gpus: int = 2, memory_mib: int = 16384, **more: Any) -> Running:
         settings = DevicePluginSettings(
             node_name=NODE,
             plugin_dir=plugin_dir,
@@ -54,6 +55,7 @@ def start_plugin(plugin_dir: Path, fake_api: FakeNodeApi) -> Iterator[object]:
             sim_gpu_memory_mib=memory_mib,
             health_interval_s=0.1,
             socket_poll_s=0.05,
+            **more,
         )
         backend = SimulatedGpus(NODE, gpus, "H100", memory_mib)
         manager = build(settings, backend, backend.discover(), fake_api)
@@ -176,6 +178,143 @@ def test_allocate_over_grpc(plugin_dir: Path, start_plugin: object, fake_api: Fa
         kubelet.stop()
 
 
+def test_mps_clients_get_the_daemons_shm_as_dev_shm(
+    plugin_dir: Path, start_plugin: object, fake_api: FakeNodeApi
+) -> None:
+    """With mps_shm_dir (the chart: <node.mps.root>/shm, the agent's /dev/shm), every MPS
+    client gets that host directory as /dev/shm beside the pipe directory, as NVIDIA's
+    device plugin mounts <mps root>/shm; with enforcement none neither is mounted."""
+    pipe, shm = "/run/horus/mps/pipe", "/run/horus/mps/shm"
+    uuid = simulated_gpu_uuid(NODE, 0)
+    fake_api.add(
+        pod_manifest(
+            "ml",
+            "mps",
+            NODE,
+            20,
+            8,
+            assignment_annotations(KEY, "ml", "mps", NODE, uuid, 0, 20, 2048),
+        )
+    )
+    kubelet = FakeKubelet(plugin_dir).start()
+    try:
+        start_plugin(mps_pipe_dir=Path(pipe), mps_shm_dir=Path(shm))  # type: ignore[operator]
+        assert kubelet.wait(lambda: set(kubelet.lists) == {CORE, MEM})
+        for response in (kubelet.allocate_n(CORE, 20), kubelet.allocate_n(MEM, 8)):
+            mounts = {(m.container_path, m.host_path, m.read_only) for m in response.mounts}
+            assert mounts == {(pipe, pipe, False), ("/dev/shm", shm, False)}
+            assert response.envs["CUDA_MPS_PIPE_DIRECTORY"] == pipe
+    finally:
+        kubelet.stop()
+
+
+def test_no_mps_mounts_without_mps(
+    plugin_dir: Path, start_plugin: object, fake_api: FakeNodeApi
+) -> None:
+    uuid = simulated_gpu_uuid(NODE, 0)
+    ann = assignment_annotations(KEY, "ml", "plain", NODE, uuid, 0, 20, 2048)
+    fake_api.add(pod_manifest("ml", "plain", NODE, 20, 8, ann))
+    kubelet = FakeKubelet(plugin_dir).start()
+    try:
+        start_plugin(enforcement="none", mps_shm_dir=Path("/run/horus/mps/shm"))  # type: ignore[operator]
+        assert kubelet.wait(lambda: set(kubelet.lists) == {CORE, MEM})
+        response = kubelet.allocate_n(CORE, 20)
+        assert list(response.mounts) == [] and "CUDA_MPS_PIPE_DIRECTORY" not in response.envs
+    finally:
+        kubelet.stop()
+
+
+def _node_with_nvidia_gpus(count: str) -> dict[str, Any]:
+    capacity = {"cpu": "8", c.RESOURCE_NVIDIA_GPU: count}
+    return {"metadata": {"name": NODE, "uid": "uid-node"}, "status": {"capacity": capacity}}
+
+
+def test_does_not_advertise_beside_another_gpu_plugin(
+    plugin_dir: Path,
+    start_plugin: object,
+    fake_api: FakeNodeApi,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A node whose capacity lists nvidia.com/gpu (NVIDIA's plugin): the plugin keeps
+    running but does not register, withdraws the inventory, says why once (log, Event on
+    the Node); when the other plugin is gone it registers and publishes again."""
+    fake_api.nodes[NODE] = _node_with_nvidia_gpus("2")
+    fake_api.node_annotations[NODE] = {c.ANNOTATION_GPU_INVENTORY: "[stale]", "other": "x"}
+    kubelet = FakeKubelet(plugin_dir).start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            running = start_plugin(node_check_interval_s=0.1)  # type: ignore[operator]
+            time.sleep(1.0)  # ten checks, fifty looks at kubelet.sock
+        assert running.thread.is_alive()
+        assert kubelet.registrations == [] and running.manager.registrations == 0
+        assert not list(plugin_dir.glob("horus-*.sock"))
+        assert fake_api.node_annotations[NODE] == {"other": "x"}  # inventory withdrawn
+        assert running.manager.guard.checks >= 5
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1, errors  # said once, not at every check
+        for words in ("nvidia.com/gpu: 2", "does not advertise", "allow_other_gpu_plugin"):
+            assert words in errors[0], errors[0]
+        assert [e[:2] for e in fake_api.events] == [(NODE, c.EVENT_REASON_GPU_PLUGIN_CONFLICT)]
+        assert fake_api.events[0][2] == errors[0]
+        # NVIDIA's plugin removed: the kubelet drops its resource from the capacity
+        fake_api.nodes[NODE] = _node_with_nvidia_gpus("0")
+        assert kubelet.wait(lambda: set(kubelet.lists) == {CORE, MEM})
+        assert kubelet.wait(
+            lambda: c.ANNOTATION_GPU_INVENTORY in fake_api.node_annotations[NODE], timeout=5
+        )
+    finally:
+        kubelet.stop()
+
+
+def test_stops_advertising_when_another_gpu_plugin_appears(
+    plugin_dir: Path, start_plugin: object, fake_api: FakeNodeApi
+) -> None:
+    kubelet = FakeKubelet(plugin_dir).start()
+    try:
+        running = start_plugin(node_check_interval_s=0.1)  # type: ignore[operator]
+        assert kubelet.wait(lambda: set(kubelet.lists) == {CORE, MEM})
+        assert c.ANNOTATION_GPU_INVENTORY in fake_api.node_annotations[NODE]
+        fake_api.nodes[NODE] = _node_with_nvidia_gpus("8")
+        assert kubelet.wait(lambda: not list(plugin_dir.glob("horus-*.sock")), timeout=5)
+        assert c.ANNOTATION_GPU_INVENTORY not in fake_api.node_annotations[NODE]
+        assert fake_api.events[-1][:2] == (NODE, c.EVENT_REASON_GPU_PLUGIN_CONFLICT)
+        assert running.thread.is_alive()
+    finally:
+        kubelet.stop()
+
+
+def test_allow_other_gpu_plugin_advertises_anyway(
+    plugin_dir: Path, start_plugin: object, fake_api: FakeNodeApi
+) -> None:
+    fake_api.nodes[NODE] = _node_with_nvidia_gpus("2")
+    kubelet = FakeKubelet(plugin_dir).start()
+    try:
+        running = start_plugin(allow_other_gpu_plugin=True, node_check_interval_s=0.1)  # type: ignore[operator]
+        assert kubelet.wait(lambda: set(kubelet.lists) == {CORE, MEM})
+        assert running.manager.guard.checks == 0 and fake_api.events == []
+    finally:
+        kubelet.stop()
+
+
+def test_an_unreadable_node_does_not_stop_the_plugin(
+    plugin_dir: Path,
+    start_plugin: object,
+    fake_api: FakeNodeApi,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake_api.node_error = ConnectionRefusedError("apiserver down")
+    kubelet = FakeKubelet(plugin_dir).start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            running = start_plugin(node_check_interval_s=0.1)  # type: ignore[operator]
+            assert kubelet.wait(lambda: set(kubelet.lists) == {CORE, MEM})
+            assert kubelet.wait(lambda: running.manager.guard.checks >= 3)
+        said = [r.getMessage() for r in caplog.records if "cannot read node" in r.getMessage()]
+        assert len(said) == 1 and "apiserver down" in said[0]
+    finally:
+        kubelet.stop()
+
+
 def test_kubelet_socket_missing_at_start_waits_then_registers(
     plugin_dir: Path, start_plugin: object, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -292,3 +431,26 @@ def test_settings_precedence(tmp_path: Path) -> None:
     cfg.write_text("deviceplugin:\n  memory_unit: 128\n")
     with pytest.raises(ConfigError, match="unknown key"):
         load(cli={}, env={}, config_file=cfg)
+
+
+def test_mps_and_coexistence_settings(tmp_path: Path) -> None:
+    from horus.common.errors import ConfigError
+    from horus.deviceplugin.settings import load
+
+    s = load(cli={}, env={})
+    assert s.mps_shm_dir is None and s.allow_other_gpu_plugin is False
+    assert s.node_check_interval_s == 60.0
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("deviceplugin:\n  mps_shm_dir: /run/horus/mps/shm\n")
+    env = {"HORUS_DEVICEPLUGIN_ALLOW_OTHER_GPU_PLUGIN": "true"}
+    s = load(cli={}, env=env, config_file=cfg)
+    assert s.mps_shm_dir == Path("/run/horus/mps/shm") and s.allow_other_gpu_plugin
+    assert load(cli={"mps_shm_dir": ""}, env={}, config_file=cfg).mps_shm_dir is None
+    with pytest.raises(ConfigError, match=r"mps_shm_dir must be an absolute host path.*'shm'"):
+        load(cli={"mps_shm_dir": "shm"}, env={})
+    with pytest.raises(ConfigError, match="mps_pipe_dir must be an absolute"):
+        load(cli={"mps_pipe_dir": "pipes"}, env={})
+    with pytest.raises(ConfigError, match="node_check_interval_s"):
+        load(cli={"node_check_interval_s": "0"}, env={})
+    with pytest.raises(ConfigError, match=r"--allow-other-gpu-plugin: .perhaps. is not a boolean"):
+        load(cli={"allow_other_gpu_plugin": "perhaps"}, env={})
