@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from horus.api.podassignment import read_pod_assignment
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339, timestamp
 from horus.kube.errors import Conflict
@@ -116,7 +117,19 @@ class Committer:
                 return
             if error is not None:
                 raise error
+            self._close_move(ctx, report)
         self.sync_status(ctx, report, placing)
+
+    def _close_move(self, ctx: JobCtx, report: PassReport) -> None:
+        """A move is over once none of the job's old pods is left and every replica's pod is
+        the recorded one: the GPUs it left stop counting (``status.migration`` goes)."""
+        if not ctx.status.get("migration") or ctx.leaving:
+            return
+        replicas = {int(r["replica"]) for r in ctx.status.get("placements") or []}
+        if any(r not in ctx.pods for r in replicas):
+            return
+        self.writer.patch(ctx, {"migration": None})
+        report.count("status_writes")
 
     def pod_rejected(self, ctx: JobCtx, exc: PodRejected, report: PassReport) -> None:
         """The apiserver will not take a replica pod: give the GPU share back. A quota
@@ -195,14 +208,14 @@ class Committer:
             return
         name, node = pod_name(ctx.name, replica), str(recs[0]["node"])
         bound = (pod.get("spec") or {}).get("nodeName")
-        if owner_uid(pod) != ctx.uid or (bound and bound != node):
-            why = (
-                "belongs to an older DLJob of the same name"
-                if bound == node or not bound
-                else (f"is bound to {bound}, not its assigned node {node}")
-            )
-            log.warning("pod %s/%s %s; deleting it to redo", ctx.namespace, name, why)
-            self.api.delete_pod(ctx.namespace, name)
+        why = _not_the_recorded_pod(pod, ctx.uid, recs, bound, node)
+        if why is not None:
+            # An older DLJob's pod, or this job's pod on the GPUs a move leaves: it goes (with
+            # its grace period: a movable job writes its checkpoint), and the next pass makes
+            # the recorded one once the name is free.
+            if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                log.info("pod %s/%s %s; deleting it to redo", ctx.namespace, name, why)
+                self.api.delete_pod(ctx.namespace, name)
             ctx.pods.pop(replica, None)
             return
         if bound == node or not self.is_leader():  # lost the lease: the next leader binds
@@ -265,6 +278,21 @@ class Committer:
         for pod in ctx.pods.values():
             if (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES:
                 self.api.delete_pod(ctx.namespace, str((pod.get("metadata") or {}).get("name")))
+
+
+def _not_the_recorded_pod(
+    pod: Mapping[str, Any], uid: str, recs: list[dict[str, Any]], bound: str | None, node: str
+) -> str | None:
+    """Why ``pod`` is not the one the record describes (None when it is)."""
+    if owner_uid(pod) != uid:
+        return "belongs to an older DLJob of the same name"
+    if bound and bound != node:
+        return f"is bound to {bound}, not its assigned node {node}"
+    held = read_pod_assignment(pod, None).assignment
+    want = {str(r["gpuUUID"]) for r in recs}
+    if held is None or {g.gpu_uuid for g in held.all_gpus} != want:
+        return "holds other GPUs than its record (a move)"
+    return None
 
 
 def stuck_container(pods: Iterable[Mapping[str, Any]]) -> str | None:

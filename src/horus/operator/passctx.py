@@ -30,6 +30,8 @@ class JobCtx:
     pending: dict[str, Any] | None = None
     #: Phase and placements carry the operator's valid signature (or are both unset).
     trusted: bool = True
+    #: The job's pods being deleted (an old pod of a move still stopping, its GPU still held).
+    leaving: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def meta(self) -> dict[str, Any]:

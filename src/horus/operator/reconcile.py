@@ -219,8 +219,11 @@ class Reconciler:
         for pod in snap.pods:
             owner = owner_uid(pod)
             view = st.PodView.from_pod(pod)
-            meta = pod.get("metadata") or {}
-            if owner in by_uid and view is not None and not meta.get("deletionTimestamp"):
+            if owner not in by_uid or view is None:
+                continue
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                by_uid[owner].leaving.append(pod)
+            else:
                 by_uid[owner].pods.setdefault(view.replica, pod)
         return ctxs
 
