@@ -8,6 +8,13 @@ It prints, as JSON lines on stdout (``kubectl logs``):
 * ``{"event": "progress", "step": ..., "steps_per_second": ...}`` every ``--report-seconds``;
 * ``{"event": "done", ...}`` at the end (``--steps`` reached, or SIGTERM).
 
+**Checkpoints.** When ``$HORUS_CHECKPOINT_PATH`` is set (a DLJob with
+``spec.migration.policy: OnCheckpoint`` gets it, on a volume that outlives the pod), the loop
+resumes from ``<path>/checkpoint.json`` if it is there (``{"event": "resumed", "step": ...}``),
+writes it every ``--checkpoint-seconds`` and once more on SIGTERM before it exits — which is
+how Horus moves a running job to better GPUs without losing its progress. The file is
+written to a temporary name and renamed, so a kill in the middle never leaves half of one.
+
 The "model" is logistic regression by mini-batch SGD on synthetic data, in plain Python: there
 is no GPU here, so it stands in for a framework's training step without needing one. A short
 sleep per step (``--step-sleep``) keeps many replicas on a small machine from starving it.
@@ -50,6 +57,27 @@ def share() -> dict[str, object]:
     }
 
 
+def load_checkpoint(path: str) -> dict[str, object] | None:
+    """The last checkpoint under ``path`` (None when there is none or it cannot be read)."""
+    try:
+        with open(os.path.join(path, "checkpoint.json")) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("step"), int) else None
+
+
+def save_checkpoint(path: str, state: dict[str, object]) -> None:
+    """Write ``state`` atomically: a temporary file in the same folder, then a rename."""
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, f".checkpoint.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, os.path.join(path, "checkpoint.json"))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="logreg", help="a label for the logs")
@@ -59,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-seconds", type=float, default=5.0)
     ap.add_argument("--step-sleep", type=float, default=0.005, help="seconds to yield per step")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=30.0,
+        help="write a checkpoint this often when $HORUS_CHECKPOINT_PATH is set (and on SIGTERM)",
+    )
     args = ap.parse_args(argv)
     if args.steps < 0 or args.batch_size < 1 or not 1 <= args.features <= 4096:
         ap.error("--steps >= 0, --batch-size >= 1 and 1 <= --features <= 4096")
@@ -76,8 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     truth = [rng.uniform(-1, 1) for _ in range(args.features)]
     weights = [0.0] * args.features
     lr, step, loss = 0.1, 0, 0.0
-    started = last = time.monotonic()
-    last_step = 0
+    ckpt_dir = os.environ.get("HORUS_CHECKPOINT_PATH", "")
+    saved = load_checkpoint(ckpt_dir) if ckpt_dir else None
+    if saved is not None and len(saved.get("weights") or []) == args.features:
+        step, weights = int(saved["step"]), [float(w) for w in saved["weights"]]  # type: ignore[union-attr]
+        rng.seed(f"{args.seed}:{step}")
+        emit("resumed", step=step, pod=os.environ.get("HORUS_POD_NAME", ""))
+    started = last = last_ckpt = time.monotonic()
+    last_step = step
     while not stop and (args.steps == 0 or step < args.steps):
         grad = [0.0] * args.features
         loss = 0.0
@@ -100,8 +140,14 @@ def main(argv: list[str] | None = None) -> int:
                 loss=round(loss / args.batch_size, 4),
             )
             last, last_step = now, step
+        if ckpt_dir and now - last_ckpt >= args.checkpoint_seconds:
+            save_checkpoint(ckpt_dir, {"step": step, "weights": weights})
+            last_ckpt = now
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
+    if ckpt_dir:
+        save_checkpoint(ckpt_dir, {"step": step, "weights": weights})
+        emit("checkpoint", step=step, path=ckpt_dir)
     elapsed = time.monotonic() - started
     emit(
         "done",
