@@ -474,6 +474,9 @@ def test_chart_config_loads_with_every_roles_settings(helm, tmp_path):
         got = _load_every_section(text, tmp_path, {"HORUS_AGENT_NODE_NAME": "n1"})
         assert (got["agent"].enforcement, got["agent"].watchdog) == agent
         assert got["deviceplugin"].enforcement == agent[0]
+        # MPS clients get the daemon's shm dir as /dev/shm only with MPS
+        shm = got["deviceplugin"].mps_shm_dir
+        assert str(shm) == "/run/horus/mps/shm" if agent[0] == "mps" else shm is None
         if "scheduling.policy=binpack" in sets:
             assert got["operator"].policy == got["extender"].policy == "binpack"
             assert got["scheduler"].util_cap == 150.0

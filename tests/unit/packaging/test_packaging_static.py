@@ -297,3 +297,13 @@ def test_manifest_config_loads_with_every_roles_settings(tmp_path):
     assert got["agent"].enforcement == "mps" and got["agent"].watchdog == "evict"
     assert str(got["agent"].proc_root) == "/host/proc"
     assert got["operator"].metrics_port == 8080 and got["extender"].port == 8888
+    # the device plugin hands out the very host directories the DaemonSet mounts for MPS
+    ds = yaml.safe_load((ROOT / "manifests/node/daemonset.yaml").read_text())
+    host = {
+        v["name"]: v["hostPath"]["path"]
+        for v in ds["spec"]["template"]["spec"]["volumes"]
+        if "hostPath" in v
+    }
+    dp = got["deviceplugin"]
+    assert (str(dp.mps_pipe_dir), str(dp.mps_shm_dir)) == (host["mps-pipe"], host["mps-shm"])
+    assert str(got["agent"].mps_pipe_directory) == host["mps-pipe"]
