@@ -31,6 +31,7 @@ from horus.common.errors import ValidationError
 __all__ = [
     "EffectiveRequest",
     "container_amount",
+    "containers_asking",
     "memory_units",
     "node_memory_unit_mib",
     "parse_quantity",
@@ -160,6 +161,27 @@ def container_amount(ctr: Mapping[str, Any], resource: str, where: str) -> int |
         if resource in values:
             return parse_quantity(values[resource], f"{where}.resources.{kind}[{resource}]")
     return None
+
+
+def containers_asking(spec: Mapping[str, Any], group: str, resources: tuple[str, ...]) -> list[str]:
+    """Names (``#<index>`` when unnamed) of the ``group`` (``containers`` or
+    ``initContainers``) entries that request or limit any of ``resources``. Only the names of
+    the resources are looked at, never their quantities, so a hostile pod cannot make this
+    raise; :func:`container_amount` reads the amounts."""
+    items = spec.get(group) or []
+    out: list[str] = []
+    for i, ctr in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(ctr, Mapping):
+            continue
+        res = ctr.get("resources") or {}
+        named: set[str] = set()
+        for kind in ("requests", "limits") if isinstance(res, Mapping) else ():
+            values = res.get(kind) or {}
+            if isinstance(values, Mapping):
+                named.update(str(k) for k in values)
+        if named.intersection(resources):
+            out.append(str(ctr.get("name") or f"#{i}"))
+    return out
 
 
 class EffectiveRequest:

@@ -38,7 +38,12 @@ from typing import Any
 from horus.api.assignment import GpuAssignment
 from horus.api.inventory import GpuDevice
 from horus.api.podassignment import AssignmentProblem, read_pod_assignment
-from horus.api.resources import container_amount, memory_units, pod_effective_request
+from horus.api.resources import (
+    container_amount,
+    containers_asking,
+    memory_units,
+    pod_effective_request,
+)
 from horus.api.signing import KeyRing, load_key_ring
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
@@ -152,18 +157,6 @@ def _requested(pod: dict[str, Any], resource: str) -> list[int]:
             if amount is not None:
                 out.append(amount)
     return out
-
-
-def _container_resources(container: dict[str, Any]) -> set[str]:
-    """The resource names a container requests or limits (values not parsed)."""
-    res = container.get("resources") or {}
-    names: set[str] = set()
-    if isinstance(res, dict):
-        for kind in ("requests", "limits"):
-            values = res.get(kind) or {}
-            if isinstance(values, dict):
-                names.update(str(k) for k in values)
-    return names
 
 
 def _allocated(pod: dict[str, Any]) -> dict[str, str]:
@@ -302,11 +295,7 @@ class Allocator:
                 "request Horus GPU resources in one container only, the amount the "
                 "assignment names (never in initContainers)",
             )
-        init = [
-            str(ctr.get("name") or f"#{i}")
-            for i, ctr in enumerate((pod.get("spec") or {}).get("initContainers") or [])
-            if isinstance(ctr, dict) and resource in _container_resources(ctr)
-        ]
+        init = containers_asking(pod.get("spec") or {}, "initContainers", (resource,))
         if init:
             # Within the share, but the kubelet would call Allocate again for the app
             # container (reusing the init container's devices), and a pod's share is handed

@@ -31,7 +31,12 @@ from horus.api.assignment import (
 )
 from horus.api.inventory import decode_inventory, encode_inventory
 from horus.api.profile import parse_profile_document
-from horus.api.resources import parse_quantity, pod_effective_request
+from horus.api.resources import (
+    container_amount,
+    containers_asking,
+    parse_quantity,
+    pod_effective_request,
+)
 from horus.common.constants import MAX_PROFILE_FEATURES
 from horus.common.documents import check_depth, load_json, load_yaml, load_yaml_all
 from horus.common.errors import ConfigError, ValidationError
@@ -296,6 +301,28 @@ def test_effective_request(main: list[Any], init: Any) -> None:
         return
     total = eff.total
     assert total is None or total == max(eff.containers or 0, eff.init or 0)
+
+
+@FUZZ
+@given(main=containers | json_like)
+def test_containers_asking_agrees_with_the_amounts(main: Any) -> None:
+    """The one "which containers ask for a Horus resource" reader never raises, and names
+    exactly the containers whose amount reads as present (where the amount reads at all)."""
+    spec = {"containers": main}
+    names = containers_asking(spec, "containers", ("horus.io/gpu-core",))
+    assert all(isinstance(n, str) for n in names)
+    if not isinstance(main, list):
+        assert names == []
+        return
+    expect = []
+    for i, ctr in enumerate(main):
+        try:
+            amount = container_amount(ctr, "horus.io/gpu-core", "c")
+        except (ValidationError, AttributeError):
+            return  # hostile shape: the amount readers refuse the pod first
+        if amount is not None:
+            expect.append(str(ctr.get("name") or f"#{i}"))
+    assert names == expect
 
 
 # --- extender request decoding ----------------------------------------------------------------------
