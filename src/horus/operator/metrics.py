@@ -39,6 +39,12 @@ class OperatorMetrics:
             ["outcome"],
             registry=r,
         )
+        self.migrations = Counter(
+            c.METRIC_MIGRATIONS,
+            "Running jobs moved to other GPUs or preempted, by reason",
+            ["reason"],
+            registry=r,
+        )
         self.failures = Counter(
             c.METRIC_SCHEDULING_FAILURES,
             "DLJobs that failed (invalid spec, never fits, replica failed, API errors), by reason",

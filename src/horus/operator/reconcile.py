@@ -243,7 +243,8 @@ class Reconciler:
     def _cleanup(
         self, ctxs: Mapping[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
     ) -> None:
-        """Delete pods whose DLJob is gone, and still-running pods of a (signed) Failed job."""
+        """Delete pods whose DLJob is gone, and still-running pods of a (signed) Failed job or of
+        a job back in the queue (a preemption a crash interrupted before its pods were deleted)."""
         if not self.is_leader():
             return
         uids = {x.uid: x for x in ctxs.values()}
@@ -258,8 +259,7 @@ class Reconciler:
                 continue
             ctx = uids.get(owner)
             running = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-            failed = ctx is not None and ctx.trusted and ctx.phase == c.DLJOB_PHASE_FAILED
-            if ctx is None or (failed and running):
+            if ctx is None or (running and _must_stop(ctx)):
                 ns, name = str(meta.get("namespace")), str(meta.get("name"))
                 try:
                     self.api.delete_pod(ns, name)
@@ -483,6 +483,14 @@ class Reconciler:
         except Exception as exc:
             self.writer.problem(ctx, "following its pods failed", exc)
             report.problems.append(f"follow of {ctx.key} failed")
+
+
+def _must_stop(ctx: JobCtx) -> bool:
+    """Whether a job's running pods must go: it failed, or it is queued without placements."""
+    if not ctx.trusted:
+        return False
+    queued = ctx.phase == c.DLJOB_PHASE_QUEUED and not ctx.status.get("placements")
+    return ctx.phase == c.DLJOB_PHASE_FAILED or queued
 
 
 def _main_model(state: ClusterState) -> str:

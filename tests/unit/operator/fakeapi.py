@@ -50,6 +50,9 @@ class FakeJobApi:
         self.status_writes = 0
         #: pod names whose create fails once with this exception (a crash between writes)
         self.fail_create_once: dict[str, Exception] = {}
+        #: deleted pods stay (with a deletionTimestamp) until :meth:`finish_deletions`, as
+        #: pods in their termination grace period do
+        self.graceful = False
 
     # --- test helpers ------------------------------------------------------------------
     def add_dljob(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +147,18 @@ class FakeJobApi:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.lock:
-            self.pods.pop((namespace, name), None)
+            if not self.graceful:
+                self.pods.pop((namespace, name), None)
+            elif (namespace, name) in self.pods:
+                self.pods[(namespace, name)]["metadata"]["deletionTimestamp"] = (
+                    "2026-01-01T00:00:00Z"
+                )
+
+    def finish_deletions(self) -> None:
+        """The terminating pods' containers have stopped: they are gone."""
+        with self.lock:
+            for key in [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]:
+                del self.pods[key]
 
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         data = self.configmaps.get((namespace, name))
