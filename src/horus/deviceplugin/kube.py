@@ -93,6 +93,10 @@ class KubeApi:
             str(meta.get("uid") or ""),
             str(meta.get("resourceVersion") or ""),
         )
+        self._warn(involved, reason, message, node)
+
+    def _warn(self, involved: dict[str, str], reason: str, message: str, node: str) -> None:
+        """Post a Warning Event from this node's device plugin (best effort)."""
         body = event_body(
             involved,
             reason,
@@ -120,16 +124,7 @@ class KubeApi:
         involved = {"apiVersion": "v1", "kind": "Node", "name": name}
         if meta.get("uid"):
             involved["uid"] = str(meta["uid"])
-        body = event_body(
-            involved,
-            reason,
-            message,
-            warning=True,
-            component=EVENT_COMPONENT_DEVICE_PLUGIN,
-            instance=name,
-            host=name,
-        )
-        post_event(self.core, body)
+        self._warn(involved, reason, message, name)
 
     def patch_node_annotations(self, node: str, annotations: dict[str, str | None]) -> None:
         body = {"metadata": {"annotations": annotations}}
