@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from horus.api.profile import InlineProfile, parse_profile_document
-from horus.api.resources import container_amount, pod_effective_request
+from horus.api.resources import containers_asking, pod_effective_request
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.operator.extender.settings import REASON_PREFIX
@@ -60,16 +60,8 @@ class PodDemand:
 
 
 def _asking(spec: Mapping[str, Any], group: str) -> list[str]:
-    """Names of the ``group`` containers that request a Horus resource (quantities parsed
-    already, so :func:`container_amount` cannot raise here)."""
-    return [
-        str(ctr.get("name") or f"#{i}")
-        for i, ctr in enumerate(spec.get(group) or [])
-        if any(
-            container_amount(ctr, r, f"spec.{group}[{i}]") is not None
-            for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
-        )
-    ]
+    """Names of the ``group`` containers that ask for a Horus resource."""
+    return containers_asking(spec, group, (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY))
 
 
 def _shape_problem(spec: Mapping[str, Any], where: str) -> str | None:
