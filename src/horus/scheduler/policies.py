@@ -75,19 +75,30 @@ class ScoreContext:
         the pair terms the share adds (its speed next to each job, each job's next to it),
         0 for the measured ones."""
         margin = self.model_margin.get(model, self.pair_margin)
-        if not self.observed or not sig or margin == 0:
-            return margin
-        unmeasured = sum(
-            ((kind, r, model) not in self.observed) + ((r, kind, model) not in self.observed)
-            for r in sig
-        )
-        return margin * unmeasured / (2 * len(sig))
+        return term_margin(margin, self.observed, kind, model, sig)
 
     # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
     #: predicted gain per GPU, −inf off the scored mask;
     gains: FloatArray | None = None
     #: the gain where the sharing rule admits the GPU, else −inf.
     admissible: FloatArray | None = None
+
+
+def term_margin(
+    margin: float,
+    observed: AbstractSet[tuple[str, str, str]],
+    kind: str,
+    model: str,
+    sig: tuple[str, ...],
+) -> float:
+    """``margin`` × the fraction of the pair terms that ``kind`` joining ``sig`` adds (its
+    speed next to each job, each job's next to it) that are not measured (``observed``)."""
+    if not observed or not sig or margin == 0:
+        return margin
+    unmeasured = sum(
+        ((kind, r, model) not in observed) + ((r, kind, model) not in observed) for r in sig
+    )
+    return margin * unmeasured / (2 * len(sig))
 
 
 class Policy:
@@ -289,6 +300,10 @@ class Horus(Policy):
         n = len(st.signatures)
         raw, adm = self._tables_cache.get(key, (np.empty(0), np.empty(0)))
         if len(raw) < n:
+            if key not in self._tables_cache and len(self._tables_cache) >= 4096:
+                # A caller that builds a new state per pass (the operator) leaves tables of
+                # old states behind: keep the cache bounded.
+                self._tables_cache.clear()
             pad = np.full(n - len(raw), np.nan)
             raw, adm = np.concatenate([raw, pad]), np.concatenate([adm, pad])
             self._tables_cache[key] = (raw, adm)

@@ -30,7 +30,7 @@ from horus.common.constants import GPU_CORE_UNITS_PER_GPU
 from horus.predictor.interface import Predictor, ResourcePrediction
 from horus.scheduler.estimates import Estimates, PairKey
 from horus.scheduler.explain import Verdicts, explain_refusal, why_never
-from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy
+from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy, term_margin
 from horus.scheduler.queue import JobQueue
 from horus.scheduler.queuepass import QueuePass
 from horus.scheduler.reservation import Reservation, soonest_free
@@ -150,6 +150,16 @@ class Scheduler:
         Models without a measured pair are absent (they keep :attr:`pair_error`)."""
         return self.estimates.model_pair_error()
 
+    def share_margin(self, kind: str, gpu_model: str, sig: tuple[str, ...]) -> float:
+        """How far the predicted gain of ``kind`` joining a ``gpu_model`` GPU that runs
+        ``sig`` may be off (the bound the sharing rule uses): 2 × len(sig) pair terms, each
+        with its model's margin (``uncertainty_z`` × pair error), 0 for measured pairs."""
+        margin = self.estimates.model_margins().get(
+            gpu_model, self.settings.uncertainty_z * self.pair_error
+        )
+        observed = self.estimates.observed_pairs.keys()
+        return 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig)
+
     @property
     def observed_pairs(self) -> Mapping[PairKey, float]:
         """Every measured pair speed so far, by (kind, other, GPU model)."""
@@ -215,11 +225,12 @@ class Scheduler:
 
     def check_possible(self, state: ClusterState, job: JobRequest) -> str | None:
         """Why ``job`` can never run on this cluster (even empty), or None when it could."""
-        usable = state.healthy & self._model_mask(state, job)
+        usable = state.healthy & self.allowed_gpus(state, job)
         return why_never(state, job, usable, self.predict, self.policy.memory_headroom_mib)
 
-    def _model_mask(self, state: ClusterState, job: JobRequest) -> BoolArray:
-        """The GPUs ``job`` may use at all: of its GPU models, on its allowed nodes."""
+    def allowed_gpus(self, state: ClusterState, job: JobRequest) -> BoolArray:
+        """The GPUs ``job`` may use at all (healthy or not): of its GPU models, on its
+        allowed nodes."""
         ok_gpu = np.ones(state.gpu_count, dtype=np.bool_)
         if job.gpu_models:
             ok = [m in job.gpu_models for m in state.models]
@@ -269,7 +280,7 @@ class Scheduler:
         self.estimates.residents_from(st)
         preds, mem_need, core_need, util_need = self._needs(st, job)
         restricted = job.gpu_models or job.nodes is not None
-        allowed = self._model_mask(st, job) if restricted else np.ones(st.gpu_count, np.bool_)
+        allowed = self.allowed_gpus(st, job) if restricted else np.ones(st.gpu_count, np.bool_)
         usable = st.healthy & allowed if restricted else st.healthy
         if exclude is not None:
             usable = usable & ~exclude
@@ -380,7 +391,7 @@ class Scheduler:
                         memory_mib=mem,
                     )
                 )
-                s, gn = self._predicted_effect(st, job, g)
+                s, gn = self.predicted_effect(st, job, g)
                 speed, gain = min(speed, s), gain + gn
             replicas.append(ReplicaPlacement(r, shares[0].node, tuple(shares)))
         pred = preds[int(st.model_of[chosen[0][0]])]
@@ -393,13 +404,19 @@ class Scheduler:
             predicted_gain=gain,
         )
 
-    def _predicted_effect(self, st: ClusterState, job: JobRequest, g: int) -> tuple[float, float]:
-        """(new job's predicted speed, summed-speed gain) on GPU ``g``; (1, 1) when alone."""
+    def predicted_effect(self, st: ClusterState, job: JobRequest, g: int) -> tuple[float, float]:
+        """What ``job`` joining GPU ``g`` as it is in ``st`` does, as (the job's predicted
+        speed there, the rise of the GPU's summed normalised speed); (1, 1) on an idle GPU,
+        (NaN, NaN) without a pair-speed source. Pair speeds as :meth:`pair_speed` gives them
+        (measured ones first). The migration planner uses it for a job's current GPUs with
+        the job taken out of the state: what the job adds where it runs now."""
         sig = st.signatures[int(st.sig_id[g])]
         if not sig:
             return 1.0, 1.0
         if not self.estimates.has_pair_source:
             return math.nan, math.nan
+        self.remember(job)
+        self.estimates.residents_from(st)
         model = st.gpu_model[g]
         speed = 1.0
         for o in sig:
@@ -422,7 +439,7 @@ class Scheduler:
 
     def _pick_reservation(self, st: ClusterState, job: JobRequest) -> list[int]:
         _, mem_need, core_need, _ = self._needs(st, job)
-        allowed = self._model_mask(st, job)
+        allowed = self.allowed_gpus(st, job)
         return soonest_free(st, job, self.policy, self.settings, (mem_need, core_need), allowed)
 
     # --- the queue ------------------------------------------------------------------------

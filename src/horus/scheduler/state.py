@@ -183,6 +183,19 @@ class ClusterState:
     def gpus_of(self, job: str) -> list[int]:
         return list(self.jobs[job].gpus)
 
+    def shares_of(self, job: str) -> tuple[GpuShare, ...]:
+        """The GPU shares ``job`` holds, in the order it was given them (a
+        :class:`ValidationError` when it holds none)."""
+        placed = self.jobs.get(job)
+        if placed is None:
+            raise ValidationError(f"job {job} is not placed in the cluster state")
+        out = []
+        for g in placed.gpus:
+            r = next(r for r in self.residents[g] if r.job == job)
+            node = self.node_names[int(self.node_of[g])]
+            out.append(GpuShare(node, self.gpu_index[g], self.gpu_uuid[g], r.core, r.memory))
+        return tuple(out)
+
     def copy(self) -> ClusterState:
         """An independent copy (for dry runs: ``scheduler.schedule(state.copy(), …)``)."""
         new = ClusterState.__new__(ClusterState)

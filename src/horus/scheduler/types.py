@@ -304,3 +304,183 @@ class GpuView:
     @property
     def label(self) -> str:
         return f"{self.node}/gpu-{self.index}"
+
+
+# --- run-time corrections: migration and priority preemption ------------------------------
+
+
+@dataclass(frozen=True)
+class MigrationSettings:
+    """Knobs of the migration planner (:func:`horus.scheduler.migration.plan_migrations`).
+
+    A move of a running job is made only when the summed normalised speed it buys, kept over
+    the job's expected remaining run time, beats the work the move throws away by more than
+    ``min_gain`` — and only within the anti-flapping limits below. Defaults are what the
+    benchmarks in ``docs/scheduler.md`` were measured with; none was tuned on a benchmark
+    trace (each says why it is what it is).
+    """
+
+    #: Hysteresis: the predicted rise of the cluster's summed normalised speed (after the
+    #: move's cost and the uncertainty margin of unmeasured pairs) must exceed this. 0.2 is
+    #: a fifth of an idle GPU: a move must win clearly more than the noise of the agent's
+    #: pair estimate (``benchmarks/pair_signal.py``: MAE 0.19 per pair speed) on the one pair
+    #: it usually turns on, so a move never rests on estimation noise alone.
+    min_gain: float = 0.2
+    #: A job is not moved again within this many seconds of its last move: a move changes the
+    #: co-locations the agent measures, and the new ones need time to be measured (the agent
+    #: samples every 5 s and writes every 60 s) before a second judgement. One hour is well
+    #: above that and below the run time of the jobs worth moving (hours to days).
+    min_interval_s: float = 3600.0
+    #: Most moves in flight cluster-wide (checkpointing, restarting): moves cost I/O and
+    #: restart time, and a burst of them would judge each against a cluster that is changing.
+    max_concurrent: int = 4
+    #: Most moves of one job over its life (the issue's "at most N times"): a job that keeps
+    #: being judged better elsewhere is more likely mis-measured than unlucky twice.
+    max_moves_per_job: int = 2
+    #: Bounds (seconds) on the horizon over which a move's gain is counted when the job's
+    #: remaining run time is unknown. The estimate is the job's age (time run so far): for
+    #: the heavy-tailed run times of DL clusters (Philly, Alibaba) the expected remaining
+    #: time grows with the time already run, as schedulers that rank by attained service use
+    #: (Tiresias, NSDI '19). The floor keeps a just-started job from looking free to move
+    #: for nothing; the ceiling (one day) keeps an old job from justifying any move.
+    min_horizon_s: float = 600.0
+    max_horizon_s: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_gain) and self.min_gain >= 0):
+            raise ValidationError(
+                f"migration min_gain must be a finite number >= 0, got {self.min_gain}"
+            )
+        if not (math.isfinite(self.min_interval_s) and self.min_interval_s >= 0):
+            raise ValidationError(
+                f"migration min_interval_s must be a finite number >= 0, got {self.min_interval_s}"
+            )
+        if self.max_concurrent < 0 or self.max_moves_per_job < 0:
+            raise ValidationError(
+                "migration max_concurrent and max_moves_per_job must be >= 0, got "
+                f"{self.max_concurrent}, {self.max_moves_per_job}"
+            )
+        if not (
+            math.isfinite(self.min_horizon_s)
+            and math.isfinite(self.max_horizon_s)
+            and 0 < self.min_horizon_s <= self.max_horizon_s
+        ):
+            raise ValidationError(
+                "migration horizons need 0 < min_horizon_s <= max_horizon_s (finite), got "
+                f"{self.min_horizon_s}, {self.max_horizon_s}"
+            )
+
+
+@dataclass(frozen=True)
+class PreemptionSettings:
+    """Knobs of the preemption planner (:func:`horus.scheduler.preemption.plan_preemption`).
+
+    A waiting job may evict running jobs of strictly lower priority whose migration policy
+    allows it (equal priorities never preempt, so no two jobs can preempt each other back).
+    """
+
+    #: Most victims one preemption may evict: beyond it the job waits instead. Eight is a
+    #: node's worth of single-GPU jobs, what one 8-GPU replica needs at most on a full node.
+    max_victims: int = 8
+    #: Most preemptions one pass plans: each evicts, checkpoints and restarts jobs, so a burst
+    #: of high-priority arrivals is served over a few passes rather than all at once.
+    max_per_pass: int = 4
+
+    def __post_init__(self) -> None:
+        if self.max_victims < 1 or self.max_per_pass < 0:
+            raise ValidationError(
+                "preemption needs max_victims >= 1 and max_per_pass >= 0, got "
+                f"{self.max_victims}, {self.max_per_pass}"
+            )
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A running job as the migration and preemption planners see it (the caller's view).
+
+    ``request`` must be placed in the :class:`ClusterState` handed to the planner.
+    ``movable``: its ``spec.migration.policy`` lets Horus stop it (``OnCheckpoint``); a
+    ``Never`` job is neither moved nor preempted. ``observed``: the node agent has measured
+    its current co-location (no move before that). ``moves`` so far and ``last_moved`` (the
+    time of the last move, same clock as ``now``; None: never). ``elapsed_s``: seconds it
+    has run so far (its age, the remaining-time estimate when ``remaining_s`` is None).
+    ``move_cost_s``: seconds of its progress a move or preemption throws away — checkpoint
+    + restart + progress since its last checkpoint. ``moving``: a move or eviction of it is
+    under way (it counts against the concurrency cap and is never planned again meanwhile).
+    """
+
+    request: JobRequest
+    movable: bool = False
+    observed: bool = False
+    moves: int = 0
+    last_moved: float | None = None
+    elapsed_s: float = 0.0
+    move_cost_s: float = 0.0
+    remaining_s: float | None = None
+    moving: bool = False
+
+    def __post_init__(self) -> None:
+        name = self.request.name
+        for field_name in ("elapsed_s", "move_cost_s"):
+            v = getattr(self, field_name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValidationError(f"running job {name}: {field_name} must be >= 0, got {v}")
+        if self.remaining_s is not None and not (
+            math.isfinite(self.remaining_s) and self.remaining_s >= 0
+        ):
+            raise ValidationError(
+                f"running job {name}: remaining_s must be >= 0 or None, got {self.remaining_s}"
+            )
+        if self.moves < 0:
+            raise ValidationError(f"running job {name}: moves must be >= 0, got {self.moves}")
+
+
+class MoveReason(StrEnum):
+    """Why a job is moved (the ``reason`` label of ``horus_migrations_total``)."""
+
+    #: It, or a job it shares a GPU with, runs measurably slower there than the jobs would
+    #: run after the move (the cluster's summed normalised speed rises).
+    INTERFERENCE = "interference"
+
+
+@dataclass(frozen=True)
+class Move:
+    """One planned move: every replica of ``job`` from ``source`` to ``placement``.
+
+    ``placement`` has the shape :meth:`Scheduler.place` returns (record it, then create the
+    new pods; the old ones go once it is recorded). ``gain`` is the predicted rise of the
+    cluster's summed normalised speed (per GPU, as placement gains are counted) and ``cost``
+    the move's cost in the same unit (``move_cost_s`` × GPUs ÷ ``horizon_s``); ``message``
+    says it in words for an Event.
+    """
+
+    job: str
+    placement: Placement
+    source: tuple[GpuShare, ...]
+    gain: float
+    cost: float
+    horizon_s: float
+    speed_before: float
+    speed_after: float
+    reason: MoveReason
+    message: str
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """The moves worth making now (at most the concurrency cap allows), best first, and the
+    jobs whose move would also have been worth it but waits for a free slot."""
+
+    moves: tuple[Move, ...]
+    deferred: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A waiting ``job`` that starts with ``placement`` once ``victims`` (running jobs of
+    lower priority, evicted to the queue) are gone; ``message`` in words for Events."""
+
+    job: str
+    placement: Placement
+    victims: tuple[str, ...]
+    message: str
