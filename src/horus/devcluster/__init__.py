@@ -3,5 +3,8 @@
 No Docker engine or kind exists here, so Horus starts the real binaries (etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, kwok) as plain processes on
 127.0.0.1, built once from the Kubernetes Go module by ``tools/controlplane/build.sh``.
-kwok stands in for kubelets (there are no real nodes or GPUs here); everything else is real.
+Nodes are either kwok's (Node objects only, thousands of them cheaply) or real kubelets of
+the same version with their own containerd (``realnodes``; root), on which Horus' own images
+(``images``, built from the Dockerfiles without a Docker engine) and chart (``chart``) run as
+real containers. Only the GPUs are simulated.
 """

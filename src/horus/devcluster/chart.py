@@ -141,10 +141,15 @@ def wait_nodes_have_gpus(kube: Kube, timeout: float = 60.0) -> None:
         if nodes and not missing:
             return
         time.sleep(0.5)
+    pods = kube.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False).stdout
+    logs = kube.kubectl(
+        "logs", "-n", NAMESPACE, "ds/horus-node", "-c", "device-plugin", "--tail=20", check=False
+    )
     raise ClusterError(
         f"real node(s) {', '.join(missing) or '(none)'} have no {c.RESOURCE_GPU_CORE} after "
-        f"{timeout:.0f}s: is the chart's device plugin running? kubectl -n {NAMESPACE} logs "
-        "ds/horus-node -c device-plugin"
+        f"{timeout:.0f}s: is the chart's device plugin running?\n{pods}\n"
+        f"kubectl -n {NAMESPACE} logs ds/horus-node -c device-plugin:\n"
+        f"{logs.stdout}{logs.stderr}"
     )
 
 

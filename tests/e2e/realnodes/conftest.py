@@ -1,0 +1,115 @@
+"""One local cluster with two real kubelet nodes and Horus' chart on them, shared by every test
+of this package (``horus.devcluster.chart.start``: control plane, nodes, images, helm).
+
+It is its own cluster, not the session's kwok one, so its real nodes never receive the other
+tests' pods, and it is stopped when this package's last test ends (package scope): the
+integration tests that run later check the host is left as it was. Each node has one
+simulated GPU, so a two-replica job whose replicas cannot share a GPU lands on both nodes.
+
+The tests run in file order and share state on purpose, to pay for the cluster once: the chart
+is checked first, day-2 events (kubelet restart, drain, node removal) later, uninstall last.
+Real nodes need root and Debian's containerd, runc and CNI plugins (tools/dev/setup.sh); the
+package is skipped with that reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from horus.common import constants as c
+from horus.devcluster.chart import NAMESPACE, RealCluster, start
+
+GPUS_PER_NODE = 1
+NODES = 2
+
+
+def _skip_reason() -> str:
+    if os.geteuid() != 0:
+        return "real kubelet nodes need root"
+    missing = [
+        t for t in ("containerd", "runc", "ctr", "iptables", "mmdebstrap") if not shutil.which(t)
+    ]
+    if missing or not Path("/usr/lib/cni/bridge").is_file():
+        return f"real nodes need {', '.join(missing) or 'CNI plugins'}: run tools/dev/setup.sh"
+    return ""
+
+
+@pytest.fixture(scope="package")
+def rc() -> Iterator[RealCluster]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    folder = Path(tempfile.mkdtemp(prefix="horus-real-")) / "c"
+    timings: list[str] = []
+    cluster = start(folder, NODES, GPUS_PER_NODE, log=timings.append)
+    print("real-node cluster: " + "; ".join(timings))
+    try:
+        yield cluster
+    finally:
+        t = time.monotonic()
+        cluster.local.down()
+        print(f"real-node cluster down in {time.monotonic() - t:.0f}s")
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def assignment_key(rc: RealCluster) -> bytes:
+    secret = rc.kube.json("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE)
+    return base64.b64decode(secret["data"][c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+
+
+@pytest.fixture(scope="package")
+def prometheus(rc: RealCluster) -> Iterator[str]:
+    """A real Prometheus on this host scraping the chart's operator and agent pods by pod IP
+    (targets looked up through the apiserver), every 2 s; yields its URL."""
+    import yaml
+
+    from horus.devcluster.chart import prometheus_scrape_configs, write_scrape_targets
+    from horus.devcluster.processes import free_port
+
+    folder = Path(rc.state.directory) / "prometheus"
+    write_scrape_targets(rc.kube, folder / "targets")
+    config = folder / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump({"scrape_configs": prometheus_scrape_configs(folder / "targets")})
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "/usr/bin/prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={folder / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=(folder / "log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
+                    break
+            except OSError:
+                assert proc.poll() is None, (folder / "log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "Prometheus not ready in 60 s"
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

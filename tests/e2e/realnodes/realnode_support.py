@@ -1,0 +1,112 @@
+"""Helpers of the real-node e2e tests (conftest.py builds the cluster they share)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from horus.devcluster.chart import RealCluster
+
+#: The two-replica job test_2 starts and the later tests restart, drain and lose nodes under.
+JOB = "two-nodes"
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float, diagnose: Callable[[], str]
+) -> Any:
+    """``check()`` until it returns something truthy; on timeout the message says what was
+    seen (pods, events)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:.0f}s\n{diagnose()}")
+
+
+def diagnose(rc: RealCluster, namespace: str = "default") -> Callable[[], str]:
+    def run() -> str:
+        parts = [
+            rc.kube.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout,
+            rc.kube.kubectl("get", "dljobs", "-A", "-o", "wide", check=False).stdout,
+            rc.kube.kubectl(
+                "get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False
+            ).stdout[-3000:],
+        ]
+        return "\n".join(parts)
+
+    return run
+
+
+def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        result: list[dict[str, Any]] = json.load(resp)["data"]["result"]
+    return result
+
+
+def workload_job(
+    name: str, replicas: int, core: int, memory_mib: int, args: list[str]
+) -> dict[str, Any]:
+    """A DLJob running the example workload image (examples/workload) with an explicit
+    share, and the profile of examples/mobilenet-explicit-share.yaml."""
+    import yaml
+
+    from horus.devcluster.binaries import repo_root
+    from horus.devcluster.images import IMAGES, reference
+
+    doc: dict[str, Any] = yaml.safe_load(
+        (repo_root() / "examples" / "mobilenet-explicit-share.yaml").read_text()
+    )
+    doc["metadata"] = {"name": name, "namespace": "default"}
+    doc["spec"]["replicas"] = replicas
+    doc["spec"]["gpu"] = {"mode": "explicit", "corePercent": core, "memoryMiB": memory_mib}
+    doc["spec"]["template"] = {
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": reference(IMAGES["workload"].repository),
+                    "imagePullPolicy": "Never",
+                    "args": args,
+                }
+            ],
+        }
+    }
+    return doc
+
+
+def apply(rc: RealCluster, doc: dict[str, Any]) -> None:
+    rc.kube.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+
+def share_line(rc: RealCluster, pod: str, namespace: str = "default") -> dict[str, Any] | None:
+    """The workload's first log line (the share it received), once the container wrote it."""
+    logs = rc.kube.kubectl("logs", pod, "-n", namespace, check=False)
+    for line in logs.stdout.splitlines():
+        if line.startswith("{"):
+            event: dict[str, Any] = json.loads(line)
+            if event.get("event") == "share":
+                return event
+    return None
+
+
+def pods_of(rc: RealCluster, job: str, namespace: str = "default") -> list[dict[str, Any]]:
+    from horus.common import constants as c
+
+    items: list[dict[str, Any]] = rc.kube.json(
+        "get", "pods", "-n", namespace, "-l", f"{c.LABEL_DLJOB_NAME}={job}"
+    )["items"]
+    return sorted(items, key=lambda p: p["metadata"]["name"])
+
+
+def running(pod: dict[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)

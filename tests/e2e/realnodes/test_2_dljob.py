@@ -1,0 +1,149 @@
+"""A DLJob placed by the in-cluster operator runs as real containers on two real nodes, and
+each container received exactly its signed assignment (read from the container's own output);
+a forged or unsigned assignment is refused by the real kubelet's admission with the device
+plugin's reason, and an Event says so. The agent exports the job's per-pod metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from realnode_support import (
+    JOB,
+    apply,
+    diagnose,
+    pods_of,
+    query,
+    running,
+    share_line,
+    wait_for,
+    workload_job,
+)
+
+from deviceplugin_peer import assignment_annotations, pod_manifest
+from horus.api.assignment import decode_assignment
+from horus.api.resources import memory_units
+from horus.api.signing import verify_assignment
+from horus.common import constants as c
+from horus.devcluster.chart import NAMESPACE, RealCluster
+from horus.devcluster.images import IMAGES, reference
+
+
+def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
+    rc: RealCluster, assignment_key: bytes, prometheus: str
+) -> None:
+    # 60 % each: two replicas cannot share one GPU, and each node has one.
+    apply(rc, workload_job(JOB, 2, 60, 8192, ["--steps", "0", "--report-seconds", "1"]))
+    pods = wait_for(
+        f"{JOB}'s two containers running",
+        lambda: (p := pods_of(rc, JOB)) and len(p) == 2 and all(map(running, p)) and p,
+        120,
+        diagnose(rc),
+    )
+    assert {p["spec"]["nodeName"] for p in pods} == set(rc.nodes)
+    config = rc.kube.json("get", "configmap", "horus-config", "-n", NAMESPACE)
+    pipe = yaml.safe_load(config["data"]["config.yaml"])["deviceplugin"]["mps_pipe_dir"]
+    for pod in pods:
+        meta = pod["metadata"]
+        text = meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]
+        signature = meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
+        assert verify_assignment(assignment_key, meta["namespace"], meta["name"], text, signature)
+        a = decode_assignment(text)
+        assert a.node == pod["spec"]["nodeName"]
+        out: dict[str, Any] = wait_for(
+            f"{meta['name']} printed its share",
+            lambda name=meta["name"]: share_line(rc, name),
+            30,
+            diagnose(rc),
+        )
+        env = out["env"]
+        assert env == {
+            "NVIDIA_VISIBLE_DEVICES": a.gpu_uuid,
+            "CUDA_VISIBLE_DEVICES": a.gpu_uuid,
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(a.core_percent),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={a.memory_mib}M",
+            "CUDA_MPS_PIPE_DIRECTORY": pipe,
+            c.ENV_GPU_UUID: a.gpu_uuid,
+            c.ENV_GPU_INDEX: str(a.gpu_index),
+            c.ENV_GPU_CORE_PERCENT: str(a.core_percent),
+            c.ENV_GPU_MEMORY_MIB: str(a.memory_mib),
+            c.ENV_POD_NAMESPACE: meta["namespace"],
+            c.ENV_POD_NAME: meta["name"],
+            c.ENV_POD_UID: meta["uid"],
+            c.ENV_NODE_NAME: a.node,
+            c.ENV_ENFORCEMENT: "mps",
+        }
+        assert (a.core_percent, a.memory_mib) == (60, 8192)
+        # the MPS pipe directory is a mount of the container, as Allocate asked
+        assert out["mps_pipe_directory"] == pipe and out["mps_pipe_mounted"] is True
+    # the agent in its pod reports each replica, scraped by pod IP
+    series = wait_for(
+        "per-pod core share of both replicas in Prometheus",
+        lambda: (
+            (r := query(prometheus, f'{c.METRIC_POD_GPU_CORE_SHARE}{{namespace="default"}}'))
+            and {x["metric"]["pod"] for x in r} >= {f"{JOB}-0", f"{JOB}-1"}
+            and r
+        ),
+        60,
+        diagnose(rc),
+    )
+    for r in series:
+        if r["metric"]["pod"].startswith(JOB):
+            assert float(r["value"][1]) == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [
+        ("forged", "invalid horus.io/gpu-assignment-signature"),
+        ("unsigned", "has no horus.io/gpu-assignment-signature"),
+    ],
+)
+def test_forged_or_unsigned_assignment_refused_by_the_kubelet(
+    rc: RealCluster, assignment_key: bytes, case: str, expect: str
+) -> None:
+    node = rc.nodes[0]
+    inventory = rc.kube.json("get", "node", node)["metadata"]["annotations"]
+    from horus.api.inventory import decode_inventory
+
+    gpu = decode_inventory(inventory[c.ANNOTATION_GPU_INVENTORY])[0]
+    name = f"by-hand-{case}"
+    key = b"a-key-the-user-made-up-0123456789" if case == "forged" else None
+    ann = assignment_annotations(key, "default", name, node, gpu.uuid, gpu.index, 10, 1024)
+    manifest = pod_manifest(
+        "default", name, node, 10, memory_units(1024, c.DEFAULT_GPU_MEMORY_UNIT_MIB), ann
+    )
+    container = manifest["spec"]["containers"][0]
+    container["image"] = reference(IMAGES["workload"].repository)
+    container["imagePullPolicy"] = "Never"
+    manifest["spec"]["restartPolicy"] = "Never"
+    apply(rc, manifest)
+    try:
+        pod = wait_for(
+            f"the kubelet refused {name}",
+            lambda: (
+                (p := rc.kube.json("get", "pod", name))["status"].get("phase") == "Failed" and p
+            ),
+            60,
+            diagnose(rc),
+        )
+        assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+        assert expect in pod["status"]["message"]
+        assert not pod["status"].get("containerStatuses")  # no container ever started
+        events = wait_for(
+            f"{c.EVENT_REASON_ALLOCATE_REFUSED} Event on {name}",
+            lambda: [
+                e
+                for e in rc.kube.json(
+                    "get", "events", "--field-selector", f"involvedObject.name={name}"
+                )["items"]
+                if e["reason"] == c.EVENT_REASON_ALLOCATE_REFUSED
+            ],
+            30,
+            diagnose(rc),
+        )
+        assert events[0]["type"] == "Warning" and expect in events[0]["message"]
+        assert c.ANNOTATION_GPU_ALLOCATED not in (pod["metadata"].get("annotations") or {})
+    finally:
+        rc.kube.kubectl("delete", "pod", name, "--wait=false", check=False)

@@ -1,0 +1,63 @@
+"""helm uninstall on real nodes leaves nothing running: no Horus pod, no plugin socket in the
+kubelet's device-plugin folder, no Horus capacity left to hand out. (Kept on purpose, as the
+README says: the DLJob CRD and the assignment-key Secret.)"""
+
+from __future__ import annotations
+
+import subprocess
+
+from realnode_support import diagnose, wait_for
+
+from horus.common import constants as c
+from horus.devcluster.chart import NAMESPACE, RELEASE, RealCluster
+
+
+def test_uninstall_leaves_nothing_running(rc: RealCluster) -> None:
+    for job in rc.kube.json("get", "dljobs", "-n", "default")["items"]:
+        rc.kube.kubectl("delete", "dljob", job["metadata"]["name"], "--wait=false")
+    rc.kube.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s", timeout=180)
+    wait_for(
+        "every pod gone",
+        lambda: not rc.kube.json("get", "pods", "-A")["items"],
+        120,
+        diagnose(rc, NAMESPACE),
+    )
+    left = rc.kube.json(
+        "get", "all,configmaps,serviceaccounts,roles,rolebindings", "-n", NAMESPACE
+    )["items"]
+    names = {(o["kind"], o["metadata"]["name"]) for o in left}
+    # what any namespace has, and the key (kept so a reinstall verifies running pods)
+    names -= {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
+    assert names == set(), names
+    assert (
+        rc.kube.kubectl("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE).returncode == 0
+    )
+    for node in rc.nodes:
+        sockets = {p.name for p in rc.real.device_plugin_dir(node).glob("*.sock")}
+        assert sockets == {"kubelet.sock"}, sockets
+        wait_for(
+            f"{node} hands out no Horus GPU",
+            lambda n=node: (
+                rc.kube.json("get", "node", n)["status"]["allocatable"].get(
+                    c.RESOURCE_GPU_CORE, "0"
+                )
+                == "0"
+            ),
+            60,
+            diagnose(rc, NAMESPACE),
+        )
+
+        def no_tasks(n: str = node) -> bool:
+            out = subprocess.run(
+                ["ctr", "--address", str(rc.real.socket(n)), "-n", "k8s.io", "tasks", "ls", "-q"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            return not out
+
+        wait_for(f"no container left running on {node}", no_tasks, 60, diagnose(rc, NAMESPACE))
+    roles = rc.kube.json(
+        "get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/name=horus"
+    )["items"]
+    assert roles == [], [r["metadata"]["name"] for r in roles]
