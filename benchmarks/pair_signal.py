@@ -67,6 +67,9 @@ def check(lucid_dir: Path) -> dict[str, float]:
         "pairs_solo_sum_le_80": int(low.sum()),
         "proxy_mae": float(np.abs(proxies - np.minimum(speeds, 1.0)).mean()),
         "proxy_bias": float((proxies - np.minimum(speeds, 1.0)).mean()),
+        # the spread of the proxy's error: the simulator's agent model draws from it
+        # (horus.sim.observation, for pairs whose utilisation was not measured)
+        "proxy_error_sd": float((proxies - np.minimum(speeds, 1.0)).std()),
     }
 
 
@@ -102,7 +105,7 @@ def main() -> int:
     )
     print(
         f"proxy vs measured speed (pair utilisation split in proportion to u*s): "
-        f"MAE {r['proxy_mae']:.3f}, bias {r['proxy_bias']:+.3f}"
+        f"MAE {r['proxy_mae']:.3f}, bias {r['proxy_bias']:+.3f}, sd {r['proxy_error_sd']:.3f}"
     )
     print(f"wrote {args.out}")
     return 0
