@@ -1,16 +1,21 @@
-"""`horus dev cluster` as a user meets it: up, up again, status, down, down again, bad builds.
+"""`horus dev cluster` as a user meets it: up, up again, status, down, down again, bad builds;
+real kubelet nodes: added, shown, acting as their own node identity, and gone without a trace.
 
 These start their own throw-away cluster (not the session one) because they stop it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from horus.common import constants as c
 from horus.devcluster.binaries import repo_root
 from horus.devcluster.cluster import ClusterState
 from horus.devcluster.processes import port_open
@@ -108,3 +113,168 @@ def test_failed_build_names_the_step(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "step 'go build kube-apiserver' failed" in proc.stderr
     subprocess.run(["chmod", "-R", "u+w", str(tmp_path)], check=False)
+
+
+# --- real nodes ------------------------------------------------------------------------------
+
+
+def _real_node_skip_reason() -> str:
+    if os.geteuid() != 0:
+        return "real kubelet nodes need root"
+    if not all(shutil.which(t) for t in ("containerd", "runc", "ctr", "iptables")):
+        return "real nodes need containerd, runc and iptables: run tools/dev/setup.sh"
+    return ""
+
+
+def _host_state(marker: str) -> dict[str, object]:
+    """What real nodes may touch on the host, as comparable values."""
+    from horus.devcluster import hostenv
+
+    def lines(cmd: list[str]) -> list[str]:
+        """Rules and chains (without their packet counters), table by table."""
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        out = []
+        for line in proc.stdout.splitlines():
+            if line.startswith("#"):
+                continue
+            out.append(line.rsplit(" [", 1)[0] if line.startswith(":") else line)
+        return out
+
+    mounts = []
+    for info in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            mounts += [
+                f"{info.parent.name}: {m}" for m in info.read_text().splitlines() if marker in m
+            ]
+        except OSError:
+            continue
+    procs = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                procs.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return {
+        "iptables": lines(["iptables-save"]),
+        "ip6tables": lines(["ip6tables-save"]),
+        "links": sorted(p.name for p in Path("/sys/class/net").iterdir()),
+        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/horus-dev-*")),
+        "paths": {
+            m: sorted(os.listdir(m)) if Path(m).is_dir() else None for m in hostenv.PRIVATE_MOUNTS
+        },
+        "registry": hostenv.REGISTRY.exists(),
+        "sysctls": {
+            s: (Path("/proc/sys") / s).read_text().strip() for s in hostenv.KUBELET_SYSCTLS
+        },
+        "mounts": mounts,
+        "processes": procs,
+    }
+
+
+def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> None:
+    reason = _real_node_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from horus.devcluster import hostenv
+
+    folder = tmp_path / "cluster"
+    shared_host = hostenv.REGISTRY.exists()  # another cluster's real nodes hold host state
+    before = _host_state(str(folder))
+    assert horus("dev", "cluster", "--dir", str(folder), "up").returncode == 0
+    state = ClusterState.load(folder)
+    assert state is not None
+    env = {**os.environ, "KUBECONFIG": state.kubeconfig}
+    kubectl = [str(Path(state.bin_dir) / "kubectl")]
+    try:
+        add = horus("dev", "cluster", "--dir", str(folder), "add-nodes", "--real", "--count", "1")
+        assert add.returncode == 0, add.stderr
+        assert "real-node-0000" in add.stdout
+        status = horus("dev", "cluster", "--dir", str(folder), "status")
+        assert status.returncode == 0, status.stdout
+        assert "real node real-node-0000" in status.stdout
+        assert (
+            status.stdout.count("running") == 5 + 3
+        )  # control plane + containerd, kubelet, plugin
+        node = json.loads(
+            subprocess.run(
+                [*kubectl, "get", "node", "real-node-0000", "-o", "json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        assert node["status"]["allocatable"][c.RESOURCE_GPU_CORE] == "200"
+        assert node["metadata"]["labels"][c.LABEL_DEV_NODE] == c.DEV_NODE_REAL
+        # the kubelet's own identity, judged by the Node authorizer and NodeRestriction
+        node_env = {
+            **env,
+            "KUBECONFIG": str(folder / "nodes" / "real-node-0000" / "kubelet.kubeconfig"),
+        }
+        who = subprocess.run(
+            [*kubectl, "auth", "whoami", "-o", "json"],
+            env=node_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        user = json.loads(who.stdout)["status"]["userInfo"]
+        assert user["username"] == "system:node:real-node-0000"
+        assert "system:nodes" in user["groups"]
+        assert (
+            horus("dev", "cluster", "--dir", str(folder), "add-nodes", "--count", "1").returncode
+            == 0
+        )
+        other = subprocess.run(
+            [*kubectl, "label", "node", "gpu-node-0000", "stolen=yes"],
+            env=node_env,
+            capture_output=True,
+            text=True,
+        )
+        assert other.returncode != 0 and "Forbidden" in other.stderr
+        own = subprocess.run(
+            [*kubectl, "label", "node", "real-node-0000", "node-restriction.kubernetes.io/x=y"],
+            env=node_env,
+            capture_output=True,
+            text=True,
+        )
+        assert own.returncode != 0 and "Forbidden" in own.stderr
+        # a real container runs (the sandbox image doubles as a container image)
+        from horus.devcluster.images import pause_image
+
+        pause = pause_image(Path(state.bin_dir)).ref  # imported into every node
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {
+                "nodeName": "real-node-0000",
+                "containers": [{"name": "p", "image": pause, "imagePullPolicy": "Never"}],
+            },
+        }
+        subprocess.run(
+            [*kubectl, "apply", "-f", "-"],
+            env=env,
+            input=json.dumps(pod),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        wait = subprocess.run(
+            [*kubectl, "wait", "pod/p", "--for=condition=Ready", "--timeout=60s"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert wait.returncode == 0, wait.stderr
+    finally:
+        down = horus("dev", "cluster", "--dir", str(folder), "down")  # with the pod running
+    assert down.returncode == 0, down.stderr
+    after = _host_state(str(folder))
+    assert after["mounts"] == [] and after["processes"] == []
+    assert after["cgroups"] == before["cgroups"]
+    assert after["links"] == before["links"]
+    assert [x for x in after["iptables"] if "HORUS" in x] == []
+    if not shared_host:
+        assert after == before

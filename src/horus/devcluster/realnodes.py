@@ -19,12 +19,17 @@ Several kubelets share this one machine, so each node is isolated the way a mach
 
 Pods reach the apiserver (``KUBERNETES_SERVICE_HOST=10.96.0.1:443``, which the kubelet injects)
 through one iptables DNAT per cluster, from the cluster's pod range to ``127.0.0.1:<port>``
-(``route_localnet`` on the node bridges only): no kube-proxy runs, so Services other than
-``kubernetes`` have no virtual IP here. ``docs/decisions.md`` says why.
+(``route_localnet`` on the node bridges only). No kube-proxy runs, so Services other than
+``kubernetes`` have no virtual IP here. Why not kube-proxy: several kubelets share this host's
+network namespace, and kube-proxies of two clusters side by side would rewrite the same global
+``KUBE-SERVICES`` chains for the same service range; one rule per cluster, matched on that
+cluster's own pod range, keeps clusters apart, keeps the apiserver on loopback, and is gone
+with the cluster. Nothing Horus runs in-cluster needs another Service (Prometheus scrapes pods
+by pod IP).
 
 Simulated GPUs come from the Horus device plugin (``--backend simulated``), either started here
 as a host process in the node's mount namespace (``device_plugin="host"``) or left to the
-chart's DaemonSet (``"none"``). Teardown (:func:`remove_nodes`, and ``horus dev cluster down``)
+chart's DaemonSet (``"none"``). Teardown (:meth:`RealNodes.remove`, ``horus dev cluster down``)
 stops the processes, kills what is left in the node's cgroups, removes the cgroups, the bridge,
 the DNAT chain and the folder, and hands the host's shared state back to
 :mod:`horus.devcluster.hostenv`.
@@ -141,10 +146,13 @@ class RealNode:
     gpu_memory_mib: int
     device_plugin: str
     processes: list[ManagedProcess] = field(default_factory=list)
+    #: containerd's sockets live here, not in ``directory``: a unix socket path has at most
+    #: 104 characters, and cluster folders (pytest's tmp_path) can be longer.
+    socket_dir: str = ""
 
     @property
     def socket(self) -> Path:
-        return Path(self.directory) / "containerd.sock"
+        return Path(self.socket_dir or self.directory) / "containerd.sock"
 
     def process(self, name: str) -> ManagedProcess | None:
         return next((p for p in self.processes if p.name == name), None)
@@ -560,6 +568,7 @@ class RealNodes:
             node_ip=f"10.{n}.{index}.1",
             subnet=f"10.{n}.{index}.0/24",
             cgroup_root=f"/horus-dev-{n}-{index}",
+            socket_dir=str(hostenv.REGISTRY / "sockets" / f"{n}-{index}"),
             kubelet_port=free_port(),
             healthz_port=free_port(),
             gpus=spec.gpus_per_node,
@@ -577,6 +586,7 @@ class RealNodes:
         for mount in hostenv.PRIVATE_MOUNTS:
             (d / "mounts" / mount.strip("/").replace("/", "-")).mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
+        Path(node.socket_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
         pki = Path(cstate.directory) / "pki"
         certs.issue_client_cert(
             pki,
@@ -868,19 +878,24 @@ class RealNodes:
                 proc.stop(grace=10)
         left = _remove_cgroup_root(node.cgroup_root)  # the containers, then their cgroups
         containerd = node.process("containerd")
-        for pid in _pids_naming(node.directory):  # the shims (and anything else of ours)
+        markers = [node.directory, *([node.socket_dir] if node.socket_dir else [])]
+
+        def ours() -> set[int]:  # the shims name the socket, the rest the folder
+            return {pid for m in markers for pid in _pids_naming(m)}
+
+        for pid in ours():
             if containerd is None or pid != containerd.pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         if containerd is not None:
             containerd.stop(grace=10)
         deadline = time.monotonic() + 10
-        while (pids := _pids_naming(node.directory)) and time.monotonic() < deadline:
+        while (pids := ours()) and time.monotonic() < deadline:
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
-        if _pids_naming(node.directory):
+        if ours():
             left.append(f"processes of {node.name} still run")
         left += _remove_cgroup_root(node.cgroup_root)
         if Path(f"/sys/class/net/{node.bridge}").exists():
@@ -888,6 +903,8 @@ class RealNodes:
             if deleted.returncode != 0:
                 left.append(f"bridge {node.bridge}: {deleted.stderr.strip()}")
         shutil.rmtree(node.directory, ignore_errors=True)
+        if node.socket_dir:
+            shutil.rmtree(node.socket_dir, ignore_errors=True)
         if api is not None:
             with contextlib.suppress(Exception):
                 api.delete_node(node.name)
