@@ -53,6 +53,18 @@ def _register_run(rsub: Any) -> None:
         help="check the --predictor file for a new model this often; 0: never (30)",
     )
     run.add_argument(
+        "--correction-period",
+        type=float,
+        default=None,
+        help="seconds between rounds of moves and preemptions; 0: off (30)",
+    )
+    run.add_argument(
+        "--restart-seconds",
+        type=float,
+        default=None,
+        help="a moved job's restart time, part of its move cost (60)",
+    )
+    run.add_argument(
         "--progress-deadline",
         type=float,
         default=None,
@@ -66,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     from horus.operator.controller import run as run_operator
     from horus.operator.settings import SECTION, OperatorSettings
     from horus.scheduler import SchedulerSettings
+    from horus.scheduler.types import MigrationSettings, PreemptionSettings
 
     fields = (
         "namespace",
@@ -83,13 +96,22 @@ def _run(args: argparse.Namespace) -> int:
         "predictor",
         "predictor_reload_seconds",
         "progress_deadline",
+        "correction_period",
+        "restart_seconds",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
     # The scheduling thresholds: the 'scheduler' section and HORUS_SCHEDULER_* (as the
     # extender reads them), so one config places DLJobs and plain pods by the same rule.
     scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=args.config)
-    run_operator(settings, scheduler_settings=scheduler_settings)
+    # Run-time correction: the 'migration' and 'preemption' sections (HORUS_MIGRATION_* …).
+    migration = load_settings(MigrationSettings, "migration", config_file=args.config)
+    preemption = load_settings(PreemptionSettings, "preemption", config_file=args.config)
+    run_operator(
+        settings,
+        scheduler_settings=scheduler_settings,
+        correction=(migration, preemption),
+    )
     return 0
 
 

@@ -33,6 +33,7 @@ from horus.operator.model_reload import PredictorReloader, ReloadThread
 from horus.operator.settings import OperatorSettings
 from horus.predictor.interface import Predictor
 from horus.scheduler import SchedulerSettings
+from horus.scheduler.types import MigrationSettings, PreemptionSettings
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class Controller:
     settings: OperatorSettings
     #: Thresholds of the scheduling core (the ``scheduler`` section the extender reads too).
     scheduler_settings: SchedulerSettings | None = None
+    #: The planners' settings of run-time correction (``migration``/``preemption`` sections).
+    correction: tuple[MigrationSettings, PreemptionSettings] | None = None
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     identity: str = ""
     nudge: asyncio.Event | None = None
@@ -129,6 +132,9 @@ class Controller:
             identity=self.identity,
             scheduler_settings=self.scheduler_settings,
             progress_deadline=s.progress_deadline,
+            correction=self.correction,
+            correction_period=s.correction_period,
+            restart_seconds=s.restart_seconds,
         )
         self.metrics.set_predictor(predictor.version)
         self.metrics.serve(s.metrics_port, s.metrics_host)
@@ -391,6 +397,7 @@ def run(
     stop_flag: Any = None,
     ready_flag: Any = None,
     scheduler_settings: SchedulerSettings | None = None,
+    correction: tuple[MigrationSettings, PreemptionSettings] | None = None,
 ) -> None:
     """Run the operator until stopped (SIGINT/SIGTERM, or ``stop_flag`` set)."""
     import kopf
@@ -400,7 +407,7 @@ def run(
     # kopf logs every handler call at INFO; ours only nudge a loop, so keep kopf to warnings.
     for name in ("kopf.objects", "kopf.activities.startup", "kopf.activities.cleanup"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    ctl = Controller(settings, scheduler_settings, predictor=predictor)
+    ctl = Controller(settings, scheduler_settings, correction, predictor=predictor)
     registry = build_registry(ctl)
     started = time.monotonic()
     asyncio.run(

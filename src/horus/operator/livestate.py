@@ -32,13 +32,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from horus.api.assignment import GpuAssignment, PredictedUsage, decode_predicted
+from horus.api.assignment import GpuAssignment, decode_predicted
 from horus.api.dljob import (
     DLJobStatus,
     InlineProfile,
     parse_dljob_spec,
     parse_dljob_status,
-    parse_profile_document,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
 from horus.api.podassignment import read_pod_assignment
@@ -46,6 +45,20 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import timestamp
 from horus.common.errors import HorusError, ValidationError
+from horus.operator.records import (
+    annotations_of,
+    assumed_prediction,
+    dljob_record_trusted,
+    graph_profile,
+    key_of,
+    meta_of,
+    node_exclusion,
+    pod_assignment_trusted,
+    pod_profile,
+    resource_prediction,
+    shares_of,
+    unknown_profile,
+)
 from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
 from horus.scheduler import ClusterState, GpuShare, JobRequest, job_kind
 
@@ -114,131 +127,6 @@ class LiveState:
         return {r.request.kind: r.request for r in self.residents.values()}
 
 
-# --- small readers of raw objects --------------------------------------------------------------
-
-
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    ann = _meta(obj).get("annotations")
-    return ann if isinstance(ann, dict) else {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = _meta(obj)
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-
-
-def node_exclusion(node: Mapping[str, Any]) -> str | None:
-    """Why ``node`` must not receive new work (None when it may)."""
-    meta = _meta(node)
-    if meta.get("deletionTimestamp"):
-        return "node is being deleted"
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return "node is cordoned (spec.unschedulable)"
-    conditions = (node.get("status") or {}).get("conditions") or []
-    ready = next((cd for cd in conditions if cd.get("type") == "Ready"), None)
-    if ready is None:
-        return "node has no Ready condition yet"
-    if ready.get("status") != "True":
-        return f"node is NotReady ({ready.get('reason') or 'no reason given'})"
-    return None
-
-
-def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
-    """Whether a DLJob's phase and placements are the operator's own (signed) record.
-
-    A job the operator never wrote (no phase, no placements) has nothing to trust. Anything
-    else must carry ``status.placementSignature`` over exactly its uid, phase and placements
-    (:func:`horus.api.signing.sign_placements`): whoever else can write ``dljobs/status``
-    cannot make the operator count, create or bind anything from a record of their own.
-    """
-    status = obj.get("status")
-    if not isinstance(status, dict):
-        return True
-    phase, placements = status.get("phase"), status.get("placements")
-    if not phase and not placements and not status.get("migration"):
-        return True
-    meta = _meta(obj)
-    signature = status.get(c.STATUS_PLACEMENT_SIGNATURE)
-    return keys.verify_placements(
-        str(meta.get("namespace", "default")),
-        str(meta.get("name", "")),
-        str(meta.get("uid", "")),
-        phase if isinstance(phase, str) else None,
-        placements,
-        signature if isinstance(signature, str) else None,
-        status.get("migration"),
-    )
-
-
-def pod_assignment_trusted(pod: Mapping[str, Any], keys: KeyRing) -> bool:
-    """Whether a pod's ``horus.io/gpu-assignment`` carries a valid signature for this pod
-    (:func:`horus.api.podassignment.read_pod_assignment`, the one reader)."""
-    return read_pod_assignment(pod, keys).trusted
-
-
-def graph_profile(profile: InlineProfile) -> GraphProfile:
-    """The predictor's view of an API profile."""
-    return GraphProfile(
-        model=profile.model,
-        batch_size=profile.batch_size,
-        features=dict(profile.features),
-        family=profile.family,
-        schema_version=profile.schema_version,
-    )
-
-
-def resource_prediction(p: PredictedUsage) -> ResourcePrediction:
-    """An API ``predicted`` record as the scheduler's prediction type."""
-    return ResourcePrediction(
-        util_mean=p.util_mean,
-        util_upper=p.util_upper,
-        memory_mib_mean=p.memory_mib_mean,
-        memory_mib_upper=p.memory_mib_upper,
-        quantile=p.quantile if p.quantile is not None else 0.9,
-        low_confidence=p.low_confidence,
-        model_version=p.model_version,
-    )
-
-
-def _assumed_prediction(shares: Iterable[GpuShare]) -> ResourcePrediction:
-    """For a resident nobody predicted: assume it uses exactly the share it was given."""
-    first = next(iter(shares))
-    return ResourcePrediction(
-        util_mean=float(first.core_percent),
-        util_upper=float(first.core_percent),
-        memory_mib_mean=float(first.memory_mib),
-        memory_mib_upper=float(first.memory_mib),
-        model_version="assumed-from-share",
-    )
-
-
-def _unknown_profile(kind: str) -> GraphProfile:
-    return GraphProfile(model=kind, batch_size=1)
-
-
-def _shares_of(assignment: GpuAssignment) -> list[GpuShare]:
-    return [
-        GpuShare(assignment.node, g.gpu_index, g.gpu_uuid, g.core_percent, g.memory_mib)
-        for g in assignment.all_gpus
-    ]
-
-
-def _pod_profile(pod: Mapping[str, Any]) -> GraphProfile | None:
-    text = _annotations(pod).get(c.ANNOTATION_GRAPH_PROFILE)
-    if not text:
-        return None
-    try:
-        return graph_profile(parse_profile_document(text, f"pod {_key(pod)} graph-profile"))
-    except ValidationError:
-        return None
-
-
 # --- the builder -------------------------------------------------------------------------------
 
 
@@ -279,8 +167,8 @@ def _gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> LiveState:
     excluded: dict[str, str] = {}
     problems: list[str] = []
     for node in nodes:
-        name = str(_meta(node).get("name", ""))
-        text = _annotations(node).get(c.ANNOTATION_GPU_INVENTORY)
+        name = str(meta_of(node).get("name", ""))
+        text = annotations_of(node).get(c.ANNOTATION_GPU_INVENTORY)
         if not name or text is None:
             continue
         why = node_exclusion(node)
@@ -312,7 +200,7 @@ def _add_dljob_records(
     every DLJob's measured pair speeds. Returns the jobs whose record was counted."""
     recorded: set[str] = set()
     for obj in dljobs:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
         status_raw = obj.get("status")
         if not name or not isinstance(status_raw, dict) or not status_raw.get("placements"):
@@ -392,7 +280,7 @@ def _record_request(
     )
     request = JobRequest(
         name=jname,
-        profile=profile or _unknown_profile(UNKNOWN_KIND),
+        profile=profile or unknown_profile(UNKNOWN_KIND),
         replicas=replicas,
         gpus_per_replica=max(1, len(shares) // replicas),
         core_percent=shares[0].core_percent,
@@ -414,7 +302,7 @@ def _pod_groups(
     a DLJob whose record was counted is not counted again from its pods."""
     groups: dict[str, list[tuple[Mapping[str, Any], GpuAssignment]]] = {}
     for pod in pods:
-        text = _annotations(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
+        text = annotations_of(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
         if text is None or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
             continue
         read = read_pod_assignment(pod, keys)
@@ -470,7 +358,7 @@ def _predict_or_assume(
             return predictor.predict(profile, model)
         except (HorusError, ValueError, KeyError) as exc:
             log.debug("prediction for a resident failed (%s); assuming its share", exc)
-    return _assumed_prediction(shares)
+    return assumed_prediction(shares)
 
 
 def _add_pod_group(
@@ -487,17 +375,17 @@ def _add_pod_group(
     profile: GraphProfile | None = known.get(jname)
     submit = 0.0
     for pod, assignment in members:
-        shares.extend(_shares_of(assignment))
-        pod_names.append(_key(pod))
-        text = _annotations(pod).get(c.ANNOTATION_PREDICTED)
+        shares.extend(shares_of(assignment))
+        pod_names.append(key_of(pod))
+        text = annotations_of(pod).get(c.ANNOTATION_PREDICTED)
         if prediction is None and text:
             try:
-                prediction = resource_prediction(decode_predicted(text, f"pod {_key(pod)}"))
+                prediction = resource_prediction(decode_predicted(text, f"pod {key_of(pod)}"))
             except ValidationError as exc:
                 live.problems.append(f"{exc} (the share is assumed fully used)")
         if profile is None:
-            profile = _pod_profile(pod)
-        submit = max(submit, timestamp(_meta(pod).get("creationTimestamp")))
+            profile = pod_profile(pod)
+        submit = max(submit, timestamp(meta_of(pod).get("creationTimestamp")))
     # Drop shares on GPUs the state does not have (node gone, NotReady, cordoned): their
     # capacity is not offered to anyone either, so nothing can be over-committed by it.
     kept = [s for s in shares if s.node in live.state.node_set]
@@ -507,7 +395,7 @@ def _add_pod_group(
         prediction = _predict_or_assume(predictor, profile, kept, live.state)
     request = JobRequest(
         name=jname,
-        profile=profile or _unknown_profile(UNKNOWN_KIND),
+        profile=profile or unknown_profile(UNKNOWN_KIND),
         replicas=len(members),
         gpus_per_replica=max(1, len(kept) // len(members)),
         core_percent=kept[0].core_percent,

@@ -46,6 +46,7 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator.admission import Admission, Verdict
 from horus.operator.commit import Committer
+from horus.operator.correction import Corrector
 from horus.operator.jobapi import JobApi, KubeJobApi, PodRejected, ProfileUnavailable
 from horus.operator.livestate import (
     TERMINAL_POD_PHASES,
@@ -69,6 +70,7 @@ from horus.scheduler import (
     Scheduler,
     SchedulerSettings,
 )
+from horus.scheduler.types import MigrationSettings, PreemptionSettings
 
 __all__ = ["COMPONENT", "Conflict", "JobCtx", "PassReport", "Reconciler"]
 
@@ -94,6 +96,8 @@ class _Queue:
 
     futures: list[Future[None]] = field(default_factory=list)
     by_reason: Counter[str] = field(default_factory=Counter)
+    #: Jobs the core could not place this pass (for preemption), highest priority first.
+    waiting: list[JobRequest] = field(default_factory=list)
 
 
 class Reconciler:
@@ -111,6 +115,9 @@ class Reconciler:
         identity: str = COMPONENT,
         scheduler_settings: SchedulerSettings | None = None,
         progress_deadline: float = 300.0,
+        correction: tuple[MigrationSettings, PreemptionSettings] | None = None,
+        correction_period: float = 30.0,
+        restart_seconds: float = 60.0,
     ) -> None:
         #: a :class:`JobApi`, or a ``kubernetes.client.ApiClient`` to make a KubeJobApi of
         self.api: JobApi = api if hasattr(api, "list_dljobs") else KubeJobApi(api)
@@ -131,6 +138,11 @@ class Reconciler:
         self.admission = Admission(self.api, lambda: self.session, self.keys)
         #: node → MiB per unit of horus.io/gpu-memory (refreshed every pass; 1 if unset)
         self.node_units: dict[str, int] = {}
+        migration, preemption = correction or (None, None)
+        #: Run-time correction (moves, preemptions); a period of 0 turns it off.
+        self.corrector = Corrector(
+            self.api, self.writer, migration, preemption, correction_period, restart_seconds
+        )
         self.committer = Committer(
             self.api,
             self.writer,
@@ -193,6 +205,7 @@ class Reconciler:
         t_commit = time.monotonic()
         self._follow_placed(placed_before, ctxs, queue, report)
         report.timings["commit"] = time.monotonic() - t_commit
+        self._correct(ctxs, live, queue, report)
         self.metrics.set_queue(queue.by_reason)
         self.metrics.set_phases(
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
@@ -401,6 +414,10 @@ class Reconciler:
                 self.pool.submit(self._commit_guarded, ctxs[placement.job], placement, report)
             )
             report.count("placed")
+        queue.waiting = sorted(
+            (requests[r.job] for r in result.refused if r.code.resolvable),
+            key=lambda req: (-req.priority, req.submit_time),
+        )
         for refusal in result.refused:
             reason = st.refusal_reason(refusal.code)
             message = stable_refusal(refusal.reason, refusal.code)
@@ -414,6 +431,24 @@ class Reconciler:
             self.pool.submit(self._guarded, refuse, ctx, self.writer, reason, message, report)
         )
         report.count("refused")
+
+    # --- run-time correction ---------------------------------------------------------------
+    def _correct(
+        self, ctxs: Mapping[str, JobCtx], live: LiveState, queue: _Queue, report: PassReport
+    ) -> None:
+        """Moves and preemptions (``operator.correction``), on the state this pass left."""
+        if self.corrector.period_s <= 0 or not self.is_leader():
+            return
+        t0 = time.monotonic()
+        try:
+            self.corrector.correct(self.session, ctxs, live, queue.waiting, report)
+        except Conflict as exc:
+            report.count("conflicts")
+            log.debug("%s", exc)
+        except Exception:  # a bug must not stop placement: log it, the next round retries
+            log.exception("run-time correction failed; placement goes on")
+            report.problems.append("run-time correction failed")
+        report.timings["correct"] = time.monotonic() - t0
 
     # --- placed jobs -----------------------------------------------------------------------
     def _follow_placed(

@@ -62,6 +62,12 @@ class OperatorSettings:
     #: replica may stay stuck before starting (image pull errors, bad container config),
     #: before its GPU shares are given back: requeued when it has no pod, failed otherwise.
     progress_deadline: float = 300.0
+    #: Seconds between two rounds of run-time correction (moves of jobs whose measured
+    #: neighbours slow them, preemptions for waiting higher-priority jobs); 0 turns it off.
+    correction_period: float = 30.0
+    #: Seconds a moved or preempted job needs to run again (pod start, process and framework
+    #: start, loading its checkpoint), added to its checkpoint grace period as its move cost.
+    restart_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")
@@ -79,6 +85,8 @@ class OperatorSettings:
             raise ValueError("namespace and lease_name must not be empty")
         if self.debounce < 0:
             raise ValueError(f"debounce must be >= 0, got {self.debounce}")
+        check_range("correction_period", self.correction_period, 0.0, 86400.0, unit=" seconds")
+        check_range("restart_seconds", self.restart_seconds, 0.0, 86400.0, unit=" seconds")
         check_range("progress_deadline", self.progress_deadline, 10.0, 7 * 86400.0, unit=" seconds")
         if not self.predictor_reload_seconds >= 0:
             raise ValueError(

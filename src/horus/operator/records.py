@@ -1,0 +1,143 @@
+"""What the placers read from one API object: a node's fitness for new work, whether a DLJob
+record or a pod assignment is signed, a job's profile and prediction in the core's types.
+
+Pure functions of the apiserver's JSON (``dict``), shared by :mod:`horus.operator.livestate`
+(which builds the whole cluster from them), the reconcile pass, restoration and the scheduler
+extender, so each object is read one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from horus.api.assignment import GpuAssignment, PredictedUsage
+from horus.api.dljob import InlineProfile, parse_profile_document
+from horus.api.podassignment import read_pod_assignment
+from horus.api.signing import KeyRing
+from horus.common import constants as c
+from horus.common.errors import ValidationError
+from horus.predictor.interface import GraphProfile, ResourcePrediction
+from horus.scheduler import GpuShare
+
+
+def meta_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    ann = meta_of(obj).get("annotations")
+    return ann if isinstance(ann, dict) else {}
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    meta = meta_of(obj)
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+def node_exclusion(node: Mapping[str, Any]) -> str | None:
+    """Why ``node`` must not receive new work (None when it may)."""
+    meta = meta_of(node)
+    if meta.get("deletionTimestamp"):
+        return "node is being deleted"
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return "node is cordoned (spec.unschedulable)"
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((cd for cd in conditions if cd.get("type") == "Ready"), None)
+    if ready is None:
+        return "node has no Ready condition yet"
+    if ready.get("status") != "True":
+        return f"node is NotReady ({ready.get('reason') or 'no reason given'})"
+    return None
+
+
+def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
+    """Whether a DLJob's phase and placements are the operator's own (signed) record.
+
+    A job the operator never wrote (no phase, no placements) has nothing to trust. Anything
+    else must carry ``status.placementSignature`` over exactly its uid, phase and placements
+    (:func:`horus.api.signing.sign_placements`): whoever else can write ``dljobs/status``
+    cannot make the operator count, create or bind anything from a record of their own.
+    """
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return True
+    phase, placements = status.get("phase"), status.get("placements")
+    if not phase and not placements and not status.get("migration"):
+        return True
+    meta = meta_of(obj)
+    signature = status.get(c.STATUS_PLACEMENT_SIGNATURE)
+    return keys.verify_placements(
+        str(meta.get("namespace", "default")),
+        str(meta.get("name", "")),
+        str(meta.get("uid", "")),
+        phase if isinstance(phase, str) else None,
+        placements,
+        signature if isinstance(signature, str) else None,
+        status.get("migration"),
+    )
+
+
+def pod_assignment_trusted(pod: Mapping[str, Any], keys: KeyRing) -> bool:
+    """Whether a pod's ``horus.io/gpu-assignment`` carries a valid signature for this pod
+    (:func:`horus.api.podassignment.read_pod_assignment`, the one reader)."""
+    return read_pod_assignment(pod, keys).trusted
+
+
+def graph_profile(profile: InlineProfile) -> GraphProfile:
+    """The predictor's view of an API profile."""
+    return GraphProfile(
+        model=profile.model,
+        batch_size=profile.batch_size,
+        features=dict(profile.features),
+        family=profile.family,
+        schema_version=profile.schema_version,
+    )
+
+
+def resource_prediction(p: PredictedUsage) -> ResourcePrediction:
+    """An API ``predicted`` record as the scheduler's prediction type."""
+    return ResourcePrediction(
+        util_mean=p.util_mean,
+        util_upper=p.util_upper,
+        memory_mib_mean=p.memory_mib_mean,
+        memory_mib_upper=p.memory_mib_upper,
+        quantile=p.quantile if p.quantile is not None else 0.9,
+        low_confidence=p.low_confidence,
+        model_version=p.model_version,
+    )
+
+
+def assumed_prediction(shares: Iterable[GpuShare]) -> ResourcePrediction:
+    """For a resident nobody predicted: assume it uses exactly the share it was given."""
+    first = next(iter(shares))
+    return ResourcePrediction(
+        util_mean=float(first.core_percent),
+        util_upper=float(first.core_percent),
+        memory_mib_mean=float(first.memory_mib),
+        memory_mib_upper=float(first.memory_mib),
+        model_version="assumed-from-share",
+    )
+
+
+def unknown_profile(kind: str) -> GraphProfile:
+    return GraphProfile(model=kind, batch_size=1)
+
+
+def shares_of(assignment: GpuAssignment) -> list[GpuShare]:
+    return [
+        GpuShare(assignment.node, g.gpu_index, g.gpu_uuid, g.core_percent, g.memory_mib)
+        for g in assignment.all_gpus
+    ]
+
+
+def pod_profile(pod: Mapping[str, Any]) -> GraphProfile | None:
+    text = annotations_of(pod).get(c.ANNOTATION_GRAPH_PROFILE)
+    if not text:
+        return None
+    try:
+        return graph_profile(parse_profile_document(text, f"pod {key_of(pod)} graph-profile"))
+    except ValidationError:
+        return None
