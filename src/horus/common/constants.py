@@ -86,6 +86,8 @@ METRIC_COMMIT_LATENCY: Final = "horus_scheduling_commit_duration_seconds"  # dec
 METRIC_OPERATOR_LEADER: Final = "horus_operator_leader"
 METRIC_PREDICTOR_INFO: Final = "horus_predictor_info"  # 1, label version: the model in use
 METRIC_PREDICTOR_RELOADS: Final = "horus_predictor_reloads"  # client adds _total; label result
+METRIC_EXTENDER_REQUESTS: Final = "horus_extender_requests"  # client adds _total
+METRIC_EXTENDER_LATENCY: Final = "horus_extender_request_duration_seconds"
 METRIC_MIGRATIONS: Final = "horus_migrations"  # client adds _total; label reason
 
 MIB: Final = 1024 * 1024  # bytes in one MiB: shares, NVML and torch readings convert with it

@@ -139,3 +139,23 @@ def test_no_body_crashes_the_server(server: ExtenderServer, verb: str, payload: 
     if status == 400:
         assert body["Error"]
     assert call(server, "GET", "/healthz")[0] == 200
+
+
+def test_metrics_count_requests_by_verb_and_outcome() -> None:
+    source = FakeSource([node("n1", gpus=1)], [plain_pod("p")])
+    ext = Extender(source, load_default_predictor(), key=KEY, cache_seconds=0)
+    srv = ExtenderServer(ext, "127.0.0.1", 0, max_body_bytes=64 * 1024).start()
+    try:
+        assert post(srv, "filter", {"Pod": plain_pod("p"), "NodeNames": ["n1"]})[0] == 200
+        assert post(srv, "filter", {"NodeNames": ["n1"]})[0] == 400
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+    finally:
+        srv.close()
+    assert resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/plain")
+    assert 'horus_extender_requests_total{outcome="ok",verb="filter"} 1.0' in text
+    assert 'horus_extender_requests_total{outcome="bad_request",verb="filter"} 1.0' in text
+    assert 'horus_extender_request_duration_seconds_count{verb="filter"} 2.0' in text

@@ -14,6 +14,7 @@ from typing import Any
 from horus.common.documents import DEFAULT_MAX_DEPTH, load_json
 from horus.common.errors import ConfigError, ValidationError
 from horus.operator.extender.decisions import Extender
+from horus.operator.extender.metrics import ExtenderMetrics
 from horus.operator.extender.settings import CONTENT_LENGTH, REQUEST_TIMEOUT_S, VERBS
 from horus.operator.extender.wire import parse_binding_args, parse_extender_args, short
 
@@ -43,6 +44,13 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/healthz", "/readyz", "/livez"):
             self._reply(HTTPStatus.OK, {"status": "ok"})
+        elif path.endswith("/metrics"):
+            data = self.server.metrics.render()
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         else:
             self._error(
                 HTTPStatus.NOT_FOUND, f"no such path {self.path}; POST to {', '.join(VERBS)}"
@@ -132,22 +140,31 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.NOT_FOUND, f"no such verb {verb!r}; use one of {', '.join(VERBS)}"
             )
             return
+        metrics = self.server.metrics
+        with metrics.latency.labels(verb=verb).time():
+            outcome = self._answer(verb)
+        metrics.requests.labels(verb=verb, outcome=outcome).inc()
+
+    def _answer(self, verb: str) -> str:
+        """Decode, decide, encode one verb; the outcome for the metric."""
         ok, body = self._read_body()
         if not ok:
-            return
+            return "bad_request"
         try:
             if verb == "bind":
-                binding = parse_binding_args(body)
-                self._reply(HTTPStatus.OK, self.server.extender.bind(binding))
-                return
+                result = self.server.extender.bind(parse_binding_args(body))
+                self._reply(HTTPStatus.OK, result)
+                return "error" if result.get("Error") else "ok"
             args = parse_extender_args(body)
         except ValidationError as exc:
             self._error(HTTPStatus.BAD_REQUEST, f"{verb}: {exc}")
-            return
+            return "bad_request"
         if verb == "filter":
-            self._reply(HTTPStatus.OK, self.server.extender.filter(args))
-        else:
-            self._reply(HTTPStatus.OK, self.server.extender.prioritize(args))
+            answer = self.server.extender.filter(args)
+            self._reply(HTTPStatus.OK, answer)
+            return "error" if answer.get("Error") else "ok"
+        self._reply(HTTPStatus.OK, self.server.extender.prioritize(args))
+        return "ok"
 
 
 class _Server(ThreadingHTTPServer):
@@ -156,6 +173,7 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], extender: Extender, max_body_bytes: int) -> None:
         self.extender = extender
+        self.metrics = ExtenderMetrics()
         self.max_body_bytes = max_body_bytes
         super().__init__(address, _Handler)
 
