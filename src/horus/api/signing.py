@@ -51,10 +51,7 @@ def _message(namespace: str, pod: str, assignment_text: str) -> bytes:
 
 def sign_assignment(key: bytes, namespace: str, pod: str, assignment_text: str) -> str:
     """The signature annotation value for ``assignment_text`` on pod ``namespace/pod``."""
-    if len(key) < 16:
-        raise ConfigError("the assignment key must be at least 16 bytes")
-    mac = hmac.new(key, _message(namespace, pod, assignment_text), hashlib.sha256)
-    return _PREFIX + mac.hexdigest()
+    return _mac(key, _message(namespace, pod, assignment_text))
 
 
 def verify_assignment(
@@ -108,12 +105,8 @@ class KeyRing:
     ) -> bool:
         if not signature or not signature.startswith(_PREFIX):
             return False
-        return any(
-            hmac.compare_digest(
-                sign_placements(k, namespace, name, uid, phase, placements, migration), signature
-            )
-            for k in self.keys
-        )
+        msg = _placement_message(namespace, name, uid, phase, placements, migration)
+        return any(hmac.compare_digest(_mac(k, msg), signature) for k in self.keys)
 
 
 def _placement_message(
@@ -141,10 +134,14 @@ def sign_placements(
     """The ``status.placementSignature`` of DLJob ``namespace/name`` (its ``uid``): binds its
     phase, its placement records and a move in progress (``status.migration``), so none of
     them can be changed by another writer."""
+    return _mac(key, _placement_message(namespace, name, uid, phase, placements, migration))
+
+
+def _mac(key: bytes, message: bytes) -> str:
+    """``v1:`` + HMAC-SHA256 hex of ``message`` (the one MAC of every Horus signature)."""
     if len(key) < 16:
         raise ConfigError("the assignment key must be at least 16 bytes")
-    msg = _placement_message(namespace, name, uid, phase, placements, migration)
-    return _PREFIX + hmac.new(key, msg, "sha256").hexdigest()
+    return _PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def parse_key_list(text: str, where: str) -> tuple[bytes, ...]:
@@ -168,6 +165,33 @@ def load_key_ring(path: Path, previous: Sequence[bytes] = ()) -> KeyRing:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {prev_file}: {exc}") from None
     return KeyRing(key, tuple(k for k in extra if k != key))
+
+
+def _file_stamp(path: Path) -> object:
+    try:
+        st = path.stat()  # follows the kubelet's ..data symlink swap of a mounted Secret
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class KeyFileRing:
+    """The :class:`KeyRing` of a mounted Secret (``key`` and an optional ``previous`` file
+    beside it), read again whenever either file changes: the kubelet refreshes a mounted
+    Secret within about a minute, so a rotation reaches the process without a restart."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._ring: KeyRing | None = None
+        self._stamp: object = None
+
+    def ring(self) -> KeyRing:
+        """The current ring (``ConfigError`` when the files cannot be read as keys)."""
+        stamp = (_file_stamp(self.path), _file_stamp(self.path.parent / "previous"))
+        if self._ring is None or stamp != self._stamp:
+            self._ring = load_key_ring(self.path)
+            self._stamp = stamp
+        return self._ring
 
 
 def load_key_file(path: Path) -> bytes:

@@ -49,7 +49,6 @@ from horus.operator.records import (
     annotations_of,
     assumed_prediction,
     dljob_record_trusted,
-    graph_profile,
     key_of,
     meta_of,
     node_exclusion,
@@ -60,6 +59,7 @@ from horus.operator.records import (
     unknown_profile,
 )
 from horus.predictor.interface import GraphProfile, Predictor, ResourcePrediction
+from horus.predictor.schema import graph_profile
 from horus.scheduler import ClusterState, GpuShare, JobRequest, job_kind
 
 log = logging.getLogger(__name__)

@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from horus.api.assignment import GpuAssignment, PredictedUsage
-from horus.api.dljob import InlineProfile, parse_profile_document
+from horus.api.dljob import parse_profile_document
 from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.predictor.interface import GraphProfile, ResourcePrediction
+from horus.predictor.schema import graph_profile
 from horus.scheduler import GpuShare
 
 
@@ -84,17 +85,6 @@ def pod_assignment_trusted(pod: Mapping[str, Any], keys: KeyRing) -> bool:
     """Whether a pod's ``horus.io/gpu-assignment`` carries a valid signature for this pod
     (:func:`horus.api.podassignment.read_pod_assignment`, the one reader)."""
     return read_pod_assignment(pod, keys).trusted
-
-
-def graph_profile(profile: InlineProfile) -> GraphProfile:
-    """The predictor's view of an API profile."""
-    return GraphProfile(
-        model=profile.model,
-        batch_size=profile.batch_size,
-        features=dict(profile.features),
-        family=profile.family,
-        schema_version=profile.schema_version,
-    )
 
 
 def resource_prediction(p: PredictedUsage) -> ResourcePrediction:

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from horus.api.profile import MAX_PROFILE_DOCUMENT_BYTES, parse_profile_object
+from horus.api.profile import MAX_PROFILE_DOCUMENT_BYTES, InlineProfile, parse_profile_object
 from horus.common.constants import PROFILE_SCHEMA_VERSION
 from horus.common.documents import load_yaml, read_text_file
 from horus.common.errors import ValidationError
@@ -141,12 +141,17 @@ def profile_from_dict(data: Any, where: str = "profile") -> GraphProfile:
         raise ValidationError(
             f"{where}: features lack {', '.join(missing)}; regenerate it with 'horus profile'"
         )
+    return graph_profile(inline)
+
+
+def graph_profile(profile: InlineProfile) -> GraphProfile:
+    """The predictor's view of a profile the API validated (:mod:`horus.api.profile`)."""
     return GraphProfile(
-        model=inline.model,
-        batch_size=inline.batch_size,
-        features=dict(inline.features),
-        family=inline.family,
-        schema_version=inline.schema_version,
+        model=profile.model,
+        batch_size=profile.batch_size,
+        features=dict(profile.features),
+        family=profile.family,
+        schema_version=profile.schema_version,
     )
 
 
