@@ -42,9 +42,9 @@ from horus.agent.simulated import SimulatedBackend
 from horus.agent.watchdog import MemoryWatchdog
 from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
 from horus.api.inventory import decode_inventory
-from horus.api.signing import load_key_ring
+from horus.api.signing import KeyFileRing
 from horus.common import constants as c
-from horus.common.errors import HorusError
+from horus.common.errors import ConfigError, HorusError
 from horus.kube.errors import ApiError
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import job_kind
@@ -74,9 +74,10 @@ class Agent:
         self.kube = kube
         self.registry, self.collector = make_registry()
         self.skips = SkipLog()
-        self.key = (
-            load_key_ring(settings.assignment_key_file) if settings.assignment_key_file else None
+        self._keys = (
+            KeyFileRing(settings.assignment_key_file) if settings.assignment_key_file else None
         )
+        self.key = self._keys.ring() if self._keys is not None else None  # unusable: stop now
         self.simulated = SimulatedBackend(
             seed=settings.seed,
             noise=settings.noise,
@@ -259,6 +260,16 @@ class Agent:
                 group.append((pod.uid, kind, sample.pods[pod.uid].utilization))
             self.feedback.pairs.add(models.get(index, ""), group)
 
+    def _reload_key(self) -> None:
+        """Pick up a rotated key (the mounted Secret changed); a key file that cannot be read
+        keeps the ring in use, said once."""
+        if self._keys is None:
+            return
+        try:
+            self.key = self._keys.ring()
+        except ConfigError as exc:
+            self.skips.warn("assignment-key", f"{exc}; verifying with the key read before")
+
     def _sample_node(self, name: str, snap: Snapshot) -> NodeSample | None:
         node = self._node(name)
         if node is None:
@@ -286,6 +297,7 @@ class Agent:
                 self.skips.warn(f"node:{name}:{text}", f"skipping simulated node {name}: {exc}")
                 return None
         pods: list[PodInfo] = []
+        self._reload_key()
         for obj in self.kube.pods_on(name):
             try:
                 info = parse_pod(obj, self.skips, self.key)

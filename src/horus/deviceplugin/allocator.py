@@ -44,7 +44,7 @@ from horus.api.resources import (
     memory_units,
     pod_effective_request,
 )
-from horus.api.signing import KeyRing, load_key_ring
+from horus.api.signing import KeyFileRing, KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.documents import load_json
@@ -104,33 +104,20 @@ class ContainerGrant:
 
 
 class AssignmentKey:
-    """The key ring: from a mounted Secret (its ``key`` file, plus a ``previous`` file beside
-    it during a rotation; re-read when either changes) or the Secret itself (cached)."""
+    """The key ring: from a mounted Secret (:class:`~horus.api.signing.KeyFileRing`: its
+    ``key`` file, plus a ``previous`` file beside it during a rotation; re-read when either
+    changes) or the Secret itself (cached)."""
 
     def __init__(self, api: NodeApi, key_file: Path | None) -> None:
         self.api = api
         self.key_file = key_file
+        self._file = KeyFileRing(key_file) if key_file is not None else None
         self._ring: KeyRing | None = None
-        self._stamp: object = None
         self._read_at = 0.0
 
-    def _file_stamp(self, path: Path) -> object:
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
     def get(self, refresh: bool = False) -> KeyRing:
-        if self.key_file is not None:
-            stamp = (
-                self._file_stamp(self.key_file),
-                self._file_stamp(self.key_file.parent / "previous"),
-            )
-            if self._ring is None or stamp != self._stamp:
-                self._ring = load_key_ring(self.key_file)
-                self._stamp = stamp
-            return self._ring
+        if self._file is not None:
+            return self._file.ring()
         age = time.monotonic() - self._read_at
         if self._ring is None or age > KEY_REFRESH_S or (refresh and age > KEY_RETRY_S):
             self._ring = KeyRing(self.api.read_assignment_key())
