@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dp_cluster_support import DpEnv, RunningPlugin
+from dp_cluster_support import DpEnv, RunningPlugin, sim_settings
 
 from deviceplugin_peer import FakeKubelet
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, node_manifest
 from horus.deviceplugin.app import run_plugin
-from horus.deviceplugin.settings import DevicePluginSettings
 
 
 def ensure_key(core: Any) -> bytes:
@@ -91,16 +90,13 @@ def dp_env(cluster: Any) -> Iterator[DpEnv]:
 def plugin(dp_env: DpEnv) -> Iterator[RunningPlugin]:
     folder = Path(tempfile.mkdtemp(prefix="hdp-"))
     kubelet = FakeKubelet(folder).start()
-    settings = DevicePluginSettings(
-        node_name=dp_env.node,
-        plugin_dir=folder,
+    settings = sim_settings(
+        dp_env.node,
+        folder,
+        dp_env.kubeconfig,
         sim_health_file=folder / "health.json",
-        backend="simulated",
-        sim_gpu_count=2,
         sim_gpu_memory_mib=81920,
-        kubeconfig=Path(dp_env.kubeconfig),
         health_interval_s=0.5,
-        socket_poll_s=0.1,
     )
     stop = threading.Event()
     thread = threading.Thread(target=run_plugin, args=(settings, stop), daemon=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deviceplugin_peer import FakeKubelet
+from horus.deviceplugin.settings import DevicePluginSettings
 
 
 @dataclass
@@ -26,3 +27,17 @@ class RunningPlugin:
     thread: threading.Thread
     stop: threading.Event
     plugin_dir: Path
+
+
+def sim_settings(node: str, plugin_dir: Path, kubeconfig: str, **more: Any) -> DevicePluginSettings:
+    """The real plugin for ``node`` with two simulated GPUs, on the test's apiserver, polling
+    fast (tests wait on what it does)."""
+    return DevicePluginSettings(
+        node_name=node,
+        plugin_dir=plugin_dir,
+        backend="simulated",
+        sim_gpu_count=2,
+        kubeconfig=Path(kubeconfig),
+        socket_poll_s=0.1,
+        **more,
+    )

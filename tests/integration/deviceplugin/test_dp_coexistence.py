@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dp_cluster_support import sim_settings
 
 from deviceplugin_peer import FakeKubelet
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, node_manifest
 from horus.deviceplugin.app import run_plugin
-from horus.deviceplugin.settings import DevicePluginSettings
 
 
 def _wait(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
@@ -61,15 +61,8 @@ def test_no_horus_gpus_beside_another_device_plugin(gpu_node: tuple[Any, str, st
     assert c.ANNOTATION_GPU_INVENTORY in _annotations(core, node)  # the node was Horus'
     folder = Path(tempfile.mkdtemp(prefix="hdpc-"))
     kubelet = FakeKubelet(folder).start()
-    settings = DevicePluginSettings(
-        node_name=node,
-        plugin_dir=folder,
-        backend="simulated",
-        sim_gpu_count=2,
-        kubeconfig=Path(kubeconfig),
-        health_interval_s=0.2,
-        socket_poll_s=0.1,
-        node_check_interval_s=0.5,
+    settings = sim_settings(
+        node, folder, kubeconfig, health_interval_s=0.2, node_check_interval_s=0.5
     )
     stop = threading.Event()
     thread = threading.Thread(target=run_plugin, args=(settings, stop), daemon=True)

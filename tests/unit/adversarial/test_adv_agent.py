@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import KEY, assignment, pod_obj
+from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
 from horus.agent.kube import Kube
-from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.api.signing import sign_assignment
@@ -358,13 +357,7 @@ def run_cycles(
             **routes,
         }
     )
-    settings = AgentSettings(
-        node_name=NODE,
-        backend="simulated",
-        assignment_key_file=key_file,
-        metrics_port=0,
-        feedback_interval_seconds=3600,
-    )
+    settings = sim_agent_settings(NODE, key_file)
     agent = Agent(settings, Kube(api), predictor=lambda: None)
     snaps = [agent.cycle(), agent.cycle()]
     return agent, api, snaps

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.agent.pods import PodInfo
+from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.api.signing import sign_assignment
@@ -76,3 +77,15 @@ def pod(
 
 def inventory(node: str = "n1", n: int = 2) -> list[GpuDevice]:
     return [GpuDevice(i, simulated_gpu_uuid(node, i), "H100", 81920) for i in range(n)]
+
+
+def sim_agent_settings(node: str, key_file: Path) -> AgentSettings:
+    """An agent on simulated GPUs verifying with ``key_file``: no metrics port, no feedback
+    patches during a test."""
+    return AgentSettings(
+        node_name=node,
+        backend="simulated",
+        assignment_key_file=key_file,
+        metrics_port=0,
+        feedback_interval_seconds=3600,
+    )

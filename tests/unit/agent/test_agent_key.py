@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import KEY, assignment, pod_obj
+from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
 from horus.agent.kube import Kube
-from horus.agent.settings import AgentSettings
 from horus.api.assignment import encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.api.signing import sign_assignment
@@ -66,13 +65,7 @@ def test_a_rotated_key_is_used_from_the_next_cycle(
     key_file.write_bytes(KEY)
     api = Apiserver()
     api.pods = [signed_pod("before", KEY, 0), signed_pod("after", NEW, 1)]
-    settings = AgentSettings(
-        node_name=NODE,
-        backend="simulated",
-        assignment_key_file=key_file,
-        metrics_port=0,
-        feedback_interval_seconds=3600,
-    )
+    settings = sim_agent_settings(NODE, key_file)
     agent = Agent(settings, Kube(api), predictor=lambda: None)
     assert set(agent.cycle().pods) == {"uid-before"}  # the new key is not known yet
     # the Secret is rotated: new key, the old one still verifies as previous
