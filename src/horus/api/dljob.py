@@ -66,6 +66,7 @@ from horus.common.constants import (
     PROFILE_CONFIGMAP_DEFAULT_KEY,
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
+    RESOURCE_NVIDIA_GPU,
     SCHEDULER_NAME,
 )
 from horus.common.errors import ValidationError
@@ -97,7 +98,7 @@ _MAX_CONTAINERS = 32
 _RESTART_POLICIES = ("Never", "OnFailure")
 _DEFAULT_RESTART_POLICY = "Never"
 # GPU resources Horus sets on the pods itself; a container naming them would double-count.
-_OWNED_RESOURCES = (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, "nvidia.com/gpu")
+_OWNED_RESOURCES = (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_NVIDIA_GPU)
 _OWNED_LABELS = (LABEL_DLJOB_NAME, LABEL_REPLICA_INDEX)
 _OWNED_ANNOTATIONS = (
     ANNOTATION_GPU_ASSIGNMENT,
