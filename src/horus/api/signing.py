@@ -25,15 +25,17 @@ key can be rolled out while signatures made with the previous one stay valid (th
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from horus.common.constants import ASSIGNMENT_KEY_SECRET_KEY, ASSIGNMENT_KEY_SECRET_PREVIOUS
 from horus.common.errors import ConfigError
 
 KEY_BYTES = 32
@@ -207,3 +209,37 @@ def load_key_file(path: Path) -> bytes:
     if len(data) < 16:
         raise ConfigError(f"assignment key file {path} holds {len(data)} bytes; need at least 16")
     return data
+
+
+def ring_from_secret_data(data: Mapping[str, str] | None, where: str) -> KeyRing:
+    """The key ring in a Secret's ``data`` (base64 values): ``key`` signs, the optional
+    ``previous`` entry (keys one per line) still verifies; errors say what is wrong."""
+    raw = (data or {}).get(ASSIGNMENT_KEY_SECRET_KEY)
+    if raw is None:
+        raise ConfigError(
+            f"{where} has no '{ASSIGNMENT_KEY_SECRET_KEY}' entry; delete the Secret so Horus "
+            "creates a fresh one, or add the entry (64 hex characters)"
+        )
+    try:
+        key = base64.b64decode(raw, validate=True).strip()
+    except ValueError:
+        raise ConfigError(f"{where}: data.{ASSIGNMENT_KEY_SECRET_KEY} is not base64") from None
+    if len(key) < 16:
+        raise ConfigError(
+            f"{where}: data.{ASSIGNMENT_KEY_SECRET_KEY} holds {len(key)} bytes; need at least 16"
+        )
+    previous: tuple[bytes, ...] = ()
+    raw_prev = (data or {}).get(ASSIGNMENT_KEY_SECRET_PREVIOUS)
+    if raw_prev:
+        try:
+            text = base64.b64decode(raw_prev, validate=True).decode("ascii")
+        except ValueError:
+            raise ConfigError(
+                f"{where}: data.{ASSIGNMENT_KEY_SECRET_PREVIOUS} is not base64 ASCII text"
+            ) from None
+        previous = tuple(
+            k
+            for k in parse_key_list(text, f"{where} data.{ASSIGNMENT_KEY_SECRET_PREVIOUS}")
+            if k != key
+        )
+    return KeyRing(key, previous)

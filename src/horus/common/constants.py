@@ -43,6 +43,8 @@ ANNOTATION_ASSIGNMENT_SIGNATURE: Final = f"{API_GROUP}/gpu-assignment-signature"
 HORUS_NAMESPACE: Final = "horus-system"
 ASSIGNMENT_KEY_SECRET: Final = "horus-assignment-key"
 ASSIGNMENT_KEY_SECRET_KEY: Final = "key"
+#: The Secret's optional entry of keys that still verify during a rotation (one per line).
+ASSIGNMENT_KEY_SECRET_PREVIOUS: Final = "previous"
 ASSIGNMENT_KEY_FILE_ENV: Final = "HORUS_ASSIGNMENT_KEY_FILE"
 
 # --- Labels ----------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ class AssignmentKey:
             return self._file.ring()
         age = time.monotonic() - self._read_at
         if self._ring is None or age > KEY_REFRESH_S or (refresh and age > KEY_RETRY_S):
-            self._ring = KeyRing(self.api.read_assignment_key())
+            self._ring = self.api.read_assignment_key()
             self._read_at = time.monotonic()
         return self._ring
 

@@ -8,14 +8,13 @@ comes from the API server, never from the kubelet's request (which names no pod)
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Any, Protocol
 
 from horus.api.raw import discard, read_items, read_object
+from horus.api.signing import KeyRing, ring_from_secret_data
 from horus.common.constants import (
     ASSIGNMENT_KEY_SECRET,
-    ASSIGNMENT_KEY_SECRET_KEY,
     EVENT_COMPONENT_DEVICE_PLUGIN,
     HORUS_NAMESPACE,
 )
@@ -50,7 +49,7 @@ class NodeApi(Protocol):
         """Merge ``annotations`` into the Node's (None removes a key)."""
         ...
 
-    def read_assignment_key(self) -> bytes: ...
+    def read_assignment_key(self) -> KeyRing: ...
 
 
 class KubeApi:
@@ -130,7 +129,7 @@ class KubeApi:
         body = {"metadata": {"annotations": annotations}}
         discard(self.core.patch_node(node, body, _preload_content=False))
 
-    def read_assignment_key(self) -> bytes:
+    def read_assignment_key(self) -> KeyRing:
         from kubernetes.client.exceptions import ApiException
 
         where = f"Secret {HORUS_NAMESPACE}/{ASSIGNMENT_KEY_SECRET}"
@@ -142,10 +141,4 @@ class KubeApi:
                 "on first start, and the device plugin needs get on it (or mount it and set "
                 "HORUS_ASSIGNMENT_KEY_FILE)"
             ) from None
-        raw = (secret.data or {}).get(ASSIGNMENT_KEY_SECRET_KEY)
-        if raw is None:
-            raise ConfigError(f"{where} has no '{ASSIGNMENT_KEY_SECRET_KEY}' entry")
-        key = base64.b64decode(raw).strip()
-        if len(key) < 16:
-            raise ConfigError(f"{where} holds a {len(key)}-byte key; need at least 16")
-        return key
+        return ring_from_secret_data(secret.data, where)

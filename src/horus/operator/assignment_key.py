@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from horus.api.signing import KeyRing, load_key_ring, new_key, parse_key_list
+from horus.api.signing import KeyRing, load_key_ring, new_key, ring_from_secret_data
 from horus.common.constants import (
     ASSIGNMENT_KEY_FILE_ENV,
     ASSIGNMENT_KEY_SECRET,
@@ -51,9 +51,6 @@ __all__ = [
     "load_or_create_assignment_key",
 ]
 
-#: The Secret's optional entry of keys that still verify during a rotation.
-PREVIOUS_KEYS_ENTRY = "previous"
-
 
 def encode_key_text() -> bytes:
     """A fresh key in its stored form: 64 lowercase hex characters (ASCII bytes)."""
@@ -61,35 +58,8 @@ def encode_key_text() -> bytes:
 
 
 def key_from_secret_data(data: dict[str, str] | None) -> KeyRing:
-    """The key ring from a Secret's ``data`` (base64 values); errors say what is wrong."""
-    where = f"Secret {HORUS_NAMESPACE}/{ASSIGNMENT_KEY_SECRET}"
-    raw = (data or {}).get(ASSIGNMENT_KEY_SECRET_KEY)
-    if raw is None:
-        raise ConfigError(
-            f"{where} has no '{ASSIGNMENT_KEY_SECRET_KEY}' entry; delete the Secret so Horus "
-            "creates a fresh one, or add the entry (64 hex characters)"
-        )
-    try:
-        key = base64.b64decode(raw, validate=True).strip()
-    except ValueError:
-        raise ConfigError(f"{where}: data.{ASSIGNMENT_KEY_SECRET_KEY} is not base64") from None
-    if len(key) < 16:
-        raise ConfigError(
-            f"{where}: data.{ASSIGNMENT_KEY_SECRET_KEY} holds {len(key)} bytes; need at least 16"
-        )
-    previous: tuple[bytes, ...] = ()
-    raw_prev = (data or {}).get(PREVIOUS_KEYS_ENTRY)
-    if raw_prev:
-        try:
-            text = base64.b64decode(raw_prev, validate=True).decode("ascii")
-        except ValueError:
-            raise ConfigError(
-                f"{where}: data.{PREVIOUS_KEYS_ENTRY} is not base64 ASCII text"
-            ) from None
-        previous = tuple(
-            k for k in parse_key_list(text, f"{where} data.{PREVIOUS_KEYS_ENTRY}") if k != key
-        )
-    return KeyRing(key, previous)
+    """The key ring from the Secret's ``data`` (:func:`horus.api.signing.ring_from_secret_data`)."""
+    return ring_from_secret_data(data, f"Secret {HORUS_NAMESPACE}/{ASSIGNMENT_KEY_SECRET}")
 
 
 def load_or_create_assignment_key(core_v1: Any, key_file: Path | None = None) -> KeyRing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from horus.api.signing import KeyRing
 from horus.kube.errors import Conflict
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -73,5 +74,5 @@ class FakeNodeApi:
             else:
                 mine[key] = value
 
-    def read_assignment_key(self) -> bytes:
-        return self.key
+    def read_assignment_key(self) -> KeyRing:
+        return KeyRing(self.key)
