@@ -23,6 +23,7 @@ from horus.common.clock import now_rfc3339, timestamp
 from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
+from horus.operator.bindgate import BindGate
 from horus.operator.jobapi import JobApi, PodRejected
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
@@ -70,6 +71,8 @@ class Committer:
         self.node_units = node_units
         self.replica_pool = replica_pool
         self.progress_deadline = progress_deadline
+        #: Set by each pass from its listing (:mod:`horus.operator.bindgate`); None: no gate.
+        self.gate: BindGate | None = None
 
     # --- a new placement -------------------------------------------------------------------
     def commit(self, ctx: JobCtx, placement: Placement, report: PassReport) -> None:
@@ -219,6 +222,9 @@ class Committer:
             ctx.pods.pop(replica, None)
             return
         if bound == node or not self.is_leader():  # lost the lease: the next leader binds
+            return
+        if self.gate is not None and not self.gate.claim(node, pod):
+            report.count("binds_deferred")  # a twin on the node awaits Allocate; next pass
             return
         if self.api.bind(ctx.namespace, name, node):
             report.count("pods_bound")

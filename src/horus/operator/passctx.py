@@ -91,6 +91,9 @@ class PassReport:
     failed: int = 0
     pods_created: int = 0
     pods_bound: int = 0
+    #: Bindings held for a later pass: a pod with the same requests on that node still
+    #: awaits its Allocate (horus.operator.bindgate)
+    binds_deferred: int = 0
     pods_deleted: int = 0
     status_writes: int = 0
     conflicts: int = 0

@@ -45,6 +45,7 @@ from horus.common.errors import ValidationError
 from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator.admission import Admission, Verdict
+from horus.operator.bindgate import BindGate
 from horus.operator.commit import Committer
 from horus.operator.correction import Corrector
 from horus.operator.jobapi import JobApi, KubeJobApi, PodRejected, ProfileUnavailable
@@ -186,6 +187,7 @@ class Reconciler:
         report = PassReport()
         snap = _Snapshot(self.api.list_pods(), self.api.list_dljobs(), self.api.list_nodes())
         self.node_units = _node_units(snap.nodes)
+        self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
         every = self._contexts(snap)
         restores = self._restore_untrusted(every, report)

@@ -147,3 +147,46 @@ def test_forged_or_unsigned_assignment_refused_by_the_kubelet(
         assert c.ANNOTATION_GPU_ALLOCATED not in (pod["metadata"].get("annotations") or {})
     finally:
         rc.kube.kubectl("delete", "pod", name, "--wait=false", check=False)
+
+
+def test_twins_on_one_node_each_get_their_own_assignment(rc: RealCluster) -> None:
+    """Two pods with identical requests on one node at once (two one-replica jobs with the
+    same share, applied together): the kubelet names no pod in Allocate, so the operator binds
+    the second only after the first was allocated (horus.operator.bindgate); each container
+    must still print its own pod and GPU share."""
+    names = ["twin-a", "twin-b"]
+    docs = []
+    for name in names:
+        doc = workload_job(name, 1, 15, 1024, ["--steps", "0", "--step-sleep", "0.1"])
+        doc["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": rc.nodes[0]}
+        docs.append(doc)
+    apply(rc, {"apiVersion": "v1", "kind": "List", "items": docs})
+    try:
+        pods = wait_for(
+            "both twins running",
+            lambda: (
+                (p := [x for n in names for x in pods_of(rc, n)])
+                and len(p) == 2
+                and all(map(running, p))
+                and p
+            ),
+            120,
+            diagnose(rc),
+        )
+        for pod in pods:
+            meta = pod["metadata"]
+            a = decode_assignment(meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT])
+            out = wait_for(
+                f"{meta['name']} printed its share",
+                lambda n=meta["name"]: share_line(rc, n),
+                30,
+                diagnose(rc),
+            )
+            assert out["env"][c.ENV_POD_NAME] == meta["name"]
+            assert out["env"][c.ENV_POD_UID] == meta["uid"]
+            assert out["env"][c.ENV_GPU_UUID] == a.gpu_uuid
+            assert pod["spec"]["nodeName"] == rc.nodes[0]
+    finally:
+        for name in names:
+            rc.kube.kubectl("delete", "dljob", name, "--wait=false", check=False)
+        wait_for("twins gone", lambda: not any(pods_of(rc, n) for n in names), 60, diagnose(rc))
