@@ -46,9 +46,14 @@ class Estimates:
         settings: SchedulerSettings,
         pair_speed: PairSpeed | None = None,
         pair_error: float | None = None,
+        observed_error: float = 0.0,
     ) -> None:
         if pair_error is not None and not (math.isfinite(pair_error) and pair_error >= 0):
             raise ValidationError(f"pair_error must be a finite number >= 0, got {pair_error}")
+        if not (math.isfinite(observed_error) and 0 <= observed_error <= 1):
+            raise ValidationError(f"observed_error must be in [0, 1], got {observed_error}")
+        #: Typical error of one measured pair speed (0: measurements are exact).
+        self.observed_error = observed_error
         self.predictor = predictor
         self.settings = settings
         self._pair_error = pair_error

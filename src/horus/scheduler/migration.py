@@ -14,6 +14,8 @@ placement gains are (a job at speed s on k GPUs counts k·s):
 * ``after``: the gain of the placement the scheduler picks for it on the other GPUs
   (:meth:`Scheduler.attempt`, the job's current GPUs and any GPU another move touches
   excluded, so both shares can count until the old pod is gone and nothing is over-committed);
+  with its own GPUs excluded, the job's presence there changes no other GPU's score, so the
+  state is not changed to ask;
 * both sides lose the sharing rule's uncertainty margin for every pair term not yet measured
   (:meth:`Scheduler.share_margin`), so a move rests on measurements or on a margin, never
   on an unhedged prediction;
@@ -33,7 +35,7 @@ settles.
 For the operator (API; names and units are stable)::
 
     plan = plan_migrations(sched, state, running, now, MigrationSettings())
-    for move in plan.moves:          # Move, best first
+    for move in plan.moves:          # Move; the job that could gain most is judged first
         move.job                     # DLJob name as in its JobRequest
         move.placement               # Placement, the shape Scheduler.place returns
         move.source                  # GpuShare tuple it holds now
@@ -42,12 +44,11 @@ For the operator (API; names and units are stable)::
         move.speed_before, move.speed_after   # the job's own normalised speed
         move.reason                  # MoveReason ("interference": metric label)
         move.message                 # the expected gain in words, for the Migrated Event
-    plan.deferred                    # worth moving, but the concurrency cap is full
+    plan.deferred                    # might be worth moving; not judged this pass (caps)
 
 ``running`` lists every running job as :class:`RunningJob` (``movable`` = policy
 ``OnCheckpoint``; jobs with ``moving=True`` count against the cap). ``state`` must hold every
-running job (both shares of a job being moved). It is changed during the call and restored
-before it returns (:mod:`horus.scheduler.scratch`).
+running job (both shares of a job being moved); it is only read.
 """
 
 from __future__ import annotations
@@ -59,27 +60,37 @@ from dataclasses import dataclass
 import numpy as np
 
 from horus.scheduler.scheduler import Scheduler
-from horus.scheduler.scratch import Scratch
 from horus.scheduler.state import BoolArray, ClusterState
 from horus.scheduler.types import (
     GpuShare,
+    JobRequest,
     MigrationPlan,
     MigrationSettings,
     Move,
     MoveReason,
     Placement,
+    Refusal,
     RunningJob,
 )
 
 
 @dataclass(frozen=True)
-class _Option:
-    """A move worth making, as judged against the state when it was evaluated."""
+class _Candidate:
+    """A job that may move, with what it adds where it is (judged without moving it)."""
 
-    move: Move
-    value: float  # pessimistic net gain minus cost: the ranking
-    old_gpus: tuple[int, ...]
-    new_gpus: tuple[int, ...]
+    job: RunningJob
+    old: tuple[int, ...]
+    before: float  # what it adds where it runs now (summed normalised speed)
+    speed_before: float
+    margin: float  # uncertainty of ``before``
+    horizon: float
+    cost: float  # the move's cost in summed normalised speed over ``horizon``
+
+    @property
+    def bound(self) -> float:
+        """The most a move could be worth: every GPU idle (1 each) after, margins and cost
+        paid."""
+        return self.job.request.gpu_count - self.before - self.margin - self.cost
 
 
 def plan_migrations(
@@ -90,7 +101,7 @@ def plan_migrations(
     settings: MigrationSettings | None = None,
     exclude: BoolArray | None = None,
 ) -> MigrationPlan:
-    """The moves worth making now, best first (see the module docstring).
+    """The moves worth making now (see the module docstring).
 
     ``exclude``: GPUs no job may move onto (e.g. those the starvation guard reserves:
     ``sched.reservation``). A policy that does not score interference (anything but
@@ -117,7 +128,8 @@ class _Planner:
     ) -> None:
         self.sched, self.state, self.now, self.cfg = sched, state, now, cfg
         self.by_name = {r.request.name: r for r in running}
-        self.scratch = Scratch(state)
+        #: Best destination per job shape in this pass (see :meth:`_judge`).
+        self.best: dict[tuple[object, ...], Placement | Refusal] = {}
         #: GPUs a move touches (both ends) or that hold a job being moved: no destination,
         #: and a job on one of them waits for the next pass.
         self.touched = np.zeros(state.gpu_count, dtype=np.bool_)
@@ -130,15 +142,35 @@ class _Planner:
         self.slots = cfg.max_concurrent - sum(1 for r in running if r.moving)
 
     def plan(self) -> MigrationPlan:
+        """Candidates in the order of the most a move could be worth; each is judged (a
+        placement attempt) while the cap has room, at most ``max_judged``, and the first
+        worth making is taken — so a pass costs a few attempts however many jobs could
+        move (with idle GPUs about, the bound is what a move gains)."""
         if self.slots <= 0:
             return MigrationPlan(())
-        try:
-            options = [o for r in self._candidates() if (o := self._evaluate(r)) is not None]
-            return self._choose(options)
-        finally:
-            self.scratch.undo()
+        self.sched.estimates.residents_from(self.state)
+        cands = [c for r in self._eligible() if (c := self._candidate(r)) is not None]
+        cands.sort(key=lambda c: (-c.bound, c.job.request.name))
+        chosen: list[Move] = []
+        judged = 0
+        for i, c in enumerate(cands):
+            if len(chosen) >= self.slots or judged >= self.cfg.max_judged:
+                rest = cands[i:]
+                return MigrationPlan(tuple(chosen), tuple(x.job.request.name for x in rest))
+            if self.touched[list(c.old)].any():
+                continue  # beside a move chosen just now: judged again next pass
+            judged += 1
+            move = self._judge(c)
+            if move is not None:
+                chosen.append(move)
+                new = [self.state.gpu_id(s.node, s.gpu_index) for s in move.placement.shares]
+                for gpus in (list(c.old), new):
+                    self.touched[gpus] = True
+                    self.blocked[gpus] = True
+                self.best.clear()  # destinations were just taken
+        return MigrationPlan(tuple(chosen))
 
-    def _candidates(self) -> list[RunningJob]:
+    def _eligible(self) -> list[RunningJob]:
         """Running jobs that may move now: movable, observed, not too often, sharing a GPU."""
         cfg, st, now = self.cfg, self.state, self.now
         out = []
@@ -154,7 +186,28 @@ class _Planner:
             if self.touched[gpus].any() or not (st.njobs[gpus] > 1).any():
                 continue  # beside a move under way, or alone: nothing to gain by leaving
             out.append(r)
-        return sorted(out, key=lambda r: r.request.name)
+        return out
+
+    def _candidate(self, r: RunningJob) -> _Candidate | None:
+        """What ``r`` adds where it runs now, from the signatures of its GPUs without it;
+        None when no move could clear ``min_gain``."""
+        sched, st = self.sched, self.state
+        job = r.request
+        old = tuple(st.jobs[job.name].gpus)
+        before, speed_before, margin = 0.0, 1.0, 0.0
+        for g in old:
+            sig = _without(st.signatures[int(st.sig_id[g])], job.kind)
+            model = st.gpu_model[g]
+            speed, gain = sched.joining_effect(job.kind, model, sig)
+            before += gain
+            speed_before = min(speed_before, speed)
+            margin += sched.share_margin(job.kind, model, sig)
+        if not math.isfinite(before):
+            return None
+        horizon = self._horizon(r)
+        cost = r.move_cost_s * job.gpu_count / horizon
+        c = _Candidate(r, old, before, speed_before, margin, horizon, cost)
+        return c if c.bound > self.cfg.min_gain else None
 
     def _horizon(self, r: RunningJob) -> float:
         """Seconds the gain of moving ``r`` lasts: its remaining run time (or age), no
@@ -176,80 +229,79 @@ class _Planner:
             return max(r.remaining_s, 1.0)
         return min(cfg.max_horizon_s, max(cfg.min_horizon_s, r.elapsed_s))
 
-    def _evaluate(self, r: RunningJob, blocked: BoolArray | None = None) -> _Option | None:
-        """The best move of ``r`` if it is worth making; None otherwise."""
+    def _judge(self, c: _Candidate) -> Move | None:
+        """The best move of ``c`` (a placement on GPUs no other move touches), if it is
+        worth making.
+
+        No state change is needed: with the job's own GPUs excluded, the job's presence on
+        them changes no other GPU's score. And jobs of one shape share the best destination
+        of a pass (cached): if it avoids this job's GPUs, excluding them changes nothing."""
         sched, st, cfg = self.sched, self.state, self.cfg
-        job, name = r.request, r.request.name
-        old = tuple(st.jobs[name].gpus)
-        source = st.shares_of(name)
-        horizon = self._horizon(r)
-        cost = r.move_cost_s * job.gpu_count / horizon
-        self.scratch.release(name)
-        try:
-            before, speed_before, margin = 0.0, 1.0, 0.0
-            for g in old:
-                speed, gain = sched.predicted_effect(st, job, g)
-                before += gain
-                speed_before = min(speed_before, speed)
-                sig = st.signatures[int(st.sig_id[g])]
-                margin += sched.share_margin(job.kind, st.gpu_model[g], sig)
-            if not math.isfinite(before):
+        job, name = c.job.request, c.job.request.name
+        key = _shape(job)
+        best = self.best.get(key)
+        if best is None:
+            best = self.best[key] = sched.attempt(st, job, explain=False, exclude=self.blocked)
+        if not isinstance(best, Placement):
+            return None  # nowhere, even counting the GPUs it holds
+        placed = best
+        old = set(c.old)
+        if any(st.gpu_id(s.node, s.gpu_index) in old for s in best.shares):
+            excl = self.blocked.copy()
+            excl[list(c.old)] = True
+            again = sched.attempt(st, job, explain=False, exclude=excl)
+            if not isinstance(again, Placement):
                 return None
-            # Nowhere can the job add more than 1 per GPU (an idle GPU): prune cheaply.
-            if job.gpu_count - before - margin <= cfg.min_gain + cost:
-                return None
-            excl = (self.blocked if blocked is None else blocked).copy()
-            excl[list(old)] = True
-            placed = sched.attempt(st, job, explain=False, exclude=excl)
-            if not isinstance(placed, Placement):
-                return None
-            new = tuple(st.gpu_id(s.node, s.gpu_index) for s in placed.shares)
-            for g in new:
-                sig = st.signatures[int(st.sig_id[g])]
-                margin += sched.share_margin(job.kind, st.gpu_model[g], sig)
-        finally:
-            self.scratch.restore(name)
-        gain = placed.predicted_gain - before
-        if not gain - margin > cfg.min_gain + cost:
+            placed = again
+        margin = c.margin
+        for share in placed.shares:
+            g = st.gpu_id(share.node, share.gpu_index)
+            sig = st.signatures[int(st.sig_id[g])]
+            margin += sched.share_margin(job.kind, st.gpu_model[g], sig)
+        gain = placed.predicted_gain - c.before
+        if not gain - margin > cfg.min_gain + c.cost:
             return None
-        move = Move(
+        source = st.shares_of(name)
+        return Move(
             job=name,
             placement=placed,
             source=source,
             gain=gain,
-            cost=cost,
-            horizon_s=horizon,
-            speed_before=speed_before,
+            cost=c.cost,
+            horizon_s=c.horizon,
+            speed_before=c.speed_before,
             speed_after=placed.predicted_speed,
             reason=MoveReason.INTERFERENCE,
-            message=_message(name, source, placed, gain, horizon, r.move_cost_s, speed_before),
+            message=_message(
+                name,
+                source,
+                placed,
+                gain,
+                c.horizon,
+                c.job.move_cost_s,
+                c.speed_before,
+            ),
         )
-        return _Option(move, gain - margin - cost, old, new)
 
-    def _choose(self, options: list[_Option]) -> MigrationPlan:
-        """Best first; each chosen move bars its GPUs to the rest (re-judged if their
-        destination was one of them, skipped if they sit beside it)."""
-        options.sort(key=lambda o: (-o.value, o.move.job))
-        chosen: list[Move] = []
-        deferred: list[str] = []
-        while options:
-            o = options.pop(0)
-            if self.touched[list(o.old_gpus)].any():
-                continue  # its neighbourhood is changing: judge it again next pass
-            if self.blocked[list(o.new_gpus)].any():
-                again = self._evaluate(self.by_name[o.move.job])
-                if again is not None:
-                    options.append(again)
-                    options.sort(key=lambda x: (-x.value, x.move.job))
-                continue
-            if len(chosen) >= self.slots:
-                deferred.append(o.move.job)
-                continue
-            chosen.append(o.move)
-            for gpus in (o.old_gpus, o.new_gpus):
-                self.touched[list(gpus)] = True
-                self.blocked[list(gpus)] = True
-        return MigrationPlan(tuple(chosen), tuple(deferred))
+
+def _shape(job: JobRequest) -> tuple[object, ...]:
+    """What decides where a job may go: jobs of one shape have the same best destination."""
+    return (
+        job.kind,
+        job.replicas,
+        job.gpus_per_replica,
+        job.core_percent,
+        job.memory_mib,
+        job.gpu_models,
+        job.nodes,
+        job.prediction,
+    )
+
+
+def _without(sig: tuple[str, ...], kind: str) -> tuple[str, ...]:
+    """A GPU's signature with one job of ``kind`` taken out (still sorted)."""
+    i = sig.index(kind)
+    return sig[:i] + sig[i + 1 :]
 
 
 def _labels(shares: Sequence[GpuShare]) -> str:

@@ -69,13 +69,15 @@ class ScoreContext:
     #: Per GPU model, a margin learned from measured pairs (``Scheduler.model_pair_error``
     #: × ``uncertainty_z``); models not in it keep ``pair_margin``.
     model_margin: Mapping[str, float] = field(default_factory=dict)
+    #: Margin of a measured pair term (the measurement's own error × ``uncertainty_z``).
+    observed_margin: float = 0.0
 
     def signature_margin(self, kind: str, model: str, sig: tuple[str, ...]) -> float:
         """Margin of one pair term when ``kind`` joins a GPU running ``sig``: the mean over
         the pair terms the share adds (its speed next to each job, each job's next to it),
-        0 for the measured ones."""
+        the measurement's own margin for the measured ones."""
         margin = self.model_margin.get(model, self.pair_margin)
-        return term_margin(margin, self.observed, kind, model, sig)
+        return term_margin(margin, self.observed, kind, model, sig, self.observed_margin)
 
     # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
     #: predicted gain per GPU, −inf off the scored mask;
@@ -84,21 +86,31 @@ class ScoreContext:
     admissible: FloatArray | None = None
 
 
+def unmeasured_fraction(
+    observed: AbstractSet[tuple[str, str, str]], kind: str, model: str, sig: tuple[str, ...]
+) -> float:
+    """The fraction of the pair terms ``kind`` joining ``sig`` adds (its speed next to each
+    job, each job's next to it) that are not measured (``observed``)."""
+    if not observed or not sig:
+        return 1.0
+    unmeasured = sum(
+        ((kind, r, model) not in observed) + ((r, kind, model) not in observed) for r in sig
+    )
+    return unmeasured / (2 * len(sig))
+
+
 def term_margin(
     margin: float,
     observed: AbstractSet[tuple[str, str, str]],
     kind: str,
     model: str,
     sig: tuple[str, ...],
+    observed_margin: float = 0.0,
 ) -> float:
-    """``margin`` × the fraction of the pair terms that ``kind`` joining ``sig`` adds (its
-    speed next to each job, each job's next to it) that are not measured (``observed``)."""
-    if not observed or not sig or margin == 0:
-        return margin
-    unmeasured = sum(
-        ((kind, r, model) not in observed) + ((r, kind, model) not in observed) for r in sig
-    )
-    return margin * unmeasured / (2 * len(sig))
+    """The mean margin of the pair terms that ``kind`` joining ``sig`` adds: ``margin`` for a
+    predicted one, ``observed_margin`` for a measured one (``observed``)."""
+    frac = unmeasured_fraction(observed, kind, model, sig)
+    return margin * frac + observed_margin * (1.0 - frac)
 
 
 class Policy:
@@ -153,8 +165,9 @@ class Policy:
         slowest speed there); None when it refused none (default: it has no such rule)."""
         return None
 
-    def forget_pairs(self) -> None:
-        """Drop whatever was derived from pair speeds (one of them has changed)."""
+    def forget_pairs(self, pair: tuple[str, str] | None = None) -> None:
+        """Drop whatever was derived from pair speeds: from the speed of ``pair`` (kind,
+        other) when only it changed, else from any."""
 
 
 def _clamp_core(util: float, settings: SchedulerSettings) -> int:
@@ -230,6 +243,43 @@ class HorusOriginal(Policy):
         return np.asarray(-cost, dtype=np.float64)
 
 
+class _SigTable:
+    """What joining each signature id of one state means for one job kind on one GPU model:
+    gain, the new job's speed, the slowest resident's, the number of residents and the
+    fraction of pair terms not measured (NaN gain: not computed yet). Margins are applied
+    when a GPU is scored, so a measurement only invalidates the signatures it concerns."""
+
+    def __init__(self, kind_sigs: Mapping[str, AbstractSet[int]]) -> None:
+        #: The state's index: kind → ids of the signatures holding it.
+        self.kind_sigs = kind_sigs
+        self.gain: FloatArray = np.empty(0)
+        self.speed: FloatArray = np.empty(0)
+        self.slowest: FloatArray = np.empty(0)
+        self.unmeasured: FloatArray = np.empty(0)
+        self.size: IntArray = np.empty(0, dtype=np.int64)
+
+    def grow(self, n: int) -> None:
+        have = len(self.gain)
+        if have >= n:
+            return
+        pad = np.full(n - have, np.nan)
+        self.gain = np.concatenate([self.gain, pad])
+        self.speed = np.concatenate([self.speed, pad])
+        self.slowest = np.concatenate([self.slowest, pad])
+        self.unmeasured = np.concatenate([self.unmeasured, pad])
+        self.size = np.concatenate([self.size, np.zeros(n - have, dtype=np.int64)])
+
+    def forget(self, a: str, b: str) -> None:
+        """The speed of ``a`` next to ``b`` changed: the gains of signatures holding both
+        (the kind of this table is neither) are stale."""
+        both = self.kind_sigs.get(a, set())
+        if a != b:
+            both = both & self.kind_sigs.get(b, set())
+        stale = [sid for sid in both if sid < len(self.gain)]
+        if stale:
+            self.gain[stale] = np.nan
+
+
 class Horus(Policy):
     """Maximise the predicted rise in summed normalised speed on the chosen GPU."""
 
@@ -239,12 +289,30 @@ class Horus(Policy):
     def __init__(self) -> None:
         # (kind, gpu model, signature) -> (gain, new job's speed, slowest resident after)
         self._gain_cache: dict[tuple[str, str, tuple[str, ...]], tuple[float, float, float]] = {}
-        # (state token, kind, model id) -> per-signature (raw gain, admissible gain) arrays
-        self._tables_cache: dict[tuple[int, str, int], tuple[FloatArray, FloatArray]] = {}
+        # kind -> keys of _gain_cache whose gain reads a pair speed of that kind
+        self._gain_keys: dict[str, set[tuple[str, str, tuple[str, ...]]]] = {}
+        # (state token, kind, model id) -> what joining each signature id means
+        self._tables_cache: dict[tuple[int, str, int], _SigTable] = {}
 
-    def forget_pairs(self) -> None:
-        self._gain_cache.clear()
-        self._tables_cache.clear()
+    def forget_pairs(self, pair: tuple[str, str] | None = None) -> None:
+        if pair is None:
+            self._gain_cache.clear()
+            self._gain_keys.clear()
+            self._tables_cache.clear()
+            return
+        # A gain reads the speed of (a, b) only when both kinds are among the new job's
+        # and the GPU's: drop just those (measurements arrive one pair at a time, and
+        # recomputing every gain after each was most of an observing simulation's time).
+        a, b = pair
+        keys = self._gain_keys.get(a, set())
+        stale = keys if a == b else keys & self._gain_keys.get(b, set())
+        for key in stale:
+            self._gain_cache.pop(key, None)
+        for tkey, table in list(self._tables_cache.items()):
+            if tkey[1] in pair:  # its own pairs: gains and which terms are measured
+                del self._tables_cache[tkey]
+            else:
+                table.forget(a, b)
 
     def core_share(
         self, job: JobRequest, pred: ResourcePrediction, settings: SchedulerSettings
@@ -281,63 +349,63 @@ class Horus(Policy):
         after += new_speed
         result = (after - before, new_speed, slowest)
         self._gain_cache[key] = result
+        for k in {kind, *sig}:
+            self._gain_keys.setdefault(k, set()).add(key)
         return result
 
     def refine(self, ctx: ScoreContext, mask: BoolArray) -> BoolArray:
         st = ctx.state
         return mask & (st.util_sum + ctx.util_need <= ctx.settings.util_cap + 1e-9)
 
-    def _tables(
-        self, ctx: ScoreContext, model_id: int, needed: IntArray
-    ) -> tuple[FloatArray, FloatArray]:
-        """(raw gain, admissible gain or −inf) per signature id; NaN where not yet computed.
-
-        Only the signatures in ``needed`` (those on candidate GPUs) are filled in, so signatures
-        that once existed but no longer occur cost nothing.
-        """
+    def _table(self, ctx: ScoreContext, model_id: int, needed: IntArray) -> _SigTable:
+        """What joining each signature id means for ``ctx.job``'s kind, filled in for the
+        signatures in ``needed`` (those on candidate GPUs), so signatures that once existed
+        but no longer occur cost nothing."""
         st = ctx.state
-        key = (st.token, ctx.job.kind, model_id)  # settings and margin are fixed per scheduler
-        n = len(st.signatures)
-        raw, adm = self._tables_cache.get(key, (np.empty(0), np.empty(0)))
-        if len(raw) < n:
-            if key not in self._tables_cache and len(self._tables_cache) >= 4096:
+        key = (st.token, ctx.job.kind, model_id)
+        table = self._tables_cache.get(key)
+        if table is None:
+            if len(self._tables_cache) >= 4096:
                 # A caller that builds a new state per pass (the operator) leaves tables of
                 # old states behind: keep the cache bounded.
                 self._tables_cache.clear()
-            pad = np.full(n - len(raw), np.nan)
-            raw, adm = np.concatenate([raw, pad]), np.concatenate([adm, pad])
-            self._tables_cache[key] = (raw, adm)
-        todo = needed[np.isnan(raw[needed])]
+            table = self._tables_cache[key] = _SigTable(st.kind_sigs)
+        table.grow(len(st.signatures))
+        todo = needed[np.isnan(table.gain[needed])]
         if len(todo):
-            cfg, model = ctx.settings, st.models[model_id]
+            kind, model = ctx.job.kind, st.models[model_id]
             for sid in np.unique(todo).tolist():
                 sig = st.signatures[sid]
-                gain, speed, slowest = self.gain(ctx.job.kind, model, sig, ctx.pair_speed)
-                raw[sid] = gain
-                # Optimistic bounds: every predicted pair speed may be ``m`` too low. The new
-                # job's speed has len(sig) pair terms, the summed gain twice as many.
-                m, n = ctx.signature_margin(ctx.job.kind, model, sig), len(sig)
-                bad = bool(sig) and (
-                    gain + 2 * n * m < cfg.min_gain
-                    or speed + n * m < cfg.min_speed
-                    or slowest + m < cfg.min_speed
-                )
-                adm[sid] = -np.inf if bad else gain
-        return raw, adm
+                gain, speed, slowest = self.gain(kind, model, sig, ctx.pair_speed)
+                table.gain[sid], table.speed[sid], table.slowest[sid] = gain, speed, slowest
+                table.size[sid] = len(sig)
+                table.unmeasured[sid] = unmeasured_fraction(ctx.observed, kind, model, sig)
+        return table
 
     def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
-        st = ctx.state
-        if len(st.models) == 1:
-            raw, adm = self._tables(ctx, 0, st.sig_id[mask])
-            raw_g, score = raw[st.sig_id], adm[st.sig_id]
-        else:
-            raw_g = np.empty(st.gpu_count)
-            score = np.empty(st.gpu_count)
-            for m in range(len(st.models)):
-                sel = st.model_of == m
-                raw, adm = self._tables(ctx, m, st.sig_id[sel & mask])
-                raw_g[sel], score[sel] = raw[st.sig_id[sel]], adm[st.sig_id[sel]]
-        score = np.where(mask, score, -np.inf)
+        st, cfg = ctx.state, ctx.settings
+        raw_g = np.full(st.gpu_count, np.nan)
+        score = np.full(st.gpu_count, -np.inf)
+        one_model = len(st.models) == 1
+        for m in range(len(st.models)):
+            sel = np.ones(st.gpu_count, np.bool_) if one_model else st.model_of == m
+            table = self._table(ctx, m, st.sig_id[sel & mask])
+            raw_g[sel] = table.gain[st.sig_id[sel]]
+            idx = np.nonzero(sel & mask)[0]
+            sids = st.sig_id[idx]
+            gain, n = table.gain[sids], table.size[sids]
+            # Optimistic bounds: every pair speed may be ``margin`` too low (a predicted
+            # term its model's margin, a measured one the measurement's). The new job's
+            # speed has len(sig) pair terms, the summed gain twice as many.
+            frac = table.unmeasured[sids]
+            margin = ctx.model_margin.get(st.models[m], ctx.pair_margin)
+            mrg = margin * frac + ctx.observed_margin * (1.0 - frac)
+            bad = (n > 0) & (
+                (gain + 2 * n * mrg < cfg.min_gain)
+                | (table.speed[sids] + n * mrg < cfg.min_speed)
+                | (table.slowest[sids] + mrg < cfg.min_speed)
+            )
+            score[idx] = np.where(bad, -np.inf, gain)
         ctx.gains = np.where(mask, raw_g, -np.inf)  # raw_g is NaN only off the mask
         ctx.admissible = score
         # Among equal gains prefer the fuller GPU (keeps idle GPUs whole for big gangs).

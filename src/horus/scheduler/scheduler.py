@@ -96,7 +96,11 @@ class Scheduler:
     pair speeds — the simulator passes the measured tables for ``oracle``. ``pair_error`` is
     the typical error of one pair speed (see :attr:`pair_error`); a caller whose override
     only wraps the predictor (the operator) passes :func:`published_pair_error` so the
-    uncertainty margin is the same as without an override.
+    uncertainty margin is the same as without an override. ``observed_error`` is the
+    typical error of one *measured* pair speed (:meth:`observe_pair`): 0 (the default)
+    treats measurements as exact; a caller whose measurements come from the node agent's
+    utilisation ratio passes that estimate's error (``benchmarks/pair_signal.py``: 0.19),
+    so a measured pair keeps a margin like a predicted one.
     """
 
     def __init__(
@@ -106,9 +110,10 @@ class Scheduler:
         settings: SchedulerSettings | None = None,
         pair_speed: PairSpeed | None = None,
         pair_error: float | None = None,
+        observed_error: float = 0.0,
     ) -> None:
         self.settings = settings or SchedulerSettings()
-        self.estimates = Estimates(predictor, self.settings, pair_speed, pair_error)
+        self.estimates = Estimates(predictor, self.settings, pair_speed, pair_error, observed_error)
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self._queue_model: str | None = None
         #: GPUs held for the starving job at the head of the queue (the starvation guard).
@@ -141,7 +146,7 @@ class Scheduler:
         it is from the prediction also teaches the margin of the pairs on that GPU model
         that are still unmeasured (:meth:`model_pair_error`)."""
         if self.estimates.observe_pair(kind, other, gpu_model, speed):
-            self.policy.forget_pairs()
+            self.policy.forget_pairs((kind, other))
 
     def model_pair_error(self) -> dict[str, float]:
         """Per GPU model, the pair error learned from measured pairs (:meth:`observe_pair`):
@@ -153,12 +158,14 @@ class Scheduler:
     def share_margin(self, kind: str, gpu_model: str, sig: tuple[str, ...]) -> float:
         """How far the predicted gain of ``kind`` joining a ``gpu_model`` GPU that runs
         ``sig`` may be off (the bound the sharing rule uses): 2 × len(sig) pair terms, each
-        with its model's margin (``uncertainty_z`` × pair error), 0 for measured pairs."""
+        with its model's margin (``uncertainty_z`` × pair error); a measured one with
+        ``uncertainty_z`` × ``observed_error``."""
         margin = self.estimates.model_margins().get(
             gpu_model, self.settings.uncertainty_z * self.pair_error
         )
         observed = self.estimates.observed_pairs.keys()
-        return 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig)
+        measured = self.settings.uncertainty_z * self.estimates.observed_error
+        return 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig, measured)
 
     @property
     def observed_pairs(self) -> Mapping[PairKey, float]:
@@ -298,6 +305,7 @@ class Scheduler:
             pair_margin=cfg.uncertainty_z * self.pair_error,
             observed=self.estimates.observed_pairs.keys(),
             model_margin=self.estimates.model_margins(),
+            observed_margin=cfg.uncertainty_z * self.estimates.observed_error,
         )
         room = usable & mem_ok & core_ok & slots_ok
         return _Prepared(st, job, pol, preds, ctx, allowed, usable, mem_ok, core_ok, slots_ok, room)
@@ -417,10 +425,29 @@ class Scheduler:
             return math.nan, math.nan
         self.remember(job)
         self.estimates.residents_from(st)
-        model = st.gpu_model[g]
+        return self._effect(job.kind, st.gpu_model[g], sig)
+
+    def joining_effect(
+        self, kind: str, gpu_model: str, sig: tuple[str, ...]
+    ) -> tuple[float, float]:
+        """:meth:`predicted_effect` of a job of ``kind`` joining a ``gpu_model`` GPU that
+        runs the job kinds ``sig`` (sorted), from the policy's cached gains when it keeps
+        them (``horus``/``oracle``). The kinds' profiles must be known to the scheduler (it
+        has seen them, or the state it last decided on holds them)."""
+        if not sig:
+            return 1.0, 1.0
+        if not self.estimates.has_pair_source:
+            return math.nan, math.nan
+        gain = getattr(self.policy, "gain", None)
+        if callable(gain):
+            rise, speed, _ = gain(kind, gpu_model, sig, self.pair_speed)
+            return float(speed), float(rise)
+        return self._effect(kind, gpu_model, sig)
+
+    def _effect(self, kind: str, model: str, sig: tuple[str, ...]) -> tuple[float, float]:
         speed = 1.0
         for o in sig:
-            speed *= self.pair_speed(job.kind, o, model)
+            speed *= self.pair_speed(kind, o, model)
         before = after = 0.0
         for i, r in enumerate(sig):
             s = 1.0
@@ -428,7 +455,7 @@ class Scheduler:
                 if i != j:
                     s *= self.pair_speed(r, o, model)
             before += s
-            after += s * self.pair_speed(r, job.kind, model)
+            after += s * self.pair_speed(r, kind, model)
         return speed, after + speed - before
 
     # --- reservations (the starvation guard) ----------------------------------------------

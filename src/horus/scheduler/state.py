@@ -112,6 +112,9 @@ class ClusterState:
         self.residents: list[list[_Resident]] = [[] for _ in range(n_gpus)]
         self.signatures: list[tuple[str, ...]] = [()]
         self._sig_ids: dict[tuple[str, ...], int] = {(): 0}
+        #: Job kind → ids of the signatures holding it (lets a measured pair invalidate only
+        #: the cached gains it concerns).
+        self.kind_sigs: dict[str, set[int]] = {}
         self.jobs: dict[str, _PlacedJob] = {}
         #: Bumped on every change; lets callers cache per-state work.
         self.version = 0
@@ -206,6 +209,7 @@ class ClusterState:
         new.residents = [list(r) for r in self.residents]
         new.signatures = list(self.signatures)
         new._sig_ids = dict(self._sig_ids)
+        new.kind_sigs = {k: set(v) for k, v in self.kind_sigs.items()}
         new.jobs = {
             k: _PlacedJob(v.request, v.prediction, list(v.gpus)) for k, v in self.jobs.items()
         }
@@ -222,6 +226,8 @@ class ClusterState:
             sid = len(self.signatures)
             self._sig_ids[sig] = sid
             self.signatures.append(sig)
+            for kind in set(sig):
+                self.kind_sigs.setdefault(kind, set()).add(sid)
         return sid
 
     def _refresh_sig(self, g: int) -> None:

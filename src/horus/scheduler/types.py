@@ -345,6 +345,11 @@ class MigrationSettings:
     #: for nothing; the ceiling (one day) keeps an old job from justifying any move.
     min_horizon_s: float = 600.0
     max_horizon_s: float = 86_400.0
+    #: Most jobs judged per call (a placement attempt each), in the order of the most a
+    #: move could gain: bounds what one pass costs on a large busy cluster, where most
+    #: jobs in a bad pair have nowhere better to go. The rest wait for a later pass
+    #: (``MigrationPlan.deferred``). Twice the concurrency cap.
+    max_judged: int = 8
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_gain) and self.min_gain >= 0):
@@ -355,6 +360,8 @@ class MigrationSettings:
             raise ValidationError(
                 f"migration min_interval_s must be a finite number >= 0, got {self.min_interval_s}"
             )
+        if self.max_judged < 1:
+            raise ValidationError(f"migration max_judged must be >= 1, got {self.max_judged}")
         if self.max_concurrent < 0 or self.max_moves_per_job < 0:
             raise ValidationError(
                 "migration max_concurrent and max_moves_per_job must be >= 0, got "
@@ -468,8 +475,10 @@ class Move:
 
 @dataclass(frozen=True)
 class MigrationPlan:
-    """The moves worth making now (at most the concurrency cap allows), best first, and the
-    jobs whose move would also have been worth it but waits for a free slot."""
+    """The moves worth making now (at most the concurrency cap allows), in the order they
+    were found (the job whose move could gain most is judged first), and the jobs that might
+    also be worth moving but were not judged (the concurrency cap was full, or
+    ``max_judged`` reached); a later pass will."""
 
     moves: tuple[Move, ...]
     deferred: tuple[str, ...] = ()
