@@ -84,6 +84,39 @@ def _filtered_panels_wrong(url: str) -> list[str]:
     return wrong
 
 
+def _each_container_got_its_own_share(state: DemoState) -> None:
+    """On real nodes each DLJob replica is a container of the example workload image; its
+    first log line is the share it received, which must be its own pod's signed assignment."""
+    from horus.api.assignment import decode_assignment
+    from horus.common import constants as c
+
+    kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig]
+    pods = json.loads(
+        subprocess.run(
+            [*kubectl, "get", "pods", "-l", c.LABEL_DLJOB_NAME, "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )["items"]
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    assert len(running) >= 4, [p["metadata"]["name"] for p in pods]
+    for pod in running:
+        meta = pod["metadata"]
+        a = decode_assignment(meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT])
+        logs = subprocess.run(
+            [*kubectl, "logs", meta["name"]], capture_output=True, text=True, check=True
+        ).stdout
+        share = json.loads(logs.splitlines()[0])
+        assert share["event"] == "share", logs[:300]
+        env = share["env"]
+        assert (env[c.ENV_POD_NAME], env[c.ENV_GPU_UUID], env[c.ENV_GPU_CORE_PERCENT]) == (
+            meta["name"],
+            a.gpu_uuid,
+            str(a.core_percent),
+        ), f"{meta['name']} got {env}"
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
@@ -147,6 +180,10 @@ def test_demo_start_to_finish_dashboards_have_data_and_down_leaves_nothing(
         # and filtered by node and GPU
         wrong = _filtered_panels_wrong(state.prometheus_url)
         assert not wrong, "panels that do not follow the node/GPU choice:\n" + "\n".join(wrong)
+
+        # real containers did the jobs' work: every running replica printed its own share
+        if not os.environ.get("DEMO_KWOK"):
+            _each_container_got_its_own_share(state)
 
         # a second `up` is refused, clearly, and leaves the running demo alone
         again = _run([*horus, "up"], env, timeout=60)

@@ -121,12 +121,15 @@ def _register_images(dev_sub: Any) -> None:
 def _register_demo(dev_sub: Any) -> None:
     demo = dev_sub.add_parser(
         "demo",
-        help="the one-command demo (make demo): cluster, helm, operator, agent, Prometheus",
+        help="the one-command demo (make demo): cluster, real nodes, helm, Prometheus",
         description=(
-            "Brings up the local control plane with kwok GPU nodes, installs Horus with helm, "
-            "runs the operator and the simulated-GPU agent as local processes, a real "
-            "Prometheus, submits examples/, shows a live placement table and writes a PNG "
-            "report. State in --dir (env HORUS_DEMO_DIR, default ~/.local/state/horus/demo)."
+            "Brings up the local control plane with real kubelet nodes (root; simulated GPUs), "
+            "builds Horus' images from this checkout, installs the chart with helm (operator "
+            "Deployment and node DaemonSet in-cluster), runs a real Prometheus, submits "
+            "examples/ as real containers, shows a live placement table and writes a PNG "
+            "report. --kwok: kwok nodes instead (no containers, no root; the operator and "
+            "agent run as local processes). State in --dir (env HORUS_DEMO_DIR, default "
+            "~/.local/state/horus/demo)."
         ),
     )
     demo.add_argument("--dir", type=Path, default=None, help="demo folder")
@@ -138,12 +141,20 @@ def _register_demo(dev_sub: Any) -> None:
         default=os.environ.get("DEMO_QUICK", "") not in ("", "0"),
         help="the test suite's smaller, faster variant (env DEMO_QUICK=1)",
     )
-    up.add_argument("--nodes", type=count(1000), default=None, help="kwok nodes (env DEMO_NODES)")
+    up.add_argument(
+        "--kwok",
+        action="store_true",
+        default=os.environ.get("DEMO_KWOK", "") not in ("", "0"),
+        help="kwok nodes instead of real kubelet nodes (env DEMO_KWOK=1)",
+    )
+    up.add_argument(
+        "--nodes", type=count(1000), default=None, help="nodes (env DEMO_NODES; real: at most 16)"
+    )
     up.add_argument(
         "--gpus-per-node",
         type=count(MAX_GPUS_PER_NODE),
         default=None,
-        help="GPUs of each kwok node (env DEMO_GPUS_PER_NODE)",
+        help="simulated GPUs of each node (env DEMO_GPUS_PER_NODE)",
     )
     up.add_argument("--watch-seconds", type=seconds(), default=None, help="longest live-table time")
     up.add_argument(
@@ -196,6 +207,7 @@ def _demo_up(args: argparse.Namespace) -> int:
         gpus_per_node=gpus,
         watch_seconds=args.watch_seconds,
         prometheus_port=port,
+        kwok=args.kwok,
     ).up()
     return 0
 

@@ -51,6 +51,7 @@ from horus.api.assignment import decode_assignment
 from horus.common import constants as c
 from horus.common.errors import ClusterError, HorusError
 from horus.devcluster.cluster import LocalCluster, write_kubeconfig
+from horus.devcluster.images import IMAGES, reference
 from horus.devcluster.nodes import NodeSpec, add_nodes
 from horus.devcluster.processes import (
     ManagedProcess,
@@ -88,6 +89,26 @@ HELM_VALUES = (
 )
 
 
+#: Helm values of the real-node demo, on top of horus.devcluster.chart.real_node_values: a
+#: short watchdog grace (the memory hog is evicted within the demo), the operator's 5 s
+#: resync, and agents that sample every 2 s and feed back every 10 s.
+REAL_HELM_VALUES: dict[str, Any] = {
+    "watchdogGraceSeconds": 5,
+    "operator": {"extraArgs": ["--resync-period", "5"]},
+    "node": {
+        "agent": {
+            "extraArgs": [
+                *("--enforcement", "none", "--interval-seconds", "2"),
+                *("--feedback-interval-seconds", "10"),
+            ]
+        }
+    },
+}
+#: The example workload's arguments in the demo: run until demo-down, light on CPU (about
+#: 1 % of a core per container), a progress line every 10 s.
+WORKLOAD_ARGS = ("--step-sleep", "0.1", "--report-seconds", "10")
+
+
 def default_dir() -> Path:
     env = os.environ.get("HORUS_DEMO_DIR")
     if env:
@@ -113,6 +134,9 @@ class DemoOptions:
     prometheus_port: int = 0
     #: Seconds between live-table refreshes.
     refresh_seconds: float = 2.0
+    #: kwok nodes (no containers; the operator and agent run as local processes) instead of
+    #: real kubelet nodes with Horus in-cluster. For machines where root is not available.
+    kwok: bool = False
 
     @classmethod
     def make(cls, directory: Path | None, quick: bool, **overrides: Any) -> DemoOptions:
@@ -252,6 +276,16 @@ class Demo:
             _check_port_free(opts.prometheus_port, "Prometheus")
         if not Path(PROMETHEUS).exists():
             raise ClusterError(f"{PROMETHEUS} is missing: apt-get install prometheus")
+        if not opts.kwok:
+            from horus.devcluster.realnodes import check_host
+
+            try:
+                check_host()
+            except ClusterError as exc:
+                raise ClusterError(
+                    f"{exc}. The demo runs real kubelet nodes; DEMO_KWOK=1 make demo (horus dev "
+                    "demo up --kwok) runs it on kwok nodes, without containers and without root"
+                ) from None
         self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o700)
         (self.directory / REPORT_FILE).unlink(missing_ok=True)
@@ -291,6 +325,8 @@ class Demo:
         self.down(quiet=True)  # leftovers of a demo whose processes all died
 
     def _up(self, state: DemoState, server: str, t0: float) -> DemoState:
+        if not self.options.kwok:
+            return self._up_real(state, t0)
         opts = self.options
         folder = self.directory
         self.step(f"{opts.nodes} kwok node(s) × {opts.gpus_per_node} simulated H100 (80 GiB)")
@@ -384,44 +420,21 @@ class Demo:
         state.processes.append(agent)
         state.save()
 
-        self.step(f"Prometheus 127.0.0.1:{prom_port} scraping operator and agent every 2 s")
-        prom_cfg = folder / "prometheus.yml"
-        prom_cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-                    "scrape_configs": [
-                        {
-                            "job_name": "horus-operator",
-                            "static_configs": [{"targets": [f"127.0.0.1:{op_port}"]}],
-                        },
-                        {
-                            "job_name": "horus-agent",
-                            "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}],
-                        },
-                    ],
-                },
-                sort_keys=False,
-            )
-        )
-        prom = spawn(
-            "prometheus",
+        prom = self._prometheus(
+            state,
+            prom_port,
             [
-                PROMETHEUS,
-                f"--config.file={prom_cfg}",
-                f"--storage.tsdb.path={folder / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                "--storage.tsdb.retention.time=1d",
+                {
+                    "job_name": "horus-operator",
+                    "static_configs": [{"targets": [f"127.0.0.1:{op_port}"]}],
+                },
+                {
+                    "job_name": "horus-agent",
+                    "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}],
+                },
             ],
-            folder,
             env,
         )
-        state.processes.append(prom)
-        state.prometheus_url = f"http://127.0.0.1:{prom_port}"
-        state.ports["prometheus"] = prom_port
-        state.save()
-
-        _wait("Prometheus", lambda: _http_ok(f"{state.prometheus_url}/-/ready"), 60, prom)
         _wait(
             "operator metrics",
             lambda: _http_ok(f"http://127.0.0.1:{op_port}/metrics"),
@@ -434,15 +447,58 @@ class Demo:
             60,
             agent,
         )
-        prom_t0 = time.time()
+        return self._run_jobs(state, [op, agent, prom], t0)
 
+    def _prometheus(
+        self,
+        state: DemoState,
+        port: int,
+        scrape_configs: list[dict[str, Any]],
+        env: dict[str, str],
+    ) -> ManagedProcess:
+        """A real Prometheus on 127.0.0.1:``port`` (recorded in the state), ready."""
+        folder = self.directory
+        self.step(f"Prometheus 127.0.0.1:{port} scraping operator and agent every 2 s")
+        prom_cfg = folder / "prometheus.yml"
+        prom_cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+                    "scrape_configs": scrape_configs,
+                },
+                sort_keys=False,
+            )
+        )
+        prom = spawn(
+            "prometheus",
+            [
+                PROMETHEUS,
+                f"--config.file={prom_cfg}",
+                f"--storage.tsdb.path={folder / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            folder,
+            env,
+        )
+        state.processes.append(prom)
+        state.prometheus_url = f"http://127.0.0.1:{port}"
+        state.ports["prometheus"] = port
+        state.save()
+        _wait("Prometheus", lambda: _http_ok(f"{state.prometheus_url}/-/ready"), 60, prom)
+        return prom
+
+    def _run_jobs(self, state: DemoState, procs: list[ManagedProcess], t0: float) -> DemoState:
+        """Submit the workload, show the live table, draw the report, print what to explore."""
+        folder = self.directory
+        prom_t0 = time.time()
         self.step("submitting DLJobs")
         manifests = self.workload()
         for path in manifests:
             self.kubectl(state, "apply", "-f", str(path))
             self.say(f"    kubectl apply -f {_short(path)}")
 
-        self.watch(state, prom_t0, [op, agent, prom])
+        self.watch(state, prom_t0, procs)
 
         self.step("report")
         report = folder / REPORT_FILE
@@ -459,11 +515,62 @@ class Demo:
         self.say(f"  kubectl describe dljob {UNPLACEABLE}   # why Horus refused it")
         self.say(f"  kubectl get dljob {WAITING} -o jsonpath='{{.status.message}}'  # why it waits")
         self.say("  kubectl get events --field-selector reason=GPUMemoryEvicted")
+        if not self.options.kwok:
+            self.say(
+                "  kubectl logs resnet50-train-0 | head -3   # the GPU share the container got"
+            )
+            self.say(f"  kubectl -n {NAMESPACE} get pods -o wide   # operator x2, node DaemonSet")
         self.say(f"  Prometheus: {state.prometheus_url}  (try horus_gpu_utilization_ratio)")
         self.say(f"  report:     {report}")
         self.say(f"  logs:       {folder / 'logs'}")
         self.say("stop everything with: make demo-down")
         return state
+
+    def _up_real(self, state: DemoState, t0: float) -> DemoState:
+        """Real kubelet nodes, images built here, the chart with its operator and DaemonSet."""
+        from horus.devcluster import chart
+
+        opts = self.options
+        self.step(
+            f"{opts.nodes} real kubelet node(s) × {opts.gpus_per_node} simulated H100 (80 GiB), "
+            "Horus images from this checkout, helm install (operator ×2 + node DaemonSet)"
+        )
+        local = LocalCluster(Path(state.cluster_dir))
+        cstate = local.state()
+        assert cstate is not None
+        rc = chart.prepare(
+            local,
+            cstate,
+            opts.nodes,
+            opts.gpus_per_node,
+            REAL_HELM_VALUES,
+            lambda text: self.say(f"    {text}"),
+        )
+        targets = self.directory / "prometheus-targets"
+        found = chart.write_scrape_targets(rc.kube, targets)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
+        prom = self._prometheus(
+            state,
+            opts.prometheus_port or free_port(),
+            chart.prometheus_scrape_configs(targets),
+            env,
+        )
+        want = sum(len(t) for t in found.values())
+        _wait(
+            f"Prometheus scraping the {want} operator and agent pods by pod IP",
+            lambda: self._targets_up(state) >= want,
+            60,
+            prom,
+        )
+        return self._run_jobs(state, [prom], t0)
+
+    def _targets_up(self, state: DemoState) -> int:
+        url = f"{state.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": "up == 1"})
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return len(json.load(resp)["data"]["result"])
+        except (OSError, KeyError, ValueError):
+            return 0
 
     # -- workload --
 
@@ -510,6 +617,35 @@ class Demo:
             + yaml.safe_dump(waiting)
         )
         out.append(path)  # last, lowest priority: the others are placed first
+        if self.options.kwok:
+            return out
+        return [self._on_real_nodes(p, jobs) for p in out]
+
+    @staticmethod
+    def _on_real_nodes(path: Path, jobs: Path) -> Path:
+        """The manifest with every DLJob's container replaced by the example workload image
+        (the examples name training images this machine cannot pull): a training loop that
+        prints the share it received and its step rate (examples/workload/train.py)."""
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            if doc.get("kind") != "DLJob":
+                continue
+            model = str((doc["spec"].get("profile") or {}).get("model", doc["metadata"]["name"]))
+            spec = doc["spec"]["template"].setdefault("spec", {})
+            name = (spec.get("containers") or [{}])[0].get("name", "trainer")
+            spec["containers"] = [
+                {
+                    "name": name,
+                    "image": reference(IMAGES["workload"].repository),
+                    "imagePullPolicy": "Never",
+                    "args": ["--model", model, *WORKLOAD_ARGS],
+                }
+            ]
+            spec["terminationGracePeriodSeconds"] = 2
+        out = jobs / f"real-{path.name}"
+        out.write_text(
+            f"# {_short(path)}, with the example workload image\n" + yaml.safe_dump_all(docs)
+        )
         return out
 
     # -- live table --
