@@ -621,30 +621,65 @@ class Demo:
             return out
         return [self._on_real_nodes(p, jobs) for p in out]
 
-    @staticmethod
-    def _on_real_nodes(path: Path, jobs: Path) -> Path:
-        """The manifest with every DLJob's container replaced by the example workload image
-        (the examples name training images this machine cannot pull): a training loop that
-        prints the share it received and its step rate (examples/workload/train.py)."""
+    def _on_real_nodes(self, path: Path, jobs: Path) -> Path:
+        """The manifest as real nodes can run it. A container of another image (the examples
+        name training images this machine cannot pull) becomes the example workload image: a
+        training loop that prints the share it received and its step rate
+        (examples/workload/train.py); one that already runs the workload image keeps its
+        arguments and mounts. A hostPath volume (a checkpoint that must outlive the pod) is
+        moved into the demo's folder, writable by the workload's user, so demo-down removes
+        it with the rest."""
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        workload = reference(IMAGES["workload"].repository)
         for doc in docs:
             if doc.get("kind") != "DLJob":
                 continue
             model = str((doc["spec"].get("profile") or {}).get("model", doc["metadata"]["name"]))
             spec = doc["spec"]["template"].setdefault("spec", {})
-            name = (spec.get("containers") or [{}])[0].get("name", "trainer")
-            spec["containers"] = [
-                {
-                    "name": name,
-                    "image": reference(IMAGES["workload"].repository),
-                    "imagePullPolicy": "Never",
-                    "args": ["--model", model, *WORKLOAD_ARGS],
-                }
-            ]
-            spec["terminationGracePeriodSeconds"] = 2
+            containers = spec.get("containers") or [{}]
+            out_containers = []
+            for container in containers:
+                if IMAGES["workload"].repository in str(container.get("image", "")):
+                    args = list(container.get("args") or [])
+                    if "--step-sleep" not in args:
+                        args += ["--step-sleep", WORKLOAD_ARGS[1]]
+                    out_containers.append(
+                        {**container, "image": workload, "imagePullPolicy": "Never", "args": args}
+                    )
+                else:
+                    out_containers.append(
+                        {
+                            "name": container.get("name", "trainer"),
+                            "image": workload,
+                            "imagePullPolicy": "Never",
+                            "args": ["--model", model, *WORKLOAD_ARGS],
+                        }
+                    )
+            spec["containers"] = out_containers
+            kept = {m.get("name") for c in out_containers for m in c.get("volumeMounts") or []}
+            volumes = []
+            for volume in spec.get("volumes") or []:
+                if volume.get("name") not in kept:
+                    continue
+                if "hostPath" in volume:
+                    where = self.directory / "hostpath" / volume["hostPath"]["path"].strip("/")
+                    where.mkdir(parents=True, exist_ok=True)
+                    for folder in (where, *where.parents):
+                        if folder == self.directory:
+                            break
+                        folder.chmod(0o777)  # the workload runs as uid 65532
+                    volume = {**volume, "hostPath": {"path": str(where), "type": "Directory"}}
+                volumes.append(volume)
+            if volumes:
+                spec["volumes"] = volumes
+            else:
+                spec.pop("volumes", None)
+            spec["terminationGracePeriodSeconds"] = min(
+                int(spec.get("terminationGracePeriodSeconds", 2)), 30
+            )
         out = jobs / f"real-{path.name}"
         out.write_text(
-            f"# {_short(path)}, with the example workload image\n" + yaml.safe_dump_all(docs)
+            f"# {_short(path)}, as the demo's real nodes run it\n" + yaml.safe_dump_all(docs)
         )
         return out
 
