@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -212,6 +213,7 @@ def main() -> int:
         print(f"wrote {args.out}")
     finally:
         rc.local.down()
+        shutil.rmtree(folder.parent, ignore_errors=True)
     return 0
 
 
