@@ -77,11 +77,11 @@ class Estimates:
     def pair_error(self) -> float:
         """Typical error of one pair speed: as given to the constructor; else 0 for an
         explicit source (``oracle``'s measured tables), else the predictor's published one."""
-        if self._pair_error is not None:
-            return self._pair_error
-        if self._pair_override is not None:
-            return 0.0
-        return published_pair_error(self.predictor)
+        if self._pair_error is None:  # asked on every decision: read the card once
+            self._pair_error = (
+                0.0 if self._pair_override is not None else published_pair_error(self.predictor)
+            )
+        return self._pair_error
 
     @property
     def has_pair_source(self) -> bool:

@@ -202,8 +202,8 @@ class _Planner:
             before += gain
             speed_before = min(speed_before, speed)
             margin += sched.share_margin(job.kind, model, sig)
-        if not math.isfinite(before):
-            return None
+        if not math.isfinite(before) or job.gpu_count - before - margin <= self.cfg.min_gain:
+            return None  # even onto idle GPUs at no cost the move would not pay
         horizon = self._horizon(r)
         cost = r.move_cost_s * job.gpu_count / horizon
         c = _Candidate(r, old, before, speed_before, margin, horizon, cost)

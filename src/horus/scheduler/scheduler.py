@@ -119,6 +119,8 @@ class Scheduler:
         #: GPUs held for the starving job at the head of the queue (the starvation guard).
         self.reservation = Reservation(self._pick_reservation)
         self._needs_cache: dict[tuple[object, ...], _Needs] = {}
+        #: share_margin by (kind, GPU model, signature); emptied by each measurement.
+        self._margins: dict[tuple[str, str, tuple[str, ...]], float] = {}
 
     # --- what the scheduler believes (horus.scheduler.estimates) --------------------------
     @property
@@ -147,6 +149,7 @@ class Scheduler:
         that are still unmeasured (:meth:`model_pair_error`)."""
         if self.estimates.observe_pair(kind, other, gpu_model, speed):
             self.policy.forget_pairs((kind, other))
+            self._margins.clear()  # the learnt error moved every model's margin
 
     def model_pair_error(self) -> dict[str, float]:
         """Per GPU model, the pair error learned from measured pairs (:meth:`observe_pair`):
@@ -160,12 +163,19 @@ class Scheduler:
         ``sig`` may be off (the bound the sharing rule uses): 2 × len(sig) pair terms, each
         with its model's margin (``uncertainty_z`` × pair error); a measured one with
         ``uncertainty_z`` × ``observed_error``."""
-        margin = self.estimates.model_margins().get(
-            gpu_model, self.settings.uncertainty_z * self.pair_error
-        )
-        observed = self.estimates.observed_pairs.keys()
-        measured = self.settings.uncertainty_z * self.estimates.observed_error
-        return 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig, measured)
+        key = (kind, gpu_model, sig)
+        hit = self._margins.get(key)
+        if hit is None:
+            margin = self.estimates.model_margins().get(
+                gpu_model, self.settings.uncertainty_z * self.pair_error
+            )
+            observed = self.estimates.observed_pairs.keys()
+            measured = self.settings.uncertainty_z * self.estimates.observed_error
+            hit = 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig, measured)
+            if len(self._margins) > 100_000:
+                self._margins.clear()
+            self._margins[key] = hit
+        return hit
 
     @property
     def observed_pairs(self) -> Mapping[PairKey, float]:

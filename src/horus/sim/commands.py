@@ -16,7 +16,22 @@ from typing import Any
 from horus.common.flags import count, integer, number
 from horus.sim.datasets import DEFAULT_TRUTH, ENV_DATA_DIR
 
-_POLICIES = ("exclusive", "binpack", "spread", "horus-original", "horus", "oracle")
+_POLICIES = (
+    "exclusive",
+    "binpack",
+    "spread",
+    "horus-original",
+    "horus-predict-only",
+    "horus+observed",
+    "horus",
+    "oracle",
+)
+_RUNS_HELP = (
+    "a policy (exclusive, binpack, spread, horus-original, oracle), horus (the whole system: "
+    "prediction + the agent's measurements + migration + preemption) or horus-predict-only, "
+    "optionally with features +observed, +observed-exact, +migrate, +preempt "
+    "(docs/scheduler.md, 'Run names')"
+)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -62,6 +77,26 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="synthetic: median seconds",
     )
     p.add_argument(
+        "--high-priority",
+        type=number(0.0, 1.0),
+        default=0.0,
+        help="fraction of jobs (seeded by --seed) given priority 1 instead of 0",
+    )
+    p.add_argument(
+        "--restart-seconds",
+        type=number(0.0, 1e7),
+        default=None,
+        help="seconds a moved or preempted job makes no progress (default 30: Pollux's "
+        "re-allocation delay)",
+    )
+    p.add_argument(
+        "--lost-progress-seconds",
+        type=number(0.0, 1e7),
+        default=None,
+        help="seconds of progress redone after a move or preemption (default 0: jobs "
+        "checkpoint on SIGTERM)",
+    )
+    p.add_argument(
         "--predictor", default="auto", help="trained, profiled (stand-in) or auto (default)"
     )
     _data_dir_flag(p)
@@ -93,10 +128,7 @@ def register(sub: Any) -> None:
     sim.add_argument(
         "--policy",
         default="horus",
-        help=(
-            f"one of {', '.join(_POLICIES)}, or horus+observed (fed measured pair speeds) or "
-            "horus+observed-util (fed what the agent's utilisation ratio would read; Lucid traces)"
-        ),
+        help=_RUNS_HELP,
     )
     sim.set_defaults(handler=_run_one)
     ssub = sim.add_subparsers(dest="sim_command", metavar="ACTION")
@@ -105,7 +137,7 @@ def register(sub: Any) -> None:
     cmp_.add_argument(
         "--policies",
         default=",".join(_POLICIES),
-        help="comma-separated policy names (horus+observed, horus+observed-util too)",
+        help=f"comma-separated runs: {_RUNS_HELP}",
     )
     cmp_.set_defaults(handler=_compare)
     fetch = ssub.add_parser(
@@ -119,10 +151,10 @@ def register(sub: Any) -> None:
 
 
 def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    from horus.sim.config import MoveCosts, SimConfig
     from horus.sim.datasets import LUCID
-    from horus.sim.engine import SimConfig
     from horus.sim.run import TraceSpec, load, make_predictor
-    from horus.sim.traces import SyntheticSpec
+    from horus.sim.traces import SyntheticSpec, with_priorities
 
     spec = TraceSpec(
         name=args.trace,
@@ -136,6 +168,8 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         ),
     )
     truth, trace = load(spec, args.data_dir)
+    if args.high_priority:
+        trace = with_priorities(trace, args.high_priority, args.seed)
     if truth.source == LUCID.name:
         print(
             f"note: --truth lucid uses Lucid's data ({LUCID.licence}; "
@@ -145,11 +179,17 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     predictor = make_predictor(args.predictor, truth)
     # As the benchmark does: a job that can never fit this cluster (e.g. predicted to need
     # more memory than its GPUs have) is left out and counted, not a failed run.
+    costs = MoveCosts()
+    if args.restart_seconds is not None:
+        costs = MoveCosts(args.restart_seconds, costs.lost_progress_s)
+    if args.lost_progress_seconds is not None:
+        costs = MoveCosts(costs.restart_s, args.lost_progress_seconds)
     config = SimConfig(
         gpus=args.gpus,
         gpus_per_node=args.gpus_per_node,
         progress=not args.no_progress,
         drop_impossible=True,
+        costs=costs,
     )
     return truth, trace, predictor, config
 
@@ -188,7 +228,8 @@ def _emit(args: argparse.Namespace, results: list[Any], predictor: Any) -> None:
 
 
 def _run_one(args: argparse.Namespace) -> int:
-    from horus.sim.engine import Simulator, parse_run
+    from horus.sim.config import parse_run
+    from horus.sim.engine import Simulator
 
     parse_run(args.policy)  # unknown names fail before any loading
     truth, trace, predictor, config = _setup(args)
@@ -200,7 +241,7 @@ def _run_one(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from horus.sim.engine import parse_run
+    from horus.sim.config import parse_run
     from horus.sim.run import run_policies
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

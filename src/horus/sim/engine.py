@@ -11,16 +11,16 @@ After completions a full scheduling pass runs over the queue; after arrivals alo
 new jobs are tried (nothing else changed, so the rest would fail exactly as before), unless
 the head of the queue is old enough to trigger the starvation guard.
 
-A run named ``horus+observed`` is ``horus`` fed back what the node agent measures
-(``horus.agent.feedback.PairSpeeds``): a job's speed next to a neighbour's kind becomes known
-once the job has run both *alone* on its GPU (the agent's baseline) and on a GPU holding
-exactly it and that neighbour, in either order; it is then reported to the scheduler
-(``Scheduler.observe_pair``), which uses it instead of its prediction from then on, with no
-uncertainty margin. The reported value is the true speed — what the agent's utilisation ratio
-gives in this model, where utilisation scales with speed — and no sampling time is needed, so
-the run is an upper bound on what the agent's feedback gives. ``horus+observed-util`` reports
-instead what that ratio would read given the GPU's measured utilisation in each pair (Lucid
-only; :meth:`GroundTruth.util_ratio_speed`), which is lower than the true speed.
+Run-time corrections (issue 17; run names in :mod:`horus.sim.config`): with ``+observed``
+the node agent's pair measurements reach the scheduler when and as wrong as the agent makes
+them (:mod:`horus.sim.observation`); with ``+migrate`` and ``+preempt`` the planners of
+:mod:`horus.scheduler` run after each pass (rate-limited to ``pass_interval_s``) and what they
+plan happens, at a cost (``MoveCosts``): a moved, preempted-and-resumed or preempting job
+makes no progress for ``restart_s`` and redoes ``lost_progress_s``; a preempted job goes back
+to the queue with its remaining work. Simplification: a moved job leaves its old GPUs and
+weighs on its new ones from the moment the move is decided (in a cluster its old pod keeps
+running until its checkpoint is written, and the new one starts after it); the job itself is
+charged the whole stall. The corrections are in :mod:`horus.sim.corrections`.
 
 A job asking for more GPUs than one node has becomes ⌈n / gpus_per_node⌉ replicas of
 ``gpus_per_node`` GPUs (rounded up, as a multi-node gang); a job that can never fit the
@@ -40,11 +40,11 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from horus.common.errors import ConfigError, ValidationError
+from horus.common.errors import ValidationError
 from horus.predictor.interface import Predictor
 from horus.scheduler import (
     ClusterState,
@@ -53,67 +53,20 @@ from horus.scheduler import (
     ScheduleResult,
     SchedulerSettings,
 )
-from horus.scheduler.policies import get_policy
+from horus.sim.config import (
+    MAX_SIM_GPUS,
+    OBSERVABLE_POLICIES,
+    RunSpec,
+    SimConfig,
+    parse_run,
+)
+from horus.sim.corrections import Corrections
 from horus.sim.groundtruth import GroundTruth
+from horus.sim.observation import AgentObserver
 from horus.sim.results import JobRecord, SimResult
 from horus.sim.traces import TraceJob
 
-#: Suffix of a run whose scheduler is told measured pair speeds, as the node agent reports them
-#: (``+observed``: the true speeds; ``+observed-util``: what the agent's utilisation-ratio proxy
-#: would report, from the ground truth's pair utilisation — Lucid only).
-OBSERVED_SUFFIX = "+observed"
-OBSERVED_UTIL_SUFFIX = "+observed-util"
-#: Policies that use pair speeds, so that feeding them measurements means something.
-OBSERVABLE_POLICIES = ("horus",)
-#: The largest simulated cluster (the arrays of the cluster state scale with it).
-MAX_SIM_GPUS = 1_000_000
-
-
-def parse_run(name: str) -> tuple[str, str | None]:
-    """``"horus+observed"`` → (``"horus"``, ``"exact"``); ``"horus+observed-util"`` →
-    (``"horus"``, ``"util"``); a plain policy name → (name, None).
-
-    Unknown policies, or feedback on a policy that ignores pair speeds, are errors."""
-    base, observe = name, None
-    for suffix, mode in ((OBSERVED_UTIL_SUFFIX, "util"), (OBSERVED_SUFFIX, "exact")):
-        if name.endswith(suffix):
-            base, observe = name[: -len(suffix)], mode
-            break
-    get_policy(base)  # raises ConfigError listing the known names
-    if observe and base not in OBSERVABLE_POLICIES:
-        raise ConfigError(
-            f"{name!r}: only {', '.join(OBSERVABLE_POLICIES)} uses pair speeds, so only "
-            f"{', '.join(p + OBSERVED_SUFFIX for p in OBSERVABLE_POLICIES)} (or "
-            f"{OBSERVED_UTIL_SUFFIX}) can learn from observed ones"
-        )
-    return base, observe
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """How the simulated cluster looks and what the run records."""
-
-    gpus: int = 1024
-    gpus_per_node: int = 8
-    #: Points kept for the utilisation-over-time plot.
-    timeline_points: int = 1000
-    #: A job counts as "slowed" when its mean speed is below this fraction of solo speed.
-    slow_threshold: float = 0.8
-    progress: bool = False
-    #: Skip (and count in ``SimResult.rejected``) jobs that can never fit the cluster, e.g.
-    #: whose predicted memory exceeds every GPU, instead of failing the run.
-    drop_impossible: bool = False
-
-    def __post_init__(self) -> None:
-        if not (1 <= self.gpus <= MAX_SIM_GPUS and 1 <= self.gpus_per_node <= 1024):
-            raise ValidationError(
-                f"need 1..{MAX_SIM_GPUS} GPUs (--gpus) and 1..1024 GPUs per node "
-                f"(--gpus-per-node), got {self.gpus}, {self.gpus_per_node}"
-            )
-        if not 1 <= self.timeline_points <= 1_000_000:
-            raise ValidationError(f"timeline_points must be 1..1000000, got {self.timeline_points}")
-        if not (math.isfinite(self.slow_threshold) and 0 < self.slow_threshold <= 1):
-            raise ValidationError(f"slow_threshold must be in (0, 1], got {self.slow_threshold}")
+__all__ = ["MAX_SIM_GPUS", "OBSERVABLE_POLICIES", "SimConfig", "Simulator", "parse_run"]
 
 
 @dataclass
@@ -122,10 +75,23 @@ class _Running:
     request: JobRequest
     remaining: float  # solo-seconds of work left
     rate: float = 1.0
+    #: Progress is counted from here (later than now while the job is stalled by a move).
     last: float = 0.0
     version: int = 0
     util: float = 0.0
     gpus: list[int] = field(default_factory=list)
+    #: When it (re)started, and seconds it ran before that (preempted runs).
+    since: float = 0.0
+    ran_before: float = 0.0
+    last_moved: float | None = None
+
+    def progress_to(self, now: float) -> None:
+        """Count the work done up to ``now`` (none while stalled)."""
+        self.remaining -= self.rate * max(0.0, now - self.last)
+        self.last = max(self.last, now)
+
+    def elapsed(self, now: float) -> float:
+        return self.ran_before + (now - self.since)
 
 
 class Simulator:
@@ -153,14 +119,13 @@ class Simulator:
         if nodes * cfg.gpus_per_node != cfg.gpus:  # last node smaller: mark extra GPUs unhealthy
             for i in range(cfg.gpus, nodes * cfg.gpus_per_node):
                 self.state.set_health(f"node-{nodes - 1}", i % cfg.gpus_per_node, False)
-        base, self.observe = parse_run(policy)
-        if self.observe == "util" and not truth.pair_util:
-            raise ConfigError(
-                f"{policy!r} needs the GPU's measured utilisation in each pair, which the "
-                f"{truth.source} ground truth does not have (Lucid's does); use horus+observed"
-            )
-        pair = truth.speed if base == "oracle" else None
-        self.scheduler = Scheduler(base, predictor, settings, pair_speed=pair)
+        self.spec: RunSpec = parse_run(policy)
+        pair = truth.speed if self.spec.policy == "oracle" else None
+        # the agent's figure is as wrong as its error model says, and the scheduler knows it
+        off = self.config.observation.error_mae if self.spec.observe == "agent" else 0.0
+        self.scheduler = Scheduler(
+            self.spec.policy, predictor, settings, pair_speed=pair, observed_error=off
+        )
         self.policy = policy
         seen: set[str] = set()
         for j in self.trace:
@@ -231,32 +196,52 @@ class _Run:
         self.last_progress = -1
         util_known = all(t.util is not None for t in self.truth.types)
         self.result.util_source = "measured" if util_known else "predicted"
-        #: horus+observed: jobs seen alone on a GPU, and the neighbour kinds of jobs not yet
-        #: seen alone (reported once they are), as the agent's baseline requires.
-        self.alone: set[str] = set()
-        self.paired: dict[str, set[str]] = {}
+        spec = sim.spec
+        #: The node agent's measurements (+observed), or only its timing (oracle+migrate).
+        model = replace(cfg.observation, error=spec.observe or cfg.observation.error)
+        self.observer = AgentObserver(model, self.truth) if spec.observe or spec.migrate else None
+        #: Preempted jobs back in the queue: their work left and the seconds they had run.
+        self.suspended: dict[str, tuple[float, float]] = {}
+        #: The simulated operator's passes: measurements in, then preemption and migration.
+        self.corrections = Corrections(self) if self.observer or spec.preempt else None
 
     def loop(self) -> SimResult:
         n_total = len(self.arrivals)
         while self.ai < n_total or self.events:
-            before = (self.ai, len(self.events))
+            before = self._position()
             self._advance_to(self._next_time())
             changed, freed = self._complete_due()
             new = self._admit_arrivals()
             self._start(self._schedule(freed, new), changed)
-            if changed:
-                self._refresh({g for g in changed if self.st.residents[g]})
-                self.busy = int(np.count_nonzero(self.st.njobs))
+            self._refresh_gpus(changed)
+            reports = self.observer.due(self.now) if self.observer is not None else False
+            if self.corrections is not None:
+                moved = self.corrections.run_pass(bool(changed or new or reports))
+                if moved:
+                    # moves and evictions free capacity the queue may use at once
+                    res = self.sched.schedule(self.st, self.queue, now=self.now, explain=False)
+                    self._start(res, moved)
+                    self._refresh_gpus(moved)
+                    changed |= moved
             self._show_progress()
             self._check_progress(before, changed)
         return self._finish()
 
+    def _position(self) -> tuple[object, ...]:
+        """What the loop consumes: if none of it moves, the loop would spin."""
+        obs = len(self.observer.timers) if self.observer is not None else 0
+        due = self.corrections.due if self.corrections is not None else None
+        return (self.ai, len(self.events), obs, due)
+
     # --- the clock ------------------------------------------------------------------------
     def _next_time(self) -> float:
-        """The next arrival or completion; an error when it is not a finite later time."""
+        """The next arrival, completion or timer; an error when it is not a finite later
+        time."""
         t_next = min(
             self.arrivals[self.ai].submit_time if self.ai < len(self.arrivals) else math.inf,
             self.events[0][0] if self.events else math.inf,
+            self.observer.next_time() if self.observer is not None else math.inf,
+            self.corrections.next_time() if self.corrections is not None else math.inf,
         )
         if not math.isfinite(t_next) or t_next < self.now:
             raise ValidationError(
@@ -279,7 +264,7 @@ class _Run:
     # --- jobs leave, arrive, start --------------------------------------------------------
     def _complete_due(self) -> tuple[set[int], bool]:
         """Finish every job whose completion is due; (GPUs they freed, whether any did)."""
-        st, events, now = self.st, self.events, self.now
+        events, now = self.events, self.now
         freed = False
         changed: set[int] = set()
         while events and events[0][0] <= now:
@@ -288,18 +273,24 @@ class _Run:
             if r is None or r.version != version:
                 continue
             del self.running[name]
-            self.alone.discard(name)
-            self.paired.pop(name, None)
+            if self.observer is not None:
+                self.observer.gone(name)
             r.rec.finish = now
-            gpus = st.gpus_of(name)
-            st.release(name)
-            for g in gpus:
-                self.util_total -= self.gpu_util[g]
-                self.gpu_util[g] = 0.0
-            changed.update(gpus)
+            changed.update(self.vacate(name))
             freed = True
             self.done += 1
         return changed, freed
+
+    def vacate(self, name: str) -> list[int]:
+        """Release ``name``'s shares; returns its GPUs (their utilisation is recounted by
+        :meth:`_refresh`, those left empty are zeroed here)."""
+        st = self.st
+        gpus = st.gpus_of(name)
+        st.release(name)
+        for g in gpus:
+            self.util_total -= self.gpu_util[g]
+            self.gpu_util[g] = 0.0
+        return gpus
 
     def _admit_arrivals(self) -> list[JobRequest]:
         """Queue every job that has arrived (one that can never fit is dropped or an error)."""
@@ -316,7 +307,7 @@ class _Run:
             if why is not None:
                 raise ValidationError(f"trace {sim.trace_name}: job {j.job_id} {why}")
             self.records[j.job_id] = JobRecord(
-                j.job_id, j.kind, j.num_gpus, j.submit_time, j.duration
+                j.job_id, j.kind, j.num_gpus, j.submit_time, j.duration, priority=j.priority
             )
             self.queue.push(req)
             new.append(req)
@@ -341,44 +332,62 @@ class _Run:
         return None
 
     def _start(self, res: ScheduleResult | None, changed: set[int]) -> None:
-        """Start the jobs a pass placed (their GPUs join ``changed``)."""
+        """Start the jobs a pass placed (their GPUs join ``changed``); a preempted job
+        resumes with its work left, after a restart."""
         if res is None:
             return
-        st = self.st
         for p in res.placed:
-            rec = self.records[p.job]
-            rec.start = self.now
-            gpus = st.gpus_of(p.job)
-            req = st.jobs[p.job].request
-            t = self.truth.by_kind[req.kind]
-            util = t.util if t.util is not None else st.jobs[p.job].prediction.util_mean
-            self.running[p.job] = _Running(rec, req, rec.duration, 1.0, self.now, 0, util, gpus)
-            changed.update(gpus)
+            stall = self.cfg.costs.restart_s if p.job in self.suspended else 0.0
+            changed.update(self.launch(p.job, stall))
+
+    def launch(self, name: str, stall: float) -> list[int]:
+        """Run ``name``, already placed in the state, from now (after ``stall`` seconds of
+        restart); returns its GPUs."""
+        st, now = self.st, self.now
+        rec = self.records[name]
+        if math.isnan(rec.start):
+            rec.start = now
+        gpus = st.gpus_of(name)
+        placed = st.jobs[name]
+        t = self.truth.by_kind[placed.request.kind]
+        util = t.util if t.util is not None else placed.prediction.util_mean
+        remaining, ran = self.suspended.pop(name, (rec.duration, 0.0))
+        r = _Running(rec, placed.request, remaining, 1.0, now + stall, 0, util, gpus)
+        r.since, r.ran_before = now, ran
+        self.running[name] = r
+        return gpus
 
     # --- speeds ---------------------------------------------------------------------------
+    def _refresh_gpus(self, changed: set[int]) -> None:
+        if changed:
+            self._refresh({g for g in changed if self.st.residents[g]})
+            self.busy = int(np.count_nonzero(self.st.njobs))
+
     def _refresh(self, gpus: set[int]) -> None:
         """New speeds for every job on ``gpus`` (and new completion events), then the
-        utilisation of every GPU those jobs run on."""
+        utilisation of every GPU those jobs run on; the agent sees the new co-locations."""
         st, now = self.st, self.now
         touched: dict[str, _Running] = {}
         for g in gpus:
             for res in st.residents[g]:
                 touched[res.job] = self.running[res.job]
         util_gpus: set[int] = set(gpus)
-        if self.sim.observe:
-            self._observe(gpus)
-        for r in touched.values():
-            r.remaining -= r.rate * (now - r.last)
-            r.last = now
+        obs = self.observer
+        for name, r in touched.items():
+            r.progress_to(now)
             new_rate = self._rate_of(r)
             r.rate = new_rate
-            r.version += 1
             self.seq += 1
+            r.version = self.seq  # unique: a preempted job's old events never match its new run
             heapq.heappush(
                 self.events,
-                (now + max(r.remaining, 0.0) / new_rate, self.seq, r.rec.job_id, r.version),
+                (r.last + max(r.remaining, 0.0) / new_rate, self.seq, name, r.version),
             )
             util_gpus.update(r.gpus)
+            if obs is not None and r.gpus[0] in gpus:
+                first = r.gpus[0]
+                others = [x.kind for x in st.residents[first] if x.job != name]
+                obs.place(name, r.request.kind, now, others)
         for g in util_gpus:
             u = 0.0
             for res in st.residents[g]:
@@ -405,30 +414,6 @@ class _Run:
             )
         return best
 
-    def _observe(self, gpus: set[int]) -> None:
-        """``+observed``: what the node agent would now know about pairs on ``gpus``."""
-        for g in gpus:
-            here = self.st.residents[g]
-            if len(here) == 1:  # a baseline: report what this job was paired with
-                self.alone.add(here[0].job)
-                for neighbour in self.paired.pop(here[0].job, ()):
-                    self._report(here[0].kind, neighbour)
-            elif len(here) == 2:
-                for me, them in ((here[0], here[1]), (here[1], here[0])):
-                    if me.job in self.alone:
-                        self._report(me.kind, them.kind)
-                    else:
-                        self.paired.setdefault(me.job, set()).add(them.kind)
-
-    def _report(self, kind: str, other: str) -> None:
-        truth = self.truth
-        if self.sim.observe == "util":  # the agent's proxy; nothing where it cannot be derived
-            value = truth.util_ratio_speed(kind, other)
-            if value is not None:
-                self.sched.observe_pair(kind, other, truth.gpu_model, value)
-        else:
-            self.sched.observe_pair(kind, other, truth.gpu_model, self.speed(kind, other))
-
     # --- progress and the end -------------------------------------------------------------
     def _show_progress(self) -> None:
         n_total = len(self.arrivals)
@@ -445,12 +430,12 @@ class _Run:
                 flush=True,
             )
 
-    def _check_progress(self, before: tuple[int, int], changed: set[int]) -> None:
+    def _check_progress(self, before: tuple[object, ...], changed: set[int]) -> None:
         """Errors instead of a loop that spins or a job that can never start."""
         sim = self.sim
-        if (self.ai, len(self.events)) == before and not changed:
-            # Neither an arrival nor an event was consumed: the next pass would be this one
-            # again. Unreachable with checked inputs; kept so no input can spin the loop.
+        if self._position() == before and not changed:
+            # Neither an arrival, an event nor a timer was consumed: the next pass would be
+            # this one again. Unreachable with checked inputs; kept so no input can spin it.
             raise ValidationError(
                 f"trace {sim.trace_name}: the simulation made no progress at t={self.now!r} "
                 f"(policy {sim.policy}); an arrival or completion time is not comparable"

@@ -18,16 +18,20 @@ COLUMNS = (
     ("gpu_busy_fraction", "busy"),
     ("summed_util_mean_pct", "util %"),
     ("jobs_slowed", "slowed<0.8"),
+    ("migrations_per_job", "moves/job"),
+    ("migrations_max_per_job", "max moves"),
+    ("preemptions", "preempted"),
     ("wall_seconds", "wall s"),
 )
 
 
-_COUNTS = frozenset({"jobs_slowed"})  # counts print as whole numbers, even when small
+# counts print as whole numbers, even when small
+_COUNTS = frozenset({"jobs_slowed", "migrations_max_per_job", "preemptions"})
 
 
 def table(results: Sequence[SimResult]) -> str:
     """A fixed-width text table, one row per policy."""
-    head = f"{'policy':<15}" + "".join(f"{label:>12}" for _, label in COLUMNS)
+    head = f"{'run':<24}" + "".join(f"{label:>11}" for _, label in COLUMNS)
     lines = [head, "-" * len(head)]
     for r in results:
         m = r.metrics()
@@ -35,17 +39,17 @@ def table(results: Sequence[SimResult]) -> str:
         for key, _ in COLUMNS:
             v = m[key]
             whole = key in _COUNTS or abs(v) >= 10
-            cells.append(f"{v:>12.0f}" if whole else f"{v:>12.3f}")
-        lines.append(f"{r.policy:<15}" + "".join(cells))
+            cells.append(f"{v:>11.0f}" if whole else f"{v:>11.3f}")
+        lines.append(f"{r.policy:<24}" + "".join(cells))
     return "\n".join(lines)
 
 
 def ratios(results: Sequence[SimResult]) -> dict[str, float]:
-    """The target ratios of ``horus`` (and its ``+observed`` runs) against the other policies
-    present."""
+    """The ratios of ``horus`` (the whole system), its ablations and ``oracle+migrate``
+    against the other runs present."""
     by = {r.policy: r.metrics() for r in results}
     out: dict[str, float] = {}
-    for ours in ("horus", "horus+observed", "horus+observed-util"):
+    for ours in ("horus", "horus-predict-only", "horus+observed", "oracle+migrate"):
         h = by.get(ours)
         if h is None:
             continue

@@ -21,6 +21,10 @@ class JobRecord:
     duration: float
     start: float = math.nan
     finish: float = math.nan
+    priority: int = 0
+    #: Times it was moved (``+migrate``) and evicted by a higher priority (``+preempt``).
+    moves: int = 0
+    preemptions: int = 0
 
     @property
     def jct(self) -> float:
@@ -75,4 +79,8 @@ class SimResult:
             "jobs_slowed": float(sum(1 for r in recs if r.mean_speed < self.slow_threshold - 1e-9)),
             "wall_seconds": self.wall_seconds,
             "jobs_rejected": float(len(self.rejected)),
+            "migrations": float(sum(r.moves for r in recs)),
+            "migrations_per_job": sum(r.moves for r in recs) / len(recs),
+            "migrations_max_per_job": float(max(r.moves for r in recs)),
+            "preemptions": float(sum(r.preemptions for r in recs)),
         }

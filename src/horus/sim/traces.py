@@ -259,6 +259,25 @@ def load_alibaba(
     return jobs[:limit] if limit is not None else jobs
 
 
+def with_priorities(jobs: Sequence[TraceJob], fraction: float, seed: int = 0) -> list[TraceJob]:
+    """The same jobs with a seeded ``fraction`` of them at priority 1 (the rest 0): the
+    trace variant with high-priority jobs that preemption is measured on."""
+    if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+        raise ValidationError(f"high-priority fraction must be in [0, 1], got {fraction}")
+    rng = random.Random(f"priority|{seed}")
+    return [
+        TraceJob(
+            j.job_id,
+            j.submit_time,
+            j.duration,
+            j.num_gpus,
+            j.kind,
+            1 if rng.random() < fraction else 0,
+        )
+        for j in jobs
+    ]
+
+
 def scale_arrivals(jobs: Sequence[TraceJob], factor: float) -> list[TraceJob]:
     """The same jobs with arrival times multiplied by ``factor`` (< 1 raises the load)."""
     if not (math.isfinite(factor) and 0 < factor <= 1e6):

@@ -16,6 +16,7 @@ from horus.scheduler import (
     Placement,
     RunningJob,
     Scheduler,
+    SchedulerSettings,
     plan_migrations,
 )
 
@@ -111,9 +112,7 @@ def test_without_an_observation_the_margin_stops_a_predicted_move() -> None:
         state.add_job(j, [_share(state, 0, 30, 6000)], pred.predict(j.profile, "RTX3090"))
     # margin: 2 terms × 0.3 = 0.6 at the old GPU → 1.0 − 0.6 − cost > 0.2: still moves
     assert len(plan_migrations(sched, state, running(state), 10_000.0).moves) == 1
-    sched.settings = sched.settings.__class__(uncertainty_z=2.0)
-    sched.estimates.settings = sched.settings
-    sched.estimates._model_margin = None  # the margin depends on z
+    sched = Scheduler("horus", pred, SchedulerSettings(uncertainty_z=2.0))
     # 2 × 2 × 0.3 = 1.2 > 1.0: no longer worth it
     assert plan_migrations(sched, state, running(state), 10_000.0).moves == ()
 

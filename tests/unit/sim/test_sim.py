@@ -7,11 +7,19 @@ from pathlib import Path
 import pytest
 
 from horus.common.errors import ConfigError, ValidationError
+from horus.sim.config import RunSpec, parse_run
 from horus.sim.datasets import LUCID, missing
-from horus.sim.engine import SimConfig, Simulator, parse_run
+from horus.sim.engine import SimConfig, Simulator
 from horus.sim.groundtruth import GroundTruth, JobType, load_truth
 from horus.sim.predictors import ProfiledPredictor
-from horus.sim.traces import SyntheticSpec, TraceJob, load_alibaba, load_philly, synthetic
+from horus.sim.traces import (
+    SyntheticSpec,
+    TraceJob,
+    load_alibaba,
+    load_philly,
+    synthetic,
+    with_priorities,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -35,17 +43,30 @@ def tiny_truth() -> GroundTruth:
 
 
 @pytest.mark.parametrize(
-    "policy", ["exclusive", "binpack", "horus-original", "horus", "horus+observed", "oracle"]
+    "policy",
+    [
+        "exclusive",
+        "binpack",
+        "horus-original",
+        "horus-predict-only",
+        "horus",
+        "horus+observed",
+        "oracle",
+        "oracle+migrate",
+        "exclusive+preempt",
+    ],
 )
 def test_every_job_finishes_exactly_once(truth: GroundTruth, policy: str) -> None:
     trace = synthetic(
         SyntheticSpec(jobs=150, arrival_rate=0.05, duration_median=600, seed=3), truth
     )
+    trace = with_priorities(trace, 0.1, seed=3)
     res = Simulator(trace, truth, policy, ProfiledPredictor(truth), SimConfig(gpus=16)).run()
     assert sorted(r.job_id for r in res.records) == sorted(j.job_id for j in trace)
     for r in res.records:
         assert r.submit <= r.start <= r.finish
         assert r.finish - r.start >= r.duration * (1 - 1e-9)  # never faster than solo
+        assert r.moves <= SimConfig().migration.max_moves_per_job
     m = res.metrics()
     assert 0 <= m["gpu_busy_fraction"] <= 1
     assert m["makespan_s"] > 0
@@ -78,48 +99,65 @@ def test_impossible_job_is_named(truth: GroundTruth) -> None:
 
 
 def test_observed_run_reports_a_pair_once_the_job_has_also_run_alone() -> None:
-    # As the agent: a job's speed next to a neighbour needs its own baseline alone on a GPU.
+    """As the agent: a job's speed next to a neighbour needs 3 samples (5 s apart) of it alone
+    and 3 next to that neighbour, and reaches the scheduler at the next 60 s write."""
     t = tiny_truth()
     cfg = SimConfig(gpus=1)
-    together = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 0.0, 100.0, 1, "b")]
-    plain = Simulator(together, t, "horus", ProfiledPredictor(t), cfg)
+    together = [TraceJob("x", 0.0, 1000.0, 1, "a"), TraceJob("y", 0.0, 1000.0, 1, "b")]
+    plain = Simulator(together, t, "horus-predict-only", ProfiledPredictor(t), cfg)
     plain.run()
     assert plain.scheduler.observed_pairs == {}
-    sim = Simulator(together, t, "horus+observed", ProfiledPredictor(t), cfg)
+    sim = Simulator(together, t, "horus+observed-exact", ProfiledPredictor(t), cfg)
     res = sim.run()
-    assert res.policy == "horus+observed"
+    assert res.policy == "horus+observed-exact"
     assert [r.start for r in res.records] == [0.0, 0.0]  # both on the one GPU at once
-    # x (0.9) finishes first and never ran alone; y runs alone afterwards: only y's speed.
+    # x (0.9) finishes at 1111 s and never ran alone; y then runs alone for 111 s: only y's
     assert sim.scheduler.observed_pairs == {("b", "a", "RTX3090"): 0.8}
-    # x alone first, then y joins: x's speed is known at once, y's once x has left.
-    staggered = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 10.0, 100.0, 1, "b")]
-    sim2 = Simulator(staggered, t, "horus+observed", ProfiledPredictor(t), cfg)
+    # x alone first, then y joins: x's speed is known once it has 15 s beside y
+    staggered = [TraceJob("x", 0.0, 1000.0, 1, "a"), TraceJob("y", 100.0, 1000.0, 1, "b")]
+    sim2 = Simulator(staggered, t, "horus+observed-exact", ProfiledPredictor(t), cfg)
     sim2.run()
     assert sim2.scheduler.observed_pairs == {
         ("a", "b", "RTX3090"): 0.9,
         ("b", "a", "RTX3090"): 0.8,
     }
+    # too short to be sampled: y joins x for 10 s only (x finishes first), so nothing
+    short = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 91.0, 1000.0, 1, "b")]
+    sim3 = Simulator(short, t, "horus+observed-exact", ProfiledPredictor(t), cfg)
+    sim3.run()
+    assert ("a", "b", "RTX3090") not in sim3.scheduler.observed_pairs
 
 
-def test_observed_util_run_reports_what_the_utilisation_ratio_reads() -> None:
-    """``+observed-util``: a's part of the pair's measured utilisation (split in proportion to
-    util alone × speed) over a's utilisation alone. Both run at 40 % alone; the GPU read 51 %
-    with a at 0.9 and b at 0.8: a reports 51 × 0.9 / (40 × 0.9 + 40 × 0.8) = 0.675."""
+def test_observed_run_reads_what_the_agent_would() -> None:
+    """``+observed``: where the truth has the pair's GPU utilisation, what the utilisation
+    ratio reads (a's part of it, split in proportion to util alone × speed, over a's util
+    alone: 51 × 0.9 / (40 × 0.9 + 40 × 0.8) = 0.675); elsewhere the true speed plus a seeded
+    error with the bias and spread pair_signal.py measures. The scheduler is told the
+    agent's error (a measured pair keeps that margin)."""
     import dataclasses
+
+    from horus.sim.observation import AGENT_ERROR_MAE
 
     t = dataclasses.replace(tiny_truth(), pair_util={("a", "b"): 51.0, ("b", "a"): 51.0})
     assert t.util_ratio_speed("a", "b") == pytest.approx(0.675)
-    assert t.util_ratio_speed("b", "a") == pytest.approx(0.6)
-    assert t.util_ratio_speed("a", "a") is None  # the pair's utilisation was not measured
-    staggered = [TraceJob("x", 0.0, 100.0, 1, "a"), TraceJob("y", 10.0, 100.0, 1, "b")]
-    sim = Simulator(staggered, t, "horus+observed-util", ProfiledPredictor(t), SimConfig(gpus=1))
-    assert sim.run().policy == "horus+observed-util"
+    staggered = [TraceJob("x", 0.0, 1000.0, 1, "a"), TraceJob("y", 100.0, 1000.0, 1, "b")]
+    sim = Simulator(staggered, t, "horus+observed", ProfiledPredictor(t), SimConfig(gpus=1))
+    sim.run()
+    assert sim.scheduler.estimates.observed_error == AGENT_ERROR_MAE
     assert sim.scheduler.observed_pairs == {
         ("a", "b", "RTX3090"): pytest.approx(0.675),
         ("b", "a", "RTX3090"): pytest.approx(0.6),
     }
-    with pytest.raises(ConfigError, match="the tiny ground truth does not have"):
-        Simulator(staggered, tiny_truth(), "horus+observed-util", ProfiledPredictor(t))
+    # no pair utilisation: a seeded error, the same in every run
+    runs = [
+        Simulator(
+            staggered, tiny_truth(), "horus+observed", ProfiledPredictor(t), SimConfig(gpus=1)
+        )
+        for _ in range(2)
+    ]
+    got = [r.run() and r.scheduler.observed_pairs for r in runs]
+    assert got[0] == got[1] and set(got[0]) == {("a", "b", "RTX3090"), ("b", "a", "RTX3090")}
+    assert got[0][("a", "b", "RTX3090")] != 0.9
 
 
 def test_lucid_truth_carries_pair_utilisation(truth: GroundTruth) -> None:
@@ -138,15 +176,32 @@ def test_lucid_truth_carries_pair_utilisation(truth: GroundTruth) -> None:
         ("binpack+observed", "only horus uses pair speeds"),
         ("oracle+observed", "only horus uses pair speeds"),
         ("fifo+observed", "unknown scheduling policy 'fifo'"),
-        ("binpack+observed-util", "only horus uses pair speeds"),
+        ("horus+observed-util", "now \\+observed"),
+        ("horus+migrate", "add \\+observed"),
+        ("binpack+migrate", "only horus, oracle score interference"),
+        ("horus+observed+observed", "named twice"),
+        ("horus+observed+observed-exact", "choose"),
+        ("horus+teleport", "unknown feature"),
     ],
 )
-def test_observed_is_only_for_policies_that_use_pair_speeds(name: str, message: str) -> None:
+def test_bad_run_names(name: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_run(name)
-    assert parse_run("horus+observed") == ("horus", "exact")
-    assert parse_run("horus+observed-util") == ("horus", "util")
-    assert parse_run("oracle") == ("oracle", None)
+
+
+def test_run_names() -> None:
+    assert parse_run("horus") == RunSpec("horus", "horus", "agent", True, True)
+    assert parse_run("horus-predict-only") == RunSpec("horus-predict-only", "horus")
+    assert parse_run("horus+observed") == RunSpec("horus+observed", "horus", "agent")
+    assert parse_run("horus+observed-exact").observe == "exact"
+    assert parse_run("horus+observed+migrate") == RunSpec(
+        "horus+observed+migrate", "horus", "agent", True, False
+    )
+    assert parse_run("oracle+migrate") == RunSpec("oracle+migrate", "oracle", None, True)
+    assert parse_run("exclusive+preempt") == RunSpec(
+        "exclusive+preempt", "exclusive", None, False, True
+    )
+    assert parse_run("oracle") == RunSpec("oracle", "oracle")
 
 
 def test_unknown_policy(truth: GroundTruth) -> None:
