@@ -476,3 +476,24 @@ def test_measured_pair_speeds_beat_predicted_ones() -> None:
     out = filtered([old])
     assert out["NodeNames"] == ["b"]
     assert "gains -0.38" in out["FailedNodes"]["a"] and "0.31×" in out["FailedNodes"]["a"]
+
+
+def test_bind_waits_while_a_twin_awaits_its_allocate_on_a_real_kubelet() -> None:
+    """A real kubelet's Allocate names no pod: while a pod with the same request waits for
+    its GPU on the node, a second one is not bound there (the scheduler retries)."""
+    real = node("r1", gpus=2)
+    real["status"]["nodeInfo"] = {"kubeletVersion": "v1.34.4"}
+    twin = plain_pod("twin", core=30, memory=8000, node="r1")
+    twin["metadata"]["annotations"][c.ANNOTATION_GPU_ASSIGNMENT] = json.dumps(
+        assignment("r1", 0, 30, 8000).to_json()
+    )
+    sign_pod(twin)
+    source = FakeSource([real], [twin, plain_pod("p", core=30, memory=8000)])
+    ext = Extender(source, load_default_predictor(), key=KEY, cache_seconds=0)
+    err = ext.bind(BindingArgs("p", "default", "uid-p", "r1"))["Error"]
+    assert "still awaits its GPU on node r1" in err
+    assert all(call[0] != "bind" for call in source.calls)
+    source.pods[("default", "twin")]["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED] = (
+        json.dumps({c.RESOURCE_GPU_CORE: ["x"], c.RESOURCE_GPU_MEMORY: ["y"]})
+    )
+    assert ext.bind(BindingArgs("p", "default", "uid-p", "r1")) == {"Error": ""}

@@ -26,6 +26,7 @@ from horus.api.signing import KeyRing, sign_assignment
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import Conflict
+from horus.operator.bindgate import BindGate
 from horus.operator.extender.demand import cached_profile, pod_demand
 from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
 from horus.operator.extender.source import ClusterSource
@@ -123,9 +124,11 @@ class Extender:
         """The signing key (the ring's current one)."""
         return self.keys().current
 
-    def _live(self, exclude: str) -> tuple[LiveState, dict[str, int]]:
+    def _live(
+        self, exclude: str, objs: LiveObjects | None = None
+    ) -> tuple[LiveState, dict[str, int]]:
         """The live state without ``exclude``'s own share, and each node's MiB per memory unit."""
-        objs = self.source.list_objects()
+        objs = objs if objs is not None else self.source.list_objects()
         live = self._build(objs)
         if exclude in live.residents:  # the pod's own earlier assignment (a retried bind)
             live.state.release(exclude)
@@ -328,7 +331,15 @@ class Extender:
             return
         if demand.request is None:
             raise ValidationError(demand.problem or "the pod cannot be placed")
-        live, units = self._live(demand.request.name)
+        objs = self.source.list_objects()
+        if not BindGate(objs.pods, objs.nodes).claim(node, pod):
+            # A real kubelet's Allocate names no pod: a twin with the same requests still
+            # waiting for its GPU on this node could be handed this pod's share (bindgate).
+            raise ValidationError(
+                f"a pod with the same GPU request still awaits its GPU on node {node}; the "
+                "scheduler retries once it has it"
+            )
+        live, units = self._live(demand.request.name, objs)
         job = self._in_mib(demand.request, units.get(node, 1))
         st = live.state
         if node not in st.node_names or node in live.excluded_nodes:
