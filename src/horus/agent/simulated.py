@@ -6,9 +6,19 @@ This backend produces each pod's numbers from what the scheduler already wrote o
 * **Utilisation** of pod *i* alone is its ``horus.io/predicted`` ``utilMean`` (without a
   prediction: 80 % of its core share). Sharing a GPU slows it: its speed is the product of the
   predictor's pairwise ``pair_speed(i, j)`` over its neighbours *j* when both graph profiles are
-  known, else the contention fallback ``min(1, 100 / Σ util)``. Utilisation scales with speed;
-  the GPU's total is capped at 100 %, and under MPS enforcement a pod is capped at its core
-  share. Multiplicative Gaussian noise (``noise``, seeded) makes the series look measured.
+  known, else (for the neighbours whose profile is unknown) the contention fallback
+  ``min(1, 100 / Σ util)``. Utilisation scales with speed; the GPU's total is capped at 100 %,
+  and under MPS enforcement a pod is capped at its core share. Multiplicative Gaussian noise
+  (``noise``, seeded) makes the series look measured.
+* **A physical bound the pair model cannot lift.** What this stands in for is a GPU's time:
+  jobs that together want more than 100 % of it are time-sliced (or share its SMs under MPS),
+  so none runs faster than ``min(1, 100 / Σ util)`` of its speed alone, where ``Σ util`` sums
+  the GPU's pods' utilisations alone. The pair model learned on other GPUs and other jobs
+  (``docs/predictor.md``: on Lucid's RTX 3090, which it never saw pairs on, its mean error is
+  0.236 per pair speed) and may promise more; the backend reports ``min(pair-model product, that bound)``. Without the
+  bound the agent would measure exactly what the scheduler predicted, so a measured pair could
+  never disagree with the prediction that placed it, and the operator's run-time correction
+  (moves, ``docs/operator.md``) would have nothing to correct on simulated nodes.
 * **Memory** is ``memoryMiBMean`` of the prediction (±1 % noise; without a prediction 60 % of
   the share), or exactly the value of the TEST/DEMO-ONLY annotation
   ``horus.io/simulated-memory-mib`` — the way a test makes a pod exceed its share.
@@ -127,10 +137,7 @@ class SimulatedBackend:
                 pairs = [
                     self._pair_speed(p, q, profiles, dev.model) for q in group if q.uid != p.uid
                 ]
-                speed = math.prod(s for s in pairs if s is not None)
-                if any(s is None for s in pairs):
-                    speed *= contention
-                speed = max(MIN_SPEED, min(1.0, speed))
+                speed = true_speed(pairs, contention)
                 u = alone[p.uid] * speed * max(0.0, rng.gauss(1.0, self._noise))
                 if self._cap:
                     u = min(u, float(p.assignment.core_percent))
@@ -175,3 +182,14 @@ class SimulatedBackend:
         else:
             base = FALLBACK_MEMORY_OF_SHARE * pod.assignment.memory_mib
         return max(0.0, base * (1.0 + 0.01 * max(-3.0, min(3.0, rng.gauss(0.0, 1.0)))))
+
+
+def true_speed(pair_speeds: Sequence[float | None], contention: float) -> float:
+    """A pod's speed beside its neighbours (module docstring): the product of the pair model's
+    speeds (``None`` where a neighbour's profile is unknown: ``contention`` stands in for
+    those), never above ``contention`` = ``min(1, 100 / Σ util alone)``, the share of a
+    time-sliced GPU; at least ``MIN_SPEED``."""
+    speed = math.prod(s for s in pair_speeds if s is not None)
+    if any(s is None for s in pair_speeds):
+        speed *= contention
+    return max(MIN_SPEED, min(1.0, contention, speed))
