@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from horus.devcluster.cluster import ClusterState, LocalCluster
+from horus.devcluster.cluster import DevClusterState, LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ class RunningCluster:
     """Handle on the session's control plane."""
 
     local: LocalCluster
-    state: ClusterState
+    state: DevClusterState
 
     @property
     def kubeconfig(self) -> str:

@@ -17,7 +17,7 @@ import pytest
 
 from horus.common import constants as c
 from horus.devcluster.binaries import repo_root
-from horus.devcluster.cluster import ClusterState
+from horus.devcluster.cluster import DevClusterState
 from horus.devcluster.processes import port_open
 
 BUILD = repo_root() / "tools" / "controlplane" / "build.sh"
@@ -38,7 +38,7 @@ def test_up_twice_status_down_twice(tmp_path: Path) -> None:
     up = horus("dev", "cluster", "--dir", str(folder), "up")
     assert up.returncode == 0, up.stderr
     assert f"export KUBECONFIG={folder / 'kubeconfig'}" in up.stdout
-    state = ClusterState.load(folder)
+    state = DevClusterState.load(folder)
     assert state is not None
     assert {p.name for p in state.processes} == {
         "etcd",
@@ -52,7 +52,7 @@ def test_up_twice_status_down_twice(tmp_path: Path) -> None:
         assert again.returncode == 2
         assert "already up" in again.stderr and "down" in again.stderr
         # Still exactly one copy of each component.
-        assert ClusterState.load(folder) == state
+        assert DevClusterState.load(folder) == state
 
         status = horus("dev", "cluster", "--dir", str(folder), "status")
         assert status.returncode == 0 and "ready=True" in status.stdout
@@ -182,7 +182,7 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
     shared_host = hostenv.REGISTRY.exists()  # another cluster's real nodes hold host state
     before = _host_state(str(folder))
     assert horus("dev", "cluster", "--dir", str(folder), "up").returncode == 0
-    state = ClusterState.load(folder)
+    state = DevClusterState.load(folder)
     assert state is not None
     env = {**os.environ, "KUBECONFIG": state.kubeconfig}
     kubectl = [str(Path(state.bin_dir) / "kubectl")]

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from horus.agent.backend import BackendUnavailable, GpuBackend, NodeSample, NodeView
+from horus.agent.backend import BackendUnavailable, NodeSample, NodeView, UsageSampler
 from horus.agent.exporter import Snapshot, make_registry
 from horus.agent.feedback import (
     PAIR_FILE_COLUMNS,
@@ -33,7 +33,7 @@ from horus.agent.feedback import (
     pair_rows,
     training_row,
 )
-from horus.agent.kube import Kube, KubeActions
+from horus.agent.kube import AgentApi, KubeActions
 from horus.agent.mps import MpsSupervisor
 from horus.agent.nvml import NvmlBackend
 from horus.agent.pods import PodInfo, SkipLog, parse_pod
@@ -66,8 +66,8 @@ class Agent:
     def __init__(
         self,
         settings: AgentSettings,
-        kube: Kube,
-        nvml_factory: Callable[[], GpuBackend] | None = None,
+        kube: AgentApi,
+        nvml_factory: Callable[[], UsageSampler] | None = None,
         predictor: Callable[[], Predictor | None] | None = _default_predictor,
     ) -> None:
         self.settings = settings
@@ -85,7 +85,7 @@ class Agent:
             predictor=predictor,
         )
         self._nvml_factory = nvml_factory or (lambda: NvmlBackend(settings.proc_root))
-        self._nvml: GpuBackend | None = None
+        self._nvml: UsageSampler | None = None
         self._nvml_next_try = 0.0
         self._nvml_error = ""
         self.watchdog = MemoryWatchdog(settings.watchdog, settings.grace_seconds, KubeActions(kube))
@@ -106,7 +106,7 @@ class Agent:
 
     # --- backends --------------------------------------------------------------------------
 
-    def _nvml_backend(self) -> GpuBackend | None:
+    def _nvml_backend(self) -> UsageSampler | None:
         if self._nvml is not None:
             return self._nvml
         now = time.monotonic()
@@ -127,7 +127,7 @@ class Agent:
             )
         return self._nvml
 
-    def _backend_for(self, node: dict[str, Any]) -> tuple[str, GpuBackend | None]:
+    def _backend_for(self, node: dict[str, Any]) -> tuple[str, UsageSampler | None]:
         choice = self.settings.backend
         is_kwok = (node.get("metadata", {}).get("annotations") or {}).get(
             c.KWOK_NODE_ANNOTATION

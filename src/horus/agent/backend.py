@@ -56,7 +56,7 @@ class NodeView:
     inventory: list[GpuDevice]
 
 
-class GpuBackend(Protocol):
+class UsageSampler(Protocol):
     """Samples the GPUs of one node and the use of each pod on them."""
 
     @property

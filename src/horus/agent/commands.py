@@ -70,10 +70,10 @@ def settings_from_args(
 
 def _run(args: argparse.Namespace) -> int:
     from horus.agent.agent import Agent
-    from horus.agent.kube import Kube
+    from horus.agent.kube import AgentApi
 
     settings = settings_from_args(args)
-    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+    agent = Agent(settings, AgentApi.connect(settings.kubeconfig))
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -25,11 +25,11 @@ log = logging.getLogger("horus.agent.kube")
 _DLJOBS = f"/apis/{c.API_GROUP}/{c.API_VERSION}/namespaces/{{namespace}}/{c.DLJOB_PLURAL}"
 
 
-class Kube(RestClient):
+class AgentApi(RestClient):
     """The agent's calls over a ``kubernetes.client.ApiClient``."""
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None) -> Kube:
+    def connect(cls, kubeconfig: Path | None) -> AgentApi:
         return cls(api_client(kubeconfig))
 
     # --- reads -----------------------------------------------------------------------------
@@ -94,7 +94,7 @@ class Kube(RestClient):
 class KubeActions:
     """:class:`horus.agent.watchdog.EnforcementActions` on the real API."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: AgentApi) -> None:
         self._kube = kube
 
     def evict(self, pod: PodInfo, message: str) -> bool:

@@ -29,7 +29,7 @@ from horus.common import constants as c
 from horus.common.errors import ClusterError
 from horus.devcluster import images
 from horus.devcluster.binaries import repo_root
-from horus.devcluster.cluster import ClusterState, LocalCluster
+from horus.devcluster.cluster import DevClusterState, LocalCluster
 from horus.devcluster.realnodes import RealNodes, RealNodeSpec
 
 RELEASE = "horus"
@@ -65,7 +65,7 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class Kube:
+class KubeCli:
     """kubectl and helm of the pinned version against one cluster."""
 
     kubeconfig: str
@@ -109,11 +109,11 @@ class Kube:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
     @classmethod
-    def of(cls, state: ClusterState) -> Kube:
+    def of(cls, state: DevClusterState) -> KubeCli:
         return cls(state.kubeconfig, Path(state.bin_dir), Path(state.directory) / "helm")
 
 
-def install(kube: Kube, values: dict[str, Any], timeout: float = 300.0) -> None:
+def install(kube: KubeCli, values: dict[str, Any], timeout: float = 300.0) -> None:
     """``helm upgrade --install`` of this checkout's chart, waiting for every pod."""
     path = kube.helm_home / "values-real-nodes.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def install(kube: Kube, values: dict[str, Any], timeout: float = 300.0) -> None:
     wait_nodes_have_gpus(kube, timeout=60)
 
 
-def wait_nodes_have_gpus(kube: Kube, timeout: float = 60.0) -> None:
+def wait_nodes_have_gpus(kube: KubeCli, timeout: float = 60.0) -> None:
     """Every real node's allocatable has Horus GPUs (the DaemonSet's plugin registered)."""
     deadline = time.monotonic() + timeout
     missing: list[str] = []
@@ -158,9 +158,9 @@ class RealCluster:
     """A local cluster with real nodes and Horus' chart on them."""
 
     local: LocalCluster
-    state: ClusterState
+    state: DevClusterState
     real: RealNodes
-    kube: Kube
+    kube: KubeCli
     nodes: list[str]
 
 
@@ -187,7 +187,7 @@ def start(
 
 def prepare(
     local: LocalCluster,
-    state: ClusterState,
+    state: DevClusterState,
     nodes: int,
     gpus_per_node: int,
     values: dict[str, Any] | None,
@@ -206,7 +206,7 @@ def prepare(
         f"images built/cached in {t_import - t:.0f}s, imported into {nodes} node(s) in "
         f"{time.monotonic() - t_import:.0f}s"
     )
-    kube = Kube.of(state)
+    kube = KubeCli.of(state)
     t = time.monotonic()
     install(kube, real_node_values(gpus_per_node, values))
     say(f"helm install (operator x2 + node DaemonSet) Ready in {time.monotonic() - t:.0f}s")
@@ -218,7 +218,7 @@ def prepare(
 SCRAPE_JOBS = {"horus-operator": "operator", "horus-agent": "node"}
 
 
-def write_scrape_targets(kube: Kube, folder: Path) -> dict[str, list[str]]:
+def write_scrape_targets(kube: KubeCli, folder: Path) -> dict[str, list[str]]:
     """Write each job's targets (``podIP:port`` of the pods' ``metrics`` ports) as Prometheus
     file_sd files in ``folder``; returns them. Debian's Prometheus is built without the
     Kubernetes service discovery, so the pods are looked up here, through the apiserver, and

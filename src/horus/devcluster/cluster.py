@@ -49,7 +49,7 @@ def default_dir() -> Path:
 
 
 @dataclass
-class ClusterState:
+class DevClusterState:
     """What ``up`` started; enough for ``status`` and ``down`` in another process."""
 
     directory: str
@@ -64,7 +64,7 @@ class ClusterState:
         save_state(Path(self.directory) / STATE_FILE, self)
 
     @classmethod
-    def load(cls, directory: Path) -> ClusterState | None:
+    def load(cls, directory: Path) -> DevClusterState | None:
         raw = load_state_fields(directory / STATE_FILE)
         return None if raw is None else cls(**raw)
 
@@ -131,13 +131,13 @@ class LocalCluster:
         self.directory = (directory or default_dir()).resolve()
 
     # ------------------------------------------------------------------ queries
-    def state(self) -> ClusterState | None:
-        return ClusterState.load(self.directory)
+    def state(self) -> DevClusterState | None:
+        return DevClusterState.load(self.directory)
 
     def kubeconfig(self) -> Path:
         return self.directory / ADMIN_KUBECONFIG
 
-    def readyz(self, state: ClusterState, timeout: float = 3.0) -> bool:
+    def readyz(self, state: DevClusterState, timeout: float = 3.0) -> bool:
         ctx = ssl.create_default_context(cafile=str(state.ca_file()))
         req = urllib.request.Request(
             f"{state.server}/readyz", headers={"Authorization": f"Bearer {state.token}"}
@@ -171,7 +171,7 @@ class LocalCluster:
         self,
         timeout: float = 120.0,
         scheduler_config: dict[str, Any] | None = None,
-    ) -> ClusterState:
+    ) -> DevClusterState:
         """Start every component and wait for ``/readyz``; refuses when already up."""
         existing = self.state()
         if existing is not None:
@@ -225,7 +225,7 @@ class LocalCluster:
         kwok_cfg = self.directory / "kwok.yaml"
         kwok_cfg.write_text(yaml.safe_dump(_kwok_config()))
 
-        state = ClusterState(
+        state = DevClusterState(
             directory=str(self.directory),
             server=server,
             kubeconfig=str(self.kubeconfig()),
@@ -329,11 +329,11 @@ class LocalCluster:
             raise
         return state
 
-    def _start(self, state: ClusterState, name: str, argv: list[str]) -> None:
+    def _start(self, state: DevClusterState, name: str, argv: list[str]) -> None:
         state.processes.append(spawn(name, argv, self.directory))
         state.save()
 
-    def _check_alive(self, state: ClusterState) -> None:
+    def _check_alive(self, state: DevClusterState) -> None:
         for p in state.processes:
             if not p.running():
                 raise ClusterError(
@@ -341,7 +341,7 @@ class LocalCluster:
                     + p.log_tail()
                 )
 
-    def _wait_port(self, state: ClusterState, name: str, port: int, timeout: float) -> None:
+    def _wait_port(self, state: DevClusterState, name: str, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive(state)
@@ -350,7 +350,7 @@ class LocalCluster:
             time.sleep(0.2)
         raise ClusterError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
 
-    def _wait_ready(self, state: ClusterState, timeout: float) -> None:
+    def _wait_ready(self, state: DevClusterState, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self._check_alive(state)

@@ -485,9 +485,9 @@ class RealNodes:
         return RealNodesState.load(self.cluster_dir)
 
     def _cluster(self) -> Any:
-        from horus.devcluster.cluster import ClusterState
+        from horus.devcluster.cluster import DevClusterState
 
-        cstate = ClusterState.load(self.cluster_dir)
+        cstate = DevClusterState.load(self.cluster_dir)
         if cstate is None:
             raise ClusterError(
                 f"no local cluster is up in {self.cluster_dir}; run 'horus dev cluster up' first"
@@ -845,9 +845,9 @@ class RealNodes:
             )
         api = None
         with contextlib.suppress(Exception):
-            from horus.devcluster.cluster import ClusterState
+            from horus.devcluster.cluster import DevClusterState
 
-            cstate = ClusterState.load(self.cluster_dir)
+            cstate = DevClusterState.load(self.cluster_dir)
             if cstate is not None:
                 api = _core_api(cstate.kubeconfig)
         left: list[str] = []

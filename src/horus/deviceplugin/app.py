@@ -16,7 +16,7 @@ from horus.common.errors import HorusError
 from horus.deviceplugin.allocator import Allocator, AssignmentKey
 from horus.deviceplugin.coexistence import CoexistenceGuard
 from horus.deviceplugin.devices import core_kind, memory_kind
-from horus.deviceplugin.gpus import GpuBackend, GpuDiscoveryError, open_backend
+from horus.deviceplugin.gpus import GpuDiscoveryError, GpuInventory, open_backend
 from horus.deviceplugin.kube import KubeApi, NodeApi
 from horus.deviceplugin.server import PluginManager, ResourcePlugin
 from horus.deviceplugin.settings import DevicePluginSettings
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def discover(
     settings: DevicePluginSettings, stop: threading.Event
-) -> tuple[GpuBackend, list[GpuDevice]] | None:
+) -> tuple[GpuInventory, list[GpuDevice]] | None:
     """The backend and its GPUs, waiting and retrying on failure (None once ``stop`` is set)."""
     logged = False
     while not stop.is_set():
@@ -65,7 +65,7 @@ def discover(
 
 def build(
     settings: DevicePluginSettings,
-    backend: GpuBackend,
+    backend: GpuInventory,
     gpus: list[GpuDevice],
     api: NodeApi | None,
 ) -> PluginManager:

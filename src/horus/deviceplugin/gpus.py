@@ -38,7 +38,7 @@ class GpuDiscoveryError(HorusError):
     """The GPUs of this node could not be discovered; the message says why and how to fix it."""
 
 
-class GpuBackend(Protocol):
+class GpuInventory(Protocol):
     """What the device plugin needs from a GPU backend."""
 
     name: str
@@ -231,7 +231,7 @@ def open_backend(
     sim_model: str = "H100",
     sim_memory_mib: int = 81920,
     sim_health_file: Path | None = None,
-) -> GpuBackend:
+) -> GpuInventory:
     """The backend named ``kind`` ("nvml" or "simulated"); raises GpuDiscoveryError."""
     if kind == "simulated":
         return SimulatedGpus(node_name, sim_count, sim_model, sim_memory_mib, sim_health_file)

@@ -34,7 +34,7 @@ from horus.deviceplugin.api import api_pb2 as pb
 from horus.deviceplugin.api import api_pb2_grpc as _pb_grpc
 from horus.deviceplugin.coexistence import CoexistenceGuard
 from horus.deviceplugin.devices import ResourceKind
-from horus.deviceplugin.gpus import GpuBackend
+from horus.deviceplugin.gpus import GpuInventory
 from horus.deviceplugin.kube import NodeApi
 
 log = logging.getLogger(__name__)
@@ -320,7 +320,7 @@ class PluginManager:
     def __init__(
         self,
         plugins: list[ResourcePlugin],
-        backend: GpuBackend,
+        backend: GpuInventory,
         gpus: list[GpuDevice],
         plugin_dir: Path,
         node_name: str,

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from horus.agent.agent import Agent
-from horus.agent.kube import Kube
+from horus.agent.kube import AgentApi
 from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment, encode_predicted
 from horus.api.inventory import simulated_gpu_uuid
@@ -170,7 +170,7 @@ def test_agent_end_to_end(
         kubeconfig=Path(cluster.kubeconfig),
     )
     caplog.set_level(logging.INFO)
-    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+    agent = Agent(settings, AgentApi.connect(settings.kubeconfig))
     port = agent.start_metrics()
     prom = start_prometheus(f"127.0.0.1:{port}")
     stop = threading.Event()
@@ -246,7 +246,7 @@ def test_nvml_absent_keeps_agent_running(
         kubeconfig=Path(cluster.kubeconfig),
         metrics_port=0,
     )
-    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+    agent = Agent(settings, AgentApi.connect(settings.kubeconfig))
     try:
         import pynvml
 
@@ -301,7 +301,7 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
         assignment_key_file=placed["key_file"],
         kubeconfig=Path(cluster.kubeconfig),
     )
-    agent = Agent(settings, Kube.connect(settings.kubeconfig))
+    agent = Agent(settings, AgentApi.connect(settings.kubeconfig))
 
     def run(name: str) -> None:
         pod = _pod(key, f"{name}-0", node, 0, 8192, job=name)

@@ -1,6 +1,6 @@
 """Hostile objects the node agent reads: pods' annotations, DLJobs, ConfigMaps, its node.
 
-The agent's real ``Kube`` client decodes the bytes (the apiserver is replaced at the
+The agent's real ``AgentApi`` client decodes the bytes (the apiserver is replaced at the
 ``ApiClient`` seam: ``param_serialize``/``call_api``, exactly what the agent calls), and its
 real cycle parses, samples (simulated backend), enforces and reports. In every case a good pod
 on the same node keeps being sampled, two cycles in a row, and the problem is logged once
@@ -18,7 +18,7 @@ import pytest
 from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
-from horus.agent.kube import Kube
+from horus.agent.kube import AgentApi
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.api.signing import sign_assignment
@@ -358,7 +358,7 @@ def run_cycles(
         }
     )
     settings = sim_agent_settings(NODE, key_file)
-    agent = Agent(settings, Kube(api), predictor=lambda: None)
+    agent = Agent(settings, AgentApi(api), predictor=lambda: None)
     snaps = [agent.cycle(), agent.cycle()]
     return agent, api, snaps
 

@@ -13,7 +13,7 @@ import pytest
 from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
-from horus.agent.kube import Kube
+from horus.agent.kube import AgentApi
 from horus.api.assignment import encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.api.signing import sign_assignment
@@ -66,7 +66,7 @@ def test_a_rotated_key_is_used_from_the_next_cycle(
     api = Apiserver()
     api.pods = [signed_pod("before", KEY, 0), signed_pod("after", NEW, 1)]
     settings = sim_agent_settings(NODE, key_file)
-    agent = Agent(settings, Kube(api), predictor=lambda: None)
+    agent = Agent(settings, AgentApi(api), predictor=lambda: None)
     assert set(agent.cycle().pods) == {"uid-before"}  # the new key is not known yet
     # the Secret is rotated: new key, the old one still verifies as previous
     key_file.write_bytes(NEW)
