@@ -124,6 +124,114 @@ def _scheduler_config(kubeconfig: Path, extra: dict[str, Any] | None) -> dict[st
     return cfg
 
 
+#: Every port ``up`` picks (a free one each): the components' and etcd's peer port.
+PORT_NAMES = (
+    "etcd",
+    "etcd-peer",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+)
+
+
+def _etcd_argv(etcd: Path, data_dir: Path, ports: dict[str, int]) -> list[str]:
+    return [
+        str(etcd),
+        "--name=horus",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
+        f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
+        f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+        f"--initial-cluster=horus=http://127.0.0.1:{ports['etcd-peer']}",
+        "--quota-backend-bytes=4294967296",
+        "--auto-compaction-retention=1",
+        "--logger=zap",
+        "--log-level=warn",
+    ]
+
+
+def _apiserver_argv(bin_dir: Path, ports: dict[str, int], creds: certs.Credentials) -> list[str]:
+    return [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports['kube-apiserver']}",
+        f"--tls-cert-file={creds.serving_cert}",
+        f"--tls-private-key-file={creds.serving_key}",
+        f"--client-ca-file={creds.ca_cert}",
+        f"--token-auth-file={creds.token_file}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={creds.sa_public_key}",
+        f"--service-account-signing-key-file={creds.sa_private_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=Node,RBAC",
+        # Real nodes (add-nodes --real) act as system:node:<name>: the Node authorizer
+        # and NodeRestriction confine each kubelet to its own Node and pods.
+        "--enable-admission-plugins=NodeRestriction",
+        f"--kubelet-client-certificate={creds.kubelet_client_cert}",
+        f"--kubelet-client-key={creds.kubelet_client_key}",
+        # Node names do not resolve here; logs/exec reach a kubelet by its InternalIP.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        "--allow-privileged=true",
+        # The "kubernetes" Service's endpoints may not be a loopback address.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+        "--event-ttl=1h",
+        # Debian's etcd (3.4.23) cannot serve progress requests, so the apiserver's
+        # watch-list streams fail; with WatchList on, the apiserver also turns every
+        # watch at resourceVersion 0 into one (kwok's informers watch that way), and
+        # kwok then sees new pods only when it re-lists, 20-50 s later.
+        "--feature-gates=WatchList=false",
+        "--v=1",
+    ]
+
+
+def _controller_manager_argv(
+    bin_dir: Path, ports: dict[str, int], creds: certs.Credentials, kubeconfig: Path
+) -> list[str]:
+    return [
+        str(bin_dir / "kube-controller-manager"),
+        f"--kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports['kube-controller-manager']}",
+        "--leader-elect=false",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={creds.sa_private_key}",
+        f"--root-ca-file={creds.ca_cert}",
+        "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def _scheduler_argv(bin_dir: Path, ports: dict[str, int], config: Path) -> list[str]:
+    return [
+        str(bin_dir / "kube-scheduler"),
+        f"--config={config}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports['kube-scheduler']}",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def _kwok_argv(bin_dir: Path, ports: dict[str, int], kubeconfig: Path, config: Path) -> list[str]:
+    return [
+        str(bin_dir / "kwok"),
+        f"--kubeconfig={kubeconfig}",
+        f"--config={config}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        f"--server-address=127.0.0.1:{ports['kwok']}",
+        "--node-lease-duration-seconds=40",
+        "--cidr=10.244.0.0/16",
+        "--node-ip=10.0.0.1",
+    ]
+
+
 class LocalCluster:
     """One local control plane rooted at ``directory``."""
 
@@ -173,55 +281,21 @@ class LocalCluster:
         scheduler_config: dict[str, Any] | None = None,
     ) -> DevClusterState:
         """Start every component and wait for ``/readyz``; refuses when already up."""
-        existing = self.state()
-        if existing is not None:
-            alive = [p.name for p in existing.processes if p.running()]
-            if alive:
-                raise ClusterError(
-                    f"a local cluster is already up in {self.directory} (running: "
-                    f"{', '.join(alive)}); use it with KUBECONFIG={existing.kubeconfig}, or "
-                    "run 'horus dev cluster down' first"
-                )
-            # Leftovers of a cluster whose processes all died (e.g. after a reboot).
-            from horus.devcluster.realnodes import RealNodes
-
-            RealNodes(self.directory).remove()
-            self._remove_directory()
-
+        self._refuse_running_or_clear_leftovers()
         bin_dir = binaries.ensure_binaries()
         etcd = binaries.etcd_binary()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o700)
         creds = certs.generate(self.directory / "pki")
-        ports = {
-            name: free_port()
-            for name in (
-                "etcd",
-                "etcd-peer",
-                "kube-apiserver",
-                "kube-controller-manager",
-                "kube-scheduler",
-                "kwok",
-            )
-        }
+        ports = {name: free_port() for name in PORT_NAMES}
         server = f"https://127.0.0.1:{ports['kube-apiserver']}"
-        kubeconfigs = {}
-        for user, filename in (
-            ("horus-admin", ADMIN_KUBECONFIG),
-            ("system:kube-controller-manager", "controller-manager.kubeconfig"),
-            ("system:kube-scheduler", "scheduler.kubeconfig"),
-            ("kwok", "kwok.kubeconfig"),
-        ):
-            path = self.directory / filename
-            write_kubeconfig(path, server, creds.ca_cert, creds.tokens[user], user)
-            kubeconfigs[user] = path
+        kubeconfigs = self._write_kubeconfigs(server, creds)
         sched_cfg = self.directory / "scheduler-config.yaml"
         sched_cfg.write_text(
             yaml.safe_dump(
                 _scheduler_config(kubeconfigs["system:kube-scheduler"], scheduler_config)
             )
         )
-
         kwok_cfg = self.directory / "kwok.yaml"
         kwok_cfg.write_text(yaml.safe_dump(_kwok_config()))
 
@@ -234,100 +308,65 @@ class LocalCluster:
             token=creds.tokens["horus-admin"],
         )
         state.save()
-        d = self.directory
-        commands: dict[str, list[str]] = {
-            "etcd": [
-                str(etcd),
-                "--name=horus",
-                f"--data-dir={d / 'etcd'}",
-                f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
-                f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
-                f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-                f"--initial-cluster=horus=http://127.0.0.1:{ports['etcd-peer']}",
-                "--quota-backend-bytes=4294967296",
-                "--auto-compaction-retention=1",
-                "--logger=zap",
-                "--log-level=warn",
-            ],
-            "kube-apiserver": [
-                str(bin_dir / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={ports['kube-apiserver']}",
-                f"--tls-cert-file={creds.serving_cert}",
-                f"--tls-private-key-file={creds.serving_key}",
-                f"--client-ca-file={creds.ca_cert}",
-                f"--token-auth-file={creds.token_file}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={creds.sa_public_key}",
-                f"--service-account-signing-key-file={creds.sa_private_key}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--authorization-mode=Node,RBAC",
-                # Real nodes (add-nodes --real) act as system:node:<name>: the Node authorizer
-                # and NodeRestriction confine each kubelet to its own Node and pods.
-                "--enable-admission-plugins=NodeRestriction",
-                f"--kubelet-client-certificate={creds.kubelet_client_cert}",
-                f"--kubelet-client-key={creds.kubelet_client_key}",
-                # Node names do not resolve here; logs/exec reach a kubelet by its InternalIP.
-                "--kubelet-preferred-address-types=InternalIP,Hostname",
-                "--allow-privileged=true",
-                # The "kubernetes" Service's endpoints may not be a loopback address.
-                "--endpoint-reconciler-type=none",
-                "--profiling=false",
-                "--event-ttl=1h",
-                # Debian's etcd (3.4.23) cannot serve progress requests, so the apiserver's
-                # watch-list streams fail; with WatchList on, the apiserver also turns every
-                # watch at resourceVersion 0 into one (kwok's informers watch that way), and
-                # kwok then sees new pods only when it re-lists, 20-50 s later.
-                "--feature-gates=WatchList=false",
-                "--v=1",
-            ],
-            "kube-controller-manager": [
-                str(bin_dir / "kube-controller-manager"),
-                f"--kubeconfig={kubeconfigs['system:kube-controller-manager']}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['kube-controller-manager']}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={creds.sa_private_key}",
-                f"--root-ca-file={creds.ca_cert}",
-                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
-                "--profiling=false",
-                "--v=1",
-            ],
-            "kube-scheduler": [
-                str(bin_dir / "kube-scheduler"),
-                f"--config={sched_cfg}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['kube-scheduler']}",
-                "--profiling=false",
-                "--v=1",
-            ],
-            "kwok": [
-                str(bin_dir / "kwok"),
-                f"--kubeconfig={kubeconfigs['kwok']}",
-                f"--config={kwok_cfg}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--server-address=127.0.0.1:{ports['kwok']}",
-                "--node-lease-duration-seconds=40",
-                "--cidr=10.244.0.0/16",
-                "--node-ip=10.0.0.1",
-            ],
+        commands = {
+            "etcd": _etcd_argv(etcd, self.directory / "etcd", ports),
+            "kube-apiserver": _apiserver_argv(bin_dir, ports, creds),
+            "kube-controller-manager": _controller_manager_argv(
+                bin_dir, ports, creds, kubeconfigs["system:kube-controller-manager"]
+            ),
+            "kube-scheduler": _scheduler_argv(bin_dir, ports, sched_cfg),
+            "kwok": _kwok_argv(bin_dir, ports, kubeconfigs["kwok"], kwok_cfg),
         }
+        self._start_components(state, commands, timeout)
+        return state
+
+    def _refuse_running_or_clear_leftovers(self) -> None:
+        """Refuse when a cluster runs in our folder; remove one whose processes all died."""
+        existing = self.state()
+        if existing is None:
+            return
+        alive = [p.name for p in existing.processes if p.running()]
+        if alive:
+            raise ClusterError(
+                f"a local cluster is already up in {self.directory} (running: "
+                f"{', '.join(alive)}); use it with KUBECONFIG={existing.kubeconfig}, or "
+                "run 'horus dev cluster down' first"
+            )
+        # Leftovers of a cluster whose processes all died (e.g. after a reboot).
+        from horus.devcluster.realnodes import RealNodes
+
+        RealNodes(self.directory).remove()
+        self._remove_directory()
+
+    def _write_kubeconfigs(self, server: str, creds: certs.Credentials) -> dict[str, Path]:
+        """One kubeconfig per user (admin and each component); their paths by user."""
+        kubeconfigs = {}
+        for user, filename in (
+            ("horus-admin", ADMIN_KUBECONFIG),
+            ("system:kube-controller-manager", "controller-manager.kubeconfig"),
+            ("system:kube-scheduler", "scheduler.kubeconfig"),
+            ("kwok", "kwok.kubeconfig"),
+        ):
+            path = self.directory / filename
+            write_kubeconfig(path, server, creds.ca_cert, creds.tokens[user], user)
+            kubeconfigs[user] = path
+        return kubeconfigs
+
+    def _start_components(
+        self, state: DevClusterState, commands: dict[str, list[str]], timeout: float
+    ) -> None:
+        """Start in :data:`COMPONENT_ORDER`, waiting for etcd's port and the apiserver's
+        ``/readyz``; on any failure stop what started and re-raise."""
         try:
             for name in COMPONENT_ORDER:
                 self._start(state, name, commands[name])
                 if name == "etcd":
-                    self._wait_port(state, name, ports["etcd"], timeout)
+                    self._wait_port(state, name, state.ports["etcd"], timeout)
                 elif name == "kube-apiserver":
                     self._wait_ready(state, timeout)
         except BaseException:
             self.down(quiet=True)
             raise
-        return state
 
     def _start(self, state: DevClusterState, name: str, argv: list[str]) -> None:
         state.processes.append(spawn(name, argv, self.directory))
