@@ -75,10 +75,51 @@ def generate(directory: Path) -> Credentials:
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365))
-
     ca_key = _key()
+    ca_cert = _ca_certificate(ca_key, valid)
+    srv_key = _key()
+    srv_cert = _serving_certificate(srv_key, ca_key, ca_cert.subject, valid)
+    sa_key = _key()
+    creds = Credentials(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        sa_public_key=directory / "sa.pub",
+        sa_private_key=directory / "sa.key",
+        token_file=directory / "tokens.csv",
+        tokens={user: secrets.token_hex(24) for user in USERS},
+        ca_key=directory / "ca.key",
+        kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
+        kubelet_client_key=directory / "apiserver-kubelet-client.key",
+    )
+    _write(creds.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write(creds.ca_key, _pem_key(ca_key))
+    _write(creds.serving_cert, srv_cert.public_bytes(serialization.Encoding.PEM))
+    _write(creds.serving_key, _pem_key(srv_key))
+    _write(creds.sa_private_key, _pem_key(sa_key))
+    _write(
+        creds.sa_public_key,
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+    _write(creds.token_file, _token_csv(creds.tokens).encode())
+    issue_client_cert(
+        directory,
+        KUBELET_CLIENT_USER,
+        ["system:masters"],
+        creds.kubelet_client_cert,
+        creds.kubelet_client_key,
+    )
+    return creds
+
+
+def _ca_certificate(
+    ca_key: ec.EllipticCurvePrivateKey, valid: tuple[datetime.datetime, datetime.datetime]
+) -> x509.Certificate:
+    """The self-signed CA ("horus-local-ca") that signs every other certificate."""
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "horus-local-ca")])
-    ca_cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(ca_name)
         .issuer_name(ca_name)
@@ -104,7 +145,14 @@ def generate(directory: Path) -> Credentials:
         .sign(ca_key, hashes.SHA256())
     )
 
-    srv_key = _key()
+
+def _serving_certificate(
+    key: ec.EllipticCurvePrivateKey,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    valid: tuple[datetime.datetime, datetime.datetime],
+) -> x509.Certificate:
+    """The apiserver's serving certificate: localhost, the in-cluster names and service IP."""
     names: list[x509.GeneralName] = [
         x509.DNSName(n)
         for n in (
@@ -116,11 +164,11 @@ def generate(directory: Path) -> Credentials:
         )
     ]
     names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", SERVICE_IP)]
-    srv_cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
         .issuer_name(ca_name)
-        .public_key(srv_key.public_key())
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(valid[0])
         .not_valid_after(valid[1])
@@ -131,43 +179,14 @@ def generate(directory: Path) -> Credentials:
         .sign(ca_key, hashes.SHA256())
     )
 
-    sa_key = _key()
-    creds = Credentials(
-        ca_cert=directory / "ca.crt",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        sa_public_key=directory / "sa.pub",
-        sa_private_key=directory / "sa.key",
-        token_file=directory / "tokens.csv",
-        tokens={user: secrets.token_hex(24) for user in USERS},
-        ca_key=directory / "ca.key",
-        kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
-        kubelet_client_key=directory / "apiserver-kubelet-client.key",
-    )
-    _write(creds.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write(creds.ca_key, _pem_key(ca_key))
-    _write(creds.serving_cert, srv_cert.public_bytes(serialization.Encoding.PEM))
-    _write(creds.serving_key, _pem_key(srv_key))
-    _write(creds.sa_private_key, _pem_key(sa_key))
-    _write(
-        creds.sa_public_key,
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ),
-    )
+
+def _token_csv(tokens: dict[str, str]) -> str:
+    """The apiserver's ``--token-auth-file``: ``token,user,uid[,"group,…"]`` per user."""
     lines = []
     for i, (user, groups) in enumerate(USERS.items()):
         group_field = f',"{",".join(groups)}"' if groups else ""
-        lines.append(f"{creds.tokens[user]},{user},uid-{i}{group_field}")
-    _write(creds.token_file, ("\n".join(lines) + "\n").encode())
-    issue_client_cert(
-        directory,
-        KUBELET_CLIENT_USER,
-        ["system:masters"],
-        creds.kubelet_client_cert,
-        creds.kubelet_client_key,
-    )
-    return creds
+        lines.append(f"{tokens[user]},{user},uid-{i}{group_field}")
+    return "\n".join(lines) + "\n"
 
 
 #: The apiserver's user towards the kubelets (kubeadm's name for it).
