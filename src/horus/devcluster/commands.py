@@ -18,6 +18,12 @@ from horus.common.flags import count, integer, seconds
 def register(sub: Any) -> None:
     dev = sub.add_parser("dev", help="development tools (local control plane)")
     dev_sub = dev.add_subparsers(dest="dev_command", metavar="COMMAND")
+    _register_cluster(dev_sub)
+    _register_images(dev_sub)
+    _register_demo(dev_sub)
+
+
+def _register_cluster(dev_sub: Any) -> None:
     cluster = dev_sub.add_parser(
         "cluster",
         help="a real local Kubernetes control plane with simulated (kwok) GPU nodes",
@@ -39,6 +45,22 @@ def register(sub: Any) -> None:
     status = csub.add_parser("status", help="what runs, and whether the apiserver is ready")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
+    _register_add_nodes(csub)
+    remove = csub.add_parser(
+        "remove-nodes",
+        help="stop real nodes and delete their Node objects (every real node when none named)",
+    )
+    remove.add_argument("names", nargs="*", help="real node names")
+    remove.set_defaults(handler=_remove_nodes)
+    load = csub.add_parser(
+        "load-images",
+        help="build Horus' images (cached) and import them into every real node's containerd",
+    )
+    load.add_argument("names", nargs="*", help="images (default: operator node workload)")
+    load.set_defaults(handler=_load_images)
+
+
+def _register_add_nodes(csub: Any) -> None:
     add = csub.add_parser(
         "add-nodes",
         help="add nodes with simulated GPUs: kwok nodes, or real kubelets (--real)",
@@ -84,20 +106,6 @@ def register(sub: Any) -> None:
         help="seconds to wait for Ready (default: kwok 120, real 180)",
     )
     add.set_defaults(handler=_add_nodes)
-    remove = csub.add_parser(
-        "remove-nodes",
-        help="stop real nodes and delete their Node objects (every real node when none named)",
-    )
-    remove.add_argument("names", nargs="*", help="real node names")
-    remove.set_defaults(handler=_remove_nodes)
-    load = csub.add_parser(
-        "load-images",
-        help="build Horus' images (cached) and import them into every real node's containerd",
-    )
-    load.add_argument("names", nargs="*", help="images (default: operator node workload)")
-    load.set_defaults(handler=_load_images)
-    _register_images(dev_sub)
-    _register_demo(dev_sub)
 
 
 def _register_images(dev_sub: Any) -> None:
