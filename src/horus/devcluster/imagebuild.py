@@ -21,12 +21,17 @@ here, instruction by instruction, as a root user would by hand:
 Every stage is cached by content — its base, its instructions, the bytes it copies and the
 wheels it installs — so building an unchanged image again costs the time to hash the build
 context (well under a second). Caches live in ``${HORUS_CACHE_DIR:-~/.cache/horus}/images``.
+
+This module is the builder: cache keys, stages, the Debian stand-in base and the RUN sandbox.
+The parts it uses live beside it: :mod:`~horus.devcluster.dockerfile` (parsing),
+:mod:`~horus.devcluster.buildcontext` (``.dockerignore``, COPY's sources and copying),
+:mod:`~horus.devcluster.layers` (snapshots, layer tars, whiteouts) and
+:mod:`~horus.devcluster.wheels` (what ``pip install`` installs, downloaded as wheels).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import hashlib
 import json
 import os
@@ -34,16 +39,14 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from horus.common.errors import ClusterError, ValidationError
+from horus.devcluster.buildcontext import Ignore, content_key, copy_entries, tree, walk_sources
 from horus.devcluster.dockerfile import (
     Dockerfile,
     Instruction,
@@ -52,6 +55,8 @@ from horus.devcluster.dockerfile import (
     split_env,
     substitute,
 )
+from horus.devcluster.layers import extract_layer, file_digest, snapshot, write_layer
+from horus.devcluster.wheels import download_wheels, pip_target, project_requirements
 
 #: Debian suites that can stand in for python:<version>-slim-<suite>: (Python, glibc).
 SUITES = {"bookworm": ("3.11", "2.36"), "trixie": ("3.13", "2.41")}
@@ -87,14 +92,6 @@ def _sha(*parts: str) -> str:
     return h.hexdigest()
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @dataclass
 class StageResult:
     """A built stage: its layers (base first) and the image config it accumulated."""
@@ -108,198 +105,6 @@ class StageResult:
     labels: dict[str, str] = field(default_factory=dict)
     exposed: list[str] = field(default_factory=list)
     history: list[str] = field(default_factory=list)
-
-
-# --- .dockerignore ---------------------------------------------------------------------------
-
-
-class Ignore:
-    """The ``.dockerignore`` patterns of a build context (``**`` and ``!`` supported)."""
-
-    def __init__(self, context: Path) -> None:
-        self.rules: list[tuple[bool, str]] = []
-        path = context / ".dockerignore"
-        if path.is_file():
-            for raw in path.read_text().splitlines():
-                line = raw.strip()
-                if not line or line.startswith("#"):
-                    continue
-                negate = line.startswith("!")
-                pattern = line.lstrip("!").strip("/")
-                self.rules.append((negate, pattern))
-
-    def ignored(self, rel: str) -> bool:
-        out = False
-        for negate, pattern in self.rules:
-            if self._match(rel, pattern):
-                out = not negate
-        return out
-
-    @staticmethod
-    def _match(rel: str, pattern: str) -> bool:
-        parts = rel.split("/")
-        # a pattern matches the path or any of its parent folders
-        for i in range(1, len(parts) + 1):
-            prefix = "/".join(parts[:i])
-            if fnmatch.fnmatchcase(prefix, pattern):
-                return True
-            if pattern.startswith("**/") and any(
-                fnmatch.fnmatchcase("/".join(parts[j:i]), pattern[3:]) for j in range(i)
-            ):
-                return True
-        return False
-
-
-def _walk_sources(context: Path, source: str, ignore: Ignore, where: str) -> list[Path]:
-    """Files and folders of one COPY source, relative to the context, without ignored ones."""
-    base = (context / source).resolve()
-    if context.resolve() not in (base, *base.parents):
-        raise ValidationError(f"{where}: COPY source {source!r} is outside the build context")
-    if not base.exists():
-        raise ValidationError(f"{where}: COPY source {source!r} does not exist in {context}")
-    if base.is_file() or base.is_symlink():
-        return [base]
-    out = [base]
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames.sort()
-        here = Path(dirpath)
-        keep = []
-        for d in dirnames:
-            if not ignore.ignored(str((here / d).relative_to(context.resolve()))):
-                keep.append(d)
-                out.append(here / d)
-        dirnames[:] = keep
-        for f in sorted(filenames):
-            p = here / f
-            if not ignore.ignored(str(p.relative_to(context.resolve()))):
-                out.append(p)
-    return out
-
-
-def content_key(context: Path, sources: list[str], ignore: Ignore, where: str) -> str:
-    """A digest of what COPY would copy: names, modes and bytes."""
-    h = hashlib.sha256()
-    for source in sources:
-        root = (context / source).resolve()
-        for p in _walk_sources(context, source, ignore, where):
-            st = p.lstat()
-            rel = str(p.relative_to(root.parent))
-            h.update(f"{rel}\0{st.st_mode:o}\0".encode())
-            if p.is_symlink():
-                h.update(os.readlink(p).encode())
-            elif p.is_file():
-                h.update(file_digest(p).encode())
-    return h.hexdigest()
-
-
-# --- file system snapshots and layers ----------------------------------------------------------
-
-
-Signature = tuple[int, int, int, int, int, int, int, str]
-
-
-def snapshot(root: Path) -> dict[str, Signature]:
-    """Every path under ``root`` with what changes when it is written (ctime included)."""
-    out: dict[str, Signature] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            link = os.readlink(p) if os.path.islink(p) else ""
-            out[os.path.relpath(p, root)] = (
-                st.st_mode,
-                st.st_uid,
-                st.st_gid,
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                st.st_ino,
-                link,
-            )
-    return out
-
-
-def write_layer(root: Path, before: dict[str, Signature], layers: Path) -> str | None:
-    """The changes under ``root`` since ``before`` as a layer tar; returns its digest (None
-    when nothing changed)."""
-    after = snapshot(root)
-    changed = sorted(p for p, sig in after.items() if before.get(p) != sig)
-    gone = sorted(p for p in before if p not in after)
-    removed: list[str] = []
-    for p in gone:  # a removed folder's whiteout covers its contents
-        if not any(p.startswith(r + "/") for r in removed):
-            removed.append(p)
-    if not changed and not removed:
-        return None
-    layers.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=layers, suffix=".tar.tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    listing = tmp.with_suffix(".list")
-    listing.write_text("".join(f"./{p}\n" for p in changed))
-    try:
-        proc = subprocess.run(
-            [
-                *("tar", "--create", "--file", str(tmp), "--directory", str(root)),
-                *("--no-recursion", "--numeric-owner", "--xattrs", "--files-from", str(listing)),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise ClusterError(f"writing a layer failed: {proc.stderr.strip()}")
-        if removed:
-            with tarfile.open(tmp, "a", format=tarfile.GNU_FORMAT) as tar:
-                for p in removed:
-                    head, tail = os.path.split(p)
-                    info = tarfile.TarInfo(os.path.join(".", head, f".wh.{tail}"))
-                    info.mtime = int(time.time())
-                    tar.addfile(info)
-        digest = file_digest(tmp)
-        tmp.replace(layers / f"{digest}.tar")
-        return digest
-    finally:
-        tmp.unlink(missing_ok=True)
-        listing.unlink(missing_ok=True)
-
-
-def extract_layer(layer: Path, root: Path, only: list[str] | None = None) -> None:
-    """Apply one layer to ``root``: whiteouts remove, everything else is unpacked (``only``:
-    just the members at or under those paths)."""
-    listing = subprocess.run(
-        ["tar", "--list", "--file", str(layer)], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    present: set[str] = set()
-    for name in listing:
-        rel = name.removeprefix("./").rstrip("/")
-        hit = [p for p in only or [] if rel == p or rel.startswith(p + "/")]
-        if only is not None and not hit:
-            continue
-        present.update(hit)
-        head, tail = os.path.split(name)
-        if tail.startswith(".wh."):
-            target = root / head / tail[4:]
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink(missing_ok=True)
-    if only is not None and not present:
-        return
-    dot = "./" if listing and listing[0].startswith("./") else ""
-    # Members named by their top folder: tar takes everything under it (no per-file list,
-    # whose matching is quadratic in GNU tar).
-    select = [dot + p for p in sorted(present)]
-    proc = subprocess.run(
-        [
-            *("tar", "--extract", "--file", str(layer), "--directory", str(root)),
-            *("--numeric-owner", "--same-permissions", "--xattrs", "--wildcards"),
-            *("--exclude", "*/.wh.*", "--exclude", ".wh.*", *select),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise ClusterError(f"unpacking layer {layer.name} failed: {proc.stderr.strip()}")
 
 
 # --- the builder -----------------------------------------------------------------------------
@@ -542,8 +347,8 @@ class Builder:
         target = root / dest.lstrip("/")
         if src_stage is None:
             for source in sources:
-                entries = _walk_sources(self.context, source, self.ignore, where)
-                _copy_entries(entries, entries[0], target, as_dir)
+                entries = walk_sources(self.context, source, self.ignore, where)
+                copy_entries(entries, entries[0], target, as_dir)
             return
         other = df.stage(src_stage)
         assert other is not None  # stage_key checked it
@@ -554,8 +359,8 @@ class Builder:
                 src = other_root / source.lstrip("/")
                 if not src.exists() and not src.is_symlink():
                     raise ValidationError(f"{where}: {source} does not exist in stage {src_stage}")
-                entries = [src] if not src.is_dir() else [src, *_tree(src)]
-                _copy_entries(entries, src, target, as_dir)
+                entries = [src] if not src.is_dir() else [src, *tree(src)]
+                copy_entries(entries, src, target, as_dir)
 
     def _run(
         self,
@@ -621,71 +426,11 @@ class Builder:
         """Wheels of the context's project (and the extras asked for) and its build backend,
         for the suite's Python and glibc, downloaded once by this host's pip."""
         folder = self.cache / "wheels" / self.wheel_key(suite, extras)
-        if (folder / ".complete").is_file():
-            return folder
-        python, glibc = SUITES[suite]
-        major, minor = (int(x) for x in glibc.split("."))
-        platforms = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 16, -1)]
-        platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
-        tag = python.replace(".", "")
-        req = project_requirements(self.context / "pyproject.toml", extras)
-        tmp = folder.with_suffix(".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.log(f"images: downloading {len(req)} requirement(s) as wheels for Python {python}")
-        argv = [
-            *(self.python, "-m", "pip", "download", "--quiet", "--dest", str(tmp)),
-            *("--only-binary=:all:", "--python-version", python, "--implementation", "cp"),
-            *("--abi", f"cp{tag}", "--abi", "abi3", "--abi", "none"),
-            *(x for p in platforms for x in ("--platform", p)),
-            *req,
-        ]
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        if proc.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise ClusterError(
-                "downloading the image's wheels failed (pip needs PyPI): "
-                + proc.stderr.strip()[-2000:]
-            )
-        (tmp / ".complete").write_text("\n".join(req))
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.replace(folder)
+        if not (folder / ".complete").is_file():
+            python, glibc = SUITES[suite]
+            req = project_requirements(self.context / "pyproject.toml", extras)
+            download_wheels(folder, python, glibc, req, self.python, self.log)
         return folder
-
-
-def _tree(root: Path) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        out += [Path(dirpath) / d for d in dirnames]
-        out += [Path(dirpath) / f for f in sorted(filenames)]
-    return out
-
-
-def _copy_entries(entries: list[Path], src_root: Path, target: Path, as_dir: bool) -> None:
-    """Copy like docker's COPY: a folder's contents into ``target``, a file to ``target`` (or
-    into it when it is a folder), owned by root, modes and mtimes kept."""
-    if not src_root.is_dir() or src_root.is_symlink():
-        dest = target / src_root.name if (as_dir or target.is_dir()) else target
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _copy_one(src_root, dest)
-        return
-    target.mkdir(parents=True, exist_ok=True)
-    for p in entries[1:]:
-        _copy_one(p, target / p.relative_to(src_root))
-
-
-def _copy_one(src: Path, dest: Path) -> None:
-    if src.is_dir() and not src.is_symlink():
-        dest.mkdir(parents=True, exist_ok=True)
-        shutil.copystat(src, dest)
-    else:
-        if dest.is_symlink() or dest.exists():
-            dest.unlink()  # a new inode, so the layer sees the change
-        if src.is_symlink():
-            os.symlink(os.readlink(src), dest)
-        else:
-            shutil.copy2(src, dest)
-    os.lchown(dest, 0, 0)
 
 
 def stage_suite(df: Dockerfile, stage: Stage) -> str:
@@ -700,41 +445,6 @@ def stage_suite(df: Dockerfile, stage: Stage) -> str:
             f"{df.path}:{stage.line}: pip install needs a python:<X.Y>-slim-<suite> base here"
         )
     return m.group(1)
-
-
-def pip_target(ins: Instruction, where: str) -> list[str] | None:
-    """The extras of ``pip install "."``/``".[a,b]"`` in a RUN (None when no pip install)."""
-    if ins.keyword != "RUN" or "pip install" not in ins.args:
-        return None
-    m = re.search(
-        r"pip install(?:\s+--?[\w-]+(?:=\S+)?)*\s+[\"']?\.(?:\[([\w,\s-]*)\])?[\"']?(?:\s|$|&&)",
-        ins.args,
-    )
-    if m is None:
-        raise ValidationError(
-            f"{where}: the local builder installs only the build context with pip "
-            '(pip install "." or ".[extra]"), offline from wheels it downloads'
-        )
-    return [e.strip() for e in (m.group(1) or "").split(",") if e.strip()]
-
-
-def project_requirements(pyproject: Path, extras: list[str]) -> list[str]:
-    """Requirements of the project in ``pyproject`` with ``extras``, plus its build backend."""
-    try:
-        data: dict[str, Any] = tomllib.loads(pyproject.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ValidationError(
-            f"{pyproject}: cannot read the project's requirements ({exc})"
-        ) from None
-    project = data.get("project") or {}
-    req = list(project.get("dependencies") or [])
-    optional = project.get("optional-dependencies") or {}
-    for extra in extras:
-        if extra not in optional:
-            raise ValidationError(f"{pyproject}: no optional dependency group {extra!r}")
-        req += optional[extra]
-    req += list((data.get("build-system") or {}).get("requires") or [])
-    return sorted(set(req))
 
 
 def _fs_prefix(stage: Stage) -> int:

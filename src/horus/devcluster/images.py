@@ -30,9 +30,9 @@ from horus.devcluster.imagebuild import (
     StageResult,
     _sha,
     cache_dir,
-    file_digest,
     prune,
 )
+from horus.devcluster.layers import file_digest
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"

@@ -12,17 +12,11 @@ import pytest
 
 from horus.common.errors import ValidationError
 from horus.devcluster import dockerfile
-from horus.devcluster.imagebuild import (
-    Builder,
-    Ignore,
-    StageResult,
-    extract_layer,
-    pip_target,
-    project_requirements,
-    snapshot,
-    write_layer,
-)
+from horus.devcluster.buildcontext import Ignore
+from horus.devcluster.imagebuild import Builder, StageResult
 from horus.devcluster.images import IMAGES, _config, _manifest
+from horus.devcluster.layers import extract_layer, snapshot, write_layer
+from horus.devcluster.wheels import pip_target, project_requirements
 
 ROOT = Path(__file__).resolve().parents[3]
 
