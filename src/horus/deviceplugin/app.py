@@ -18,7 +18,8 @@ from horus.deviceplugin.coexistence import CoexistenceGuard
 from horus.deviceplugin.devices import core_kind, memory_kind
 from horus.deviceplugin.gpus import GpuDiscoveryError, GpuInventory, open_backend
 from horus.deviceplugin.kube import KubeApi, NodeApi
-from horus.deviceplugin.server import PluginManager, ResourcePlugin
+from horus.deviceplugin.manager import PluginManager
+from horus.deviceplugin.server import ResourcePlugin
 from horus.deviceplugin.settings import DevicePluginSettings
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from horus.api.inventory import decode_inventory, simulated_gpu_uuid
 from horus.common import constants as c
 from horus.deviceplugin.app import build, discover
 from horus.deviceplugin.gpus import GpuDiscoveryError, SimulatedGpus, open_backend
-from horus.deviceplugin.server import PluginManager
+from horus.deviceplugin.manager import PluginManager
 from horus.deviceplugin.settings import DevicePluginSettings
 
 NODE = "gpu-node-0007"
