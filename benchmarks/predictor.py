@@ -314,18 +314,17 @@ def observed_pair_benchmarks(results: dict[str, object], lucid_dir: Path) -> Non
     import tempfile
 
     from horus.predictor.catalog import job_type
-    from horus.predictor.dataset import (
-        PAIR_ROW_COLUMNS,
-        concat,
-        load_extra_pair_rows,
-        load_extra_rows,
-        load_gpumemnet,
-    )
+    from horus.predictor.dataset import concat, load_gpumemnet
     from horus.predictor.interface import GraphProfile
     from horus.predictor.model import load_default_predictor
     from horus.predictor.schema import FEATURE_NAMES
     from horus.predictor.tables import DATA_DIR
     from horus.predictor.train import gavel_pairs, observed_pair_rows, train_single_heads
+    from horus.predictor.userdata import (
+        PAIR_ROW_COLUMNS,
+        load_extra_pair_rows,
+        load_extra_rows,
+    )
 
     def profile(model: str, batch: str, amp: str) -> GraphProfile:
         return job_type("lucid", model, int(batch), amp == "1").profile

@@ -9,7 +9,7 @@ Outputs, from per-pod running statistics (mean and peak of utilisation and memor
   operator owns the rest of status. (Per-pod figures are in the metrics and the training rows.)
 * **Training rows** — one CSV row per finished pod (and per pod still running at agent
   shutdown) appended to ``training_rows``, in exactly the columns
-  ``horus predictor train --extra-rows`` reads (:func:`horus.predictor.dataset.load_extra_rows`):
+  ``horus predictor train --extra-rows`` reads (:func:`horus.predictor.userdata.load_extra_rows`):
   every profile feature, ``gpu``, ``util`` (mean, percent) and ``memory_mib`` (peak), plus
   provenance columns it ignores (``backend`` says ``simulated`` for rows from simulated GPUs —
   filter those out before training a production model). Pods whose graph profile is unknown
@@ -20,7 +20,7 @@ Outputs, from per-pod running statistics (mean and peak of utilisation and memor
 * **Pair rows** — when a pod finishes (or the agent shuts down), one CSV row per neighbour kind
   it has a measured speed next to, appended to ``pair_rows`` in the columns
   ``horus predictor train --extra-pair-rows`` reads
-  (:data:`horus.predictor.dataset.PAIR_ROW_COLUMNS`: ``gpu``, ``speed`` and both jobs' profile
+  (:data:`horus.predictor.userdata.PAIR_ROW_COLUMNS`: ``gpu``, ``speed`` and both jobs' profile
   features as ``a_<feature>`` / ``b_<feature>``) plus provenance. ``status.observed.pairs``
   lasts only as long as its DLJob (a restarted operator re-reads it from the DLJobs still
   there); a model retrained on these rows keeps the measurement after the job is gone, and
@@ -39,9 +39,9 @@ from typing import Any
 
 from horus.agent.pods import PodInfo
 from horus.common.constants import MAX_OBSERVED_PAIRS, MIB, MIN_OBSERVED_PAIR_SPEED
-from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
+from horus.predictor.userdata import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 
 log = logging.getLogger("horus.agent.feedback")
 

@@ -37,12 +37,8 @@ from horus.common.errors import ValidationError
 from horus.predictor.catalog import job_type, measured_job_types
 from horus.predictor.dataset import (
     FULL,
-    ObservedPair,
     SingleTable,
-    check_lucid_dir,
     concat,
-    load_extra_pair_rows,
-    load_extra_rows,
     load_gpumemnet,
     load_lucid_single,
     row_features,
@@ -58,6 +54,12 @@ from horus.predictor.model import (
 )
 from horus.predictor.tables import DATA_DIR
 from horus.predictor.trees import TreeEnsemble
+from horus.predictor.userdata import (
+    ObservedPair,
+    check_lucid_dir,
+    load_extra_pair_rows,
+    load_extra_rows,
+)
 
 QUANTILE = 0.9
 # Test hook: smaller ensembles for fast determinism tests (see ``train_artifact(quick=...)``).

@@ -33,7 +33,7 @@ from horus.api.inventory import simulated_gpu_uuid
 from horus.api.signing import new_key, sign_assignment
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, add_nodes
-from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
+from horus.predictor.userdata import load_extra_pair_rows, load_extra_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 NS = "agent-it"

@@ -15,8 +15,8 @@ from horus.agent.feedback import (
     pair_rows,
     training_row,
 )
-from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
 from horus.predictor.schema import load_profile
+from horus.predictor.userdata import load_extra_pair_rows, load_extra_rows
 
 MIB = 2**20
 

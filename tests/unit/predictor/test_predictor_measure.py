@@ -16,7 +16,6 @@ import pytest
 
 from horus.cli import main
 from horus.common.errors import ValidationError
-from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
 from horus.predictor.measure import (
     PAIR_ROWS_FILE,
     RESULTS_FILE,
@@ -32,6 +31,7 @@ from horus.predictor.measure import (
     parse_jobs,
     proxy_summary,
 )
+from horus.predictor.userdata import load_extra_pair_rows, load_extra_rows
 
 torch = pytest.importorskip("torch", reason="needs the [profile] extra (torch)")
 pytestmark = pytest.mark.profile

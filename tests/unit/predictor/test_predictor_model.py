@@ -208,7 +208,7 @@ def test_shipped_artifact_matches_feature_code() -> None:
 
 
 def _pair_csv(path: Path, rows: list[dict[str, object]]) -> Path:
-    from horus.predictor.dataset import PAIR_ROW_COLUMNS
+    from horus.predictor.userdata import PAIR_ROW_COLUMNS
 
     with path.open("w", newline="") as fh:
         extra = ["backend"] if any("backend" in r for r in rows) else []
@@ -282,7 +282,7 @@ def test_pair_extrapolated_trusts_predictors_without_a_record() -> None:
 def test_bad_pair_rows_name_the_line_and_value(
     tmp_path: Path, change: dict[str, object], message: str
 ) -> None:
-    from horus.predictor.dataset import load_extra_pair_rows
+    from horus.predictor.userdata import load_extra_pair_rows
 
     a = job_type("gavel", "ResNet-50 (batch size 64)").profile
     good = _pair(a, a, "V100", 0.6)
@@ -299,7 +299,7 @@ def test_rows_from_simulated_gpus_are_dropped(
     """The agent on a simulated node writes the predictor's own output as rows
     (``backend=simulated``): training drops them unless told to keep them, and a file of
     nothing else is refused rather than silently training on no observed rows at all."""
-    from horus.predictor.dataset import load_extra_pair_rows, load_extra_rows
+    from horus.predictor.userdata import load_extra_pair_rows, load_extra_rows
 
     f = job_type("gavel", "ResNet-50 (batch size 64)").profile.features
     rows = tmp_path / "training-rows.csv"
@@ -308,7 +308,7 @@ def test_rows_from_simulated_gpus_are_dropped(
         w.writerow(["gpu", "util", "memory_mib", *FEATURE_NAMES, "backend"])
         for i, backend in enumerate(["nvml"] * 3 + ["simulated"] * 2 + [""]):
             w.writerow(["A100", 50.0 + i, 9000, *(f[k] for k in FEATURE_NAMES), backend])
-    with caplog.at_level("WARNING", logger="horus.predictor.dataset"):
+    with caplog.at_level("WARNING", logger="horus.predictor.userdata"):
         table = load_extra_rows(rows)
     assert list(table.util) == [50.0, 51.0, 52.0, 55.0]  # no backend column value: kept
     assert "dropped 2 of 6 rows from simulated GPUs" in caplog.text
@@ -334,7 +334,7 @@ def test_rows_from_simulated_gpus_are_dropped(
 
 
 def test_pair_rows_file_without_the_columns(tmp_path: Path) -> None:
-    from horus.predictor.dataset import load_extra_pair_rows
+    from horus.predictor.userdata import load_extra_pair_rows
 
     bad = tmp_path / "rows.csv"
     bad.write_text("gpu,util,memory_mib\nA100,50,1000\n")  # a training-rows file, not pair rows

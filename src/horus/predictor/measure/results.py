@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from horus.common.errors import ValidationError
-from horus.predictor.dataset import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 from horus.predictor.interface import GraphProfile
 from horus.predictor.measure.gpu import SHARING_TIME_SLICING
 from horus.predictor.measure.jobs import parse_job
 from horus.predictor.schema import FEATURE_NAMES
+from horus.predictor.userdata import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
 
 RESULTS_FILE = "measure.json"
 TRAINING_ROWS_FILE = "training-rows.csv"
