@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from horus.predictor.dataset import FEATURE_SETS, load_gpumemnet, load_lucid_single  # noqa: E402
-from horus.predictor.model import PAIR_FEATURES  # noqa: E402
+from horus.predictor.pairfeatures import PAIR_FEATURES  # noqa: E402
 from horus.predictor.train import QUANTILE, fit_gbr, fit_pair  # noqa: E402
 from horus.sim.datasets import LUCID, data_dir, dataset_file, missing  # noqa: E402
 

@@ -35,6 +35,7 @@ from horus.common.errors import ValidationError
 from horus.predictor.dataset import feature_columns, raw_matrix, row_values
 from horus.predictor.gpus import GpuSpec, gpu_spec
 from horus.predictor.interface import GraphProfile, ResourcePrediction
+from horus.predictor.pairfeatures import pair_columns, pair_row
 from horus.predictor.schema import REQUIRED_FEATURES, SCHEMA_VERSION
 from horus.predictor.tables import DATA_DIR
 from horus.predictor.trees import JointEnsembles, TreeEnsemble
@@ -52,91 +53,6 @@ RANGE_FEATURES: tuple[str, ...] = (
     "log_batch_size",
     "log_activation_bytes",
 )
-
-# Per-job inputs of the pairwise interference model (each appears for job "a" and "b").
-PAIR_BASE: tuple[str, ...] = (
-    "log_flops_per_sample",
-    "log_compute_ms",
-    "log_memory_ms",
-    "log_intensity",
-    "log_batch_size",
-    "log_params",
-    "log_activation_bytes",
-    "share_conv",
-    "share_matmul",
-    "share_attention",
-    "share_recurrent",
-    "share_embedding",
-    "amp",
-    "pred_util",
-    "pred_mem_frac",
-    # GPU-relative load (see dataset.DERIVED): both depend on the GPU's peak FLOP/s and
-    # bandwidth, so the head sees how busy each job keeps *this* GPU, not just its size.
-    "busy_frac",
-    "log_ms_per_kernel",
-)
-
-# Terms of the two jobs together (name -> meaning). Utilisation terms use the jobs' predicted
-# (serving) or measured (Lucid evaluation) isolated utilisation in percent.
-PAIR_TERMS: dict[str, str] = {
-    "util_sum": "util_a + util_b",
-    "mem_frac_sum": "memory fraction of the GPU, a + b",
-    "util_prod": "util_a x util_b / 100",
-    "util_min": "min(util_a, util_b)",
-    "util_max": "max(util_a, util_b)",
-    "util_over": "max(0, util_a + util_b - 100): demand beyond one GPU",
-    "util_share_a": "util_a / (util_a + util_b): a's share of the joint demand",
-    "busy_sum": "busy_frac_a + busy_frac_b (roofline + launch-overhead busy fractions on this GPU)",
-    "busy_prod": "busy_frac_a x busy_frac_b",
-}
-
-
-def pair_feature_names() -> list[str]:
-    names = [f"a_{k}" for k in PAIR_BASE] + [f"b_{k}" for k in PAIR_BASE]
-    return [*names, *PAIR_TERMS, "gpu_fp32_tflops", "gpu_mem_bw_gbs", "gpu_mem_gib"]
-
-
-PAIR_FEATURES = pair_feature_names()
-
-
-def pair_columns(
-    a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], gpu: GpuSpec
-) -> dict[str, np.ndarray]:
-    """Vectorised :func:`pair_row`."""
-    out = {f"a_{k}": np.asarray(a[k], dtype=np.float64) for k in PAIR_BASE}
-    out.update({f"b_{k}": np.asarray(b[k], dtype=np.float64) for k in PAIR_BASE})
-    ua, ub = out["a_pred_util"], out["b_pred_util"]
-    out["util_sum"] = ua + ub
-    out["mem_frac_sum"] = out["a_pred_mem_frac"] + out["b_pred_mem_frac"]
-    out["util_prod"] = ua * ub / 100.0
-    out["util_min"] = np.minimum(ua, ub)
-    out["util_max"] = np.maximum(ua, ub)
-    out["util_over"] = np.maximum(0.0, ua + ub - 100.0)
-    out["util_share_a"] = ua / (ua + ub + 1e-9)
-    out["busy_sum"] = out["a_busy_frac"] + out["b_busy_frac"]
-    out["busy_prod"] = out["a_busy_frac"] * out["b_busy_frac"]
-    n = len(out["util_sum"])
-    for k, v in gpu.features().items():
-        out[k] = np.full(n, v)
-    return out
-
-
-def pair_row(a: Mapping[str, float], b: Mapping[str, float], gpu: GpuSpec) -> dict[str, float]:
-    """Inputs of the pair model; ``a``/``b`` are row features plus pred_util / pred_mem_frac."""
-    out = {f"a_{k}": float(a[k]) for k in PAIR_BASE}
-    out.update({f"b_{k}": float(b[k]) for k in PAIR_BASE})
-    ua, ub = out["a_pred_util"], out["b_pred_util"]
-    out["util_sum"] = ua + ub
-    out["mem_frac_sum"] = out["a_pred_mem_frac"] + out["b_pred_mem_frac"]
-    out["util_prod"] = ua * ub / 100.0
-    out["util_min"] = min(ua, ub)
-    out["util_max"] = max(ua, ub)
-    out["util_over"] = max(0.0, ua + ub - 100.0)
-    out["util_share_a"] = ua / (ua + ub + 1e-9)
-    out["busy_sum"] = out["a_busy_frac"] + out["b_busy_frac"]
-    out["busy_prod"] = out["a_busy_frac"] * out["b_busy_frac"]
-    out.update(gpu.features())
-    return out
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ Why these choices (measured in ``benchmarks/predictor.py``, see ``docs/predictor
   calibrated against unseen architectures, which is what a scheduler meets.
 * **Pairs**: the interference head predicts job A's normalised speed next to job B from both
   jobs' features, both jobs' *predicted* util/memory (from the heads above, as at serving
-  time), terms of the two together (:data:`horus.predictor.model.PAIR_TERMS`) and the GPU.
+  time), terms of the two together (:data:`horus.predictor.pairfeatures.PAIR_TERMS`) and the GPU.
   Learner: an extra-trees forest (:data:`PAIR_PARAMS`), exported to the same tree arrays.
 
 Data and licences: the default artifact uses only GPUMemNet (CC BY 4.0) and Gavel (MIT).
@@ -44,14 +44,8 @@ from horus.predictor.dataset import (
     row_features,
 )
 from horus.predictor.gpus import DATASET_GPUS, GpuSpec, gpu_spec
-from horus.predictor.model import (
-    ARTIFACT_FORMAT,
-    PAIR_FEATURES,
-    RANGE_FEATURES,
-    Head,
-    artifact_digest,
-    pair_row,
-)
+from horus.predictor.model import ARTIFACT_FORMAT, RANGE_FEATURES, Head, artifact_digest
+from horus.predictor.pairfeatures import PAIR_FEATURES, pair_row
 from horus.predictor.tables import DATA_DIR
 from horus.predictor.trees import TreeEnsemble
 from horus.predictor.userdata import (

@@ -200,7 +200,7 @@ def test_extra_rows_hook(tmp_path: Path) -> None:
 def test_shipped_artifact_matches_feature_code() -> None:
     """Feature code changed without retraining? Run 'horus predictor train'."""
     from horus.predictor.dataset import FULL
-    from horus.predictor.model import PAIR_FEATURES
+    from horus.predictor.pairfeatures import PAIR_FEATURES
 
     p = load_default_predictor()
     assert list(p.util.inputs) == FULL == list(p.memory.inputs)
