@@ -9,6 +9,11 @@ variant (``horus dev demo up --quick``, what ``DEMO_QUICK=1 make demo`` runs), t
   the demo's Prometheus HTTP API and requires data — and, because ``… or vector(0)`` panels
   always "have data", also requires every metric name a panel mentions to have series, so a
   dashboard over a metric nothing exports fails;
+* checks the run-time correction (issue 17): at least one job was moved, the live table and
+  the job's Events say so, and afterwards no GPU holds jobs whose summed predicted utilisation
+  exceeds 100 % while another GPU could take one of them (its share fits there and the sum
+  stays at or below 100 %); on real nodes the moved job's new container resumed from the
+  checkpoint its old one wrote on SIGTERM;
 * refuses a second ``up`` with a clear message;
 * runs ``tools/dev/demo.sh down`` (what ``make demo-down`` runs) and checks that none of the
   demo's processes is left and none of its ports still listens.
@@ -25,6 +30,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +123,80 @@ def _each_container_got_its_own_share(state: DemoState) -> None:
         ), f"{meta['name']} got {env}"
 
 
+def _kubectl(state: DemoState, *args: str) -> str:
+    kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig]
+    return subprocess.run(
+        [*kubectl, *args], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+def _crowded_gpus_with_a_better_place(
+    jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]
+) -> list[str]:
+    """GPUs holding two or more jobs whose summed predicted utilisation exceeds 100 %, where
+    one of those jobs would fit on another GPU (core share, memory, not beside another replica
+    of itself) and keep that GPU's sum at or below 100 %."""
+    from horus.api.inventory import decode_inventory
+    from horus.common import constants as c
+
+    memory = {
+        (n["metadata"]["name"], d.index): d.memory_mib
+        for n in nodes
+        if c.ANNOTATION_GPU_INVENTORY in (n["metadata"].get("annotations") or {})
+        for d in decode_inventory(n["metadata"]["annotations"][c.ANNOTATION_GPU_INVENTORY])
+    }
+    on: dict[tuple[str, int], list[tuple[str, float, int, int]]] = {g: [] for g in memory}
+    for job in jobs:
+        st = job.get("status") or {}
+        if st.get("phase") not in ("Scheduled", "Running"):
+            continue
+        util = float((st.get("predicted") or {}).get("utilMean") or 0.0)
+        for p in st.get("placements") or []:
+            on[(p["node"], p["gpuIndex"])].append(
+                (job["metadata"]["name"], util, p["corePercent"], p["memoryMiB"])
+            )
+    found = []
+    for gpu, here in on.items():
+        if len(here) < 2 or sum(u for _, u, _, _ in here) <= 100:
+            continue
+        for name, util, core, mem in here:
+            for other, there in on.items():
+                if other == gpu or any(n == name for n, _, _, _ in there):
+                    continue
+                if (
+                    sum(u for _, u, _, _ in there) + util <= 100
+                    and sum(k for _, _, k, _ in there) + core <= 100
+                    and sum(m for _, _, _, m in there) + mem <= memory[other]
+                ):
+                    found.append(f"{name} on {gpu} ({here}) could go to {other} ({there})")
+    return found
+
+
+def _moved_to_a_better_place(state: DemoState, out: str, real: bool) -> None:
+    """At least one move, shown in the live table and the Events; no crowded GPU left that a
+    move could relieve; on real nodes the moved job resumed from its checkpoint."""
+    jobs = json.loads(_kubectl(state, "get", "dljobs", "-o", "json"))["items"]
+    moved = [j for j in jobs if ((j.get("status") or {}).get("migrations") or {}).get("count")]
+    assert moved, "no job was moved:\n" + out[-3000:]
+    assert any(" moved " in line for line in out.splitlines()), out[-3000:]
+    assert "moved from " in out, "the live table should say where a moved job came from"
+    nodes = json.loads(_kubectl(state, "get", "nodes", "-o", "json"))["items"]
+    crowded = _crowded_gpus_with_a_better_place(jobs, nodes)
+    assert not crowded, "after the moves:\n" + "\n".join(crowded)
+    for job in moved:
+        name = job["metadata"]["name"]
+        assert (job["status"].get("phase"), job["status"].get("migration")) == ("Running", None)
+        events = _kubectl(
+            state, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        )
+        reasons = {e.get("reason"): e.get("message", "") for e in json.loads(events)["items"]}
+        assert "summed normalised speed" in reasons.get("Migrated", ""), reasons
+        if real:
+            log = _kubectl(state, "logs", f"{name}-0")
+            resumed = [json.loads(x) for x in log.splitlines() if '"resumed"' in x]
+            assert resumed and resumed[0]["step"] > 0, f"{name}-0 did not resume:\n{log[:2000]}"
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
@@ -180,6 +260,9 @@ def test_demo_start_to_finish_dashboards_have_data_and_down_leaves_nothing(
         # and filtered by node and GPU
         wrong = _filtered_panels_wrong(state.prometheus_url)
         assert not wrong, "panels that do not follow the node/GPU choice:\n" + "\n".join(wrong)
+
+        # Horus moved a job to a better GPU once the hog's was free, and it shows
+        _moved_to_a_better_place(state, out, real=not os.environ.get("DEMO_KWOK"))
 
         # real containers did the jobs' work: every running replica printed its own share
         if not os.environ.get("DEMO_KWOK"):

@@ -19,6 +19,21 @@ Why it is built this way:
   (``examples/profiles``) so that GPUs must be shared, and one job whose simulated memory use
   (annotation ``horus.io/simulated-memory-mib``, demo/test only) exceeds its share, so the
   agent's watchdog evicts it and the Enforcement dashboard has something to show.
+* **Horus corrects a placement while the demo watches** (issue 17: moves). The jobs arrive in
+  two waves: everything else first, then ``resnet50-movable`` (``spec.migration.policy:
+  OnCheckpoint``; the generated zoo jobs of the full demo opt in the same way) once every other
+  job is placed — every GPU already holds a ~90 % job or the memory hog, so it must share one
+  with a ~90 % job. When the watchdog evicts the memory hog (``WATCHDOG_GRACE_S`` after it
+  first exceeds its share, later than the arrivals) its GPU has room, and the operator's next
+  correction round moves the job there: SIGTERM, checkpoint, a new pod on the new GPU that
+  resumes from the checkpoint. The live table counts it (``MOVES``, reason ``Migrating`` while
+  it happens), ``kubectl describe`` shows the ``Migrated`` Event, the report marks it on the
+  utilisation plot. Settings that make it happen within the watch: the operator's
+  ``--correction-period`` ``CORRECTION_PERIOD_S`` (10 s, default 30) and ``--restart-seconds``
+  ``RESTART_S`` (10 s: the demo workload restarts in seconds, not the default minute); the
+  agents sample every 2 s and write ``status.observed`` every 10 s (a job is not moved before it
+  was observed where it runs); ``migration.min_interval_s`` stays at its default (1 h), so no
+  job moves twice during the demo.
 * **Every process and the cluster folder are recorded in one state directory**
   (``state.json``), so ``down`` stops exactly what ``up`` started (checking each PID still runs
   the command that was started, never a recycled one) and nothing is left running.
@@ -49,6 +64,7 @@ import yaml
 
 from horus.api.assignment import decode_assignment
 from horus.common import constants as c
+from horus.common.clock import timestamp
 from horus.common.errors import ClusterError, HorusError
 from horus.devcluster.cluster import LocalCluster, write_kubeconfig
 from horus.devcluster.images import IMAGES, reference
@@ -77,6 +93,23 @@ HOG = "memory-hog"
 #: it waits in the queue (with the scheduler's reason) behind the jobs already running.
 WAITING = "whole-cluster"
 
+#: The job that arrives last, when every GPU is busy, and is moved once the hog's GPU is free.
+LATE = "resnet50-movable"
+#: Seconds the watchdog lets the memory hog exceed its share before evicting it: long enough
+#: for every job to arrive and be placed first (the eviction is what frees a better GPU for
+#: the move), short enough for the demo's watch.
+WATCHDOG_GRACE_S = 15
+#: The operator's correction rounds (moves, preemptions) in the demo: every 10 s instead of
+#: 30 s, and a moved job's restart counted as 10 s (the demo workload restarts in seconds).
+CORRECTION_PERIOD_S = 10
+RESTART_S = 10
+OPERATOR_ARGS = (
+    *("--resync-period", "5"),
+    *("--correction-period", str(CORRECTION_PERIOD_S), "--restart-seconds", str(RESTART_S)),
+)
+#: The agents sample every 2 s and write status.observed every 10 s.
+AGENT_ARGS = ("--interval-seconds", "2", "--feedback-interval-seconds", "10")
+
 #: Helm values of the demo: no in-cluster workloads (kwok runs no containers); the agent's
 #: watchdog evicts (enforcement mps) but the local agent is told ``--enforcement none``
 #: since there is no MPS daemon on a laptop.
@@ -85,24 +118,17 @@ HELM_VALUES = (
     "node.enabled=false",
     "node.backend=simulated",
     "enforcement=mps",
-    "watchdogGraceSeconds=5",
+    f"watchdogGraceSeconds={WATCHDOG_GRACE_S}",
 )
 
 
-#: Helm values of the real-node demo, on top of horus.devcluster.chart.real_node_values: a
-#: short watchdog grace (the memory hog is evicted within the demo), the operator's 5 s
-#: resync, and agents that sample every 2 s and feed back every 10 s.
+#: Helm values of the real-node demo, on top of horus.devcluster.chart.real_node_values: the
+#: watchdog grace above, the operator's 5 s resync and correction settings, and the agents'
+#: intervals.
 REAL_HELM_VALUES: dict[str, Any] = {
-    "watchdogGraceSeconds": 5,
-    "operator": {"extraArgs": ["--resync-period", "5"]},
-    "node": {
-        "agent": {
-            "extraArgs": [
-                *("--enforcement", "none", "--interval-seconds", "2"),
-                *("--feedback-interval-seconds", "10"),
-            ]
-        }
-    },
+    "watchdogGraceSeconds": WATCHDOG_GRACE_S,
+    "operator": {"extraArgs": list(OPERATOR_ARGS)},
+    "node": {"agent": {"extraArgs": ["--enforcement", "none", *AGENT_ARGS]}},
 }
 #: The example workload's arguments in the demo: run until demo-down, light on CPU (about
 #: 1 % of a core per container), a progress line every 10 s.
@@ -389,7 +415,8 @@ class Demo:
                 *("operator", "run", "--config", str(config)),
                 *("--kubeconfig", str(kubeconfigs["operator"])),
                 *("--metrics-port", str(op_port), "--metrics-host", "127.0.0.1"),
-                *("--resync-period", "5", "--identity", "demo-operator"),
+                *OPERATOR_ARGS,
+                *("--identity", "demo-operator"),
             ],
             folder,
             env,
@@ -407,7 +434,7 @@ class Demo:
                 *("agent", "run", "--config", str(config)),
                 *("--node-selector", f"{c.KWOK_NODE_TYPE_LABEL}={c.KWOK_NODE_TYPE_VALUE}"),
                 *("--backend", "simulated", "--enforcement", "none", "--watchdog", "evict"),
-                *("--interval-seconds", "2", "--feedback-interval-seconds", "10"),
+                *AGENT_ARGS,
                 *("--kubeconfig", str(kubeconfigs["agent"])),
                 *("--assignment-key-file", str(key_file)),
                 *("--metrics-address", "127.0.0.1", "--metrics-port", str(agent_port)),
@@ -493,8 +520,13 @@ class Demo:
         folder = self.directory
         prom_t0 = time.time()
         self.step("submitting DLJobs")
-        manifests = self.workload()
-        for path in manifests:
+        first, late = self.workload()
+        for path in first:
+            self.kubectl(state, "apply", "-f", str(path))
+            self.say(f"    kubectl apply -f {_short(path)}")
+        self._wait_placed(state, procs)
+        self.step(f"every GPU is busy: {LATE} arrives (it may be moved: OnCheckpoint)")
+        for path in late:
             self.kubectl(state, "apply", "-f", str(path))
             self.say(f"    kubectl apply -f {_short(path)}")
 
@@ -504,7 +536,10 @@ class Demo:
         report = folder / REPORT_FILE
         from horus.devcluster.report import write_report
 
-        write_report(state.prometheus_url, prom_t0, time.time(), report)
+        moves = moved_jobs(self._jobs(state))
+        write_report(state.prometheus_url, prom_t0, time.time(), report, moves)
+        for when, text in moves:
+            self.say(f"    t={when - prom_t0:.0f}s moved {text}")
         state.report = str(report)
         state.save()
         self.say(f"    {report}")
@@ -513,12 +548,17 @@ class Demo:
         self.say(f"  export KUBECONFIG={state.kubeconfig} PATH={state.bin_dir}:$PATH")
         self.say("  kubectl get dljobs -A -o wide       # phase, placement, reasons")
         self.say(f"  kubectl describe dljob {UNPLACEABLE}   # why Horus refused it")
+        for name in sorted({text.split(":", 1)[0] for _, text in moves}):
+            self.say(
+                f"  kubectl describe dljob {name}   # Events: Migrated, with the expected gain"
+            )
         self.say(f"  kubectl get dljob {WAITING} -o jsonpath='{{.status.message}}'  # why it waits")
         self.say("  kubectl get events --field-selector reason=GPUMemoryEvicted")
         if not self.options.kwok:
             self.say(
                 "  kubectl logs resnet50-train-0 | head -3   # the GPU share the container got"
             )
+            self.say(f"  kubectl logs {LATE}-0 | grep resumed   # where it resumed after its move")
             self.say(f"  kubectl -n {NAMESPACE} get pods -o wide   # operator x2, node DaemonSet")
         self.say(f"  Prometheus: {state.prometheus_url}  (try horus_gpu_utilization_ratio)")
         self.say(f"  report:     {report}")
@@ -574,11 +614,15 @@ class Demo:
 
     # -- workload --
 
-    def workload(self) -> list[Path]:
-        """The manifests to apply: the examples, zoo extras (full demo only), the memory hog."""
+    def workload(self) -> tuple[list[Path], list[Path]]:
+        """The manifests to apply, in two waves: the memory hog (first: it must get an idle
+        GPU before the others fill them), the examples and zoo extras (full demo only) and the
+        waiting gang, highest priority first; then the late arrival (``LATE``), once every job
+        of the first wave is placed."""
         jobs = self.directory / "jobs"
         jobs.mkdir(exist_ok=True)
-        out = sorted(EXAMPLES.glob("*.yaml"))
+        first = [p for p in sorted(EXAMPLES.glob("*.yaml")) if p.stem != LATE]
+        late = [EXAMPLES / f"{LATE}.yaml"]
         extras: list[tuple[str, str, int]] = (
             []
             if self.options.quick
@@ -592,10 +636,9 @@ class Demo:
         )
         for name, profile, replicas in extras:
             path = jobs / f"{name}.yaml"
-            path.write_text(
-                yaml.safe_dump(zoo_job(name, EXAMPLES / "profiles" / profile, replicas))
-            )
-            out.append(path)
+            doc = zoo_job(name, EXAMPLES / "profiles" / profile, replicas, movable=True)
+            path.write_text(yaml.safe_dump(doc))
+            first.append(path)
         hog = jobs / f"{HOG}.yaml"
         hog_doc = yaml.safe_load(HOG_MANIFEST)
         # Inline profile (not the bert example's ConfigMap): it is submitted before that exists.
@@ -604,7 +647,7 @@ class Demo:
         profile.pop("kind", None)
         hog_doc["spec"]["profile"] = profile
         hog.write_text(HOG_MANIFEST.split("apiVersion:", 1)[0] + yaml.safe_dump(hog_doc))
-        out.insert(0, hog)  # first: it must get an idle GPU before the others fill them
+        first.insert(0, hog)
         gpus = self.options.nodes * self.options.gpus_per_node
         waiting = zoo_job(WAITING, EXAMPLES / "profiles" / "resnet50-b64.yaml", gpus)
         waiting["spec"].update(
@@ -616,30 +659,36 @@ class Demo:
             "# waits in the queue with the scheduler's reason (horus_queue_length).\n"
             + yaml.safe_dump(waiting)
         )
-        out.append(path)  # last, lowest priority: the others are placed first
+        first.append(path)
+        # Highest priority first, so the passes place them in the order one queue pass would
+        # (a job submitted early is placed early, whatever its priority).
+        first.sort(key=lambda p: -_priority(p))
         if self.options.kwok:
-            return out
-        return [self._on_real_nodes(p, jobs) for p in out]
+            return first, late
+        return [self._on_real_nodes(p, jobs) for p in first], [
+            self._on_real_nodes(p, jobs) for p in late
+        ]
 
     def _on_real_nodes(self, path: Path, jobs: Path) -> Path:
         """The manifest as real nodes can run it. A container of another image (the examples
         name training images this machine cannot pull) becomes the example workload image: a
         training loop that prints the share it received and its step rate
-        (examples/workload/train.py); one that already runs the workload image keeps its
-        arguments and mounts. A hostPath volume (a checkpoint that must outlive the pod) is
-        moved into the demo's folder, writable by the workload's user, so demo-down removes
-        it with the rest."""
+        (examples/workload/train.py), keeping its volume mounts; one that already runs the
+        workload image keeps its arguments, and so do init containers of that image (the
+        movable jobs' checkpoint-folder owner); other init containers are dropped. A hostPath
+        volume (a checkpoint that must outlive the pod) is moved into the demo's folder, so
+        demo-down removes it with the rest."""
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         workload = reference(IMAGES["workload"].repository)
+        ours = IMAGES["workload"].repository
         for doc in docs:
             if doc.get("kind") != "DLJob":
                 continue
             model = str((doc["spec"].get("profile") or {}).get("model", doc["metadata"]["name"]))
             spec = doc["spec"]["template"].setdefault("spec", {})
-            containers = spec.get("containers") or [{}]
             out_containers = []
-            for container in containers:
-                if IMAGES["workload"].repository in str(container.get("image", "")):
+            for container in spec.get("containers") or [{}]:
+                if ours in str(container.get("image", "")):
                     args = list(container.get("args") or [])
                     if "--step-sleep" not in args:
                         args += ["--step-sleep", WORKLOAD_ARGS[1]]
@@ -647,16 +696,31 @@ class Demo:
                         {**container, "image": workload, "imagePullPolicy": "Never", "args": args}
                     )
                 else:
+                    mounts = container.get("volumeMounts")
                     out_containers.append(
                         {
                             "name": container.get("name", "trainer"),
                             "image": workload,
                             "imagePullPolicy": "Never",
                             "args": ["--model", model, *WORKLOAD_ARGS],
+                            **({"volumeMounts": mounts} if mounts else {}),
                         }
                     )
             spec["containers"] = out_containers
-            kept = {m.get("name") for c in out_containers for m in c.get("volumeMounts") or []}
+            inits = [
+                {**init, "image": workload, "imagePullPolicy": "Never"}
+                for init in spec.get("initContainers") or []
+                if ours in str(init.get("image", ""))
+            ]
+            if inits:
+                spec["initContainers"] = inits
+            else:
+                spec.pop("initContainers", None)
+            kept = {
+                m.get("name")
+                for c in (*out_containers, *inits)
+                for m in c.get("volumeMounts") or []
+            }
             volumes = []
             for volume in spec.get("volumes") or []:
                 if volume.get("name") not in kept:
@@ -664,10 +728,6 @@ class Demo:
                 if "hostPath" in volume:
                     where = self.directory / "hostpath" / volume["hostPath"]["path"].strip("/")
                     where.mkdir(parents=True, exist_ok=True)
-                    for folder in (where, *where.parents):
-                        if folder == self.directory:
-                            break
-                        folder.chmod(0o777)  # the workload runs as uid 65532
                     volume = {**volume, "hostPath": {"path": str(where), "type": "Directory"}}
                 volumes.append(volume)
             if volumes:
@@ -685,28 +745,48 @@ class Demo:
 
     # -- live table --
 
+    def _jobs(self, state: DemoState) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(
+            self.kubectl(state, "get", "dljobs", "-A", "-o", "json").stdout
+        )["items"]
+        return items
+
+    def _wait_placed(
+        self, state: DemoState, procs: list[ManagedProcess], timeout: float = 90.0
+    ) -> None:
+        """Until every submitted job was placed, refused or queued with a reason (the late
+        arrival is meant to find every GPU busy); goes on after ``timeout`` regardless."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _check_running(procs)
+            if all(decided(j) for j in self._jobs(state)):
+                return
+            time.sleep(1.0)
+        self.say(f"    (not every job was placed after {timeout:.0f}s; going on)")
+
     def watch(self, state: DemoState, prom_t0: float, procs: list[ManagedProcess]) -> None:
-        """Refresh the placement table until the story is told (or ``watch_seconds``)."""
+        """Refresh the placement table until the story is told (or ``watch_seconds``): every
+        job settled, the memory hog evicted, a move finished, and ``min_history_seconds`` of
+        metrics after the last of them."""
         opts = self.options
         tty = self.out.isatty()
         deadline = time.monotonic() + opts.watch_seconds
         last = ""
         settled_at = 0.0
+        moved_at = 0.0
         while True:
-            for p in procs:
-                if not p.running():
-                    raise ClusterError(f"{p.name} exited; see {p.log}:\n{p.log_tail()}")
-            jobs = json.loads(self.kubectl(state, "get", "dljobs", "-A", "-o", "json").stdout)
+            _check_running(procs)
+            jobs = self._jobs(state)
             pods = json.loads(
                 self.kubectl(
                     state, "get", "pods", "-A", "-l", c.LABEL_DLJOB_NAME, "-o", "json", check=False
                 ).stdout
                 or '{"items": []}'
             )
-            table = render_table(jobs["items"], pods["items"])
+            table = render_table(jobs, pods["items"])
             elapsed = time.time() - prom_t0
             header = (
-                f"Horus demo — {len(jobs['items'])} DLJobs, t={elapsed:4.0f}s "
+                f"Horus demo — {len(jobs)} DLJobs, t={elapsed:4.0f}s "
                 f"(refresh {opts.refresh_seconds:.0f}s, Prometheus {state.prometheus_url})"
             )
             if tty:
@@ -715,12 +795,15 @@ class Demo:
             elif table != last:
                 self.say(header + "\n" + table)
             last = table
-            settled_at = (settled_at or time.monotonic()) if settled(jobs["items"]) else 0.0
-            done = settled_at > 0 and time.monotonic() - settled_at >= opts.min_history_seconds
-            if done and self._evictions_seen(state):
+            now = time.monotonic()
+            settled_at = (settled_at or now) if settled(jobs) else 0.0
+            moved_at = (moved_at or now) if moves_done(jobs) else 0.0
+            story = settled_at and moved_at and self._evictions_seen(state)
+            if story and now - max(settled_at, moved_at) >= opts.min_history_seconds:
                 break
-            if time.monotonic() > deadline:
-                self.say(f"(stopped watching after {opts.watch_seconds:.0f}s)")
+            if now > deadline:
+                missing = "" if moved_at else "; no job was moved"
+                self.say(f"(stopped watching after {opts.watch_seconds:.0f}s{missing})")
                 break
             time.sleep(opts.refresh_seconds)
         if tty:
@@ -783,6 +866,21 @@ class Demo:
         }
 
 
+def _priority(path: Path) -> int:
+    """The highest ``spec.priority`` of the DLJobs in a manifest (0 when unset)."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    return max(
+        (int((d.get("spec") or {}).get("priority") or 0) for d in docs if d.get("kind") == "DLJob"),
+        default=0,
+    )
+
+
+def _check_running(procs: list[ManagedProcess]) -> None:
+    for p in procs:
+        if not p.running():
+            raise ClusterError(f"{p.name} exited; see {p.log}:\n{p.log_tail()}")
+
+
 def _short(path: Path) -> str:
     try:
         return str(path.relative_to(ROOT))
@@ -796,7 +894,9 @@ HOG_MANIFEST = f"""\
 # and records horus_enforcement_evictions_total; the annotation is read only by the
 # simulated backend, never on real GPUs. Submitted first and at the highest priority so it is
 # placed on an idle GPU: placed last it may find only shared GPUs that the interference model
-# declines, and the eviction this job exists to show would never happen.
+# declines, and the eviction this job exists to show would never happen. It holds its GPU
+# whole (corePercent 100), so the eviction leaves that GPU idle: the better place Horus then
+# moves a job to.
 apiVersion: horus.io/v1alpha1
 kind: DLJob
 metadata:
@@ -805,7 +905,7 @@ spec:
   priority: 1000
   gpu:
     mode: explicit
-    corePercent: 20
+    corePercent: 100
     memoryMiB: 2048
   profile:
     configMapRef:
@@ -824,12 +924,22 @@ spec:
 """
 
 
-def zoo_job(name: str, profile_file: Path, replicas: int) -> dict[str, Any]:
-    """A DLJob for one profile of the zoo (``examples/profiles``), GPU share sized by Horus."""
+def zoo_job(name: str, profile_file: Path, replicas: int, movable: bool = False) -> dict[str, Any]:
+    """A DLJob for one profile of the zoo (``examples/profiles``), GPU share sized by Horus.
+    ``movable``: it may be moved and preempted as ``examples/resnet50-movable.yaml`` may (its
+    migration policy, checkpoint volume and the init container that hands the folder to the
+    workload's user), checkpointing under ``/checkpoints/<name>``."""
     profile = yaml.safe_load(profile_file.read_text())
     profile.pop("apiVersion", None)
     profile.pop("kind", None)
-    return {
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        "command": ["python", "/workspace/train.py"],
+        "args": ["--model", str(profile.get("model", name))],
+    }
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    job: dict[str, Any] = {
         "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
         "kind": "DLJob",
         "metadata": {"name": name},
@@ -837,21 +947,21 @@ def zoo_job(name: str, profile_file: Path, replicas: int) -> dict[str, Any]:
             "replicas": replicas,
             "gpu": {"mode": "auto"},
             "profile": profile,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
-                            "command": ["python", "/workspace/train.py"],
-                            "args": ["--model", str(profile.get("model", name))],
-                        }
-                    ],
-                }
-            },
+            "template": {"spec": pod},
         },
     }
+    if movable:
+        example = yaml.safe_load((EXAMPLES / f"{LATE}.yaml").read_text())["spec"]
+        folder = str(example["migration"]["checkpointPath"]).rsplit("/", 1)[0]
+        job["spec"]["migration"] = {
+            **example["migration"],
+            "checkpointPath": f"{folder}/{name}",
+        }
+        template = example["template"]["spec"]
+        container["volumeMounts"] = template["containers"][0]["volumeMounts"]
+        pod["initContainers"] = template["initContainers"]
+        pod["volumes"] = template["volumes"]
+    return job
 
 
 # --- the table ------------------------------------------------------------------------------
@@ -872,11 +982,41 @@ def settled(jobs: list[dict[str, Any]]) -> bool:
     return True
 
 
+def decided(job: dict[str, Any]) -> bool:
+    """Placed, finished, or waiting with the scheduler's reason."""
+    st = job.get("status") or {}
+    phase = st.get("phase", "")
+    if phase in (c.DLJOB_PHASE_SCHEDULED, c.DLJOB_PHASE_RUNNING, *TERMINAL):
+        return True
+    return phase == c.DLJOB_PHASE_QUEUED and bool(st.get("reason"))
+
+
+def moves_done(jobs: list[dict[str, Any]]) -> bool:
+    """At least one job was moved, and no move is under way (``status.migration``)."""
+    counts = [
+        int(((j.get("status") or {}).get("migrations") or {}).get("count") or 0) for j in jobs
+    ]
+    return sum(counts) > 0 and not any((j.get("status") or {}).get("migration") for j in jobs)
+
+
+def moved_jobs(jobs: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """(Unix time of the last move, "job: from → to") for every job Horus moved."""
+    out = []
+    for job in jobs:
+        m = (job.get("status") or {}).get("migrations") or {}
+        when = timestamp(m.get("lastTime"))
+        if int(m.get("count") or 0) > 0 and when > 0:
+            text = f"{job['metadata']['name']}: {m.get('lastFrom', '?')} → {m.get('lastTo', '?')}"
+            out.append((when, text))
+    return sorted(out)
+
+
 TERMINAL = ("Succeeded", "Failed")
 
 
 def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
-    """One row per DLJob: phase, where its replicas run (node/GPU, share), prediction, reason."""
+    """One row per DLJob: phase, moves, where its replicas run (node/GPU, share), prediction,
+    and the reason — why it is not running, or where it was last moved from."""
     by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -884,7 +1024,15 @@ def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
         if job:
             by_job.setdefault((meta.get("namespace", ""), job), []).append(pod)
     rows = [
-        ("DLJOB", "PHASE", "PRED UTIL", "PRED MEM", "PLACEMENT (node/gpu core% memMiB)", "REASON")
+        (
+            "DLJOB",
+            "PHASE",
+            "MOVES",
+            "PRED UTIL",
+            "PRED MEM",
+            "PLACEMENT (node/gpu core% memMiB)",
+            "REASON",
+        )
     ]
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
         meta = job["metadata"]
@@ -892,6 +1040,7 @@ def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
         pred = st.get("predicted") or {}
         util = pred.get("utilMean")
         mem = pred.get("memoryMiBUpper")
+        moves = st.get("migrations") or {}
         places = []
         for pod in sorted(
             by_job.get((meta.get("namespace", ""), meta["name"]), []),
@@ -907,19 +1056,23 @@ def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
             node = a.node.replace("gpu-node-", "n")
             for g in a.gpus or (a,):
                 places.append(f"{node}/{g.gpu_index} {g.core_percent}% {g.memory_mib}")
-        reason = (
-            ""
-            if st.get("phase") == c.DLJOB_PHASE_RUNNING
-            else (st.get("message") or st.get("reason") or "")
-        )
+        if st.get("phase") != c.DLJOB_PHASE_RUNNING:
+            reason = st.get("reason") or ""
+            message = st.get("message") or ""
+            reason = f"{reason}: {message}" if reason and message else reason or message
+        elif moves.get("count"):
+            reason = f"moved from {moves.get('lastFrom', '?')} to {moves.get('lastTo', '?')}"
+        else:
+            reason = ""
         rows.append(
             (
                 meta["name"],
                 st.get("phase", "-"),
+                str(int(moves.get("count") or 0)),
                 f"{float(util):.0f}%" if isinstance(util, int | float) else "-",
                 f"{int(mem)}" if isinstance(mem, int | float) else "-",
                 ", ".join(places) or "-",
-                reason[:70],
+                reason[:90],
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]

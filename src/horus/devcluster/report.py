@@ -3,9 +3,11 @@ dashboards show, so the picture is proof the metrics pipeline works end to end, 
 re-computation from the scheduler's own memory.
 
 Top: utilisation of every GPU that ran something, over time (observed, solid) with the
-scheduler's summed prediction for it (dashed). Bottom: predicted vs observed utilisation per
-pod (mean over the last minute); the gap between the two bars is the interference the
-scheduler accepted when it made jobs share.
+scheduler's summed prediction for it (dashed), and a vertical line where Horus moved a job
+(``moves``: the jobs' ``status.migrations``). Middle, when a job was moved: the moved jobs' own
+observed utilisation, one line per place it ran (node/GPU) — the move's effect on the job.
+Bottom: predicted vs observed utilisation per pod (mean over the last minute); the gap between
+the two bars is the interference the scheduler accepted when it made jobs share.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +39,15 @@ def query(url: str, expr: str) -> list[Any]:
     return list(body["data"]["result"])
 
 
-def write_report(url: str, start: float, end: float, path: Path) -> Path:
-    """Draw the report for ``[start, end]`` (Unix seconds) from Prometheus at ``url``."""
+def write_report(
+    url: str,
+    start: float,
+    end: float,
+    path: Path,
+    moves: Sequence[tuple[float, str]] = (),
+) -> Path:
+    """Draw the report for ``[start, end]`` (Unix seconds) from Prometheus at ``url``;
+    ``moves``: (Unix time, "job: from → to") of each move to mark."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,40 +62,60 @@ def write_report(url: str, start: float, end: float, path: Path) -> Path:
     pods_pred = query(url, f"avg_over_time({c.METRIC_POD_PREDICTED_UTIL}[1m])")
     pods_obs = query(url, f"avg_over_time({c.METRIC_POD_OBSERVED_UTIL}[1m])")
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 10), constrained_layout=True)
+    moved = sorted({text.split(":", 1)[0] for _, text in moves})
+    panels = 3 if moved else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(13, 5 * panels), constrained_layout=True)
+    top, bottom = axes[0], axes[-1]
     cmap = plt.get_cmap("tab20")
     for i, s in enumerate(busy):
         key = (s["metric"].get("node"), s["metric"].get("gpu"))
         label = f"{str(key[0]).replace('gpu-node-', 'node ')} / GPU {key[1]}"
-        ts = [float(t) - start for t, _ in s["values"]]
-        top.plot(ts, [100 * float(v) for _, v in s["values"]], color=cmap(i % 20), label=label)
+        top.plot(*_percent(s, start), color=cmap(i % 20), label=label)
         p = pred_by_gpu.get(key)
         if p is not None:
-            pts = [float(t) - start for t, _ in p["values"]]
-            top.plot(
-                pts, [100 * float(v) for _, v in p["values"]], color=cmap(i % 20), ls="--", lw=1
-            )
+            top.plot(*_percent(p, start), color=cmap(i % 20), ls="--", lw=1)
     top.set_title(
         f"GPU utilisation over time ({len(busy)} of {len(observed)} GPUs busy) — "
         "solid: observed (agent), dashed: summed prediction (operator)"
     )
-    top.set_xlabel("seconds since the jobs were submitted")
-    top.set_ylabel("utilisation %")
-    top.set_ylim(bottom=0)
+    _time_axis(top, end - start)
     if busy:
         top.legend(fontsize=7, ncol=4, loc="upper left")
     else:
         top.text(0.5, 0.5, "no GPU reported utilisation", ha="center", transform=top.transAxes)
+    for ax in axes[:-1]:
+        for when, text in moves:
+            ax.axvline(when - start, color="black", ls=":", lw=1.5)
+            ax.annotate(
+                f"moved {text}",
+                (when - start, 0.5),
+                xycoords=("data", "axes fraction"),
+                xytext=(-3, 0),
+                textcoords="offset points",
+                rotation=90,
+                ha="right",
+                va="center",
+                fontsize=8,
+            )
+    if moved:
+        _moved_jobs(axes[1], url, moved, start, end, step)
 
-    obs_by_pod = {(s["metric"].get("namespace"), s["metric"].get("pod")): s for s in pods_obs}
+    # A moved pod keeps its name: its place (node, GPU) tells its series apart.
+    def place(m: dict[str, str]) -> tuple[str | None, ...]:
+        return (m.get("namespace"), m.get("pod"), m.get("node"), m.get("gpu"))
+
+    obs_by_pod = {place(s["metric"]): s for s in pods_obs}
+    twice = {p for p in (s["metric"].get("pod") for s in pods_pred) if p is not None}
+    twice = {p for p in twice if sum(1 for s in pods_pred if s["metric"].get("pod") == p) > 1}
     names, pv, ov = [], [], []
-    for s in sorted(pods_pred, key=lambda s: str(s["metric"].get("pod"))):
-        key = (s["metric"].get("namespace"), s["metric"].get("pod"))
-        if key not in obs_by_pod:
+    for s in sorted(pods_pred, key=lambda s: [str(v) for v in place(s["metric"])]):
+        m = s["metric"]
+        if place(m) not in obs_by_pod:
             continue
-        names.append(str(key[1]))
+        where = f" ({str(m.get('node')).replace('gpu-node-', 'n')}/{m.get('gpu')})"
+        names.append(str(m.get("pod")) + (where if m.get("pod") in twice else ""))
         pv.append(100 * float(s["value"][1]))
-        ov.append(100 * float(obs_by_pod[key]["value"][1]))
+        ov.append(100 * float(obs_by_pod[place(m)]["value"][1]))
     xs = list(range(len(names)))
     bottom.bar([x - 0.2 for x in xs], pv, width=0.4, label="predicted (solo)")
     bottom.bar([x + 0.2 for x in xs], ov, width=0.4, label="observed (sharing)")
@@ -97,3 +127,36 @@ def write_report(url: str, start: float, end: float, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _moved_jobs(
+    ax: Any, url: str, jobs: Sequence[str], start: float, end: float, step: float
+) -> None:
+    """Each moved job's pods' observed utilisation, one line per (pod, node, GPU): the pod keeps
+    its name across a move, so the place it ran is what tells before from after."""
+    pods = "|".join(f"{job}-[0-9]+" for job in jobs)
+    series = query_range(url, f'{c.METRIC_POD_OBSERVED_UTIL}{{pod=~"{pods}"}}', start, end, step)
+    for s in sorted(series, key=lambda s: min(float(t) for t, _ in s["values"])):
+        m = s["metric"]
+        label = f"{m.get('pod')} on {m.get('node')} / GPU {m.get('gpu')}"
+        ax.plot(*_percent(s, start), marker=".", ms=3, label=label)
+    ax.set_title(
+        f"The moved job{'s' if len(jobs) > 1 else ''} ({', '.join(jobs)}): observed utilisation "
+        "before and after the move"
+    )
+    _time_axis(ax, end - start)
+    if series:
+        ax.legend(fontsize=8, loc="lower right")
+
+
+def _percent(series: dict[str, Any], start: float) -> tuple[list[float], list[float]]:
+    """A range query's series as (seconds since ``start``, percent)."""
+    values = series["values"]
+    return [float(t) - start for t, _ in values], [100 * float(v) for _, v in values]
+
+
+def _time_axis(ax: Any, span: float) -> None:
+    ax.set_xlabel("seconds since the jobs were submitted")
+    ax.set_ylabel("utilisation %")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0, right=span)
