@@ -87,7 +87,7 @@ def write_report(
         for when, text in moves:
             ax.axvline(when - start, color="black", ls=":", lw=1.5)
             ax.annotate(
-                f"moved {text}",
+                f"moved {text}" if ax is not top else f"moved {text.split(':', 1)[0]}",
                 (when - start, 0.5),
                 xycoords=("data", "axes fraction"),
                 xytext=(-3, 0),
