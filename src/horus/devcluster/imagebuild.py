@@ -289,7 +289,10 @@ class Builder:
         if not prefix:
             return result
         started = time.monotonic()
-        self.log(f"images: building stage {stage.name!r} of {df.path.relative_to(self.context)}")
+        shown = (
+            df.path.relative_to(self.context) if df.path.is_relative_to(self.context) else df.path
+        )
+        self.log(f"images: building stage {stage.name!r} of {shown}")
         with self._rootfs(parent.layers) as root:
             before = snapshot(root)
             for ins in prefix:
