@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_support import CHART, NAMESPACE, ROOT, adopt_crd, wait_namespace_gone
 
-from conftest import CHART, NAMESPACE, ROOT, adopt_crd, wait_namespace_gone
 from horus.common import constants as c
 from horus.devcluster.cluster import write_kubeconfig
 from horus.devcluster.nodes import NodeSpec, add_nodes

@@ -12,8 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
-
-from conftest import CHART, NAMESPACE, ROOT, adopt_crd, wait_namespace_gone
+from chart_support import CHART, NAMESPACE, ROOT, adopt_crd, wait_namespace_gone
 
 NS = ["-n", NAMESPACE]
 #: where the images would be (the chart has no default registry; kwok pulls nothing)

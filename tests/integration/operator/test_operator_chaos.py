@@ -13,9 +13,8 @@ import threading
 import time
 from typing import Any
 
+from operator_support import Kube, check_invariants
 from test_operator_scale import workload
-
-from conftest import Kube, check_invariants
 
 
 def test_kill9_twenty_times_while_submitting(

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from operator_support import Kube, dljob_body
 
-from conftest import Kube, dljob_body
 from horus.devcluster.nodes import NodeSpec, add_nodes
 
 CORRECTION = ["--correction-period", "1", "--resync-period", "1"]

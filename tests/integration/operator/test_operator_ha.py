@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import BIG_GPU_MIB, BIG_PREFIX, Kube, check_invariants, dljob_body
+from operator_support import BIG_GPU_MIB, BIG_PREFIX, Kube, check_invariants, dljob_body
+
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, add_nodes
 

@@ -15,7 +15,8 @@ import time
 import uuid
 from typing import Any
 
-from conftest import PROFILES, Kube, check_invariants, dljob_body, gpu_capacity
+from operator_support import PROFILES, Kube, check_invariants, dljob_body, gpu_capacity
+
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, add_nodes
 

@@ -12,7 +12,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, Kube, dljob_body
+from operator_support import ROOT, Kube, dljob_body
+
 from horus.api.dljob import parse_profile_document
 from horus.common import constants as c
 from horus.operator.livestate import graph_profile

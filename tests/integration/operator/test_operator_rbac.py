@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_support import ROOT, Kube, dljob_body
 
-from conftest import ROOT, Kube, dljob_body
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from conftest import Kube, check_invariants, dljob_body
+from operator_support import Kube, check_invariants, dljob_body
+
 from horus.common import constants as c
 
 

@@ -2,7 +2,7 @@
 tools: ``promtool check rules`` parses every expression, and ``promtool test rules`` evaluates
 each alert on synthetic series — it must fire on the failure it is about and stay quiet
 otherwise. The live counterpart (real operators, a real Prometheus, the leader stopped) is
-``tests/e2e/test_alerts.py``.
+``tests/e2e/test_alert_rules_fire.py``.
 
 Why synthetic series here: most failures (a dead MPS daemon, an unready extender, a DaemonSet
 pod down) cannot be produced without GPUs or kubelets; ``promtool test rules`` is the

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_support import ROOT
 
-from conftest import ROOT
 from horus.common import constants as c
 
 PROMETHEUS = "/usr/bin/prometheus"
