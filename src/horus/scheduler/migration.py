@@ -45,6 +45,9 @@ For the operator (API; names and units are stable)::
         move.reason                  # MoveReason ("interference": metric label)
         move.message                 # the expected gain in words, for the Migrated Event
     plan.deferred                    # might be worth moving; not judged this pass (caps)
+    plan.hopeless                    # cannot pay even onto idle GPUs: skip them until the
+                                     # jobs beside them or the measured pairs change
+    plan.nowhere                     # no GPU they fit now would do: skip until GPUs free
 
 ``running`` lists every running job as :class:`RunningJob` (``movable`` = policy
 ``OnCheckpoint``; jobs with ``moving=True`` count against the cap). ``state`` must hold every
@@ -60,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from horus.scheduler.scheduler import Scheduler
-from horus.scheduler.state import BoolArray, ClusterState
+from horus.scheduler.state import BoolArray, ClusterState, FloatArray
 from horus.scheduler.types import (
     GpuShare,
     JobRequest,
@@ -75,22 +78,29 @@ from horus.scheduler.types import (
 
 
 @dataclass(frozen=True)
-class _Candidate:
-    """A job that may move, with what it adds where it is (judged without moving it)."""
+class _Here:
+    """What a job adds where it runs now (judged without moving it)."""
 
-    job: RunningJob
     old: tuple[int, ...]
-    before: float  # what it adds where it runs now (summed normalised speed)
+    before: float  # its own speed there plus what it costs its neighbours (per GPU summed)
     speed_before: float
     margin: float  # uncertainty of ``before``
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A job worth judging: where it is, what it could reach, and what a move costs."""
+
+    job: RunningJob
+    here: _Here
     horizon: float
     cost: float  # the move's cost in summed normalised speed over ``horizon``
+    reach: float  # the most it could add elsewhere: its best GPUs' gains summed
 
-    @property
-    def bound(self) -> float:
-        """The most a move could be worth: every GPU idle (1 each) after, margins and cost
-        paid."""
-        return self.job.request.gpu_count - self.before - self.margin - self.cost
+
+#: Caller-kept memory of :class:`_Here` per job between calls (``plan_migrations(memo=…)``),
+#: valid while the job's GPUs hold the same kinds and the scheduler's beliefs are unchanged.
+Memo = dict[str, tuple[tuple[int, ...], int, _Here]]
 
 
 def plan_migrations(
@@ -100,17 +110,20 @@ def plan_migrations(
     now: float,
     settings: MigrationSettings | None = None,
     exclude: BoolArray | None = None,
+    memo: Memo | None = None,
 ) -> MigrationPlan:
     """The moves worth making now (see the module docstring).
 
-    ``exclude``: GPUs no job may move onto (e.g. those the starvation guard reserves:
-    ``sched.reservation``). A policy that does not score interference (anything but
-    ``horus``/``oracle``) plans no moves.
+    ``exclude``: GPUs no job may move onto (e.g. those the starvation guard reserves or a
+    waiting job will start on). ``memo``: an empty dict the caller keeps between calls with
+    the same scheduler, so a job whose GPUs and the beliefs about them did not change is
+    not worked out again (optional: the answer is the same). A policy that does not score
+    interference (anything but ``horus``/``oracle``) plans no moves.
     """
     cfg = settings or MigrationSettings()
     if not (sched.policy.interference_aware and sched.estimates.has_pair_source):
         return MigrationPlan(())
-    planner = _Planner(sched, state, running, now, cfg, exclude)
+    planner = _Planner(sched, state, running, now, cfg, exclude, memo)
     return planner.plan()
 
 
@@ -125,11 +138,15 @@ class _Planner:
         now: float,
         cfg: MigrationSettings,
         exclude: BoolArray | None,
+        memo: Memo | None,
     ) -> None:
         self.sched, self.state, self.now, self.cfg = sched, state, now, cfg
+        self.memo: Memo = {} if memo is None else memo
         self.by_name = {r.request.name: r for r in running}
-        #: Best destination per job shape in this pass (see :meth:`_judge`).
+        #: Best destination per job shape in this pass (see :meth:`_judge`), and the best
+        #: gains on the GPUs it fits (what a move of that shape could gain at most).
         self.best: dict[tuple[object, ...], Placement | Refusal] = {}
+        self.top: dict[tuple[object, ...], FloatArray] = {}
         #: GPUs a move touches (both ends) or that hold a job being moved: no destination,
         #: and a job on one of them waits for the next pass.
         self.touched = np.zeros(state.gpu_count, dtype=np.bool_)
@@ -142,37 +159,55 @@ class _Planner:
         self.slots = cfg.max_concurrent - sum(1 for r in running if r.moving)
 
     def plan(self) -> MigrationPlan:
-        """Candidates in the order of the most a move could be worth; each is judged (a
-        placement attempt) while the cap has room, at most ``max_judged``, and the first
-        worth making is taken — so a pass costs a few attempts however many jobs could
-        move (with idle GPUs about, the bound is what a move gains)."""
+        """Jobs in the order of the most a move could gain onto idle GPUs; for each, what
+        it could reach on the GPUs it fits now (per job shape, once a pass), and a
+        placement attempt if that could pay — while the cap has room, at most
+        ``max_judged`` attempts. So a pass costs a few attempts however many jobs could
+        move, and jobs beyond are named in ``deferred`` for a later pass."""
         if self.slots <= 0:
             return MigrationPlan(())
         self.sched.estimates.residents_from(self.state)
-        cands = [c for r in self._eligible() if (c := self._candidate(r)) is not None]
-        cands.sort(key=lambda c: (-c.bound, c.job.request.name))
+        ranked: list[tuple[float, str, RunningJob, _Here]] = []
+        hopeless: list[str] = []
+        for r in self._eligible():
+            here = self._here(r)
+            idle = r.request.gpu_count - here.before - here.margin  # all onto idle GPUs
+            if not math.isfinite(idle) or idle <= self.cfg.min_gain:
+                hopeless.append(r.request.name)
+            else:
+                ranked.append((-idle, r.request.name, r, here))
+        ranked.sort(key=lambda x: (x[0], x[1]))
+        gone = tuple(sorted(hopeless))
         chosen: list[Move] = []
+        nowhere: list[str] = []
         judged = 0
-        for i, c in enumerate(cands):
+        for i, (_, _, r, here) in enumerate(ranked):
             if len(chosen) >= self.slots or judged >= self.cfg.max_judged:
-                rest = cands[i:]
-                return MigrationPlan(tuple(chosen), tuple(x.job.request.name for x in rest))
-            if self.touched[list(c.old)].any():
+                rest = tuple(x[1] for x in ranked[i:])
+                return MigrationPlan(tuple(chosen), rest, gone, tuple(nowhere))
+            if self.touched[list(here.old)].any():
                 continue  # beside a move chosen just now: judged again next pass
+            c = self._candidate(r, here)
+            if c is None:
+                nowhere.append(r.request.name)
+                continue
             judged += 1
             move = self._judge(c)
             if move is not None:
                 chosen.append(move)
                 new = [self.state.gpu_id(s.node, s.gpu_index) for s in move.placement.shares]
-                for gpus in (list(c.old), new):
+                for gpus in (list(here.old), new):
                     self.touched[gpus] = True
                     self.blocked[gpus] = True
                 self.best.clear()  # destinations were just taken
-        return MigrationPlan(tuple(chosen))
+                self.top.clear()
+        return MigrationPlan(tuple(chosen), (), gone, tuple(nowhere))
 
     def _eligible(self) -> list[RunningJob]:
         """Running jobs that may move now: movable, observed, not too often, sharing a GPU."""
         cfg, st, now = self.cfg, self.state, self.now
+        shared = (st.njobs > 1).tolist()
+        touched = self.touched.tolist()
         out = []
         for r in self.by_name.values():
             name = r.request.name
@@ -183,17 +218,20 @@ class _Planner:
             if r.last_moved is not None and now - r.last_moved < cfg.min_interval_s:
                 continue
             gpus = st.jobs[name].gpus
-            if self.touched[gpus].any() or not (st.njobs[gpus] > 1).any():
+            if any(touched[g] for g in gpus) or not any(shared[g] for g in gpus):
                 continue  # beside a move under way, or alone: nothing to gain by leaving
             out.append(r)
         return out
 
-    def _candidate(self, r: RunningJob) -> _Candidate | None:
-        """What ``r`` adds where it runs now, from the signatures of its GPUs without it;
-        None when no move could clear ``min_gain``."""
+    def _here(self, r: RunningJob) -> _Here:
+        """What ``r`` adds where it runs now, from the signatures of its GPUs without it."""
         sched, st = self.sched, self.state
         job = r.request
         old = tuple(st.jobs[job.name].gpus)
+        sigs = old + tuple(int(st.sig_id[g]) for g in old)  # its GPUs and what they run
+        hit = self.memo.get(job.name)
+        if hit is not None and hit[0] == sigs and hit[1] == sched.beliefs_version:
+            return hit[2]
         before, speed_before, margin = 0.0, 1.0, 0.0
         for g in old:
             sig = _without(st.signatures[int(st.sig_id[g])], job.kind)
@@ -202,12 +240,28 @@ class _Planner:
             before += gain
             speed_before = min(speed_before, speed)
             margin += sched.share_margin(job.kind, model, sig)
-        if not math.isfinite(before) or job.gpu_count - before - margin <= self.cfg.min_gain:
-            return None  # even onto idle GPUs at no cost the move would not pay
+        here = _Here(old, before, speed_before, margin)
+        if len(self.memo) > 100_000:
+            self.memo.clear()
+        self.memo[job.name] = (sigs, sched.beliefs_version, here)
+        return here
+
+    def _candidate(self, r: RunningJob, here: _Here) -> _Candidate | None:
+        """``r`` with what it could reach now on the GPUs it fits and what a move would
+        cost; None when even its best GPUs could not clear ``min_gain``."""
+        job = r.request
+        key = _shape(job)
+        top = self.top.get(key)
+        if top is None:
+            top = self.top[key] = self.sched.best_gains(self.state, job, self.blocked)
+        reach = float(top[: job.gpu_count].sum()) if len(top) >= job.gpu_count else -math.inf
+        if reach - here.before - here.margin <= self.cfg.min_gain:
+            return None  # not now: nowhere it fits would do
         horizon = self._horizon(r)
         cost = r.move_cost_s * job.gpu_count / horizon
-        c = _Candidate(r, old, before, speed_before, margin, horizon, cost)
-        return c if c.bound > self.cfg.min_gain else None
+        if reach - here.before - here.margin - cost <= self.cfg.min_gain:
+            return None
+        return _Candidate(r, here, horizon, cost, reach)
 
     def _horizon(self, r: RunningJob) -> float:
         """Seconds the gain of moving ``r`` lasts: its remaining run time (or age), no
@@ -245,20 +299,20 @@ class _Planner:
         if not isinstance(best, Placement):
             return None  # nowhere, even counting the GPUs it holds
         placed = best
-        old = set(c.old)
+        old = set(c.here.old)
         if any(st.gpu_id(s.node, s.gpu_index) in old for s in best.shares):
             excl = self.blocked.copy()
-            excl[list(c.old)] = True
+            excl[list(c.here.old)] = True
             again = sched.attempt(st, job, explain=False, exclude=excl)
             if not isinstance(again, Placement):
                 return None
             placed = again
-        margin = c.margin
+        margin = c.here.margin
         for share in placed.shares:
             g = st.gpu_id(share.node, share.gpu_index)
             sig = st.signatures[int(st.sig_id[g])]
             margin += sched.share_margin(job.kind, st.gpu_model[g], sig)
-        gain = placed.predicted_gain - c.before
+        gain = placed.predicted_gain - c.here.before
         if not gain - margin > cfg.min_gain + c.cost:
             return None
         source = st.shares_of(name)
@@ -269,7 +323,7 @@ class _Planner:
             gain=gain,
             cost=c.cost,
             horizon_s=c.horizon,
-            speed_before=c.speed_before,
+            speed_before=c.here.speed_before,
             speed_after=placed.predicted_speed,
             reason=MoveReason.INTERFERENCE,
             message=_message(
@@ -279,7 +333,7 @@ class _Planner:
                 gain,
                 c.horizon,
                 c.job.move_cost_s,
-                c.speed_before,
+                c.here.speed_before,
             ),
         )
 

@@ -119,6 +119,9 @@ class Scheduler:
         #: GPUs held for the starving job at the head of the queue (the starvation guard).
         self.reservation = Reservation(self._pick_reservation)
         self._needs_cache: dict[tuple[object, ...], _Needs] = {}
+        #: Bumped whenever a measurement changes what the scheduler believes (callers
+        #: that remember derived figures compare it).
+        self.beliefs_version = 0
         #: share_margin by (kind, GPU model, signature); emptied by each measurement.
         self._margins: dict[tuple[str, str, tuple[str, ...]], float] = {}
 
@@ -148,6 +151,7 @@ class Scheduler:
         it is from the prediction also teaches the margin of the pairs on that GPU model
         that are still unmeasured (:meth:`model_pair_error`)."""
         if self.estimates.observe_pair(kind, other, gpu_model, speed):
+            self.beliefs_version += 1
             self.policy.forget_pairs((kind, other))
             self._margins.clear()  # the learnt error moved every model's margin
 
@@ -239,6 +243,23 @@ class Scheduler:
                 only[bounds[n] : bounds[n + 1]] = True
             out[name] = self._decide(pre, only, explain=True)
         return out
+
+    def best_gains(
+        self, state: ClusterState, job: JobRequest, exclude: BoolArray | None = None
+    ) -> FloatArray:
+        """The policy's predicted gain on every GPU ``job`` fits now (its filters, not its
+        sharing rule), best first: the sum of the first ``job.gpu_count`` bounds what any
+        placement of it can gain (the migration planner's cheap test). Empty for a policy
+        that does not score interference."""
+        if not self.policy.interference_aware:
+            return np.empty(0)
+        pre = self._prefilter(state, job, exclude)
+        mask = pre.refined()
+        if not mask.any():
+            return np.empty(0)
+        pre.score()
+        assert pre.ctx.gains is not None
+        return np.sort(pre.ctx.gains[mask])[::-1]
 
     def check_possible(self, state: ClusterState, job: JobRequest) -> str | None:
         """Why ``job`` can never run on this cluster (even empty), or None when it could."""

@@ -482,6 +482,13 @@ class MigrationPlan:
 
     moves: tuple[Move, ...]
     deferred: tuple[str, ...] = ()
+    #: Jobs that could move but whose move could not pay even onto idle GPUs at no cost
+    #: (their current co-location is good enough): a caller may leave them out of later
+    #: calls until the jobs beside them or the measured pairs change.
+    hopeless: tuple[str, ...] = ()
+    #: Jobs whose move could pay onto idle GPUs, but no GPU they fit now would do: a caller
+    #: may leave them out until GPUs are freed (or as for ``hopeless``).
+    nowhere: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

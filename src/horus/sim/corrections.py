@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from horus.scheduler import (
@@ -31,6 +32,7 @@ from horus.scheduler import (
     plan_migrations,
     plan_preemptions,
 )
+from horus.scheduler.migration import Memo
 from horus.scheduler.state import BoolArray
 
 if TYPE_CHECKING:
@@ -51,6 +53,24 @@ class Corrections:
         self.next_allowed = -math.inf
         self.next_moves = -math.inf
         self.due: float | None = None
+        #: Jobs whose move the planner found could not pay where they are
+        #: (``MigrationPlan.hopeless``): left out until their neighbours or the measured
+        #: pairs change, as an operator may.
+        self.hopeless: set[str] = set()
+        #: And those it found had nowhere to go now (``MigrationPlan.nowhere``): left out
+        #: until GPUs are freed.
+        self.nowhere: set[str] = set()
+        #: The planner's memory between passes (``plan_migrations(memo=…)``).
+        self.memo: Memo = {}
+
+    def neighbours_changed(self, jobs: Iterable[str]) -> None:
+        """The engine: these jobs' GPUs changed (jobs came, went or moved)."""
+        self.hopeless.difference_update(jobs)
+        self.nowhere.difference_update(jobs)
+
+    def gpus_freed(self) -> None:
+        """The engine: jobs left GPUs (finished, moved, evicted): new destinations."""
+        self.nowhere.clear()
 
     def next_time(self) -> float:
         return self.due if self.due is not None else math.inf
@@ -83,6 +103,9 @@ class Corrections:
         if run.observer is None:
             return
         reports = run.observer.take()
+        if reports:
+            self.hopeless.clear()  # beliefs changed
+            self.nowhere.clear()
         if self.spec.observe:
             for kind, other, speed in reports:
                 run.sched.observe_pair(kind, other, run.truth.gpu_model, speed)
@@ -132,15 +155,19 @@ class Corrections:
         st = run.st
         eligible: dict[str, _Running] = {}
         views: dict[str, RunningJob] = {}
+        shared = (st.njobs > 1).tolist()
+        skip = self.hopeless | self.nowhere
         for name, r in run.running.items():
             if r.last > now:  # a move under way: it counts against the cap
                 views[name] = self._view(name, r, observed=False, moving=True)
+                continue
+            if name in skip:
                 continue
             if r.rec.moves >= cfg.max_moves_per_job:
                 continue
             if r.last_moved is not None and now - r.last_moved < cfg.min_interval_s:
                 continue
-            if not (st.njobs[r.gpus] > 1).any():
+            if not any(shared[g] for g in r.gpus):
                 continue
             if self._observed(name, r):
                 eligible[name] = r
@@ -154,9 +181,13 @@ class Corrections:
                 for res in st.residents[g]:
                     if res.job not in views:
                         views[res.job] = self._view(res.job, run.running[res.job], False)
-        plan = plan_migrations(run.sched, st, list(views.values()), now, cfg, self._reserved())
+        plan = plan_migrations(
+            run.sched, st, list(views.values()), now, cfg, self._reserved(), self.memo
+        )
         if plan.deferred:
             self.want_moves = True
+        self.hopeless.update(plan.hopeless)
+        self.nowhere.update(plan.nowhere)
         touched: set[int] = set()
         for m in plan.moves:
             touched |= self._move(m)

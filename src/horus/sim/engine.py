@@ -211,6 +211,8 @@ class _Run:
             before = self._position()
             self._advance_to(self._next_time())
             changed, freed = self._complete_due()
+            if freed and self.corrections is not None:
+                self.corrections.gpus_freed()
             new = self._admit_arrivals()
             self._start(self._schedule(freed, new), changed)
             self._refresh_gpus(changed)
@@ -218,6 +220,7 @@ class _Run:
             if self.corrections is not None:
                 moved = self.corrections.run_pass(bool(changed or new or reports))
                 if moved:
+                    self.corrections.gpus_freed()
                     # moves and evictions free capacity the queue may use at once
                     res = self.sched.schedule(self.st, self.queue, now=self.now, explain=False)
                     self._start(res, moved)
@@ -373,6 +376,8 @@ class _Run:
                 touched[res.job] = self.running[res.job]
         util_gpus: set[int] = set(gpus)
         obs = self.observer
+        if self.corrections is not None:
+            self.corrections.neighbours_changed(touched)
         for name, r in touched.items():
             r.progress_to(now)
             new_rate = self._rate_of(r)

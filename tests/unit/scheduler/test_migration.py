@@ -70,7 +70,11 @@ def test_a_bad_measured_pair_is_split_onto_the_idle_gpu() -> None:
 
 def test_a_good_pair_stays() -> None:
     sched, state = bad_pair(0.95)  # 1.9 together against 2.0 apart: below min_gain 0.2
-    assert plan_migrations(sched, state, running(state), now=10_000.0).moves == ()
+    plan = plan_migrations(sched, state, running(state), now=10_000.0)
+    assert plan.moves == ()
+    assert plan.hopeless == ("a", "b")  # not worth judging again until something changes
+    sched, state = bad_pair(0.5)
+    assert plan_migrations(sched, state, running(state), 10_000.0).hopeless == ()
 
 
 @pytest.mark.parametrize(
