@@ -3,7 +3,9 @@
 One code path for every policy: predict (cached per job kind and GPU model), filter GPUs on
 health, model, memory, core and job slots, let the policy refine and score, then place the
 gang all-or-nothing. When a job does not fit, the refusal names the filter that ruled it out
-(:mod:`horus.scheduler.explain`).
+(:mod:`horus.scheduler.explain`). The job judged against every GPU once is
+:class:`horus.scheduler.prepared.Prepared`; the gang's choice of GPUs from their scores is
+:mod:`horus.scheduler.gangchoice`.
 
 A pass over the queue (:meth:`Scheduler.schedule`: order, backfill, the starvation guard)
 is :mod:`horus.scheduler.queuepass`.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -30,7 +32,9 @@ from horus.common.constants import GPU_CORE_UNITS_PER_GPU
 from horus.predictor.interface import Predictor, ResourcePrediction
 from horus.scheduler.estimates import Estimates, PairKey
 from horus.scheduler.explain import Verdicts, explain_refusal, why_never
+from horus.scheduler.gangchoice import choose_gpus
 from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy, term_margin
+from horus.scheduler.prepared import Prepared, scored_on
 from horus.scheduler.queue import JobQueue
 from horus.scheduler.queuepass import QueuePass
 from horus.scheduler.reservation import Reservation, soonest_free
@@ -47,45 +51,6 @@ from horus.scheduler.types import (
 )
 
 _Needs = tuple[list[ResourcePrediction], IntArray, IntArray, FloatArray]
-
-
-@dataclass
-class _Prepared:
-    """One job against every GPU, worked out once (kube-scheduler's PreFilter): its needs,
-    the common filters, and — on demand, once — the policy's filter and score."""
-
-    state: ClusterState
-    job: JobRequest
-    policy: Policy
-    preds: list[ResourcePrediction]
-    ctx: ScoreContext
-    allowed: BoolArray  # of the job's GPU models and nodes
-    usable: BoolArray  # healthy, allowed, not excluded
-    mem_ok: BoolArray
-    core_ok: BoolArray
-    slots_ok: BoolArray
-    room: BoolArray  # all four
-    _refined: BoolArray | None = None
-    _score: FloatArray | None = None
-    _finite: BoolArray | None = None
-
-    def refined(self) -> BoolArray:
-        """``room`` after the policy's own filter."""
-        if self._refined is None:
-            self._refined = self.policy.refine(self.ctx, self.room)
-        return self._refined
-
-    def score(self) -> FloatArray:
-        """The policy's score of every GPU of :meth:`refined` (fills ``ctx.gains``)."""
-        if self._score is None:
-            self._score = self.policy.score(self.ctx, self.refined())
-        return self._score
-
-    def finite(self) -> BoolArray:
-        """Where :meth:`score` is finite (the policy did not rule the GPU out)."""
-        if self._finite is None:
-            self._finite = np.isfinite(self.score())
-        return self._finite
 
 
 class Scheduler:
@@ -310,7 +275,7 @@ class Scheduler:
 
     def _prefilter(
         self, st: ClusterState, job: JobRequest, exclude: BoolArray | None = None
-    ) -> _Prepared:
+    ) -> Prepared:
         """``job``'s needs and the common filters on every GPU (``exclude``: GPUs it may not
         use, e.g. a reservation)."""
         pol, cfg = self.policy, self.settings
@@ -339,7 +304,7 @@ class Scheduler:
             observed_margin=cfg.uncertainty_z * self.estimates.observed_error,
         )
         room = usable & mem_ok & core_ok & slots_ok
-        return _Prepared(st, job, pol, preds, ctx, allowed, usable, mem_ok, core_ok, slots_ok, room)
+        return Prepared(st, job, pol, preds, ctx, allowed, usable, mem_ok, core_ok, slots_ok, room)
 
     def attempt(
         self,
@@ -352,7 +317,7 @@ class Scheduler:
         may not use, e.g. a reservation; ``explain=False``: refusals carry no reason)."""
         return self._decide(self._prefilter(state, job, exclude), None, explain)
 
-    def _decide(self, pre: _Prepared, only: BoolArray | None, explain: bool) -> Placement | Refusal:
+    def _decide(self, pre: Prepared, only: BoolArray | None, explain: bool) -> Placement | Refusal:
         """Place ``pre.job`` on the GPUs in ``only`` (None: every GPU), or say why not."""
         st, job, need = pre.state, pre.job, pre.job.gpu_count
         ctx = pre.ctx if only is None else replace(pre.ctx, gains=None, admissible=None)
@@ -363,13 +328,13 @@ class Scheduler:
         if scored:
             score = pre.score()
             mask = mask & pre.finite()
-            chosen = self._choose(st, job, mask, score) if np.count_nonzero(mask) >= need else None
+            chosen = choose_gpus(st, job, mask, score) if np.count_nonzero(mask) >= need else None
             if chosen is not None:
                 return self._placement(st, job, chosen, ctx, pre.preds)
         if not explain:
             return Refusal(job.name, "", RefusalCode.UNPLACED)
         if only is not None and scored:
-            _scored_on(ctx, pre.ctx, only)
+            scored_on(ctx, pre.ctx, only)
         allowed, usable = pre.allowed, pre.usable
         if only is not None:
             allowed, usable = allowed & only, usable & only
@@ -378,34 +343,6 @@ class Scheduler:
         )
         verdicts = Verdicts(usable, pre.mem_ok, pre.core_ok, pre.slots_ok, mask)
         return explain_refusal(ctx, self.policy, verdicts, never)
-
-    def _choose(
-        self, st: ClusterState, job: JobRequest, mask: BoolArray, score: FloatArray
-    ) -> list[list[int]] | None:
-        """GPUs per replica (all-or-nothing), best score first; None when the gang won't fit."""
-        k, reps = job.gpus_per_replica, job.replicas
-        idx = np.nonzero(mask)[0]
-        if k == 1:
-            if len(idx) < reps:
-                return None
-            s = score[idx]
-            if reps == 1:
-                return [[int(idx[int(np.argmax(s))])]]  # first (lowest GPU) among ties
-            # stable: best score first, lowest GPU number among ties
-            order = np.lexsort((idx, -s))[:reps]
-            return [[int(idx[i])] for i in order]
-        per_node = np.bincount(st.node_of[idx], minlength=len(st.node_names))
-        if int(np.count_nonzero(per_node >= k)) < reps:
-            return None  # fast refusal: not enough nodes with k suitable GPUs
-        avail = mask.copy()
-        out: list[list[int]] = []
-        for _ in range(reps):
-            gpus = _best_node_gpus(st, avail, score, k)
-            if gpus is None:
-                return None
-            out.append(gpus)
-            avail[gpus] = False
-        return out
 
     def _placement(
         self,
@@ -520,36 +457,3 @@ class Scheduler:
         """
         q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
         return QueuePass(self, state, q, now, explain).run(only)
-
-
-def _scored_on(ctx: ScoreContext, scored: ScoreContext, only: BoolArray) -> None:
-    """Give ``ctx`` what scoring every GPU left in ``scored``, as if only ``only`` had been
-    scored (what a refusal's explanation reads)."""
-    if scored.gains is not None:
-        ctx.gains = np.where(only, scored.gains, -np.inf)
-    if scored.admissible is not None:
-        ctx.admissible = np.where(only, scored.admissible, -np.inf)
-
-
-def _best_node_gpus(
-    st: ClusterState, avail: BoolArray, score: FloatArray, k: int
-) -> list[int] | None:
-    """One replica of ``k`` GPUs: the node whose ``k`` best available GPUs score highest in
-    sum (its best ``k``); None when no node has ``k`` available."""
-    idx = np.nonzero(avail)[0]
-    if len(idx) < k:
-        return None
-    nodes = st.node_of[idx]
-    order = np.lexsort((idx, -score[idx], nodes))
-    idx, nodes = idx[order], nodes[order]
-    starts = np.r_[0, np.nonzero(np.diff(nodes))[0] + 1]
-    counts = np.diff(np.r_[starts, len(idx)])
-    rank = np.arange(len(idx)) - np.repeat(starts, counts)
-    top = rank < k
-    node_sum = np.bincount(nodes[top], weights=score[idx[top]], minlength=len(st.node_names))
-    node_cnt = np.bincount(nodes[top], minlength=len(st.node_names))
-    node_sum[node_cnt < k] = -np.inf
-    best = int(np.argmax(node_sum))
-    if not np.isfinite(node_sum[best]):
-        return None
-    return [int(g) for g in idx[top & (nodes == best)]]
