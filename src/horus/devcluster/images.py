@@ -7,7 +7,10 @@ layer files. ``horus dev cluster load-images`` streams an OCI archive of each in
 node's containerd (``ctr images import``), skipping nodes that already hold that manifest.
 
 The sandbox ("pause") image is not a Dockerfile: its only file is ``/pause``, the static
-``horus-pause`` program that ``tools/controlplane/build.sh`` builds with the kubelet.
+``horus-pause`` program that ``tools/controlplane/build.sh`` builds with the kubelet. The
+Horus scheduler's kube-scheduler image is a Dockerfile whose build context is the folder of
+those binaries (``tools/controlplane/kube-scheduler/Dockerfile``), tagged with the Kubernetes
+version of the binary, as ``registry.k8s.io/kube-scheduler`` is.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from horus import __version__
 from horus.common.errors import ClusterError, ValidationError
 from horus.devcluster import dockerfile
+from horus.devcluster.binaries import ensure_binaries
 from horus.devcluster.imagebuild import (
     Builder,
     StageResult,
@@ -43,15 +47,20 @@ CTR_NAMESPACE = "k8s.io"  # the CRI's containerd namespace
 
 @dataclass(frozen=True)
 class ImageDef:
-    """One image of this repository: its Dockerfile (relative to the checkout) and name."""
+    """One image of this repository: its Dockerfile (relative to the checkout) and name.
+    ``binaries``: its build context is the control-plane binaries folder
+    (:func:`horus.devcluster.binaries.ensure_binaries`), not the checkout, and its tag is
+    their Kubernetes version."""
 
     dockerfile: str
     repository: str
     about: str
+    binaries: bool = False
 
 
 #: The images ``horus dev images build`` knows. The chart's defaults name the first two
-#: (``images.operator``, ``images.node``); the workload image runs the DLJob examples.
+#: (``images.operator``, ``images.node``); the workload image runs the DLJob examples; the
+#: kube-scheduler image is the Horus scheduler's (``images.kubeScheduler``) on real nodes.
 IMAGES: dict[str, ImageDef] = {
     "operator": ImageDef("operator/Dockerfile", "horus-operator", "operator + extender"),
     "node": ImageDef("device-plugin/Dockerfile", "horus-device-plugin", "device plugin + agent"),
@@ -59,6 +68,12 @@ IMAGES: dict[str, ImageDef] = {
         "examples/workload/Dockerfile", "horus-workload", "example training loop for DLJobs"
     ),
     "predictor": ImageDef("predictor/Dockerfile", "horus-predictor", "predictor CLI (torch)"),
+    "kube-scheduler": ImageDef(
+        "tools/controlplane/kube-scheduler/Dockerfile",
+        "kube-scheduler",
+        "the Horus scheduler's kube-scheduler (pinned Kubernetes build)",
+        binaries=True,
+    ),
 }
 #: What is built when no names are given (the predictor image pulls torch: GBs).
 DEFAULT_IMAGES = ("operator", "node", "workload")
@@ -178,20 +193,31 @@ def load_descriptor(path: Path) -> BuiltImage:
 
 
 def build(
-    root: Path, names: list[str], log: Callable[[str], None] | None = None
+    root: Path,
+    names: list[str],
+    log: Callable[[str], None] | None = None,
+    bin_dir: Path | None = None,
 ) -> list[BuiltImage]:
-    """Build (or find in the cache) the named images of the checkout at ``root``."""
+    """Build (or find in the cache) the named images of the checkout at ``root``; images
+    built from the control-plane binaries take them from ``bin_dir`` (default: where
+    ``tools/controlplane/build.sh`` puts them, building them the first time)."""
     unknown = [n for n in names if n not in IMAGES]
     if unknown:
         raise ValidationError(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(IMAGES)}")
-    builder = Builder(root, log=log)
+    builders: dict[Path, Builder] = {}
     out = []
     for name in names:
         spec = IMAGES[name]
+        tag = __version__
+        context = root
+        if spec.binaries:
+            context = bin_dir or ensure_binaries()
+            tag = kubernetes_version(context)
+        builder = builders.get(context) or builders.setdefault(context, Builder(context, log=log))
         df = dockerfile.parse(root / spec.dockerfile)
         key = builder.stage_key(df, df.stages[-1])
         # The final stage's key covers every instruction, so metadata changes rebuild too.
-        ref = reference(spec.repository)
+        ref = reference(spec.repository, tag)
         found = _cached(ref, key)
         if found is not None:
             out.append(found)
@@ -199,8 +225,26 @@ def build(
         result = builder.build(df)
         layers = [builder.layers / f"{d}.tar" for d in result.layers]
         out.append(_save(ref, key, _config(result, layers), layers))
-    _prune(out, builder.stages_used())
+    _prune(out, set().union(*(b.stages_used() for b in builders.values())))
     return out
+
+
+def kubernetes_version(bin_dir: Path) -> str:
+    """The Kubernetes version of the binaries in ``bin_dir`` (``v1.34.4``), as
+    ``kube-scheduler --version`` prints it."""
+    binary = bin_dir / "kube-scheduler"
+    try:
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ClusterError(
+            f"cannot run {binary} --version ({exc}); rebuild with tools/controlplane/build.sh"
+        ) from None
+    words = out.split()
+    if len(words) != 2 or words[0] != "Kubernetes" or not words[1].startswith("v"):
+        raise ClusterError(f"{binary} --version printed {out.strip()!r}, not 'Kubernetes vX.Y.Z'")
+    return words[1]
 
 
 def _prune(built: list[BuiltImage], stages: set[str]) -> None:
