@@ -31,9 +31,10 @@ def query_range(url: str, expr: str, start: float, end: float, step: float) -> l
     return list(body["data"]["result"])
 
 
-def query(url: str, expr: str) -> list[Any]:
+def query(url: str, expr: str, timeout: float = 30) -> list[Any]:
+    """An instant query's result list."""
     with urllib.request.urlopen(
-        f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30
+        f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=timeout
     ) as resp:
         body = json.load(resp)
     return list(body["data"]["result"])
@@ -56,77 +57,109 @@ def write_report(
     step = max(2.0, (end - start) / 300)
     observed = query_range(url, c.METRIC_GPU_UTILIZATION, start, end, step)
     predicted = query_range(url, c.METRIC_GPU_PREDICTED_UTIL_SUM, start, end, step)
-    pred_by_gpu = {(s["metric"].get("node"), s["metric"].get("gpu")): s for s in predicted}
-    busy = [s for s in observed if any(float(v) > 0 for _, v in s["values"])]
-    busy.sort(key=lambda s: (s["metric"].get("node", ""), int(s["metric"].get("gpu", "0"))))
-    pods_pred = query(url, f"avg_over_time({c.METRIC_POD_PREDICTED_UTIL}[1m])")
-    pods_obs = query(url, f"avg_over_time({c.METRIC_POD_OBSERVED_UTIL}[1m])")
+    bars = _pod_bars(url)
 
     moved = sorted({text.split(":", 1)[0] for _, text in moves})
     panels = 3 if moved else 2
     fig, axes = plt.subplots(panels, 1, figsize=(13, 5 * panels), constrained_layout=True)
     top, bottom = axes[0], axes[-1]
-    cmap = plt.get_cmap("tab20")
-    for i, s in enumerate(busy):
-        key = (s["metric"].get("node"), s["metric"].get("gpu"))
-        label = f"{str(key[0]).replace('gpu-node-', 'node ')} / GPU {key[1]}"
-        top.plot(*_percent(s, start), color=cmap(i % 20), label=label)
-        p = pred_by_gpu.get(key)
-        if p is not None:
-            top.plot(*_percent(p, start), color=cmap(i % 20), ls="--", lw=1)
-    top.set_title(
-        f"GPU utilisation over time ({len(busy)} of {len(observed)} GPUs busy) — "
-        "solid: observed (agent), dashed: summed prediction (operator)"
-    )
-    _time_axis(top, end - start)
-    if busy:
-        top.legend(fontsize=7, ncol=4, loc="upper left")
-    else:
-        top.text(0.5, 0.5, "no GPU reported utilisation", ha="center", transform=top.transAxes)
+    _gpus(top, plt.get_cmap("tab20"), observed, predicted, start, end)
     for ax in axes[:-1]:
-        for when, text in moves:
-            ax.axvline(when - start, color="black", ls=":", lw=1.5)
-            ax.annotate(
-                f"moved {text}" if ax is not top else f"moved {text.split(':', 1)[0]}",
-                (when - start, 0.5),
-                xycoords=("data", "axes fraction"),
-                xytext=(-3, 0),
-                textcoords="offset points",
-                rotation=90,
-                ha="right",
-                va="center",
-                fontsize=8,
-            )
+        _mark_moves(ax, moves, start, whole=ax is not top)
     if moved:
         _moved_jobs(axes[1], url, moved, start, end, step)
-
-    # A moved pod keeps its name: its place (node, GPU) tells its series apart.
-    def place(m: dict[str, str]) -> tuple[str | None, ...]:
-        return (m.get("namespace"), m.get("pod"), m.get("node"), m.get("gpu"))
-
-    obs_by_pod = {place(s["metric"]): s for s in pods_obs}
-    twice = {p for p in (s["metric"].get("pod") for s in pods_pred) if p is not None}
-    twice = {p for p in twice if sum(1 for s in pods_pred if s["metric"].get("pod") == p) > 1}
-    names, pv, ov = [], [], []
-    for s in sorted(pods_pred, key=lambda s: [str(v) for v in place(s["metric"])]):
-        m = s["metric"]
-        if place(m) not in obs_by_pod:
-            continue
-        where = f" ({str(m.get('node')).replace('gpu-node-', 'n')}/{m.get('gpu')})"
-        names.append(str(m.get("pod")) + (where if m.get("pod") in twice else ""))
-        pv.append(100 * float(s["value"][1]))
-        ov.append(100 * float(obs_by_pod[place(m)]["value"][1]))
-    xs = list(range(len(names)))
-    bottom.bar([x - 0.2 for x in xs], pv, width=0.4, label="predicted (solo)")
-    bottom.bar([x + 0.2 for x in xs], ov, width=0.4, label="observed (sharing)")
-    bottom.set_xticks(xs, names, rotation=45, ha="right", fontsize=7)
-    bottom.set_ylabel("utilisation % (mean, last minute)")
-    bottom.set_title("Predicted vs observed utilisation per pod")
-    bottom.legend()
+    _predicted_vs_observed(bottom, *bars)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _gpus(
+    ax: Any,
+    cmap: Any,
+    observed: list[Any],
+    predicted: list[Any],
+    start: float,
+    end: float,
+) -> None:
+    """The top panel: each busy GPU's observed utilisation (solid) and the summed prediction
+    of the pods on it (dashed, same colour)."""
+    pred_by_gpu = {(s["metric"].get("node"), s["metric"].get("gpu")): s for s in predicted}
+    busy = [s for s in observed if any(float(v) > 0 for _, v in s["values"])]
+    busy.sort(key=lambda s: (s["metric"].get("node", ""), int(s["metric"].get("gpu", "0"))))
+    for i, s in enumerate(busy):
+        key = (s["metric"].get("node"), s["metric"].get("gpu"))
+        label = f"{str(key[0]).replace('gpu-node-', 'node ')} / GPU {key[1]}"
+        ax.plot(*_percent(s, start), color=cmap(i % 20), label=label)
+        p = pred_by_gpu.get(key)
+        if p is not None:
+            ax.plot(*_percent(p, start), color=cmap(i % 20), ls="--", lw=1)
+    ax.set_title(
+        f"GPU utilisation over time ({len(busy)} of {len(observed)} GPUs busy) — "
+        "solid: observed (agent), dashed: summed prediction (operator)"
+    )
+    _time_axis(ax, end - start)
+    if busy:
+        ax.legend(fontsize=7, ncol=4, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no GPU reported utilisation", ha="center", transform=ax.transAxes)
+
+
+def _mark_moves(ax: Any, moves: Sequence[tuple[float, str]], start: float, whole: bool) -> None:
+    """A dotted vertical line at each move, labelled with the job (``whole``: and where it
+    moved from and to)."""
+    for when, text in moves:
+        ax.axvline(when - start, color="black", ls=":", lw=1.5)
+        ax.annotate(
+            f"moved {text}" if whole else f"moved {text.split(':', 1)[0]}",
+            (when - start, 0.5),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3, 0),
+            textcoords="offset points",
+            rotation=90,
+            ha="right",
+            va="center",
+            fontsize=8,
+        )
+
+
+def _place(m: dict[str, str]) -> tuple[str | None, ...]:
+    """A pod series' place: a moved pod keeps its name, its (node, GPU) tells its series apart."""
+    return (m.get("namespace"), m.get("pod"), m.get("node"), m.get("gpu"))
+
+
+def _pod_bars(url: str) -> tuple[list[str], list[float], list[float]]:
+    """Per pod (and place, for a pod seen in two): its label, predicted and observed
+    utilisation % (mean over the last minute); pods with no observation are left out."""
+    pods_pred = query(url, f"avg_over_time({c.METRIC_POD_PREDICTED_UTIL}[1m])")
+    pods_obs = query(url, f"avg_over_time({c.METRIC_POD_OBSERVED_UTIL}[1m])")
+    obs_by_pod = {_place(s["metric"]): s for s in pods_obs}
+    twice = {p for p in (s["metric"].get("pod") for s in pods_pred) if p is not None}
+    twice = {p for p in twice if sum(1 for s in pods_pred if s["metric"].get("pod") == p) > 1}
+    names: list[str] = []
+    pv: list[float] = []
+    ov: list[float] = []
+    for s in sorted(pods_pred, key=lambda s: [str(v) for v in _place(s["metric"])]):
+        m = s["metric"]
+        if _place(m) not in obs_by_pod:
+            continue
+        where = f" ({str(m.get('node')).replace('gpu-node-', 'n')}/{m.get('gpu')})"
+        names.append(str(m.get("pod")) + (where if m.get("pod") in twice else ""))
+        pv.append(100 * float(s["value"][1]))
+        ov.append(100 * float(obs_by_pod[_place(m)]["value"][1]))
+    return names, pv, ov
+
+
+def _predicted_vs_observed(ax: Any, names: list[str], pv: list[float], ov: list[float]) -> None:
+    """The bottom panel: predicted (solo) vs observed (sharing) bars per pod."""
+    xs = list(range(len(names)))
+    ax.bar([x - 0.2 for x in xs], pv, width=0.4, label="predicted (solo)")
+    ax.bar([x + 0.2 for x in xs], ov, width=0.4, label="observed (sharing)")
+    ax.set_xticks(xs, names, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("utilisation % (mean, last minute)")
+    ax.set_title("Predicted vs observed utilisation per pod")
+    ax.legend()
 
 
 def _moved_jobs(

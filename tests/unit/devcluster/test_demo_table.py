@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from horus.common import constants as c
-from horus.devcluster.demo import (
-    EXAMPLES,
-    UNPLACEABLE,
-    WAITING,
-    DemoOptions,
+from horus.devcluster.demo_state import DemoOptions
+from horus.devcluster.demo_table import (
+    decided,
+    moved_jobs,
+    moves_done,
     render_table,
     settled,
-    zoo_job,
 )
+from horus.devcluster.demo_workload import UNPLACEABLE, WAITING
 
 
 def _job(name: str, phase: str, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -85,13 +85,6 @@ def test_settled_waits_for_every_job_but_the_refused_and_the_queued_gang() -> No
     assert settled([running, _job("hog", "Failed", "PodDeleted")])
 
 
-def test_zoo_job_embeds_the_profile_without_its_envelope() -> None:
-    job = zoo_job("x", EXAMPLES / "profiles" / "resnet50-b64.yaml", 2)
-    profile = job["spec"]["profile"]
-    assert "apiVersion" not in profile and "kind" not in profile
-    assert profile["features"]["batch_size"] == 64 and job["spec"]["replicas"] == 2
-
-
 def test_quick_options_are_smaller(tmp_path: Path) -> None:
     full, quick = DemoOptions.make(tmp_path, False), DemoOptions.make(tmp_path, True)
     assert quick.nodes * quick.gpus_per_node < full.nodes * full.gpus_per_node
@@ -127,8 +120,6 @@ def test_table_counts_moves_and_says_where_a_job_came_from() -> None:
 
 
 def test_a_move_is_done_once_counted_and_none_is_under_way() -> None:
-    from horus.devcluster.demo import moved_jobs, moves_done
-
     assert not moves_done([_job("a", "Running")])
     assert not moves_done([_moved(_job("a", "Scheduled"), 1, moving=True)])
     done = [_moved(_job("a", "Running"), 1), _job("b", "Running")]
@@ -139,66 +130,7 @@ def test_a_move_is_done_once_counted_and_none_is_under_way() -> None:
 
 
 def test_decided_is_placed_finished_or_queued_with_a_reason() -> None:
-    from horus.devcluster.demo import decided
-
     assert decided(_job("a", "Scheduled")) and decided(_job("a", "Failed"))
     assert decided(_job("a", "Queued", "InsufficientGPUCore"))
     assert not decided(_job("a", "Queued")) and not decided(_job("a", "Pending"))
     assert not decided({"metadata": {"name": "new"}})
-
-
-def test_movable_zoo_job_checkpoints_like_the_movable_example() -> None:
-    job = zoo_job("x", EXAMPLES / "profiles" / "resnet50-b64.yaml", 2, movable=True)
-    migration = job["spec"]["migration"]
-    assert migration["policy"] == "OnCheckpoint"
-    assert migration["checkpointPath"] == "/checkpoints/x"
-    pod = job["spec"]["template"]["spec"]
-    (init,) = pod["initContainers"]
-    assert init["command"][0] == "chown" and init["securityContext"]["runAsUser"] == 0
-    mounts = {m["name"] for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts == {v["name"] for v in pod["volumes"]} == {"checkpoints"}
-    assert "migration" not in zoo_job("y", EXAMPLES / "profiles" / "resnet50-b64.yaml", 1)["spec"]
-
-
-def test_workload_waves_hog_first_by_priority_and_the_movable_job_last(tmp_path: Path) -> None:
-    import yaml
-
-    from horus.devcluster.demo import HOG, LATE, Demo
-
-    demo = Demo(DemoOptions.make(tmp_path, quick=True, kwok=True))
-    first, late = demo.workload()
-    assert [p.stem for p in late] == [LATE]
-    assert first[0].stem == HOG and first[-1].stem == WAITING
-    assert LATE not in {p.stem for p in first}
-    prio = []
-    for path in first:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "DLJob"]
-        prio.append(int(docs[0]["spec"].get("priority", 0)))
-    assert prio == sorted(prio, reverse=True)
-
-
-def test_on_real_nodes_the_checkpoint_owner_runs_the_workload_image(tmp_path: Path) -> None:
-    import yaml
-
-    from horus.devcluster.demo import LATE, Demo
-    from horus.devcluster.images import IMAGES, reference
-
-    demo = Demo(DemoOptions.make(tmp_path, quick=True))
-    jobs = tmp_path / "jobs"
-    jobs.mkdir()
-    out = demo._on_real_nodes(EXAMPLES / f"{LATE}.yaml", jobs)
-    (doc,) = [d for d in yaml.safe_load_all(out.read_text()) if d]
-    pod = doc["spec"]["template"]["spec"]
-    workload = reference(IMAGES["workload"].repository)
-    assert [c["image"] for c in pod["initContainers"] + pod["containers"]] == [workload] * 2
-    (volume,) = pod["volumes"]
-    where = Path(volume["hostPath"]["path"])
-    assert where.is_dir() and tmp_path in where.parents  # demo-down removes it
-    # a zoo job's illustrative container becomes the workload but keeps its checkpoint mount
-    path = tmp_path / "zoo.yaml"
-    path.write_text(
-        yaml.safe_dump(zoo_job("z", EXAMPLES / "profiles" / "resnet50-b64.yaml", 1, movable=True))
-    )
-    (doc,) = [d for d in yaml.safe_load_all(demo._on_real_nodes(path, jobs).read_text()) if d]
-    (trainer,) = doc["spec"]["template"]["spec"]["containers"]
-    assert trainer["image"] == workload and trainer["volumeMounts"][0]["name"] == "checkpoints"

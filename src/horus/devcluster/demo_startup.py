@@ -1,0 +1,346 @@
+"""How the demo brings Horus up around its control plane: preflight checks, then either the
+kwok variant (helm-installed chart without in-cluster workloads; the operator and the agent as
+local processes with the chart's ServiceAccounts) or the real-node variant (the chart as
+shipped, on real kubelets; ``chart``), and a real Prometheus scraping them.
+
+Why a module of its own: this is the only part of the demo that starts processes and changes
+the cluster, and each start is recorded in ``DemoState`` *before* the next one, so a failure at
+any step is undone by ``Demo.down`` (``demo``). The settings that make the demo's move happen
+within the watch (``WATCHDOG_GRACE_S``, ``CORRECTION_PERIOD_S``, ``RESTART_S``) are passed to
+the processes here; ``demo``'s docstring says why they have these values.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from horus.common import constants as c
+from horus.common.errors import ClusterError
+from horus.devcluster.cluster import LocalCluster, write_kubeconfig
+from horus.devcluster.demo_state import DemoOptions, DemoState, helm, kubectl
+from horus.devcluster.nodes import NodeSpec, add_nodes
+from horus.devcluster.processes import ManagedProcess, free_port, spawn
+from horus.devcluster.report import query
+
+Say = Callable[[str], None]
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "charts" / "horus"
+PROMETHEUS = "/usr/bin/prometheus"
+NAMESPACE = c.HORUS_NAMESPACE
+RELEASE = "horus"
+
+#: Seconds the watchdog lets the memory hog exceed its share before evicting it: long enough
+#: for every job to arrive and be placed first (the eviction is what frees a better GPU for
+#: the move), short enough for the demo's watch.
+WATCHDOG_GRACE_S = 15
+#: The operator's correction rounds (moves, preemptions) in the demo: every 10 s instead of
+#: 30 s, and a moved job's restart counted as 10 s (the demo workload restarts in seconds).
+CORRECTION_PERIOD_S = 10
+RESTART_S = 10
+OPERATOR_ARGS = (
+    *("--resync-period", "5"),
+    *("--correction-period", str(CORRECTION_PERIOD_S), "--restart-seconds", str(RESTART_S)),
+)
+#: The agents sample every 2 s and write status.observed every 10 s.
+AGENT_ARGS = ("--interval-seconds", "2", "--feedback-interval-seconds", "10")
+
+#: Helm values of the demo: no in-cluster workloads (kwok runs no containers); the agent's
+#: watchdog evicts (enforcement mps) but the local agent is told ``--enforcement none``
+#: since there is no MPS daemon on a laptop.
+HELM_VALUES = (
+    "operator.enabled=false",
+    "node.enabled=false",
+    "node.backend=simulated",
+    "enforcement=mps",
+    f"watchdogGraceSeconds={WATCHDOG_GRACE_S}",
+)
+
+#: Helm values of the real-node demo, on top of horus.devcluster.chart.real_node_values: the
+#: watchdog grace above, the operator's 5 s resync and correction settings, and the agents'
+#: intervals.
+REAL_HELM_VALUES: dict[str, Any] = {
+    "watchdogGraceSeconds": WATCHDOG_GRACE_S,
+    "operator": {"extraArgs": list(OPERATOR_ARGS)},
+    "node": {"agent": {"extraArgs": ["--enforcement", "none", *AGENT_ARGS]}},
+}
+
+
+# --- before anything starts -------------------------------------------------------------------
+
+
+def preflight(opts: DemoOptions) -> None:
+    """Refuse early, naming the fix: a busy fixed Prometheus port, no Prometheus, or (real
+    nodes) a host that cannot run kubelets."""
+    if opts.prometheus_port:
+        _check_port_free(opts.prometheus_port, "Prometheus")
+    if not Path(PROMETHEUS).exists():
+        raise ClusterError(f"{PROMETHEUS} is missing: apt-get install prometheus")
+    if not opts.kwok:
+        from horus.devcluster.realnodes import check_host
+
+        try:
+            check_host()
+        except ClusterError as exc:
+            raise ClusterError(
+                f"{exc}. The demo runs real kubelet nodes; DEMO_KWOK=1 make demo (horus dev "
+                "demo up --kwok) runs it on kwok nodes, without containers and without root"
+            ) from None
+
+
+def _check_port_free(port: int, what: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ClusterError(
+                f"port 127.0.0.1:{port} for {what} is busy; free it or choose another "
+                "(HORUS_DEMO_PROMETHEUS_PORT, 0 = any free port)"
+            ) from None
+
+
+def _http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return 200 <= int(resp.status) < 300
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _wait(
+    what: str, check: Callable[[], bool], timeout: float, proc: ManagedProcess | None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and not proc.running():
+            raise ClusterError(
+                f"{what}: {proc.name} exited; see its log {proc.log}:\n{proc.log_tail()}"
+            )
+        time.sleep(0.5)
+    where = f"; see {proc.log}:\n{proc.log_tail()}" if proc else ""
+    raise ClusterError(f"{what}: not ready after {timeout:.0f}s{where}")
+
+
+# --- kwok nodes: Horus' processes run here ------------------------------------------------------
+
+
+def start_kwok(state: DemoState, server: str, opts: DemoOptions, say: Say) -> list[ManagedProcess]:
+    """kwok nodes, the chart without in-cluster workloads, the operator and the agent as
+    local processes, Prometheus; returns the processes the watch must see running."""
+    _add_kwok_nodes(state, opts, say)
+    _install_chart(state, say)
+    config, kubeconfigs, key_file = _pod_mounts(state, server, opts.directory)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
+    env.pop("KUBECONFIG", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    op_port, agent_port = free_port(), free_port()
+    prom_port = opts.prometheus_port or free_port()
+    state.ports = {"operator-metrics": op_port, "agent-metrics": agent_port}
+    say(f"==> operator (local process, ServiceAccount horus-operator, metrics :{op_port})")
+    op = _spawn(
+        state,
+        "operator",
+        [
+            *("operator", "run", "--config", str(config)),
+            *("--kubeconfig", str(kubeconfigs["operator"])),
+            *("--metrics-port", str(op_port), "--metrics-host", "127.0.0.1"),
+            *OPERATOR_ARGS,
+            *("--identity", "demo-operator"),
+        ],
+        env,
+    )
+    say(
+        "==> agent (simulated backend for type=kwok nodes, ServiceAccount horus-node, "
+        f":{agent_port})"
+    )
+    agent = _spawn(state, "agent", _agent_args(config, kubeconfigs, key_file, agent_port), env)
+    scrape = [
+        {"job_name": f"horus-{name}", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+        for name, port in (("operator", op_port), ("agent", agent_port))
+    ]
+    prom = start_prometheus(state, prom_port, scrape, env, say)
+    _wait("operator metrics", lambda: _http_ok(f"http://127.0.0.1:{op_port}/metrics"), 90, op)
+    _wait("agent metrics", lambda: _http_ok(f"http://127.0.0.1:{agent_port}/metrics"), 60, agent)
+    return [op, agent, prom]
+
+
+def _add_kwok_nodes(state: DemoState, opts: DemoOptions, say: Say) -> None:
+    say(f"==> {opts.nodes} kwok node(s) × {opts.gpus_per_node} simulated H100 (80 GiB)")
+    names = add_nodes(
+        state.kubeconfig,
+        NodeSpec(count=opts.nodes, gpus_per_node=opts.gpus_per_node),
+        wait=120,
+    )
+    say(f"    nodes Ready: {', '.join(names)}")
+
+
+def _install_chart(state: DemoState, say: Say) -> None:
+    say(f"==> helm install {RELEASE} charts/horus -n {NAMESPACE} (CRD, RBAC, config, key)")
+    args = ["install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--wait"]
+    for value in HELM_VALUES:
+        args += ["--set", value]
+    helm(state, *args)
+    kubectl(state, "wait", "--for=condition=Established", "crd/dljobs.horus.io")
+
+
+def _pod_mounts(state: DemoState, server: str, folder: Path) -> tuple[Path, dict[str, Path], Path]:
+    """What the pods would mount, as files in ``folder``: the chart's config, a kubeconfig
+    per role with its ServiceAccount's token, and the assignment key (read as admin: the
+    agent may not read Secrets)."""
+    config = folder / "config.yaml"
+    config.write_text(
+        kubectl(
+            state,
+            *("get", "configmap", "horus-config", "-n", NAMESPACE),
+            "-o",
+            "jsonpath={.data.config\\.yaml}",
+        ).stdout
+    )
+    ca = Path(state.cluster_dir) / "pki" / "ca.crt"
+    kubeconfigs = {}
+    for role, sa in (("operator", "horus-operator"), ("agent", "horus-node")):
+        token = kubectl(
+            state, "create", "token", sa, "-n", NAMESPACE, "--duration=24h"
+        ).stdout.strip()
+        path = folder / f"{role}.kubeconfig"
+        write_kubeconfig(path, server, ca, token, f"system:serviceaccount:{NAMESPACE}:{sa}")
+        kubeconfigs[role] = path
+    key_b64 = kubectl(
+        state,
+        *("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE),
+        "-o",
+        f"jsonpath={{.data.{c.ASSIGNMENT_KEY_SECRET_KEY}}}",
+    ).stdout.strip()
+    key_file = folder / "assignment.key"
+    key_file.write_bytes(base64.b64decode(key_b64))
+    key_file.chmod(0o600)
+    return config, kubeconfigs, key_file
+
+
+def _agent_args(config: Path, kubeconfigs: dict[str, Path], key_file: Path, port: int) -> list[str]:
+    folder = config.parent
+    return [
+        *("agent", "run", "--config", str(config)),
+        *("--node-selector", f"{c.KWOK_NODE_TYPE_LABEL}={c.KWOK_NODE_TYPE_VALUE}"),
+        *("--backend", "simulated", "--enforcement", "none", "--watchdog", "evict"),
+        *AGENT_ARGS,
+        *("--kubeconfig", str(kubeconfigs["agent"])),
+        *("--assignment-key-file", str(key_file)),
+        *("--metrics-address", "127.0.0.1", "--metrics-port", str(port)),
+        *("--training-rows", str(folder / "training-rows.csv")),
+        *("--pair-rows", str(folder / "pair-rows.csv")),
+    ]
+
+
+def _spawn(state: DemoState, name: str, args: list[str], env: dict[str, str]) -> ManagedProcess:
+    """``python -m horus <args>`` in the background, recorded in the state at once."""
+    proc = spawn(name, [sys.executable, "-m", "horus", *args], Path(state.directory), env)
+    state.processes.append(proc)
+    state.save()
+    return proc
+
+
+# --- real nodes: Horus runs in-cluster ----------------------------------------------------------
+
+
+def start_real(state: DemoState, opts: DemoOptions, say: Say) -> list[ManagedProcess]:
+    """Real kubelet nodes, images built here, the chart with its operator and DaemonSet, and
+    Prometheus scraping their pods; returns the processes the watch must see running."""
+    from horus.devcluster import chart
+
+    say(
+        f"==> {opts.nodes} real kubelet node(s) × {opts.gpus_per_node} simulated H100 (80 GiB), "
+        "Horus images from this checkout, helm install (operator ×2 + node DaemonSet)"
+    )
+    local = LocalCluster(Path(state.cluster_dir))
+    cstate = local.state()
+    assert cstate is not None
+    rc = chart.prepare(
+        local,
+        cstate,
+        opts.nodes,
+        opts.gpus_per_node,
+        REAL_HELM_VALUES,
+        lambda text: say(f"    {text}"),
+    )
+    targets = opts.directory / "prometheus-targets"
+    found = chart.write_scrape_targets(rc.kube, targets)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
+    prom = start_prometheus(
+        state,
+        opts.prometheus_port or free_port(),
+        chart.prometheus_scrape_configs(targets),
+        env,
+        say,
+    )
+    want = sum(len(t) for t in found.values())
+    _wait(
+        f"Prometheus scraping the {want} operator and agent pods by pod IP",
+        lambda: _targets_up(state) >= want,
+        60,
+        prom,
+    )
+    return [prom]
+
+
+def _targets_up(state: DemoState) -> int:
+    try:
+        return len(query(state.prometheus_url, "up == 1", 5))
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+# --- Prometheus -------------------------------------------------------------------------------
+
+
+def start_prometheus(
+    state: DemoState,
+    port: int,
+    scrape_configs: list[dict[str, Any]],
+    env: dict[str, str],
+    say: Say,
+) -> ManagedProcess:
+    """A real Prometheus on 127.0.0.1:``port`` (recorded in the state), ready."""
+    folder = Path(state.directory)
+    say(f"==> Prometheus 127.0.0.1:{port} scraping operator and agent every 2 s")
+    prom_cfg = folder / "prometheus.yml"
+    prom_cfg.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+                "scrape_configs": scrape_configs,
+            },
+            sort_keys=False,
+        )
+    )
+    prom = spawn(
+        "prometheus",
+        [
+            PROMETHEUS,
+            f"--config.file={prom_cfg}",
+            f"--storage.tsdb.path={folder / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1d",
+        ],
+        folder,
+        env,
+    )
+    state.processes.append(prom)
+    state.prometheus_url = f"http://127.0.0.1:{port}"
+    state.ports["prometheus"] = port
+    state.save()
+    _wait("Prometheus", lambda: _http_ok(f"{state.prometheus_url}/-/ready"), 60, prom)
+    return prom
