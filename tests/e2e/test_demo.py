@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from horus.devcluster.demo import REPORT_FILE, DemoState
+from horus.devcluster.demo_state import REPORT_FILE, DemoState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dashboards as dash

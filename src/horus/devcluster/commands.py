@@ -192,7 +192,8 @@ def _env_int(name: str, parse: Any) -> int | None:
 
 
 def _demo(args: argparse.Namespace, **overrides: Any) -> Any:
-    from horus.devcluster.demo import Demo, DemoOptions
+    from horus.devcluster.demo import Demo
+    from horus.devcluster.demo_state import DemoOptions
 
     return Demo(DemoOptions.make(args.dir, getattr(args, "quick", False), **overrides))
 
