@@ -29,13 +29,13 @@ from horus.common import constants as c
 from horus.common.errors import ClusterError
 from horus.devcluster.cluster import LocalCluster, write_kubeconfig
 from horus.devcluster.demo_state import DemoOptions, DemoState, helm, kubectl
+from horus.devcluster.demo_workload import ROOT
 from horus.devcluster.nodes import NodeSpec, add_nodes
 from horus.devcluster.processes import ManagedProcess, free_port, spawn
 from horus.devcluster.report import query
 
 Say = Callable[[str], None]
 
-ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "horus"
 PROMETHEUS = "/usr/bin/prometheus"
 NAMESPACE = c.HORUS_NAMESPACE
