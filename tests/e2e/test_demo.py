@@ -231,6 +231,8 @@ def test_demo_start_to_finish_dashboards_have_data_and_down_leaves_nothing(
     }
     if "HORUS_BIN_DIR" in os.environ:
         env["HORUS_BIN_DIR"] = os.environ["HORUS_BIN_DIR"]
+    if os.environ.get("DEMO_KWOK"):  # the kwok variant: the checks below read it too
+        env["DEMO_KWOK"] = os.environ["DEMO_KWOK"]
     horus = [sys.executable, "-m", "horus", "dev", "demo"]
     t0 = time.monotonic()
     up = _run([*horus, "up"], env, timeout=420)
