@@ -3,10 +3,13 @@ would: the operator Deployment and the node DaemonSet run in-cluster from images
 this checkout (:mod:`horus.devcluster.images`), with the chart's RBAC as shipped.
 
 What differs from a GPU cluster is said in :func:`real_node_values` and nothing else: images
-come from the nodes' containerd (``images.registry=horus.local``, ``pullPolicy: Never``), the
-device plugin and agent use the simulated backend, the DaemonSet selects the real nodes, and
-the agent does not start an MPS daemon (there is none without a GPU) while the device plugin
-still hands out the MPS settings, so containers see exactly what they would on a GPU node.
+come from the nodes' containerd (``images.registry=horus.local``, ``pullPolicy: Never``; with
+``scheduler.enabled`` also the Horus scheduler's kube-scheduler, built from the pinned
+Kubernetes binary as ``horus.local/kube-scheduler:<version>``, since real nodes here cannot pull
+``registry.k8s.io``), the device plugin and agent use the simulated backend, the DaemonSet
+selects the real nodes, and the agent does not start an MPS daemon (there is none without a
+GPU) while the device plugin still hands out the MPS settings, so containers see exactly what
+they would on a GPU node.
 
 The demo (``make demo``), the real-node e2e tests and the real-node benchmark all start from
 :func:`start`, so they exercise one setup.
@@ -36,10 +39,16 @@ RELEASE = "horus"
 NAMESPACE = c.HORUS_NAMESPACE
 #: The images a chart install on real nodes needs.
 CHART_IMAGES = ("operator", "node", "workload")
+#: The image the optional Horus scheduler (``scheduler.enabled``) adds.
+SCHEDULER_IMAGE = "kube-scheduler"
 
 
-def real_node_values(gpus_per_node: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Helm values for the chart on real nodes with simulated GPUs (see the module docstring)."""
+def real_node_values(
+    gpus_per_node: int, extra: dict[str, Any] | None = None, kube_scheduler_tag: str = ""
+) -> dict[str, Any]:
+    """Helm values for the chart on real nodes with simulated GPUs (see the module docstring).
+    ``kube_scheduler_tag``: the tag of the imported kube-scheduler image
+    (:func:`horus.devcluster.images.kubernetes_version`), for ``scheduler.enabled``."""
     values: dict[str, Any] = {
         "images": {
             "registry": images.LOCAL_REGISTRY,
@@ -54,7 +63,19 @@ def real_node_values(gpus_per_node: int, extra: dict[str, Any] | None = None) ->
             "agent": {"extraArgs": ["--enforcement", "none", "--interval-seconds", "2"]},
         },
     }
+    if kube_scheduler_tag:
+        values["images"]["kubeScheduler"] = {
+            "registry": images.LOCAL_REGISTRY,
+            "repository": images.IMAGES[SCHEDULER_IMAGE].repository,
+            "tag": kube_scheduler_tag,
+            "pullPolicy": "Never",
+        }
     return _merge(values, extra or {})
+
+
+def scheduler_enabled(values: dict[str, Any] | None) -> bool:
+    """Whether ``values`` switch the optional Horus scheduler Deployment on."""
+    return bool(((values or {}).get("scheduler") or {}).get("enabled"))
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +220,12 @@ def prepare(
     names = real.add(RealNodeSpec(count=nodes, gpus_per_node=gpus_per_node, device_plugin="none"))
     say(f"{nodes} real node(s) Ready in {time.monotonic() - t:.0f}s: {', '.join(names)}")
     t = time.monotonic()
-    built = images.build(repo_root(), list(CHART_IMAGES), log=say)
+    wanted = list(CHART_IMAGES)
+    scheduler_tag = ""
+    if scheduler_enabled(values):
+        wanted.append(SCHEDULER_IMAGE)
+        scheduler_tag = images.kubernetes_version(Path(state.bin_dir))
+    built = images.build(repo_root(), wanted, log=say, bin_dir=Path(state.bin_dir))
     t_import = time.monotonic()
     real.import_images([Path(b.descriptor) for b in built])
     say(
@@ -208,8 +234,9 @@ def prepare(
     )
     kube = KubeCli.of(state)
     t = time.monotonic()
-    install(kube, real_node_values(gpus_per_node, values))
-    say(f"helm install (operator x2 + node DaemonSet) Ready in {time.monotonic() - t:.0f}s")
+    install(kube, real_node_values(gpus_per_node, values, scheduler_tag))
+    what = "operator x2 + node DaemonSet" + (" + Horus scheduler" if scheduler_tag else "")
+    say(f"helm install ({what}) Ready in {time.monotonic() - t:.0f}s")
     return RealCluster(local, state, real, kube, names)
 
 

@@ -7,7 +7,9 @@ integration tests that run later check the host is left as it was. Each node has
 simulated GPU, so a two-replica job whose replicas cannot share a GPU lands on both nodes.
 
 The tests run in file order and share state on purpose, to pay for the cluster once: the chart
-is checked first, day-2 events (kubelet restart, drain, node removal) later, uninstall last.
+is checked first (with the optional Horus scheduler Deployment on), then its day-2 operations
+(scheduler, key rotation, PodDisruptionBudget), jobs, node events (kubelet restart, drain,
+node removal) later, uninstall last.
 Real nodes need root and Debian's containerd, runc and CNI plugins (tools/dev/setup.sh); the
 package is skipped with that reason elsewhere.
 """
@@ -51,7 +53,9 @@ def rc() -> Iterator[RealCluster]:
         pytest.skip(reason)
     folder = Path(tempfile.mkdtemp(prefix="horus-real-")) / "c"
     timings: list[str] = []
-    cluster = start(folder, NODES, GPUS_PER_NODE, log=timings.append)
+    # with the optional Horus scheduler Deployment (test_1b), from the project-built image
+    values = {"scheduler": {"enabled": True}}
+    cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
     print("real-node cluster: " + "; ".join(timings))
     try:
         yield cluster
