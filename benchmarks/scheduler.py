@@ -1,11 +1,14 @@
 """Scheduler benchmarks: policies on three traces, placement throughput, per-node evaluation,
 simulator speed.
 
-    .venv/bin/python benchmarks/scheduler.py            # everything (~10 min on 2 cores)
+    .venv/bin/python benchmarks/scheduler.py            # everything (~30 min on 2 shared cores)
     .venv/bin/python benchmarks/scheduler.py --only placement,evaluate,simspeed,policies --quick
 
 Writes ``benchmarks/results/scheduler-*.json`` (and PNG plots) and prints every target as a
-ratio measured in this run. The trained predictor is used when its artifact exists; otherwise
+ratio measured in this run: ``policies`` runs ``horus`` (the whole system: prediction, the
+agent's measurements, migration, preemption) beside its ablations, ``oracle`` and the
+baselines, with moves per job against the cap; ``priority`` is issue 17's variant with 10 %
+high-priority jobs (their p95 wait and everyone's mean JCT, with vs without preemption). The trained predictor is used when its artifact exists; otherwise
 the profiled stand-in, and the JSON says which (the issue counts only the trained one).
 Arrival times are compressed until the load inside each trace's arrival window reaches
 ``--load`` (``horus.sim.traces.windowed_load``; as far as the trace allows); the factor, the
@@ -73,9 +76,9 @@ def _specs(args: argparse.Namespace) -> list[tuple[str, TraceSpec, int]]:
 
     Alibaba's jobs include months-long ones (the longest runs 145 days): on 1,024 GPUs no
     compression of arrivals keeps exclusive's GPUs more than ~2 % busy, so no policy can
-    differ. Its cluster is sized instead (``--alibaba-gpus``, default 32: the trace's
-    GPU-seconds then exceed the longest job × GPUs), and the run prints exclusive's busy
-    fraction against the ≥ 0.5 the issue asks for."""
+    differ. Its cluster is sized instead (``--alibaba-gpus``, default 32: its GPU-seconds
+    ÷ 32 are half its longest pod, and exclusive measured 0.535 busy there), and the run
+    prints exclusive's busy fraction against the ≥ 0.5 the issue asks for."""
     philly_truth = (
         "gavel" if trained_predictor_available() and args.predictor != "profiled" else "lucid"
     )
