@@ -19,6 +19,7 @@ from horus.common import constants as c
 from horus.devcluster.binaries import repo_root
 from horus.devcluster.cluster import DevClusterState
 from horus.devcluster.processes import port_open
+from horus.devcluster.realnodes import RealNodesState
 
 BUILD = repo_root() / "tools" / "controlplane" / "build.sh"
 
@@ -190,6 +191,8 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
         add = horus("dev", "cluster", "--dir", str(folder), "add-nodes", "--real", "--count", "1")
         assert add.returncode == 0, add.stderr
         assert "real-node-0000" in add.stdout
+        mine = RealNodesState.load(folder)
+        assert mine is not None and [n.name for n in mine.nodes] == ["real-node-0000"]
         status = horus("dev", "cluster", "--dir", str(folder), "status")
         assert status.returncode == 0, status.stdout
         assert "real node real-node-0000" in status.stdout
@@ -273,8 +276,11 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
     assert down.returncode == 0, down.stderr
     after = _host_state(str(folder))
     assert after["mounts"] == [] and after["processes"] == []
-    assert after["cgroups"] == before["cgroups"]
-    assert after["links"] == before["links"]
-    assert [x for x in after["iptables"] if "HORUS" in x] == []
-    if not shared_host:
+    # what this cluster made is gone, whatever other local clusters do meanwhile ...
+    assert [x for x in after["iptables"] if mine.chain in x or str(folder) in x] == []
+    roots = [n.cgroup_root for n in mine.nodes]
+    assert not {n.bridge for n in mine.nodes} & set(after["links"])
+    assert not [g for g in after["cgroups"] if any(r in g for r in roots)]
+    # ... and with no other cluster's real nodes about, the host is exactly as it was
+    if not (shared_host or hostenv.REGISTRY.exists()):
         assert after == before

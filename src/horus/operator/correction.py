@@ -9,7 +9,8 @@ planners (:func:`horus.scheduler.migration.plan_migrations`,
 with measurements — and carries out what they decide (:mod:`horus.operator.moves`: the record
 first, then the pods). Only jobs whose ``spec.migration.policy`` is ``OnCheckpoint`` are ever
 moved or preempted, and not once they reached their own ``spec.migration.maxMigrations``;
-the planners hold the anti-flapping limits (``MigrationSettings``).
+the planners hold the anti-flapping limits (``MigrationSettings``). A job moves only onto
+nodes its pod template allows (node selector, affinity, tolerations), as it was placed.
 
 A job's move cost, in seconds of its progress: the time it gets to write its checkpoint
 (``spec.migration.gracePeriodSeconds``, an upper bound) plus ``restart_seconds`` (the
@@ -18,6 +19,7 @@ operator's setting: pod start, process and framework start, loading the checkpoi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +30,7 @@ from horus.operator.jobapi import JobApi
 from horus.operator.livestate import LiveState
 from horus.operator.moves import preempt, start_move
 from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.queueing import NodeEligibility
 from horus.operator.session import PlacementSession
 from horus.operator.writer import StatusWriter
 from horus.scheduler import JobRequest
@@ -67,6 +70,7 @@ class Corrector:
         ctxs: Mapping[str, JobCtx],
         live: LiveState,
         waiting: Sequence[JobRequest],
+        eligible: NodeEligibility,
         report: PassReport,
     ) -> None:
         """One round: preemptions for ``waiting`` jobs (not placed this pass), then moves."""
@@ -74,7 +78,7 @@ class Corrector:
         if not self.due(time.monotonic()):
             return
         self._last = time.monotonic()
-        running = self.running_jobs(ctxs, live, now)
+        running = self.running_jobs(ctxs, live, now, eligible)
         if not running:
             return
         by_key = {x.key: x for x in ctxs.values()}
@@ -93,9 +97,14 @@ class Corrector:
             log.info("moves waiting for a free slot: %s", ", ".join(plan.deferred[:8]))
 
     def running_jobs(
-        self, ctxs: Mapping[str, JobCtx], live: LiveState, now: float
+        self,
+        ctxs: Mapping[str, JobCtx],
+        live: LiveState,
+        now: float,
+        eligible: NodeEligibility | None = None,
     ) -> list[RunningJob]:
-        """Every running DLJob as the planners see it (see the module docstring)."""
+        """Every running DLJob as the planners see it (see the module docstring), limited to
+        the nodes its pod template allows (``eligible``)."""
         out: list[RunningJob] = []
         for ctx in ctxs.values():
             resident = live.residents.get(ctx.key)
@@ -116,9 +125,14 @@ class Corrector:
             )
             cap = spec.migration.max_migrations
             within_cap = cap is None or status.migrations.count < cap
+            request = resident.request
+            if eligible is not None:
+                allowed, _ = eligible.allowed(spec.template)
+                if allowed is not None:
+                    request = dataclasses.replace(request, nodes=allowed)
             out.append(
                 RunningJob(
-                    request=resident.request,
+                    request=request,
                     movable=spec.migration.movable and within_cap,
                     observed=seen,
                     moves=status.migrations.count,

@@ -102,6 +102,8 @@ class _Queue:
     by_reason: Counter[str] = field(default_factory=Counter)
     #: Jobs the core could not place this pass (for preemption), highest priority first.
     waiting: list[JobRequest] = field(default_factory=list)
+    #: Which nodes each pod template allows this pass (queued jobs, then moves).
+    eligible: NodeEligibility | None = None
 
 
 class Reconciler:
@@ -207,6 +209,8 @@ class Reconciler:
         self._admit_new(ctxs, live.state, snap.nodes, report, restores)
         report.timings["admit"] = time.monotonic() - t_admit
         queue = self._place_queue(ctxs, live.state, snap.nodes, report)
+        if queue.eligible is None:
+            queue.eligible = NodeEligibility(snap.nodes, live.state.node_names)
         t_commit = time.monotonic()
         self._follow_placed(placed_before, ctxs, queue, report)
         report.timings["commit"] = time.monotonic() - t_commit
@@ -377,7 +381,7 @@ class Reconciler:
         queue: _Queue,
         report: PassReport,
     ) -> dict[str, JobRequest]:
-        eligible = NodeEligibility(nodes, state.node_names)
+        eligible = queue.eligible = NodeEligibility(nodes, state.node_names)
         requests: dict[str, JobRequest] = {}
         for ctx in queued:
             try:
@@ -446,7 +450,8 @@ class Reconciler:
             return
         t0 = time.monotonic()
         try:
-            self.corrector.correct(self.session, ctxs, live, queue.waiting, report)
+            assert queue.eligible is not None
+            self.corrector.correct(self.session, ctxs, live, queue.waiting, queue.eligible, report)
         except Conflict as exc:
             report.count("conflicts")
             log.debug("%s", exc)

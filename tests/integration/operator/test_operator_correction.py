@@ -28,7 +28,10 @@ CORRECTION = ["--correction-period", "1", "--resync-period", "1"]
 @pytest.fixture
 def pool(cluster: Any, kube: Kube, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A tainted pool of one 1-GPU kwok node only this test's jobs may use; ``grow()`` adds a
-    second one. Moves may happen at once (no minimum interval between a job's moves)."""
+    second one. Beside it, an idle GPU node outside the pool (no label, no taint; named to sort
+    first, as ties go to the first node) that the jobs' node selector rules out: neither
+    placement nor a move may use it. Moves may happen at once (no minimum interval between a
+    job's moves)."""
     monkeypatch.setenv("HORUS_MIGRATION_MIN_INTERVAL_S", "0")
     name = f"mv-{uuid.uuid4().hex[:4]}"
     made: list[str] = []
@@ -49,10 +52,18 @@ def pool(cluster: Any, kube: Kube, monkeypatch: pytest.MonkeyPatch) -> Any:
         made.append(new)
         return new
 
+    (outside,) = add_nodes(
+        cluster.kubeconfig, NodeSpec(count=1, gpus_per_node=2, prefix=f"a-{name}-outside")
+    )
+    made.append(outside)
     grow()
     yield name, grow
     for n in made:
         kube.core.delete_node(n)
+    assert not [
+        j for j, x in kube.jobs_by_name().items()
+        for p in (x.get("status") or {}).get("placements") or [] if p.get("node") == outside
+    ], "a job was placed or moved onto a node its nodeSelector rules out"  # fmt: skip
 
 
 def _job(pool: str, name: str, policy: str = "OnCheckpoint", **kw: Any) -> dict[str, Any]:
