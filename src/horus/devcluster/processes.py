@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -104,9 +105,41 @@ def spawn(
     return ManagedProcess(name=name, pid=proc.pid, marker=str(folder), log=str(log))
 
 
+#: Ports :func:`free_port` handed out in this process (never twice: nothing holds them
+#: until the component that was given one starts).
+_GIVEN: set[int] = set()
+_LISTEN_PORTS = range(20000, 32768)  # below Linux's default ephemeral range
+
+
+def _ephemeral_range() -> range:
+    """The range the kernel picks outgoing connections' local ports from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a component to listen on.
+
+    Not one the kernel would give an outgoing connection (its ephemeral range): between this
+    call and the component's start, the cluster's own clients open many connections, and a
+    port from that range (what binding port 0 returns) was sometimes taken by one of them
+    ("bind: address already in use" when etcd or the apiserver started). Random within
+    20000-32767 outside that range, checked free, never the same twice in one process."""
+    ephemeral = _ephemeral_range()
+    candidates = [p for p in _LISTEN_PORTS if p not in ephemeral and p not in _GIVEN]
+    rng = random.SystemRandom()
+    for port in rng.sample(candidates, min(64, len(candidates))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all taken: any port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

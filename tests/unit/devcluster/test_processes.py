@@ -1,4 +1,5 @@
-"""The process state file round-trips, and files from older versions still load."""
+"""The process state file round-trips, files from older versions still load, and free ports
+for components are picked where outgoing connections do not take them."""
 
 from __future__ import annotations
 
@@ -57,3 +58,25 @@ def test_a_child_inside_exec_is_not_declared_gone(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(Path, "read_bytes", flaky)
     assert ManagedProcess("me", os.getpid(), str(tmp_path), "x.log").running()
     assert reads["n"] == 3
+
+
+def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() -> None:
+    """Components' ports never come from the range the kernel gives outgoing connections
+    (one of the cluster's own clients took such a port before etcd could bind it)."""
+    import socket
+
+    from horus.devcluster.processes import _ephemeral_range, free_port
+
+    ephemeral = _ephemeral_range()
+    held = []
+    try:
+        ports = [free_port() for _ in range(40)]
+        assert len(set(ports)) == len(ports)
+        assert not [p for p in ports if p in ephemeral]
+        for p in ports:
+            s = socket.socket()
+            s.bind(("127.0.0.1", p))
+            held.append(s)
+    finally:
+        for s in held:
+            s.close()
