@@ -32,6 +32,7 @@ from pathlib import Path
 
 from horus.predictor.interface import Predictor
 from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler
+from horus.sim.commands import COMPARED_RUNS
 from horus.sim.config import parse_run
 from horus.sim.datasets import ALIBABA, ALIBABA_FILE, missing
 from horus.sim.engine import SimConfig
@@ -57,16 +58,7 @@ from horus.sim.traces import (
 RESULTS = Path(__file__).resolve().parent / "results"
 #: ``horus`` is the whole system (prediction + the agent's measurements + migration +
 #: preemption); ``horus-predict-only`` and ``horus+observed`` (no moves) are its ablations.
-POLICIES = [
-    "exclusive",
-    "binpack",
-    "spread",
-    "horus-original",
-    "horus-predict-only",
-    "horus+observed",
-    "horus",
-    "oracle",
-]
+POLICIES = list(COMPARED_RUNS)
 #: The high-priority variant: the whole system against itself without preemption.
 PRIORITY_RUNS = ["horus+observed+migrate", "horus"]
 

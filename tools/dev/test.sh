@@ -18,6 +18,6 @@ echo "==> import layering" >&2
 lint-imports
 echo "==> pytest" >&2
 rc=0
-python -m pytest "$@" || rc=$?
+python -m pytest --durations=25 "$@" || rc=$?
 echo "==> tests finished in $(( $(date +%s) - start ))s (exit $rc)" >&2
 exit $rc

@@ -16,7 +16,8 @@ from typing import Any
 from horus.common.flags import count, integer, number
 from horus.sim.datasets import DEFAULT_TRUTH, ENV_DATA_DIR
 
-_POLICIES = (
+#: The runs ``horus sim compare`` (and ``benchmarks/scheduler.py``) compare by default.
+COMPARED_RUNS = (
     "exclusive",
     "binpack",
     "spread",
@@ -136,7 +137,7 @@ def register(sub: Any) -> None:
     _common(cmp_)
     cmp_.add_argument(
         "--policies",
-        default=",".join(_POLICIES),
+        default=",".join(COMPARED_RUNS),
         help=f"comma-separated runs: {_RUNS_HELP}",
     )
     cmp_.set_defaults(handler=_compare)
