@@ -134,12 +134,15 @@ class KubeCli:
         return cls(state.kubeconfig, Path(state.bin_dir), Path(state.directory) / "helm")
 
 
-def install(kube: KubeCli, values: dict[str, Any], timeout: float = 300.0) -> None:
-    """``helm upgrade --install`` of this checkout's chart, waiting for every pod."""
+def install(
+    kube: KubeCli, values: dict[str, Any], timeout: float = 300.0, chart: Path | None = None
+) -> None:
+    """``helm upgrade --install`` of this checkout's chart (or ``chart``, a changed copy, for
+    an upgrade test), waiting for every pod."""
     path = kube.helm_home / "values-real-nodes.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(values, sort_keys=False))
-    chart = repo_root() / "charts" / "horus"
+    chart = chart or repo_root() / "charts" / "horus"
     kube.helm(
         *("upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE, "--create-namespace"),
         *("-f", str(path), "--wait", "--timeout", f"{int(timeout)}s"),

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from realnode_support import scrape_targets
 
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster, start
@@ -75,17 +76,37 @@ def assignment_key(rc: RealCluster) -> bytes:
 @pytest.fixture(scope="package")
 def prometheus(rc: RealCluster) -> Iterator[str]:
     """A real Prometheus on this host scraping the chart's operator and agent pods by pod IP
-    (targets looked up through the apiserver), every 2 s; yields its URL."""
+    (targets looked up through the apiserver, rewritten by :func:`scrape_targets`), every 2 s,
+    with the shipped alert rules loaded; yields its URL.
+
+    The rules are the shipped file with each ``for:`` shortened to 10 s and evaluated every
+    2 s, as in tests/e2e/test_alert_rules_fire.py (the expressions untouched), so test_1c sees
+    the no-leader alert fire without waiting the shipped 2 minutes."""
     import yaml
 
-    from horus.devcluster.chart import prometheus_scrape_configs, write_scrape_targets
+    from horus.devcluster.binaries import repo_root
+    from horus.devcluster.chart import prometheus_scrape_configs
     from horus.devcluster.processes import free_port
 
     folder = Path(rc.state.directory) / "prometheus"
-    write_scrape_targets(rc.kube, folder / "targets")
+    scrape_targets(rc)
+    rules = yaml.safe_load(
+        (repo_root() / "manifests" / "prometheus" / "horus-alerts.rules.yaml").read_text()
+    )
+    for group in rules["groups"]:
+        group["interval"] = "2s"
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = "10s"
+    (folder / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     config = folder / "prometheus.yml"
     config.write_text(
-        yaml.safe_dump({"scrape_configs": prometheus_scrape_configs(folder / "targets")})
+        yaml.safe_dump(
+            {
+                "rule_files": [str(folder / "rules.yaml")],
+                "scrape_configs": prometheus_scrape_configs(folder / "targets"),
+            }
+        )
     )
     port = free_port()
     proc = subprocess.Popen(
