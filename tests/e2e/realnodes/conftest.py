@@ -8,7 +8,8 @@ simulated GPU, so a two-replica job whose replicas cannot share a GPU lands on b
 
 The tests run in file order and share state on purpose, to pay for the cluster once: the chart
 is checked first (with the optional Horus scheduler Deployment on), then its day-2 operations
-(scheduler, key rotation, PodDisruptionBudget), jobs, node events (kubelet restart, drain,
+(scheduler, key rotation, PodDisruptionBudget), a ``helm upgrade`` to a changed CRD and the
+no-leader alert in the real Prometheus, jobs, node events (kubelet restart, drain,
 node removal) later, uninstall last.
 Real nodes need root and Debian's containerd, runc and CNI plugins (tools/dev/setup.sh); the
 package is skipped with that reason elsewhere.
