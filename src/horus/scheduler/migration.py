@@ -66,7 +66,6 @@ from horus.scheduler.scheduler import Scheduler
 from horus.scheduler.state import BoolArray, ClusterState, FloatArray
 from horus.scheduler.types import (
     GpuShare,
-    JobRequest,
     MigrationPlan,
     MigrationSettings,
     Move,
@@ -250,7 +249,7 @@ class _Planner:
         """``r`` with what it could reach now on the GPUs it fits and what a move would
         cost; None when even its best GPUs could not clear ``min_gain``."""
         job = r.request
-        key = _shape(job)
+        key = job.shape()
         top = self.top.get(key)
         if top is None:
             top = self.top[key] = self.sched.best_gains(self.state, job, self.blocked)
@@ -292,7 +291,7 @@ class _Planner:
         of a pass (cached): if it avoids this job's GPUs, excluding them changes nothing."""
         sched, st, cfg = self.sched, self.state, self.cfg
         job, name = c.job.request, c.job.request.name
-        key = _shape(job)
+        key = job.shape()
         best = self.best.get(key)
         if best is None:
             best = self.best[key] = sched.attempt(st, job, explain=False, exclude=self.blocked)
@@ -336,20 +335,6 @@ class _Planner:
                 c.here.speed_before,
             ),
         )
-
-
-def _shape(job: JobRequest) -> tuple[object, ...]:
-    """What decides where a job may go: jobs of one shape have the same best destination."""
-    return (
-        job.kind,
-        job.replicas,
-        job.gpus_per_replica,
-        job.core_percent,
-        job.memory_mib,
-        job.gpu_models,
-        job.nodes,
-        job.prediction,
-    )
 
 
 def _without(sig: tuple[str, ...], kind: str) -> tuple[str, ...]:

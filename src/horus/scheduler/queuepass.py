@@ -84,7 +84,7 @@ class QueuePass:
             return True
         if self.protect is not None and not self.explain and not self._backfill_room():
             return False
-        shape = _shape(job)
+        shape = job.shape()
         hit = self.failed_shapes.get(shape)
         if hit is not None:
             self.refused.append(Refusal(job.name, hit.reason, hit.code))
@@ -132,19 +132,6 @@ class QueuePass:
                 RefusalCode.HELD,
             )
         return refusal
-
-
-def _shape(job: JobRequest) -> tuple[object, ...]:
-    """What decides whether a job fits: jobs of one shape fail alike within a pass."""
-    return (
-        job.kind,
-        job.replicas,
-        job.gpus_per_replica,
-        job.core_percent,
-        job.memory_mib,
-        job.gpu_models,
-        job.prediction,
-    )
 
 
 def _resident(job: JobRequest) -> Refusal:

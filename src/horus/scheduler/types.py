@@ -58,6 +58,21 @@ class JobRequest:
     gpu_models: tuple[str, ...] = ()
     nodes: frozenset[str] | None = None
 
+    def shape(self) -> tuple[object, ...]:
+        """What decides where this job may go and whether it fits: on one cluster state,
+        jobs of one shape get the same answer (the queue pass remembers failures by it, the
+        migration planner best destinations)."""
+        return (
+            self.kind,
+            self.replicas,
+            self.gpus_per_replica,
+            self.core_percent,
+            self.memory_mib,
+            self.gpu_models,
+            self.nodes,
+            self.prediction,
+        )
+
     def __post_init__(self) -> None:
         if not self.name:
             raise ValidationError("job name must not be empty")

@@ -194,3 +194,17 @@ def test_refusal_codes_know_their_condition_reason_and_resolvability() -> None:
 
     with pytest.raises(ValidationError, match="unknown code 'nope'"):
         Refusal("j", "why", "nope")  # type: ignore[arg-type]
+
+
+def test_a_job_refused_on_its_nodes_does_not_refuse_a_twin_allowed_elsewhere() -> None:
+    """The queue pass remembers a failure for jobs of the same shape; which nodes a job may
+    use is part of its shape, or a job pinned to a full node would turn away a twin that
+    fits on another."""
+    state = cluster(2, 1)  # 24 GiB GPUs
+    sched = Scheduler("horus", PRED)
+    assert isinstance(sched.place(state, job("fill", "m4", nodes=frozenset({"node-0"}))), Placement)
+    pinned = job("pinned", "m4", nodes=frozenset({"node-0"}))
+    free = job("free", "m4")
+    result = sched.schedule(state, [pinned, free], explain=False)
+    assert [p.job for p in result.placed] == ["free"]
+    assert {s.node for s in result.placed[0].shares} == {"node-1"}
