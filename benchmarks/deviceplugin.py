@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -31,6 +30,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the kubelet-side peer lives with the tests
+
+from latency_stats import summary  # noqa: E402
 
 from deviceplugin_peer import FakeKubelet, assignment_annotations, pod_manifest  # noqa: E402
 from horus.api.inventory import simulated_gpu_uuid  # noqa: E402
@@ -46,23 +47,6 @@ GPUS = 8
 # each; Allocate refuses a share that over-commits a GPU.
 CORE_PER_POD = 7
 MEM_PER_POD_MIB = 6144
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
-def _summary(ms: list[float]) -> dict[str, float]:
-    return {
-        "n": len(ms),
-        "p50_ms": round(_pct(ms, 50), 2),
-        "p90_ms": round(_pct(ms, 90), 2),
-        "p99_ms": round(_pct(ms, 99), 2),
-        "mean_ms": round(statistics.fmean(ms), 2),
-        "max_ms": round(max(ms), 2),
-    }
 
 
 def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
@@ -147,9 +131,9 @@ def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
         "pods_on_node": pods,
         "rounds": rounds,
         "gpus_on_node": GPUS,
-        "allocate_all": _summary(both),
-        "allocate_gpu_core": _summary(lat[c.RESOURCE_GPU_CORE]),
-        "allocate_gpu_memory": _summary(lat[c.RESOURCE_GPU_MEMORY]),
+        "allocate_all": summary(both, "ms", 2),
+        "allocate_gpu_core": summary(lat[c.RESOURCE_GPU_CORE], "ms", 2),
+        "allocate_gpu_memory": summary(lat[c.RESOURCE_GPU_MEMORY], "ms", 2),
         "what_is_timed": "one Allocate gRPC call over a unix socket, client side: list node "
         "pods (raw JSON) + HMAC check + annotation patch on the real kube-apiserver",
         "machine": {

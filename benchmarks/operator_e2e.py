@@ -37,19 +37,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from latency_stats import percentile  # noqa: E402
+
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.cluster import LocalCluster  # noqa: E402
 from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
 
 PROFILE = ROOT / "examples" / "profiles" / "resnet50-bs64.yaml"
-
-
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
 
 
 class BoundWatch:

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -41,6 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from latency_stats import percentile, summary  # noqa: E402
+
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.chart import RealCluster, start  # noqa: E402
 from horus.devcluster.images import IMAGES, reference  # noqa: E402
@@ -48,12 +49,6 @@ from horus.devcluster.images import IMAGES, reference  # noqa: E402
 NAMESPACE = "bench"
 WORKLOAD = reference(IMAGES["workload"].repository)
 ARGS = ["--steps", "0", "--report-seconds", "30"]
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
 
 
 class RunningWatch:
@@ -146,17 +141,6 @@ def measure(rc: RealCluster, watch: RunningWatch, kind: str, i: int) -> float:
     return seen - t0
 
 
-def summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "n": len(xs),
-        "p50_s": round(percentile(xs, 50), 3),
-        "p90_s": round(percentile(xs, 90), 3),
-        "p99_s": round(percentile(xs, 99), 3),
-        "mean_s": round(statistics.fmean(xs), 3),
-        "max_s": round(max(xs), 3),
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=50, help="DLJobs (and as many plain pods)")
@@ -193,8 +177,8 @@ def main() -> int:
             "nodes": args.nodes,
             "setup_s": round(setup_s, 1),
             "load_average": os.getloadavg(),
-            "dljob_horus_operator": summary(results["dljob"]),
-            "plain_pod_kube_scheduler": summary(results["pod"]),
+            "dljob_horus_operator": summary(results["dljob"], "s", 3),
+            "plain_pod_kube_scheduler": summary(results["pod"], "s", 3),
         }
         ratio = out["dljob_horus_operator"]["p50_s"] / out["plain_pod_kube_scheduler"]["p50_s"]
         out["p50_ratio_dljob_over_pod"] = round(ratio, 2)

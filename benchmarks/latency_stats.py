@@ -1,0 +1,29 @@
+"""Latency figures the benchmarks print and store, computed one way.
+
+Why a module: the device-plugin, operator and real-node benchmarks each report percentiles
+of measured latencies; with one definition (nearest rank on the sorted samples, no
+interpolation) their p50/p99 figures mean the same thing and can be compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile of ``xs`` (NaN when there are none)."""
+    if not xs:
+        return float("nan")
+    ordered = sorted(xs)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summary(xs: list[float], unit: str, digits: int) -> dict[str, float]:
+    """Count, p50/p90/p99, mean and max of ``xs``, keys suffixed with ``unit`` (``p50_s``)."""
+    out: dict[str, float] = {"n": len(xs)}
+    for q in (50, 90, 99):
+        out[f"p{q}_{unit}"] = round(percentile(xs, q), digits)
+    out[f"mean_{unit}"] = round(statistics.fmean(xs), digits)
+    out[f"max_{unit}"] = round(max(xs), digits)
+    return out
