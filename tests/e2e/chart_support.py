@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "horus"
 NAMESPACE = "horus-system"
+ALERT_RULES = ROOT / "manifests" / "prometheus" / "horus-alerts.rules.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +58,20 @@ def adopt_crd(cluster: Any, release: str = "horus", namespace: str = NAMESPACE) 
             f"meta.helm.sh/release-namespace={namespace}",
             "--overwrite",
         )
+
+
+def write_fast_alert_rules(path: Path, interval: str, hold: str = "10s") -> dict[str, Any]:
+    """The shipped alert rules, expressions unchanged, evaluated every ``interval`` and firing
+    after ``hold`` instead of their minutes-long ``for:``, written to ``path`` for a test's
+    Prometheus; returns them."""
+    import yaml
+
+    rules = yaml.safe_load(ALERT_RULES.read_text())
+    for group in rules["groups"]:
+        group["interval"] = interval
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = hold
+    path.write_text(yaml.safe_dump(rules, sort_keys=False))
+    out: dict[str, Any] = rules
+    return out

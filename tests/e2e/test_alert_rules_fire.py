@@ -26,12 +26,11 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_support import ROOT
+from chart_support import ROOT, write_fast_alert_rules
 
 from horus.common import constants as c
 
 PROMETHEUS = "/usr/bin/prometheus"
-RULES = ROOT / "manifests" / "prometheus" / "horus-alerts.rules.yaml"
 
 pytestmark = pytest.mark.skipif(
     not Path(PROMETHEUS).exists(), reason="Debian's prometheus is not installed"
@@ -122,13 +121,7 @@ def test_no_leader_alert_fires_when_the_last_leader_stops(cluster, procs, tmp_pa
             env,
         )  # fmt: skip
 
-    rules = yaml.safe_load(RULES.read_text())
-    for group in rules["groups"]:
-        group["interval"] = "1s"
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = "10s"
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    rules = write_fast_alert_rules(tmp_path / "rules.yaml", interval="1s")
     (tmp_path / "prometheus.yml").write_text(
         yaml.safe_dump(
             {

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chart_support import write_fast_alert_rules
 from realnode_support import scrape_targets
 
 from horus.common import constants as c
@@ -85,21 +86,12 @@ def prometheus(rc: RealCluster) -> Iterator[str]:
     the no-leader alert fire without waiting the shipped 2 minutes."""
     import yaml
 
-    from horus.devcluster.binaries import repo_root
     from horus.devcluster.chart import prometheus_scrape_configs
     from horus.devcluster.processes import free_port
 
     folder = Path(rc.state.directory) / "prometheus"
     scrape_targets(rc)
-    rules = yaml.safe_load(
-        (repo_root() / "manifests" / "prometheus" / "horus-alerts.rules.yaml").read_text()
-    )
-    for group in rules["groups"]:
-        group["interval"] = "2s"
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = "10s"
-    (folder / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    write_fast_alert_rules(folder / "rules.yaml", interval="2s")
     config = folder / "prometheus.yml"
     config.write_text(
         yaml.safe_dump(
