@@ -102,7 +102,8 @@ class _Queue:
     by_reason: Counter[str] = field(default_factory=Counter)
     #: Jobs the core could not place this pass (for preemption), highest priority first.
     waiting: list[JobRequest] = field(default_factory=list)
-    #: Which nodes each pod template allows this pass (queued jobs, then moves).
+    #: Which nodes each pod template allows this pass (set by the queue phase, every pass;
+    #: used for queued jobs, then for moves).
     eligible: NodeEligibility | None = None
 
 
@@ -209,8 +210,6 @@ class Reconciler:
         self._admit_new(ctxs, live.state, snap.nodes, report, restores)
         report.timings["admit"] = time.monotonic() - t_admit
         queue = self._place_queue(ctxs, live.state, snap.nodes, report)
-        if queue.eligible is None:
-            queue.eligible = NodeEligibility(snap.nodes, live.state.node_names)
         t_commit = time.monotonic()
         self._follow_placed(placed_before, ctxs, queue, report)
         report.timings["commit"] = time.monotonic() - t_commit
