@@ -6,7 +6,7 @@ cheapest first — the spec (pure), the profile (inline, or one ConfigMap read),
 (in process), memory against the largest GPU, then one server-side dry run of the first pod
 (cached per template and namespace) — and each failure is a :class:`Verdict` saying how the
 job ends: ``Failed`` with a reason a user can act on, or ``Pending`` when the cause may go
-away by itself (a ConfigMap not created yet, a namespace quota).
+away by itself (a ConfigMap or service account not created yet, a namespace quota).
 """
 
 from __future__ import annotations
@@ -147,7 +147,8 @@ class Admission:
         """Whether the apiserver would create the job's first pod (a server-side dry run,
         with every admission plugin): None when it would. A template it refuses (a bad
         container name or label, a missing PriorityClass) fails the job with the apiserver's
-        own sentence; a quota refusal leaves it Pending until the namespace has room."""
+        own sentence; a refusal that may pass later (a quota, a service account not created
+        yet: :attr:`PodRejected.wait_reason`) leaves it Pending."""
         template = (ctx.obj.get("spec") or {}).get("template") or {}
         digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
         key = (ctx.namespace, digest)
@@ -162,8 +163,8 @@ class Admission:
         try:
             self.api.create_pod(ctx.namespace, manifest, dry_run=True)
         except PodRejected as exc:
-            if exc.quota:
-                return _pending(ctx, "PodQuotaExceeded", f"replica pod refused: {exc}", now)
+            if exc.wait_reason is not None:
+                return _pending(ctx, exc.wait_reason, f"replica pod refused: {exc}", now)
             return _failed(
                 ctx,
                 "InvalidSpec",

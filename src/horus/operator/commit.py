@@ -135,11 +135,12 @@ class Committer:
         report.count("status_writes")
 
     def pod_rejected(self, ctx: JobCtx, exc: PodRejected, report: PassReport) -> None:
-        """The apiserver will not take a replica pod: give the GPU share back. A quota
-        refusal may pass later, so a job without pods goes back to the queue; anything else
-        is the template's fault and the job fails with the apiserver's sentence."""
-        if exc.quota and not ctx.pods:
-            self._requeue(ctx, "PodQuotaExceeded", f"replica pod refused: {exc}", report)
+        """The apiserver will not take a replica pod: give the GPU share back. A refusal that
+        may pass later (:attr:`PodRejected.wait_reason`) sends a job without pods back to
+        the queue; anything else is the template's fault and the job fails with the
+        apiserver's sentence."""
+        if exc.wait_reason is not None and not ctx.pods:
+            self._requeue(ctx, exc.wait_reason, f"replica pod refused: {exc}", report)
             return
         self.writer.fail(ctx, "InvalidSpec", f"the apiserver refused a replica pod: {exc}", report)
 

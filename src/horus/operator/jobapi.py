@@ -38,9 +38,21 @@ class PodRejected(HorusError):
         self.status = status
 
     @property
-    def quota(self) -> bool:
-        """Refused by a ResourceQuota: may pass later, when the namespace's usage drops."""
-        return self.status == 403 and "exceeded quota" in str(self)
+    def wait_reason(self) -> str | None:
+        """The condition reason to wait under when the refusal may pass later, else None
+        (the template's fault): a ResourceQuota (``PodQuotaExceeded``, until the namespace's
+        usage drops), or a service account that does not exist yet
+        (``ServiceAccountMissing``: a new namespace gets its ``default`` a moment after it is
+        created, and the ServiceAccount admission plugin refuses pods until then; a named one
+        may be created after the job, as a profile ConfigMap may)."""
+        if self.status != 403:
+            return None
+        text = str(self)
+        if "exceeded quota" in text:
+            return "PodQuotaExceeded"
+        if "error looking up service account" in text:
+            return "ServiceAccountMissing"
+        return None
 
 
 class ProfileUnavailable(HorusError):

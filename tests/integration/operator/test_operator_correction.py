@@ -101,11 +101,15 @@ def _one_pod_per_replica(kube: Kube, names: list[str]) -> None:
 
 def _running_shared(kube: Kube, pool: str, names: list[str], grow: Any) -> str:
     kube.create_jobs([_job(pool, n) if n != "never" else _job(pool, n, "Never") for n in names])
-    kube.wait(
-        "both Running on the one GPU",
-        lambda: all(_status(kube, n).get("phase") == "Running" for n in names),
-        90,
-    )
+    try:
+        kube.wait(
+            "both Running on the one GPU",
+            lambda: all(_status(kube, n).get("phase") == "Running" for n in names),
+            90,
+        )
+    except AssertionError as exc:
+        statuses = {n: _status(kube, n) for n in names}
+        raise AssertionError(f"{exc}; statuses: {statuses}") from None
     nodes = {_status(kube, n)["placements"][0]["node"] for n in names}
     assert len(nodes) == 1
     return grow()

@@ -163,6 +163,29 @@ def test_a_template_the_apiserver_refuses_fails_before_any_share(
     assert op.alive()
 
 
+def test_a_service_account_not_created_yet_keeps_the_job_pending_not_failed(
+    gpu_nodes: list[str], kube: Kube, operator_factory: Any
+) -> None:
+    """The ServiceAccount admission plugin refuses pods naming an account that does not exist
+    yet — also a new namespace's ``default``, made a moment after the namespace. That may pass
+    by itself: the job waits Pending (ServiceAccountMissing) without a share and runs once
+    the account exists (it used to end Failed/InvalidSpec)."""
+    operator_factory()
+    body = dljob_body("later-sa")
+    body["spec"]["template"]["spec"]["serviceAccountName"] = "trainer"
+    kube.create_jobs([body])
+    kube.wait(
+        "Pending for the service account",
+        lambda: _status(kube, "later-sa").get("reason") == "ServiceAccountMissing",
+        60,
+    )
+    st = _status(kube, "later-sa")
+    assert st["phase"] == "Pending" and "trainer" in st["message"], st
+    assert not st.get("placements") and not kube.pods(kube.namespace)
+    kube.core.create_namespaced_service_account(kube.namespace, {"metadata": {"name": "trainer"}})
+    kube.wait("bound once the account exists", lambda: kube.all_bound(["later-sa"]), 90)
+
+
 def _configmap(kube: Kube, name: str, text: str) -> None:
     kube.core.create_namespaced_config_map(
         kube.namespace, {"metadata": {"name": name}, "data": {"profile.yaml": text}}
