@@ -4,7 +4,8 @@ It prints, as JSON lines on stdout (``kubectl logs``):
 
 * ``{"event": "share", ...}`` once, first: the GPU share this container received, exactly as
   the Horus device plugin handed it over (the ``HORUS_*``, ``CUDA_*`` and
-  ``NVIDIA_VISIBLE_DEVICES`` variables) and whether the MPS pipe directory is mounted;
+  ``NVIDIA_VISIBLE_DEVICES`` variables), whether the MPS pipe directory is mounted and which
+  GPU UUIDs are mounted under /var/run/nvidia-container-devices (volume-mount grants);
 * ``{"event": "progress", "step": ..., "steps_per_second": ...}`` every ``--report-seconds``;
 * ``{"event": "done", ...}`` at the end (``--steps`` reached, or SIGTERM).
 
@@ -32,6 +33,8 @@ import sys
 import time
 
 SHARE_PREFIXES = ("HORUS_", "CUDA_", "NVIDIA_VISIBLE_DEVICES")
+# Where the NVIDIA container toolkit reads a volume-mount device list (one entry per GPU UUID).
+DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 
 
 def emit(event: str, **fields: object) -> None:
@@ -54,6 +57,12 @@ def share() -> dict[str, object]:
         "env": env,
         "mps_pipe_directory": pipe,
         "mps_pipe_mounted": bool(pipe) and mounted(pipe),
+        # the GPUs granted by mounts (device plugin gpu_access=volume-mounts), each a mount
+        "device_mounts": sorted(
+            name
+            for name in (os.listdir(DEVICE_MOUNT_ROOT) if os.path.isdir(DEVICE_MOUNT_ROOT) else [])
+            if mounted(os.path.join(DEVICE_MOUNT_ROOT, name))
+        ),
     }
 
 

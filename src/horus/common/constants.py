@@ -195,4 +195,8 @@ EVENT_REASON_GPU_MEMORY_EVICTED: Final = "GPUMemoryEvicted"  # watchdog mode evi
 EVENT_COMPONENT_AGENT: Final = "horus-agent"
 # MPS: where the control daemon's pipes live (the device plugin hands the same path to pods)
 MPS_PIPE_DIRECTORY_DEFAULT: Final = "/tmp/nvidia-mps"
+# The NVIDIA container toolkit's volume-mount device list: a GPU is granted by a mount at
+# <root>/<uuid> (of /dev/null) and NVIDIA_VISIBLE_DEVICES=<root> (deviceplugin gpu_access).
+NVIDIA_DEVICE_MOUNT_ROOT: Final = "/var/run/nvidia-container-devices"
+GPU_ACCESS_MODES: Final = ("envvar", "volume-mounts", "cdi")
 MPS_LOG_DIRECTORY_DEFAULT: Final = "/var/log/nvidia-mps"

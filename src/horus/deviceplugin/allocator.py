@@ -30,12 +30,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horus.api.assignment import GpuAssignment
+from horus.api.assignment import GpuAssignment, GpuRef
 from horus.api.inventory import GpuDevice
 from horus.api.podassignment import AssignmentProblem, read_pod_assignment
 from horus.api.resources import (
@@ -101,6 +101,7 @@ class ContainerGrant:
     envs: dict[str, str]
     mounts: list[MountSpec] = field(default_factory=list)
     devices: list[DeviceNode] = field(default_factory=list)
+    cdi_devices: list[str] = field(default_factory=list)  # fully qualified CDI device names
 
 
 class AssignmentKey:
@@ -206,6 +207,8 @@ class Allocator:
         mps_pipe_dir: Path = Path(c.MPS_PIPE_DIRECTORY_DEFAULT),
         pass_device_specs: bool = False,
         mps_shm_dir: Path | None = None,
+        gpu_access: str = "envvar",
+        cdi_kind: str = "nvidia.com/gpu",
     ) -> None:
         self.api = api
         self.node = node_name
@@ -216,6 +219,10 @@ class Allocator:
         self.mps_pipe_dir = mps_pipe_dir
         self.pass_device_specs = pass_device_specs
         self.mps_shm_dir = mps_shm_dir
+        if gpu_access not in c.GPU_ACCESS_MODES:
+            raise ValueError(f"gpu_access must be one of {c.GPU_ACCESS_MODES}, got {gpu_access!r}")
+        self.gpu_access = gpu_access
+        self.cdi_kind = cdi_kind
         self._lock = threading.Lock()
 
     # --- finding and checking the pod ------------------------------------------------------
@@ -442,8 +449,8 @@ class Allocator:
         meta = pod["metadata"]
         refs = assignment.all_gpus
         uuids = ",".join(g.gpu_uuid for g in refs)
-        envs = {
-            "NVIDIA_VISIBLE_DEVICES": uuids,
+        mounts, cdi_devices, envs = self._gpu_access(refs)
+        envs |= {
             # UUIDs, so the container sees exactly these GPUs whether or not the runtime also
             # hides the others; inside, they are CUDA ordinals 0..n-1 in this order.
             "CUDA_VISIBLE_DEVICES": uuids,
@@ -457,7 +464,6 @@ class Allocator:
             c.ENV_NODE_NAME: self.node,
             c.ENV_ENFORCEMENT: self.enforcement,
         }
-        mounts: list[MountSpec] = []
         if self.enforcement == "mps":
             pipe = str(self.mps_pipe_dir)
             envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
@@ -478,4 +484,22 @@ class Allocator:
             names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
             names += [f"nvidia{g.gpu_index}" for g in refs]
             devices = [DeviceNode(f"/dev/{n}", f"/dev/{n}") for n in names]
-        return ContainerGrant(meta["namespace"], meta["name"], assignment, envs, mounts, devices)
+        return ContainerGrant(
+            meta["namespace"], meta["name"], assignment, envs, mounts, devices, cdi_devices
+        )
+
+    def _gpu_access(
+        self, refs: Sequence[GpuRef]
+    ) -> tuple[list[MountSpec], list[str], dict[str, str]]:
+        """How the runtime is told which GPUs to give (settings ``gpu_access``): mounts, CDI
+        device names and NVIDIA_* variables. Only "volume-mounts" and "cdi" are grants a pod
+        cannot make for itself; "envvar" relies on the toolkit refusing the variable from
+        unprivileged containers (docs/agent.md)."""
+        uuids = [g.gpu_uuid for g in refs]
+        if self.gpu_access == "cdi":
+            return [], [f"{self.cdi_kind}={u}" for u in uuids], {}
+        if self.gpu_access == "volume-mounts":
+            root = c.NVIDIA_DEVICE_MOUNT_ROOT
+            mounts = [MountSpec(f"{root}/{u}", "/dev/null", read_only=True) for u in uuids]
+            return mounts, [], {"NVIDIA_VISIBLE_DEVICES": root}
+        return [], [], {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}

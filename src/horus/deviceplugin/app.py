@@ -87,6 +87,8 @@ def build(
             settings.mps_pipe_dir,
             settings.pass_device_specs,
             settings.mps_shm_dir,
+            settings.gpu_access,
+            settings.cdi_kind,
         )
     plugins = [
         ResourcePlugin(core_kind(), allocator, settings.plugin_dir),

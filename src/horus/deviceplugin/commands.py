@@ -33,6 +33,8 @@ _HELP = {
     "mps_pipe_dir": "host directory of the MPS control daemon's pipes",
     "mps_shm_dir": "host directory mounted as /dev/shm into MPS clients (the daemon's /dev/shm)",
     "pass_device_specs": "also hand out /dev/nvidia* device nodes (true/false)",
+    "gpu_access": "how the GPU is granted: envvar, volume-mounts or cdi (docs/agent.md)",
+    "cdi_kind": "CDI kind of the node's GPUs, for gpu_access=cdi (default nvidia.com/gpu)",
     "kubeconfig": "kubeconfig file (default: in-cluster, else ~/.kube/config)",
     "assignment_key_file": "assignment key file (default: $HORUS_ASSIGNMENT_KEY_FILE, else the Secret)",
     "publish_inventory": "write the node's horus.io/gpu-inventory annotation (true/false)",

@@ -240,6 +240,7 @@ class ResourcePlugin:
                         )
                         for d in grant.devices
                     ],
+                    cdi_devices=[pb.CDIDevice(name=n) for n in grant.cdi_devices],
                 )
             )
         return pb.AllocateResponse(container_responses=responses)

@@ -10,6 +10,7 @@ API, what the DaemonSet sets) and ``HORUS_ASSIGNMENT_KEY_FILE`` (the mounted Sec
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,8 @@ from horus.common.errors import ConfigError
 from horus.common.settings import check_range, check_seconds, load_settings
 
 SECTION = "deviceplugin"
+# CDI's kind: <vendor>/<class>, vendor a DNS-like name (container-device-interface spec).
+_CDI_KIND = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?/[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61})?")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,18 @@ class DevicePluginSettings:
     # Also hand out /dev/nvidia* device nodes (for runtimes without the NVIDIA container
     # toolkit, like NVIDIA's PASS_DEVICE_SPECS).
     pass_device_specs: bool = False
+    # How the container is given its GPU (docs/agent.md, "What a workload can still take"):
+    # "envvar" sets NVIDIA_VISIBLE_DEVICES=<uuid> (any pod can set that variable itself, so it
+    # grants exclusively only where the NVIDIA container toolkit refuses it from unprivileged
+    # containers); "volume-mounts" mounts /dev/null at
+    # /var/run/nvidia-container-devices/<uuid> and sets NVIDIA_VISIBLE_DEVICES to that folder
+    # (NVIDIA's DEVICE_LIST_STRATEGY=volume-mounts: a pod cannot make such a mount itself
+    # without hostPath); "cdi" names the CDI device <cdi_kind>=<uuid> in the Allocate response
+    # (NVIDIA's cdi-cri strategy; containerd >= 1.7 with CDI on, kubelet >= 1.31) and sets no
+    # NVIDIA_* variable at all.
+    gpu_access: Literal["envvar", "volume-mounts", "cdi"] = "envvar"
+    # The CDI kind of the node's GPU devices (what `nvidia-ctk cdi generate` writes).
+    cdi_kind: str = "nvidia.com/gpu"
     # kubeconfig for the API server; empty means in-cluster config (else ~/.kube/config).
     kubeconfig: Path | None = None
     # File holding the assignment key (mounted Secret); falls back to $HORUS_ASSIGNMENT_KEY_FILE,
@@ -89,6 +104,11 @@ class DevicePluginSettings:
     node_check_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if not _CDI_KIND.fullmatch(self.cdi_kind):
+            raise ConfigError(
+                f"cdi_kind must be a CDI kind <vendor>/<class> such as nvidia.com/gpu, got "
+                f"{self.cdi_kind!r}"
+            )
         if not 1 <= self.memory_unit_mib <= 65536:
             raise ConfigError(f"memory_unit_mib must be 1..65536 MiB, got {self.memory_unit_mib}")
         if not 1 <= self.sim_gpu_count <= 16:

@@ -59,7 +59,8 @@ def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
         )
         env = out["env"]
         assert env == {
-            "NVIDIA_VISIBLE_DEVICES": a.gpu_uuid,
+            # the chart's default gpuAccess=volume-mounts: the GPU is a mount, not a variable
+            "NVIDIA_VISIBLE_DEVICES": c.NVIDIA_DEVICE_MOUNT_ROOT,
             "CUDA_VISIBLE_DEVICES": a.gpu_uuid,
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(a.core_percent),
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={a.memory_mib}M",
@@ -77,6 +78,8 @@ def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
         assert (a.core_percent, a.memory_mib) == (60, 8192)
         # the MPS pipe directory is a mount of the container, as Allocate asked
         assert out["mps_pipe_directory"] == pipe and out["mps_pipe_mounted"] is True
+        # exactly its own GPU is mounted in the toolkit's device-list folder
+        assert out["device_mounts"] == [a.gpu_uuid]
     # the agent in its pod reports each replica, scraped by pod IP
     series = wait_for(
         "per-pod core share of both replicas in Prometheus",
