@@ -1,5 +1,5 @@
 """The agent's few Kubernetes calls: list pods and nodes, read a node, DLJob or ConfigMap,
-evict a pod, write an Event, merge-patch ``status.observed``.
+delete a pod (the memory watchdog), write an Event, merge-patch ``status.observed``.
 
 The agent lists its node's pods every few seconds, so every call is a raw JSON request
 (:class:`horus.kube.rest.RestClient`: the generated client's models would cost more CPU than
@@ -59,20 +59,30 @@ class AgentApi(RestClient):
             {"status": {"observed": observed}},
         )
 
-    def evict(self, pod: PodInfo, message: str) -> bool:
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod.name, "namespace": pod.namespace},
-        }
+    def delete_pod(self, pod: PodInfo) -> bool:
+        """DELETE ``pod`` for the memory watchdog; True once it is gone or going.
+
+        A DELETE, not an Eviction (issue 24): an Eviction's admission request names only the
+        pod, so no policy can tell a pod on this node from one elsewhere, while a DELETE's
+        ``oldObject`` is the pod itself, and the policy ``horus-node-own-pods`` refuses the
+        node identity any pod not bound to its own node. The pod keeps its own
+        ``terminationGracePeriodSeconds`` (a DLJob replica checkpoints on SIGTERM), as an
+        Eviction would give it. A PodDisruptionBudget no longer holds the watchdog back: a pod
+        over its GPU memory share takes memory its neighbours were promised, and the kubelet's
+        own node-pressure eviction does not wait for a budget either. The UID precondition
+        deletes only the pod that was measured, never a new pod given the same name since.
+        """
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if pod.uid:
+            body["preconditions"] = {"uid": pod.uid}
         try:
-            self.request(
-                "POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction", body=body
-            )
+            self.request("DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body=body)
         except ApiError as exc:
             if exc.status == 404:
                 return True  # already gone
-            log.warning("eviction of pod %s refused (%s); retrying next cycle", pod.key, exc)
+            if exc.status == 409:
+                return True  # the UID precondition failed: that pod is gone, a new one has its name
+            log.warning("deleting pod %s refused (%s); retrying next cycle", pod.key, exc)
             return False
         return True
 
@@ -98,7 +108,7 @@ class KubeActions:
         self._kube = kube
 
     def evict(self, pod: PodInfo, message: str) -> bool:
-        return self._kube.evict(pod, message)
+        return self._kube.delete_pod(pod)
 
     def event(self, pod: PodInfo, reason: str, message: str) -> None:
         self._kube.event(pod, reason, message)

@@ -44,7 +44,7 @@ class AgentSettings:
     enforcement: Enforcement = "none"
     """``mps``: start and supervise ``nvidia-cuda-mps-control -d`` so core shares are enforced."""
     watchdog: WatchdogMode = "report"
-    """Memory watchdog: ``off``, ``report`` (Event + log) or ``evict`` (Eviction API)."""
+    """Memory watchdog: ``off``, ``report`` (Event + log) or ``evict`` (the pod is deleted)."""
     grace_seconds: float = 30.0
     """How long a pod may stay above its memory share before the watchdog acts."""
     interval_seconds: float = 5.0

@@ -9,10 +9,11 @@ only a pod above its share for longer than ``grace_seconds`` is acted on, by mod
 * ``off``: nothing;
 * ``report``: a Warning Event on the pod (``GPUMemoryOverShare``) and a log line, once per
   episode;
-* ``evict``: an Eviction (policy/v1, so PodDisruptionBudgets are honoured) with a Warning Event
+* ``evict``: the pod is deleted (a DELETE with its own grace period and a UID precondition, not
+  the Eviction API: ``horus.agent.kube.AgentApi.delete_pod`` says why) with a Warning Event
   (``GPUMemoryEvicted``) that says measured vs allowed; counted in
-  ``horus_enforcement_evictions_total``. A refused eviction (429 from a PDB) is retried on the
-  next cycle.
+  ``horus_enforcement_evictions_total``. A refused delete is retried on the next cycle. The
+  mode keeps its name (settings and dashboards say "evict"): the pod loses its GPU share.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ log = logging.getLogger("horus.agent.watchdog")
 
 class EnforcementActions(Protocol):
     def evict(self, pod: PodInfo, message: str) -> bool:
-        """Evict ``pod``; True when the API accepted the eviction."""
+        """Remove ``pod`` from its GPU (the real agent deletes it); True when the API accepted."""
         ...
 
     def event(self, pod: PodInfo, reason: str, message: str) -> None: ...
