@@ -24,6 +24,17 @@ SCHEDULER_NAME: Final = "horus-scheduler"  # on DLJob replica pods: the operator
 # schedulerName plain pods choose to be placed by Horus (chart value scheduler.schedulerName).
 KUBE_SCHEDULER_NAME: Final = "horus-kube-scheduler"
 
+# --- Identities (ServiceAccounts in HORUS_NAMESPACE; the admission policies name them) -------
+OPERATOR_SERVICE_ACCOUNT: Final = "horus-operator"
+NODE_SERVICE_ACCOUNT: Final = "horus-node"
+#: The claim a pod-bound ServiceAccount token carries of its pod's node (KEP-4193, GA in
+#: Kubernetes 1.32): ``request.userInfo.extra`` of every request made with the token the
+#: kubelet mounts. The node policies compare it with the object's node.
+TOKEN_EXTRA_NODE_NAME: Final = "authentication.kubernetes.io/node-name"
+#: Dev cluster only (never in the chart): the kwok demo's agent, a local process that serves
+#: every simulated node with one token and so can carry no node claim.
+KWOK_AGENT_SERVICE_ACCOUNT: Final = "horus-dev-kwok-agent"
+
 # --- Extended resources advertised by the device plugin --------------------------------------
 RESOURCE_GPU_CORE: Final = f"{API_GROUP}/gpu-core"  # percent of one GPU's compute
 RESOURCE_GPU_MEMORY: Final = f"{API_GROUP}/gpu-memory"  # MiB
@@ -121,6 +132,19 @@ ANNOTATION_GPU_ALLOCATED: Final = f"{API_GROUP}/gpu-allocated"
 # node: MiB per device ID of horus.io/gpu-memory (written by the device plugin). Absent means 1:
 # the quantity is plain MiB, as on the simulated nodes. See docs/decisions.md.
 ANNOTATION_GPU_MEMORY_UNIT: Final = f"{API_GROUP}/gpu-memory-unit-mib"
+#: Pod annotations that only Horus' identities may set, change or remove: admission policies
+#: (manifests/rbac/*.yaml, the chart's rbac.yaml) refuse any other writer, a Binding carrying
+#: them included (the apiserver copies a Binding's annotations onto its pod). The node identity
+#: may change only ``gpu-allocated``, on pods bound to its own node. ``graph-profile`` (a plain
+#: pod's model) and ``simulated-memory-mib`` stay the pod owner's.
+HORUS_OWNED_POD_ANNOTATIONS: Final = (
+    ANNOTATION_GPU_ASSIGNMENT,
+    ANNOTATION_ASSIGNMENT_SIGNATURE,
+    ANNOTATION_PREDICTED,
+    ANNOTATION_GPU_ALLOCATED,
+)
+#: Node annotations the node identity may write on its own Node (and nothing else there).
+NODE_WRITABLE_NODE_ANNOTATIONS: Final = (ANNOTATION_GPU_INVENTORY, ANNOTATION_GPU_MEMORY_UNIT)
 DEFAULT_GPU_MEMORY_UNIT_MIB: Final = 256  # 256 GiB GPUs stay at 1,024 device IDs
 MAX_DEVICE_IDS_PER_GPU: Final = 1024
 EVENT_REASON_ALLOCATE_REFUSED: Final = "HorusAllocateRefused"

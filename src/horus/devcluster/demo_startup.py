@@ -1,6 +1,6 @@
 """How the demo brings Horus up around its control plane: preflight checks, then either the
 kwok variant (helm-installed chart without in-cluster workloads; the operator and the agent as
-local processes with the chart's ServiceAccounts) or the real-node variant (the chart as
+local processes, the operator with the chart's ServiceAccount, the agent with a dev-only one) or the real-node variant (the chart as
 shipped, on real kubelets; ``chart``), and a real Prometheus scraping them.
 
 Why a module of its own: this is the only part of the demo that starts processes and changes
@@ -163,8 +163,8 @@ def start_kwok(state: DemoState, server: str, opts: DemoOptions, say: Say) -> li
         env,
     )
     say(
-        "==> agent (simulated backend for type=kwok nodes, ServiceAccount horus-node, "
-        f":{agent_port})"
+        "==> agent (simulated backend for type=kwok nodes, dev-only ServiceAccount "
+        f"{c.KWOK_AGENT_SERVICE_ACCOUNT}, :{agent_port})"
     )
     agent = _spawn(state, "agent", _agent_args(config, kubeconfigs, key_file, agent_port), env)
     scrape = [
@@ -196,6 +196,48 @@ def _install_chart(state: DemoState, say: Say) -> None:
     kubectl(state, "wait", "--for=condition=Established", "crd/dljobs.horus.io")
 
 
+def kwok_agent_rbac() -> list[dict[str, Any]]:
+    """The kwok demo agent's own ServiceAccount, dev cluster only (never in the chart).
+
+    The chart's node identity, ``horus-node``, may write only with the token the kubelet mounts
+    in its DaemonSet pod, which names that pod's node; the admission policies compare it with
+    every pod and Node it writes (manifests/rbac/node.yaml). The kwok demo's agent is one local
+    process serving every simulated node with one token made here, which names no node, so as
+    ``horus-node`` it could write nothing. It gets this account instead: what the agent does on
+    simulated nodes (read nodes by label and pods, delete a pod over its share, write
+    ``status.observed`` and Events) and nothing the device plugin does (no pod or node patch:
+    kwok nodes have no device plugin). It is no Horus identity to the policies, so it may not
+    write Horus' pod annotations either.
+    """
+    name = c.KWOK_AGENT_SERVICE_ACCOUNT
+    meta = {"name": name, "labels": {"app.kubernetes.io/component": "dev-kwok-agent"}}
+    dljobs = c.DLJOB_PLURAL
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+        {"apiGroups": [c.API_GROUP], "resources": [dljobs], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [c.API_GROUP], "resources": [f"{dljobs}/status"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {**meta, "namespace": NAMESPACE},
+        },
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": meta, "rules": rules},
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    ]
+
+
 def _pod_mounts(state: DemoState, server: str, folder: Path) -> tuple[Path, dict[str, Path], Path]:
     """What the pods would mount, as files in ``folder``: the chart's config, a kubeconfig
     per role with its ServiceAccount's token, and the assignment key (read as admin: the
@@ -210,8 +252,12 @@ def _pod_mounts(state: DemoState, server: str, folder: Path) -> tuple[Path, dict
         ).stdout
     )
     ca = Path(state.cluster_dir) / "pki" / "ca.crt"
+    kubectl(state, "apply", "-f", "-", input=yaml.safe_dump_all(kwok_agent_rbac()))
     kubeconfigs = {}
-    for role, sa in (("operator", "horus-operator"), ("agent", "horus-node")):
+    for role, sa in (
+        ("operator", c.OPERATOR_SERVICE_ACCOUNT),
+        ("agent", c.KWOK_AGENT_SERVICE_ACCOUNT),  # dev only: kwok_agent_rbac says why
+    ):
         token = kubectl(
             state, "create", "token", sa, "-n", NAMESPACE, "--duration=24h"
         ).stdout.strip()
