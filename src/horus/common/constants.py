@@ -58,6 +58,18 @@ ASSIGNMENT_KEY_SECRET_KEY: Final = "key"
 ASSIGNMENT_KEY_SECRET_PREVIOUS: Final = "previous"
 ASSIGNMENT_KEY_FILE_ENV: Final = "HORUS_ASSIGNMENT_KEY_FILE"
 
+# --- The extender's TLS: its server certificate and the CA its callers' certificates carry ----
+# Created by the operator (or the extender) when absent (horus.operator.extender.tls); the
+# kube-scheduler gets ca.crt, client.crt and client.key (its extender tlsConfig).
+EXTENDER_TLS_SECRET: Final = "horus-extender-tls"
+EXTENDER_TLS_CA: Final = "ca.crt"  # verifies the server (caFile) and the callers (client CA)
+EXTENDER_TLS_CERT: Final = "tls.crt"  # the extender's server certificate
+EXTENDER_TLS_KEY: Final = "tls.key"
+EXTENDER_TLS_CLIENT_CERT: Final = "client.crt"  # the kube-scheduler's (certFile)
+EXTENDER_TLS_CLIENT_KEY: Final = "client.key"  # (keyFile)
+# The Service in front of the operator pods' extender (its DNS names are in the certificate).
+EXTENDER_SERVICE: Final = "horus-operator"
+
 # --- Labels ----------------------------------------------------------------------------------
 LABEL_GPU_NODE: Final = f"{API_GROUP}/gpu-node"  # "true" on nodes that carry Horus GPUs
 LABEL_GPU_MODEL: Final = f"{API_GROUP}/gpu-model"
@@ -101,6 +113,8 @@ METRIC_PREDICTOR_INFO: Final = "horus_predictor_info"  # 1, label version: the m
 METRIC_PREDICTOR_RELOADS: Final = "horus_predictor_reloads"  # client adds _total; label result
 METRIC_EXTENDER_REQUESTS: Final = "horus_extender_requests"  # client adds _total
 METRIC_EXTENDER_LATENCY: Final = "horus_extender_request_duration_seconds"
+# connections refused before HTTP: no client certificate, one from another CA, plain HTTP
+METRIC_EXTENDER_TLS_REFUSED: Final = "horus_extender_tls_refused"  # client adds _total
 METRIC_MIGRATIONS: Final = "horus_migrations"  # client adds _total; label reason
 
 MIB: Final = 1024 * 1024  # bytes in one MiB: shares, NVML and torch readings convert with it

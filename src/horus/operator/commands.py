@@ -42,6 +42,15 @@ def _register_run(rsub: Any) -> None:
     run.add_argument("--identity", default=None, help="name in the Lease (<host>-<pid>)")
     run.add_argument("--workers", type=int, default=None, help="job commit chains in flight (16)")
     run.add_argument("--assignment-key-file", default=None, help="default: the Secret")
+    run.add_argument(
+        "--key-refresh-seconds", type=float, default=None, help="re-read the signing key (30)"
+    )
+    run.add_argument(
+        "--key-publish-delay",
+        type=float,
+        default=None,
+        help="seconds a newly published key waits before it signs (60)",
+    )
     run.add_argument("--debounce", type=float, default=None, help="seconds (0.05)")
     run.add_argument(
         "--predictor", default=None, help="predictor artifact, .json or .json.gz (shipped)"
@@ -92,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         "identity",
         "workers",
         "assignment_key_file",
+        "key_refresh_seconds",
+        "key_publish_delay",
         "debounce",
         "predictor",
         "predictor_reload_seconds",
@@ -123,18 +134,41 @@ def _register_extender(rsub: Any) -> None:
 
     ext = rsub.add_parser(
         "extender",
-        help="serve the kube-scheduler extender (filter/prioritize/bind) over HTTP",
+        help="serve the kube-scheduler extender (filter/prioritize/bind) over mutual TLS",
         description=(
             "Lets the stock kube-scheduler place plain Pods that request horus.io/gpu-core / "
             "horus.io/gpu-memory and carry a horus.io/graph-profile annotation. Configure the "
-            "scheduler with manifests/scheduler/horus-extender-config.yaml. Every flag also "
+            "scheduler with manifests/scheduler/horus-extender-config.yaml: the verbs are served "
+            "over TLS and only a caller with a client certificate from the client CA gets in "
+            "(docs/extender.md). Every flag also "
             "reads HORUS_EXTENDER_<FLAG> and the 'extender' section of --config "
             "(CLI > environment > file > default)."
         ),
     )
     ext.add_argument("--config", type=Path, default=None, help="Horus YAML config file")
     ext.add_argument("--host", default=None, help="listen address (default 0.0.0.0)")
-    ext.add_argument("--port", type=int, default=None, help="listen port (default 8888)")
+    ext.add_argument("--port", type=int, default=None, help="TLS port of the verbs (default 8888)")
+    ext.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="plain-HTTP port for health and /metrics, GET only (default 8889)",
+    )
+    ext.add_argument(
+        "--tls-cert-file", default=None, help="server certificate PEM (default: the Secret)"
+    )
+    ext.add_argument("--tls-key-file", default=None, help="server key PEM (default: the Secret)")
+    ext.add_argument(
+        "--tls-client-ca-file",
+        default=None,
+        help="CA(s) whose client certificates may call the verbs (default: the Secret)",
+    )
+    ext.add_argument(
+        "--tls-reload-seconds",
+        type=float,
+        default=None,
+        help="re-read the TLS files or Secret this often; 0: never (30)",
+    )
     ext.add_argument("--policy", default=None, help="placement policy (default horus)")
     ext.add_argument(
         "--kubeconfig", default=None, help="kubeconfig (default $KUBECONFIG/in-cluster)"
@@ -157,6 +191,11 @@ def _extender(args: argparse.Namespace) -> int:
     cli = {
         "host": args.host,
         "port": args.port,
+        "health_port": args.health_port,
+        "tls_cert_file": args.tls_cert_file,
+        "tls_key_file": args.tls_key_file,
+        "tls_client_ca_file": args.tls_client_ca_file,
+        "tls_reload_seconds": args.tls_reload_seconds,
         "policy": args.policy,
         "kubeconfig": args.kubeconfig,
         "key_file": args.key_file,

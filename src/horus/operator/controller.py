@@ -114,6 +114,7 @@ class Controller:
             self.predictor = await asyncio.to_thread(load_operator_predictor, s)
         predictor = self.predictor
         await asyncio.to_thread(_ensure_namespace, client.CoreV1Api(api), s.namespace)
+        await asyncio.to_thread(_ensure_extender_tls, client.CoreV1Api(api))
         self.elector = LeaseElector(
             client.CoordinationV1Api(api),
             s.namespace,
@@ -265,6 +266,19 @@ def _ensure_namespace(core: Any, namespace: str) -> None:
     except ApiException as exc:
         if exc.status not in (403, 409):
             log.warning("cannot create namespace %s: HTTP %s", namespace, exc.status)
+
+
+def _ensure_extender_tls(core: Any) -> None:
+    """Create the extender's TLS Secret when absent (horus.operator.extender.tls), so it
+    exists before the Horus scheduler pod mounts its client certificate. The operator places
+    DLJobs without it, so a failure is logged, never fatal (the extender says so too)."""
+    from horus.common.errors import ConfigError
+    from horus.operator.extender.tls import load_or_create_tls_secret
+
+    try:
+        load_or_create_tls_secret(core)
+    except ConfigError as exc:
+        log.warning("extender TLS Secret: %s", exc)
 
 
 # --- kopf wiring -------------------------------------------------------------------------------

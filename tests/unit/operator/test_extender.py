@@ -382,14 +382,18 @@ def test_retried_bind_replaces_its_own_earlier_assignment(
     assert ext.bind(BindingArgs("p", "default", "uid-p", "idle"))["Error"] == ""
 
 
-def test_bind_of_a_pod_without_horus_resources_just_binds(source: FakeSource) -> None:
+def test_bind_of_a_pod_without_horus_resources_is_refused(
+    ext: Extender, source: FakeSource
+) -> None:
+    """Issue 24: /bind binds only pods that ask for Horus GPUs — any other pod would be put on
+    whatever node the caller names with the operator's pods/binding (taints skipped)."""
     source.pods[("default", "web")] = {
         "metadata": {"name": "web", "namespace": "default", "resourceVersion": "1"},
         "spec": {"containers": [{"name": "c"}]},
     }
-    ext = Extender(source, load_default_predictor(), key=KEY)
-    assert ext.bind(BindingArgs("web", "default", "", "cpu-only")) == {"Error": ""}
-    assert source.calls == [("bind", "default", "web", "cpu-only")]
+    err = ext.bind(BindingArgs("web", "default", "", "cpu-only"))["Error"]
+    assert "requests no Horus resource" in err
+    assert source.calls == []
 
 
 def test_lost_race_backs_off(source: FakeSource) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from horus.api.assignment import GpuAssignment, encode_assignment, encode_predicted
+from horus.api.nodematch import constraints_of
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import KeyRing, sign_assignment
 from horus.common import constants as c
@@ -98,6 +99,7 @@ class Extender:
         self.verify_binds = verify_binds
         self._clock = clock
         self._bind_lock = threading.Lock()
+        self._warned_unmanaged = False
         self._cache_lock = threading.Lock()
         self._cache: dict[tuple[str, ...], tuple[float, dict[str, NodeVerdict]]] = {}
 
@@ -200,6 +202,12 @@ class Extender:
     ) -> dict[str, NodeVerdict]:
         demand = pod_demand(pod)
         if not demand.interested:
+            # Not Horus' pod: kube-scheduler sends only pods that request Horus resources
+            # (managedResources), so this is a misconfigured scheduler. Answer neutrally —
+            # every node passes, score 0, without reading the cluster — rather than refuse:
+            # with ignorable: false a refusal would hold every ordinary pod Pending. Binding
+            # it is refused (bind).
+            self._warn_unmanaged(pod.get("metadata") or {})
             return {n: NodeVerdict(n) for n in node_names}
         if demand.request is None:
             reason = demand.problem or f"{REASON_PREFIX}pod cannot be placed"
@@ -238,6 +246,17 @@ class Extender:
                     )
                 )
         return {n: out[n] for n in node_names}
+
+    def _warn_unmanaged(self, meta: Mapping[str, Any]) -> None:
+        """Say once that the scheduler sends pods the extender has no say over."""
+        if not self._warned_unmanaged:
+            self._warned_unmanaged = True
+            log.warning(
+                "kube-scheduler sent pod %s/%s, which requests no Horus resource: its extender "
+                "configuration lacks managedResources (manifests/scheduler); answering neutrally",
+                meta.get("namespace"),
+                meta.get("name"),
+            )
 
     def _decide(
         self, live: LiveState, job: JobRequest, nodes: Sequence[str]
@@ -320,18 +339,40 @@ class Extender:
         meta = pod.get("metadata") or {}
         if args.pod_uid and meta.get("uid") and meta["uid"] != args.pod_uid:
             raise ValidationError(f"{where} was replaced (uid {meta['uid']}, not {args.pod_uid})")
-        bound = (pod.get("spec") or {}).get("nodeName")
+        spec = pod.get("spec") or {}
+        demand = pod_demand(pod)
+        if not demand.interested:
+            # The extender binds with the operator's cluster-wide pods/binding, and a Binding
+            # skips NoSchedule taints: binding a pod Horus does not place would put any
+            # pending pod on whatever node the caller names. Such pods are kube-scheduler's.
+            raise ValidationError(
+                f"{where} requests no Horus resource ({c.RESOURCE_GPU_CORE}, "
+                f"{c.RESOURCE_GPU_MEMORY}); the extender binds only pods that do"
+            )
+        if spec.get("schedulerName") == c.SCHEDULER_NAME:
+            raise ValidationError(
+                f"{where} has schedulerName {c.SCHEDULER_NAME}: a DLJob replica, which the "
+                "operator places and binds itself"
+            )
+        bound = spec.get("nodeName")
         if bound:
             if bound == node:
                 return  # already bound there: a retried call after a lost response
             raise ValidationError(f"{where} is already bound to node {bound}")
-        demand = pod_demand(pod)
-        if not demand.interested:
-            self.source.bind_pod(ns, name, args.pod_uid, node)
-            return
         if demand.request is None:
             raise ValidationError(demand.problem or "the pod cannot be placed")
         objs = self.source.list_objects()
+        # The caller names the node; the pod's own constraints decide whether it may go there
+        # (kube-scheduler filtered by them, but a Binding is not checked against them, and a
+        # node outside them — a control-plane node, another tenant's pool — must stay so).
+        target = next(
+            (n for n in objs.nodes if (n.get("metadata") or {}).get("name") == node), None
+        )
+        if target is None:
+            raise ValidationError(f"node {node} does not exist")
+        why_not = constraints_of(pod).why_not(target)
+        if why_not is not None:
+            raise ValidationError(f"node {node} is not one {where} allows: {why_not}")
         if not BindGate(objs.pods, objs.nodes).claim(node, pod):
             # A real kubelet's Allocate names no pod: a twin with the same requests still
             # waiting for its GPU on this node could be handed this pod's share (bindgate).

@@ -1,12 +1,22 @@
 """HTTP at the edge: the three verbs' routes, framing checks, decode → :class:`Extender` →
-encode. Nothing here decides anything (HAMi's ``routes/route.go`` has the same shape)."""
+encode. Nothing here decides anything (HAMi's ``routes/route.go`` has the same shape).
+
+Two listeners. The verbs are served over TLS that requires a client certificate from the
+extender's client CA (:mod:`horus.operator.extender.tls`): a caller without one never gets
+past the handshake, so no byte of its request is parsed. Health (``/healthz``, ``/readyz``,
+``/livez``) and ``/metrics`` are also served on a plain port that answers GET only — the
+kubelet's probes and Prometheus present no client certificate, and neither path acts on
+anything (a POST there is 404 naming the TLS port).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import ssl
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +29,9 @@ from horus.operator.extender.settings import CONTENT_LENGTH, REQUEST_TIMEOUT_S, 
 from horus.operator.extender.wire import parse_binding_args, parse_extender_args, short
 
 log = logging.getLogger(__name__)
+
+#: Seconds a client has to finish the TLS handshake (a stalled one frees its thread).
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -57,6 +70,14 @@ class _Handler(BaseHTTPRequestHandler):
             )
 
     def do_POST(self) -> None:
+        if not self.server.serve_verbs:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.NOT_FOUND,
+                f"this port serves health and metrics only; the verbs are served over TLS "
+                f"with a client certificate on port {self.server.verbs_port}",
+            )
+            return
         try:
             self._post()
         except Exception as exc:  # a bug: answer 500, log, keep serving
@@ -171,15 +192,61 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], extender: Extender, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        extender: Extender,
+        max_body_bytes: int,
+        metrics: ExtenderMetrics,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        serve_verbs: bool = True,
+    ) -> None:
         self.extender = extender
-        self.metrics = ExtenderMetrics()
+        self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.tls = tls
+        self.serve_verbs = serve_verbs
+        self.verbs_port = 0
         super().__init__(address, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Handshake first (in the connection's own thread, so a slow client never holds
+        up ``accept``); a client that presents no certificate from the client CA, or speaks
+        plain HTTP, is dropped here and its request never parsed."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            request.settimeout(HANDSHAKE_TIMEOUT_S)
+            conn = self.tls().wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:  # wrap_socket closes the socket itself
+            self.metrics.tls_refused.inc()
+            log.warning("extender: TLS handshake from %s refused: %s", client_address[0], exc)
+            return
+        try:
+            _Handler(conn, client_address, self)
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def shutdown_request(self, request: Any) -> None:
+        # Under TLS the accepted socket was handed to the SSL socket (detached) and is
+        # closed in finish_request; closing the husk is harmless.
+        if self.tls is not None:
+            with contextlib.suppress(OSError):
+                request.close()
+            return
+        super().shutdown_request(request)
 
 
 class ExtenderServer:
-    """The HTTP server around an :class:`Extender`; ``port=0`` picks a free port."""
+    """The server around an :class:`Extender`; ``port=0`` picks a free port.
+
+    ``tls`` returns the server's context (``TlsSource.context``: asked per connection, so
+    reloaded certificates apply to the next handshake); without it the verbs are served over
+    plain HTTP — only tests do that, ``horus operator extender`` always passes one.
+    ``health_port`` (0: a free one) adds the plain GET-only listener for probes and metrics.
+    """
 
     def __init__(
         self,
@@ -187,37 +254,74 @@ class ExtenderServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_body_bytes: int = 8 * 1024 * 1024,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        health_port: int | None = None,
     ) -> None:
         self.extender = extender
+        self.metrics = ExtenderMetrics()
+        self.tls = tls
+        self._health: _Server | None = None
         try:
-            self._server = _Server((host, port), extender, max_body_bytes)
+            self._server = _Server((host, port), extender, max_body_bytes, self.metrics, tls)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        self._thread: threading.Thread | None = None
+        if health_port is not None:
+            try:
+                self._health = _Server(
+                    (host, health_port), extender, 1024, self.metrics, serve_verbs=False
+                )
+            except OSError as exc:
+                self._server.server_close()
+                raise ConfigError(
+                    f"cannot listen on {host}:{health_port} (health port): {exc.strerror}"
+                ) from None
+            self._health.verbs_port = self.port
+        self._threads: list[threading.Thread] = []
 
     @property
     def port(self) -> int:
         return int(self._server.server_address[1])
 
     @property
-    def url(self) -> str:
+    def health_port(self) -> int | None:
+        return None if self._health is None else int(self._health.server_address[1])
+
+    def _host(self) -> str:
         host = str(self._server.server_address[0])
-        return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}"
+        return "127.0.0.1" if host == "0.0.0.0" else host
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self._host()}:{self.port}"
+
+    @property
+    def health_url(self) -> str | None:
+        port = self.health_port
+        return None if port is None else f"http://{self._host()}:{port}"
 
     def serve_forever(self) -> None:
         self._server.serve_forever(poll_interval=0.5)
 
     def start(self) -> ExtenderServer:
-        """Serve in a background thread (tests, or next to the operator)."""
-        self._thread = threading.Thread(
-            target=self.serve_forever, name="horus-extender", daemon=True
-        )
-        self._thread.start()
+        """Serve in background threads (tests, or next to the operator)."""
+        servers = [("horus-extender", self._server)]
+        if self._health is not None:
+            servers.append(("horus-extender-health", self._health))
+        for name, server in servers:
+            thread = threading.Thread(
+                target=server.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=10)
-            self._thread = None
-        self._server.server_close()
+        servers = [self._server] + ([self._health] if self._health is not None else [])
+        if self._threads:
+            for server in servers:
+                server.shutdown()
+            for thread in self._threads:
+                thread.join(timeout=10)
+            self._threads = []
+        for server in servers:
+            server.server_close()

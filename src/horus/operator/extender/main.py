@@ -22,6 +22,7 @@ from horus.operator.extender.decisions import Extender
 from horus.operator.extender.http import ExtenderServer
 from horus.operator.extender.settings import ExtenderSettings
 from horus.operator.extender.source import KubeClusterSource
+from horus.operator.extender.tls import TlsSource
 from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,32 @@ def build_extender(
     )
 
 
+def build_tls(settings: ExtenderSettings, api_client: Any) -> TlsSource:
+    """The verbs' TLS: the three files when given, else the Secret (created when absent)."""
+    from kubernetes import client
+
+    files = settings.tls_files
+    return TlsSource(
+        None if files is not None else client.CoreV1Api(api_client),
+        files,
+        refresh_seconds=settings.tls_reload_seconds,
+    )
+
+
 def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status."""
     settings = load_settings(ExtenderSettings, "extender", cli=cli, config_file=config_file)
     scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=config_file)
-    extender = build_extender(settings, scheduler_settings, api_client(settings.kubeconfig))
-    server = ExtenderServer(extender, settings.host, settings.port, settings.max_body_bytes)
+    api = api_client(settings.kubeconfig)
+    extender = build_extender(settings, scheduler_settings, api)
+    server = ExtenderServer(
+        extender,
+        settings.host,
+        settings.port,
+        settings.max_body_bytes,
+        tls=build_tls(settings, api).context,
+        health_port=settings.health_port,
+    )
     stop = threading.Event()
 
     def _stop(signum: int, _frame: object) -> None:
@@ -76,10 +97,12 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
         reload.start()
     server.start()
     log.info(
-        "scheduler extender (policy %s) listening on %s:%d — verbs filter, prioritize, bind",
+        "scheduler extender (policy %s) listening on %s:%d (TLS, client certificates "
+        "required) — verbs filter, prioritize, bind; health and metrics on plain HTTP :%s",
         settings.policy,
         settings.host,
         server.port,
+        server.health_port,
     )
     stop.wait()
     if reload is not None:

@@ -1,4 +1,4 @@
-"""The extender's own Prometheus metrics, served on its HTTP port at ``/metrics``.
+"""The extender's own Prometheus metrics, served at ``/metrics`` (on the plain health port too).
 
 Why: the extender answers kube-scheduler for every plain pod that asks for Horus GPUs, and
 until now only a pod-readiness probe (via kube-state-metrics) said whether it worked. These
@@ -32,6 +32,12 @@ class ExtenderMetrics:
             "Time to answer one extender request, by verb",
             ["verb"],
             buckets=_BUCKETS,
+            registry=r,
+        )
+        self.tls_refused = Counter(
+            c.METRIC_EXTENDER_TLS_REFUSED,
+            "Connections refused at the TLS handshake (no client certificate, one from another "
+            "CA, plain HTTP); nothing they sent was read",
             registry=r,
         )
 

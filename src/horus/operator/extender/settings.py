@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from horus.common import constants as c
 from horus.common.errors import ConfigError
 from horus.common.settings import check_range, check_seconds
 from horus.scheduler import POLICY_NAMES
@@ -41,8 +42,21 @@ class ExtenderSettings:
 
     #: Address to listen on (``0.0.0.0`` in a pod; ``127.0.0.1`` for a local scheduler).
     host: str = "0.0.0.0"
-    #: TCP port; the kube-scheduler's ``urlPrefix`` points here (the Service uses 8888).
+    #: TCP port of the verbs, served over TLS with client certificates; the kube-scheduler's
+    #: ``urlPrefix`` (``https://…``) points here (the Service uses 8888).
     port: int = 8888
+    #: Plain-HTTP port that answers GET only: ``/healthz``, ``/readyz``, ``/livez`` and
+    #: ``/metrics`` (the kubelet's probes and Prometheus present no client certificate).
+    health_port: int = 8889
+    #: The server certificate (PEM, may carry the chain), its key, and the CA(s) whose client
+    #: certificates may call the verbs. All three or none; none: the Secret
+    #: ``horus-system/horus-extender-tls`` (created when absent, docs/extender.md).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    #: Seconds between re-reads of the TLS material (files or Secret); new handshakes use
+    #: what changed. 0: read once at start.
+    tls_reload_seconds: float = 30.0
     #: Placement policy of :mod:`horus.scheduler` (``horus`` is interference-aware).
     policy: str = "horus"
     #: kubeconfig to reach the apiserver; unset: ``$KUBECONFIG``, else in-cluster config.
@@ -62,9 +76,35 @@ class ExtenderSettings:
     #: After writing an assignment, re-read the cluster and back off if another placer raced.
     verify_binds: bool = True
 
+    @property
+    def tls_files(self) -> tuple[Path, Path, Path] | None:
+        """(certificate, key, client CA) when given as files, else None (the Secret)."""
+        if self.tls_cert_file and self.tls_key_file and self.tls_client_ca_file:
+            return (self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
+        return None
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"extender port must be 0..65535, got {self.port}")
+        if not 0 <= self.health_port <= 65535:
+            raise ConfigError(f"extender health_port must be 0..65535, got {self.health_port}")
+        if self.port and self.port == self.health_port:
+            raise ConfigError(
+                f"extender health_port must differ from port ({self.port}): the verbs need TLS "
+                "with a client certificate, health and metrics are plain HTTP"
+            )
+        files = {
+            "tls_cert_file": self.tls_cert_file,
+            "tls_key_file": self.tls_key_file,
+            "tls_client_ca_file": self.tls_client_ca_file,
+        }
+        given = [k for k, v in files.items() if v is not None]
+        if given and len(given) != len(files):
+            missing = [k for k in files if k not in given]
+            raise ConfigError(
+                f"extender {', '.join(given)} given without {', '.join(missing)}: give all "
+                f"three, or none to use the Secret {c.HORUS_NAMESPACE}/{c.EXTENDER_TLS_SECRET}"
+            )
         if self.policy not in POLICY_NAMES:
             raise ConfigError(
                 f"extender policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
@@ -77,5 +117,6 @@ class ExtenderSettings:
                 f"{self.predictor_reload_seconds}"
             )
         check_seconds("cache_seconds", self.cache_seconds, positive=False)
+        check_seconds("tls_reload_seconds", self.tls_reload_seconds, positive=False)
         check_seconds("predictor_reload_seconds", self.predictor_reload_seconds, positive=False)
         check_range("max_body_bytes", self.max_body_bytes, 1024, MAX_REQUEST_BYTES, unit=" bytes")
