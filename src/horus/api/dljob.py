@@ -43,6 +43,7 @@ from horus.api.profile import (
 )
 from horus.common.constants import (
     ANNOTATION_ASSIGNMENT_SIGNATURE,
+    ANNOTATION_GPU_ALLOCATED,
     ANNOTATION_GPU_ASSIGNMENT,
     ANNOTATION_PREDICTED,
     API_GROUP_VERSION,
@@ -100,10 +101,13 @@ _DEFAULT_RESTART_POLICY = "Never"
 # GPU resources Horus sets on the pods itself; a container naming them would double-count.
 _OWNED_RESOURCES = (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_NVIDIA_GPU)
 _OWNED_LABELS = (LABEL_DLJOB_NAME, LABEL_REPLICA_INDEX)
+# (= HORUS_OWNED_POD_ANNOTATIONS: the operator copies the template's annotations onto the pods,
+# and is exempt from the admission policy that refuses them to everyone else)
 _OWNED_ANNOTATIONS = (
     ANNOTATION_GPU_ASSIGNMENT,
     ANNOTATION_ASSIGNMENT_SIGNATURE,
     ANNOTATION_PREDICTED,
+    ANNOTATION_GPU_ALLOCATED,
 )
 
 

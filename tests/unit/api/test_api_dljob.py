@@ -116,6 +116,11 @@ def test_malformed_job_is_rejected_naming_the_field(case: Case) -> None:
             {"annotations": {c.ANNOTATION_ASSIGNMENT_SIGNATURE: "v1:00"}},
             f"annotations.{c.ANNOTATION_ASSIGNMENT_SIGNATURE}: is set by Horus",
         ),
+        (  # a pre-marked pod would pass the bind gate and Allocate's candidate list (issue 24)
+            "spec.template.metadata",
+            {"annotations": {c.ANNOTATION_GPU_ALLOCATED: "{}"}},
+            f"annotations.{c.ANNOTATION_GPU_ALLOCATED}: is set by Horus",
+        ),
         (
             "spec.template.metadata",
             {"labels": {"tier": 3}},
