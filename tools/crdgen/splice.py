@@ -5,7 +5,8 @@ apiserver stored anything under it — an object nested thousands of levels deep
 Python client that decoded it (issue: hostile input). With Kubernetes' own PodSpec schema the
 apiserver types, bounds and prunes the template like a Pod's, and refuses unparsable quantities
 at ``kubectl apply``. Horus' own rules for the template (no nodeName, its scheduler name, no
-GPU resources in any container, list bounds for CEL's cost estimate) are the ``OVERLAY`` here.
+GPU resources in any container, no PriorityClass of its own — spec.priorityClassName names it —,
+list bounds for CEL's cost estimate) are the ``OVERLAY`` here.
 
 The block between the two marker lines of ``manifests/crds/horus.io_dljobs.yaml`` is replaced;
 everything else in that file (comments included) is kept byte for byte.
@@ -70,6 +71,16 @@ RULES: list[dict[str, str]] = [
         "fieldPath": ".ephemeralContainers",
         "reason": "FieldValueForbidden",
     },
+    *(
+        {
+            "rule": f"!has(self.{key})",
+            "message": "must not be set in the template: name the class in "
+            "spec.priorityClassName (Horus resolves it and puts it on every replica pod)",
+            "fieldPath": f".{key}",
+            "reason": "FieldValueForbidden",
+        }
+        for key in ("priorityClassName", "priority")
+    ),
 ]
 
 

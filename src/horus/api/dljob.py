@@ -50,8 +50,6 @@ from horus.common.constants import (
     DEFAULT_QUEUE,
     DLJOB_KIND,
     DLJOB_MAX_NAME_LENGTH,
-    DLJOB_PRIORITY_MAX,
-    DLJOB_PRIORITY_MIN,
     GPU_CORE_UNITS_PER_GPU,
     GPU_MODE_AUTO,
     GPU_MODE_EXPLICIT,
@@ -168,7 +166,9 @@ class DLJobSpec:
     replicas: int = 1
     gpus_per_replica: int = 1
     gpu: GpuRequest = field(default_factory=GpuRequest)
-    priority: int = 0
+    #: A PriorityClass (scheduling.k8s.io/v1) whose value the operator resolves; None: the
+    #: cluster's globalDefault class, else 0 — what the apiserver gives a pod without one.
+    priority_class_name: str | None = None
     queue: str = DEFAULT_QUEUE
     migration: MigrationSpec = field(default_factory=MigrationSpec)
 
@@ -251,7 +251,8 @@ _SPEC_KEYS = (
     "gpusPerReplica",
     "profile",
     "gpu",
-    "priority",
+    "priorityClassName",
+    "priority",  # refused unless 0 (below)
     "queue",
     "migration",
 )
@@ -272,9 +273,7 @@ def parse_dljob_spec(value: object, path: str = "spec") -> DLJobSpec:
         )
     profile = _parse_profile(raw["profile"], f"{path}.profile")
     gpu = _parse_gpu(raw.get("gpu", {"mode": GPU_MODE_AUTO}), f"{path}.gpu")
-    priority = read_int(
-        raw, "priority", path, lo=DLJOB_PRIORITY_MIN, hi=DLJOB_PRIORITY_MAX, default=0
-    )
+    priority_class = _parse_priority_class(raw, path)
     queue = read_str(raw, "queue", path, max_length=63, default=DEFAULT_QUEUE)
     if not _DNS_LABEL.match(queue):
         raise ValidationError(
@@ -289,9 +288,33 @@ def parse_dljob_spec(value: object, path: str = "spec") -> DLJobSpec:
         replicas=replicas,
         gpus_per_replica=gpus,
         gpu=gpu,
-        priority=priority,
+        priority_class_name=priority_class,
         queue=queue,
     )
+
+
+def _parse_priority_class(raw: dict[str, Any], path: str) -> str | None:
+    """``priorityClassName``, and the old ``priority`` refused (issue 24): a number in the
+    spec let anyone who may create a DLJob jump every other tenant's jobs; a PriorityClass is
+    the cluster admin's, and a ResourceQuota scope limits which classes a namespace may use.
+    ``priority: 0`` passes unread: the old CRD's default, stored on every DLJob created before."""
+    old = raw.get("priority", 0)
+    if isinstance(old, bool) or old != 0:
+        raise ValidationError(
+            f"{path}.priority: no longer supported: name a PriorityClass in "
+            f"{path}.priorityClassName (its value orders the queue and decides preemption, and "
+            f"the namespace's ResourceQuota limits which classes it may use), got "
+            f"{old!r}"
+        )
+    if "priorityClassName" not in raw:
+        return None
+    name = read_str(raw, "priorityClassName", path, max_length=253)
+    if not _DNS_SUBDOMAIN.match(name):
+        raise ValidationError(
+            f"{path}.priorityClassName: must be a DNS-1123 subdomain (a PriorityClass name), "
+            f"got {name!r}"
+        )
+    return name
 
 
 def _parse_template(value: object, path: str) -> dict[str, Any]:
@@ -320,6 +343,12 @@ def _parse_template(value: object, path: str) -> dict[str, Any]:
             f"{spath}.schedulerName: must be empty or {SCHEDULER_NAME}: Horus places DLJob "
             f"pods itself, got {spec['schedulerName']!r}"
         )
+    for key in ("priorityClassName", "priority"):
+        if key in spec:
+            raise ValidationError(
+                f"{spath}.{key}: must not be set in the template: name the class in "
+                "spec.priorityClassName (Horus resolves it and puts it on every replica pod)"
+            )
     if "restartPolicy" in spec and spec["restartPolicy"] not in _RESTART_POLICIES:
         raise ValidationError(
             f"{spath}.restartPolicy: must be one of {', '.join(_RESTART_POLICIES)} (a job's "

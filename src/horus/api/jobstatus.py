@@ -201,6 +201,9 @@ class DLJobStatus:
     scheduled_time: datetime | None = None
     start_time: datetime | None = None
     completion_time: datetime | None = None
+    #: spec.priorityClassName's value, resolved by the operator at admission (as the apiserver
+    #: resolves a pod's spec.priority); None: admitted before Horus recorded it (0).
+    priority: int | None = None
 
     def condition(self, type_: str) -> JobCondition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -226,6 +229,8 @@ class DLJobStatus:
             out["observed"] = self.observed.to_json()
         if self.conditions:
             out["conditions"] = [c.to_json() for c in self.conditions]
+        if self.priority is not None:
+            out["priority"] = self.priority
         for key, value in (
             ("queuedTime", self.queued_time),
             ("scheduledTime", self.scheduled_time),
@@ -240,6 +245,7 @@ class DLJobStatus:
 _STATUS_KEYS = (
     "phase",
     "placementSignature",
+    "priority",
     "reason",
     "message",
     "observedGeneration",
@@ -305,6 +311,11 @@ def parse_dljob_status(value: object, path: str = "status") -> DLJobStatus:
         scheduled_time=_read_time(raw, "scheduledTime", path),
         start_time=_read_time(raw, "startTime", path),
         completion_time=_read_time(raw, "completionTime", path),
+        priority=(
+            read_int(raw, "priority", path, lo=-(2**31), hi=2**31 - 1)
+            if "priority" in raw
+            else None
+        ),
         migrations=_parse_migrations(raw.get("migrations", {}), f"{path}.migrations"),
         migration=(
             _parse_migration(raw["migration"], f"{path}.migration") if "migration" in raw else None

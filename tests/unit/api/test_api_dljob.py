@@ -45,7 +45,7 @@ def test_valid_job_gets_defaults() -> None:
     assert (job.name, job.namespace, job.key) == ("valid", "default", "default/valid")
     assert job.spec.replicas == 1 and job.spec.gpus_per_replica == 1
     assert job.spec.gpu.mode == c.GPU_MODE_AUTO and not job.spec.gpu.explicit
-    assert job.spec.priority == 0 and job.spec.queue == c.DEFAULT_QUEUE
+    assert job.spec.priority_class_name is None and job.spec.queue == c.DEFAULT_QUEUE
     assert job.spec.restart_policy == "Never"
     assert job.status == DLJobStatus()
     assert isinstance(job.spec.profile, InlineProfile)
@@ -59,7 +59,8 @@ def test_explicit_share_and_configmap_profile() -> None:
     obj["spec"].update(
         replicas=4,
         gpusPerReplica=2,
-        priority=-10,
+        priorityClassName="research-low",
+        priority=0,  # the old CRD's default, stored on every DLJob made before: ignored
         queue="research",
         gpu={"mode": "explicit", "corePercent": 30, "memoryMiB": 8192},
         profile={"configMapRef": {"name": "bert.profile"}},
@@ -71,7 +72,8 @@ def test_explicit_share_and_configmap_profile() -> None:
         8192,
     )
     assert job.spec.profile == ConfigMapProfileRef("bert.profile", c.PROFILE_CONFIGMAP_DEFAULT_KEY)
-    assert (job.spec.replicas, job.spec.gpus_per_replica, job.spec.priority) == (4, 2, -10)
+    assert (job.spec.replicas, job.spec.gpus_per_replica) == (4, 2)
+    assert job.spec.priority_class_name == "research-low"
     assert job.spec.queue == "research"
 
 
@@ -318,10 +320,8 @@ def test_crd_limits_match_constants() -> None:
     assert spec["gpu"]["properties"]["memoryMiB"]["maximum"] == c.MAX_GPU_MEMORY_MIB
     assert spec["gpu"]["properties"]["corePercent"]["maximum"] == c.GPU_CORE_UNITS_PER_GPU
     assert spec["gpu"]["properties"]["mode"]["enum"] == list(c.GPU_MODES)
-    assert (spec["priority"]["minimum"], spec["priority"]["maximum"]) == (
-        c.DLJOB_PRIORITY_MIN,
-        c.DLJOB_PRIORITY_MAX,
-    )
+    assert spec["priorityClassName"]["maxLength"] == 253 and "default" not in spec["priority"]
+    assert status["priority"]["format"] == "int32"
     assert spec["profile"]["properties"]["features"]["maxProperties"] == c.MAX_PROFILE_FEATURES
     ref = spec["profile"]["properties"]["configMapRef"]["properties"]
     assert ref["key"]["default"] == c.PROFILE_CONFIGMAP_DEFAULT_KEY
