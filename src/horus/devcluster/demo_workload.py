@@ -21,6 +21,8 @@ from horus.devcluster.images import IMAGES, reference
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
+#: The PriorityClasses the examples and the demo's own jobs name (cluster-scoped; applied first).
+PRIORITY_CLASSES = EXAMPLES / "cluster" / "priority-classes.yaml"
 #: The example that can never be placed (it asks for more memory than any GPU has).
 UNPLACEABLE = "does-not-fit"
 #: The demo-only job whose simulated memory use exceeds its share: the watchdog evicts it.
@@ -56,7 +58,7 @@ kind: DLJob
 metadata:
   name: {HOG}
 spec:
-  priority: 1000
+  priorityClassName: horus-example-urgent   # examples/cluster/priority-classes.yaml
   gpu:
     mode: explicit
     corePercent: 100
@@ -95,8 +97,10 @@ def workload(options: DemoOptions) -> tuple[list[Path], list[Path]]:
     first.insert(0, _write_hog(jobs))
     first.append(_write_waiting(jobs, options.nodes * options.gpus_per_node))
     # Highest priority first, so the passes place them in the order one queue pass would
-    # (a job submitted early is placed early, whatever its priority).
+    # (a job submitted early is placed early, whatever its priority); the classes they name
+    # before them all (a job naming a missing class would wait until it exists).
     first.sort(key=lambda p: -_priority(p))
+    first.insert(0, PRIORITY_CLASSES)
     if options.kwok:
         return first, late
     return [on_real_nodes(p, jobs, options.directory) for p in first], [
@@ -116,7 +120,8 @@ def _write_hog(jobs: Path) -> Path:
 def _write_waiting(jobs: Path, gpus: int) -> Path:
     waiting = zoo_job(WAITING, EXAMPLES / "profiles" / "resnet50-b64.yaml", gpus)
     waiting["spec"].update(
-        priority=-1000, gpu={"mode": "explicit", "corePercent": 100, "memoryMiB": 40960}
+        priorityClassName="horus-example-backfill",
+        gpu={"mode": "explicit", "corePercent": 100, "memoryMiB": 40960},
     )
     path = jobs / f"{WAITING}.yaml"
     path.write_text(
@@ -251,10 +256,20 @@ def _workload_container(
 
 
 def _priority(path: Path) -> int:
-    """The highest ``spec.priority`` of the DLJobs in a manifest (0 when unset)."""
+    """The highest priority of the DLJobs in a manifest: their classes' values in
+    ``PRIORITY_CLASSES`` (0 without a class)."""
+    values = {
+        d["metadata"]["name"]: int(d["value"])
+        for d in yaml.safe_load_all(PRIORITY_CLASSES.read_text())
+        if isinstance(d, dict) and d.get("kind") == "PriorityClass"
+    }
     docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     return max(
-        (int((d.get("spec") or {}).get("priority") or 0) for d in docs if d.get("kind") == "DLJob"),
+        (
+            values.get(str((d.get("spec") or {}).get("priorityClassName")), 0)
+            for d in docs
+            if d.get("kind") == "DLJob"
+        ),
         default=0,
     )
 

@@ -65,3 +65,22 @@ def test_does_not_fit_is_within_the_crd_cap_but_over_any_gpu() -> None:
     largest = max(spec.memory_mib for spec in GPU_SPECS.values())
     assert job.spec.gpu.memory_mib is not None
     assert largest < job.spec.gpu.memory_mib <= c.MAX_GPU_MEMORY_MIB
+
+
+def test_every_class_the_examples_name_is_in_the_examples_priority_classes() -> None:
+    """A job naming a class that does not exist waits (PriorityClassNotFound): the classes
+    the examples use ship beside them, for a cluster admin to apply once."""
+    classes = {
+        d["metadata"]["name"]: d["value"]
+        for d in _docs(EXAMPLES / "cluster" / "priority-classes.yaml")
+        if d["kind"] == "PriorityClass"
+    }
+    named = {
+        job.spec.priority_class_name
+        for path in MANIFESTS
+        for d in _docs(path)
+        if d["kind"] == c.DLJOB_KIND
+        and (job := parse_dljob(d)).spec.priority_class_name is not None
+    }
+    assert named and named <= set(classes)
+    assert classes["horus-example-high"] > 0 > classes["horus-example-low"]

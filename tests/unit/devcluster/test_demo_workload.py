@@ -13,6 +13,7 @@ from horus.devcluster.demo_workload import (
     EXAMPLES,
     HOG,
     LATE,
+    PRIORITY_CLASSES,
     WAITING,
     on_real_nodes,
     workload,
@@ -74,13 +75,17 @@ def test_movable_zoo_job_checkpoints_like_the_movable_example() -> None:
 def test_workload_waves_hog_first_by_priority_and_the_movable_job_last(tmp_path: Path) -> None:
     first, late = workload(DemoOptions.make(tmp_path, quick=True, kwok=True))
     assert [p.stem for p in late] == [LATE]
-    assert first[0].stem == HOG and first[-1].stem == WAITING
+    assert first[0] == PRIORITY_CLASSES  # the classes the jobs name exist before them
+    assert first[1].stem == HOG and first[-1].stem == WAITING
     assert LATE not in {p.stem for p in first}
+    values = {
+        d["metadata"]["name"]: d["value"] for d in yaml.safe_load_all(first[0].read_text()) if d
+    }
     prio = []
-    for path in first:
+    for path in first[1:]:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "DLJob"]
-        prio.append(int(docs[0]["spec"].get("priority", 0)))
-    assert prio == sorted(prio, reverse=True)
+        prio.append(values.get(docs[0]["spec"].get("priorityClassName"), 0))
+    assert prio == sorted(prio, reverse=True) and prio[0] == 1000 and prio[-1] == -1000
 
 
 def test_on_real_nodes_the_checkpoint_owner_runs_the_workload_image(tmp_path: Path) -> None:
