@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from horus.api.signing import KeyRing
 from horus.deviceplugin.api import api_pb2 as pb
 from horus.deviceplugin.api import api_pb2_grpc as pb_grpc
 
@@ -144,7 +145,7 @@ class FakeKubelet:
 
 
 def assignment_annotations(
-    key: bytes | None,
+    key: KeyRing | None,
     namespace: str,
     name: str,
     node: str,
@@ -153,19 +154,35 @@ def assignment_annotations(
     core: int,
     memory_mib: int,
     sign_as: tuple[str, str] | None = None,
+    uid: str | None = None,
 ) -> dict[str, str]:
     """The scheduler's annotations; ``key=None`` leaves the signature out, ``sign_as`` signs
-    for another pod (a copied signature)."""
+    for another pod (a copied signature). The signature binds the pod's UID: ``uid``, else
+    ``uid-<name>`` (what the unit tests' fake apiserver gives a pod); on a real apiserver sign
+    after the create with :func:`sign_created_pod`."""
     from horus.api.assignment import GpuAssignment, encode_assignment
-    from horus.api.signing import sign_assignment
     from horus.common import constants as c
 
     text = encode_assignment(GpuAssignment(node, gpu_uuid, gpu_index, core, memory_mib))
     out = {c.ANNOTATION_GPU_ASSIGNMENT: text}
     if key is not None:
         ns, pod = sign_as or (namespace, name)
-        out[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(key, ns, pod, text)
+        out[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = key.sign_assignment(
+            ns, pod, uid or f"uid-{pod}", "", 0, text
+        )
     return out
+
+
+def sign_created_pod(core: Any, key: KeyRing, namespace: str, name: str) -> dict[str, Any]:
+    """Sign a pod that exists (its UID is the apiserver's) as the extender's bind does: the
+    signature annotation is patched onto it. Returns the pod as read."""
+    from horus.common import constants as c
+
+    pod = core.read_namespaced_pod(name, namespace)
+    text = (pod.metadata.annotations or {})[c.ANNOTATION_GPU_ASSIGNMENT]
+    signature = key.sign_assignment(namespace, name, pod.metadata.uid, "", 0, text)
+    body = {"metadata": {"annotations": {c.ANNOTATION_ASSIGNMENT_SIGNATURE: signature}}}
+    return core.patch_namespaced_pod(name, namespace, body).to_dict()  # type: ignore[no-any-return]
 
 
 def pod_manifest(

@@ -142,9 +142,7 @@ def _optional(
         return None
 
 
-def parse_pod(
-    obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | bytes | None = None
-) -> PodInfo | None:
+def parse_pod(obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | None = None) -> PodInfo | None:
     """The :class:`PodInfo` of a pod object (as JSON), or None when the agent should skip it.
 
     Pods without an assignment are not Horus's and are skipped silently; pods that are not
@@ -153,8 +151,7 @@ def parse_pod(
     """
     if not _running(obj):
         return None
-    ring = KeyRing(key) if isinstance(key, bytes) else key
-    assignment = _assignment(obj, skips, ring)
+    assignment = _assignment(obj, skips, key)
     if assignment is None:
         return None
     meta = obj["metadata"]

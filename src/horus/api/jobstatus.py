@@ -245,6 +245,7 @@ class DLJobStatus:
 _STATUS_KEYS = (
     "phase",
     "placementSignature",
+    "placementEpoch",
     "priority",
     "reason",
     "message",

@@ -7,7 +7,9 @@ create a pod can write that annotation, so each of them must check the
 ``horus.io/gpu-assignment-signature`` beside it (:mod:`horus.api.signing`) — and they used
 to do it three ways, in three orders, with three sets of words. :func:`read_pod_assignment`
 is the one reading: present, well formed (bounded, every field checked), signed for exactly
-this pod and text; the answer says which of these failed, in one sentence naming the pod and
+this pod — its namespace, name and UID, the UID of the DLJob that controls it, and the text
+(:mod:`horus.api.signing`) — and which record epoch it was bound in; the answer says which of
+these failed, in one sentence naming the pod and
 the annotation, and each caller adds only what the failure means for it (refused, not
 enforced, not counted).
 
@@ -24,10 +26,15 @@ from typing import Any
 
 from horus.api.assignment import GpuAssignment, decode_assignment
 from horus.api.signing import KeyRing
-from horus.common.constants import ANNOTATION_ASSIGNMENT_SIGNATURE, ANNOTATION_GPU_ASSIGNMENT
+from horus.common.constants import (
+    ANNOTATION_ASSIGNMENT_SIGNATURE,
+    ANNOTATION_GPU_ASSIGNMENT,
+    API_GROUP,
+    DLJOB_KIND,
+)
 from horus.common.errors import ValidationError
 
-__all__ = ["AssignmentProblem", "PodAssignment", "read_pod_assignment"]
+__all__ = ["AssignmentProblem", "PodAssignment", "controller_dljob_uid", "read_pod_assignment"]
 
 
 class AssignmentProblem(StrEnum):
@@ -36,7 +43,7 @@ class AssignmentProblem(StrEnum):
     MISSING = "missing"  # no horus.io/gpu-assignment: not a pod Horus placed
     MALFORMED = "malformed"  # present but not a valid assignment
     UNSIGNED = "unsigned"  # no horus.io/gpu-assignment-signature
-    FORGED = "forged"  # a signature that does not verify for this pod and text
+    FORGED = "forged"  # a signature that does not verify for this pod (UID), job and text
 
     @property
     def signature(self) -> bool:
@@ -58,6 +65,8 @@ class PodAssignment:
     assignment: GpuAssignment | None
     problem: AssignmentProblem | None = None
     detail: str = ""  # one sentence naming the pod, the annotation and what is wrong
+    #: The record epoch the signature binds (None: unsigned, or not verified).
+    epoch: int | None = None
 
     @property
     def trusted(self) -> bool:
@@ -72,11 +81,25 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def controller_dljob_uid(meta: Mapping[str, Any]) -> str:
+    """The UID of the DLJob that controls a pod (its controller ownerReference of kind DLJob
+    in the horus.io group), or "" for any other pod (a plain pod's signature binds "")."""
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller") is True
+            and ref.get("kind") == DLJOB_KIND
+            and str(ref.get("apiVersion") or "").split("/")[0] == API_GROUP
+        ):
+            return str(ref.get("uid") or "")
+    return ""
+
+
 def read_pod_assignment(pod: Mapping[str, Any], keys: KeyRing | None) -> PodAssignment:
     """The decoded assignment of ``pod`` and whether it is trusted.
 
-    ``keys`` verifies the signature (the current and, during a rotation, previous keys);
-    None reads without verifying — only for callers that hold no key (tools, a preferred
+    ``keys`` verifies the signature (every published public key); None reads without verifying — only for callers that hold no key (tools, a preferred
     allocation that grants nothing) and say so.
     """
     meta = _mapping(pod.get("metadata"))
@@ -111,14 +134,19 @@ def read_pod_assignment(pod: Mapping[str, Any], keys: KeyRing | None) -> PodAssi
             f"{who} has no {ANNOTATION_ASSIGNMENT_SIGNATURE}: its {ANNOTATION_GPU_ASSIGNMENT} "
             "is not signed by Horus (written by hand or by another tool)",
         )
-    if not keys.verify_assignment(namespace, name, text, signature):
+    uid = str(meta.get("uid") or "")
+    epoch = keys.verify_assignment(
+        namespace, name, uid, controller_dljob_uid(meta), text, signature
+    )
+    if epoch is None:
         return PodAssignment(
             namespace,
             name,
             assignment,
             AssignmentProblem.FORGED,
             f"{who} has an invalid {ANNOTATION_ASSIGNMENT_SIGNATURE}, one that does not verify "
-            f"for this pod and assignment: its {ANNOTATION_GPU_ASSIGNMENT} is not signed by "
-            "Horus (forged, copied from another pod, or edited)",
+            f"for this pod (its UID), its job and its assignment with any published key: its "
+            f"{ANNOTATION_GPU_ASSIGNMENT} is not signed by Horus (forged, copied from another "
+            "or an earlier pod, edited, or signed with a key no longer published)",
         )
-    return PodAssignment(namespace, name, assignment)
+    return PodAssignment(namespace, name, assignment, epoch=epoch)

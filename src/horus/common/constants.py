@@ -47,16 +47,25 @@ ANNOTATION_GPU_INVENTORY: Final = f"{API_GROUP}/gpu-inventory"  # node: JSON lis
 ANNOTATION_GPU_ASSIGNMENT: Final = f"{API_GROUP}/gpu-assignment"  # pod: chosen GPU and share
 ANNOTATION_PREDICTED: Final = f"{API_GROUP}/predicted"  # pod: predicted util/memory/version
 ANNOTATION_GRAPH_PROFILE: Final = f"{API_GROUP}/graph-profile"  # plain pod: its model profile
-# pod: HMAC-SHA256 of the assignment, keyed by the cluster's assignment key (see api/signing.py)
+# pod: Ed25519 signature of the assignment, bound to the pod's UID, its DLJob's UID and the
+# record epoch ("v2:<epoch>:<signature>", see api/signing.py); the operator puts it in the
+# Binding, so it lands on the pod together with spec.nodeName
 ANNOTATION_ASSIGNMENT_SIGNATURE: Final = f"{API_GROUP}/gpu-assignment-signature"
 
-# --- The cluster secret that signs assignments (only the operator and device plugin read it) --
+# --- The signing key pair (issue 24): only the operator and the extender hold the private key --
 HORUS_NAMESPACE: Final = "horus-system"
-ASSIGNMENT_KEY_SECRET: Final = "horus-assignment-key"
-ASSIGNMENT_KEY_SECRET_KEY: Final = "key"
-#: The Secret's optional entry of keys that still verify during a rotation (one per line).
-ASSIGNMENT_KEY_SECRET_PREVIOUS: Final = "previous"
+#: Secret with the Ed25519 private key (PKCS8 PEM) that signs assignments and records.
+SIGNING_KEY_SECRET: Final = "horus-signing-key"
+SIGNING_KEY_SECRET_ENTRY: Final = "private.pem"
+#: ConfigMap with the public keys that verify (current + earlier ones; Horus never removes one).
+VERIFY_KEYS_CONFIGMAP: Final = "horus-verify-keys"
+VERIFY_KEYS_CONFIGMAP_ENTRY: Final = "keys.pem"
+#: ConfigMap annotation prefix: when the operator published a key (``<prefix><key id>``).
+ANNOTATION_KEY_PUBLISHED_PREFIX: Final = "horus.io/published-"
+#: Operator/extender: a private key PEM file (else the Secret). Nodes: the public keys file.
 ASSIGNMENT_KEY_FILE_ENV: Final = "HORUS_ASSIGNMENT_KEY_FILE"
+#: Before Horus 0.2: the HMAC Secret (no longer read; docs/operator.md says how to upgrade).
+LEGACY_ASSIGNMENT_KEY_SECRET: Final = "horus-assignment-key"
 
 # --- The extender's TLS: its server certificate and the CA its callers' certificates carry ----
 # Created by the operator (or the extender) when absent (horus.operator.extender.tls); the
@@ -116,6 +125,7 @@ METRIC_EXTENDER_LATENCY: Final = "horus_extender_request_duration_seconds"
 # connections refused before HTTP: no client certificate, one from another CA, plain HTTP
 METRIC_EXTENDER_TLS_REFUSED: Final = "horus_extender_tls_refused"  # client adds _total
 METRIC_MIGRATIONS: Final = "horus_migrations"  # client adds _total; label reason
+METRIC_SIGNING_KEY_AVAILABLE: Final = "horus_signing_key_available"  # 0: placement paused
 
 MIB: Final = 1024 * 1024  # bytes in one MiB: shares, NVML and torch readings convert with it
 
@@ -205,6 +215,8 @@ MIGRATION_POLICIES: Final = (MIGRATION_NEVER, MIGRATION_ON_CHECKPOINT)
 ENV_CHECKPOINT_PATH: Final = "HORUS_CHECKPOINT_PATH"
 #: DLJob status field: the operator's signature over the job's uid, phase and placements.
 STATUS_PLACEMENT_SIGNATURE: Final = "placementSignature"
+#: Raised on every signed record write; pods carry the epoch they were bound in (rollback).
+STATUS_PLACEMENT_EPOCH: Final = "placementEpoch"
 PROFILE_SCHEMA_VERSION: Final = 1  # the graph-profile schemaVersion this Horus reads
 GRAPH_PROFILE_KIND: Final = "GraphProfile"  # kind of the document `horus profile` writes
 

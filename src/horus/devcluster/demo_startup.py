@@ -12,7 +12,6 @@ the processes here; ``demo``'s docstring says why they have these values.
 
 from __future__ import annotations
 
-import base64
 import os
 import socket
 import sys
@@ -166,6 +165,7 @@ def start_kwok(state: DemoState, server: str, opts: DemoOptions, say: Say) -> li
         "==> agent (simulated backend for type=kwok nodes, dev-only ServiceAccount "
         f"{c.KWOK_AGENT_SERVICE_ACCOUNT}, :{agent_port})"
     )
+    _write_verify_keys(state, key_file, op)
     agent = _spawn(state, "agent", _agent_args(config, kubeconfigs, key_file, agent_port), env)
     scrape = [
         {"job_name": f"horus-{name}", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
@@ -240,8 +240,8 @@ def kwok_agent_rbac() -> list[dict[str, Any]]:
 
 def _pod_mounts(state: DemoState, server: str, folder: Path) -> tuple[Path, dict[str, Path], Path]:
     """What the pods would mount, as files in ``folder``: the chart's config, a kubeconfig
-    per role with its ServiceAccount's token, and the assignment key (read as admin: the
-    agent may not read Secrets)."""
+    per role with its ServiceAccount's token, and where the published verify keys go
+    (:func:`_write_verify_keys` writes them once the operator has published them)."""
     config = folder / "config.yaml"
     config.write_text(
         kubectl(
@@ -264,16 +264,27 @@ def _pod_mounts(state: DemoState, server: str, folder: Path) -> tuple[Path, dict
         path = folder / f"{role}.kubeconfig"
         write_kubeconfig(path, server, ca, token, f"system:serviceaccount:{NAMESPACE}:{sa}")
         kubeconfigs[role] = path
-    key_b64 = kubectl(
-        state,
-        *("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE),
-        "-o",
-        f"jsonpath={{.data.{c.ASSIGNMENT_KEY_SECRET_KEY}}}",
-    ).stdout.strip()
-    key_file = folder / "assignment.key"
-    key_file.write_bytes(base64.b64decode(key_b64))
-    key_file.chmod(0o600)
-    return config, kubeconfigs, key_file
+    return config, kubeconfigs, folder / "verify-keys.pem"
+
+
+def _write_verify_keys(state: DemoState, key_file: Path, operator: ManagedProcess) -> None:
+    """The public keys the agent verifies with (the ConfigMap the chart mounts on nodes),
+    as soon as the operator has published them on its first start."""
+
+    def published() -> bool:
+        text = kubectl(
+            state,
+            *("get", "configmap", c.VERIFY_KEYS_CONFIGMAP, "-n", NAMESPACE),
+            "-o",
+            "jsonpath={.data.keys\\.pem}",  # c.VERIFY_KEYS_CONFIGMAP_ENTRY
+            check=False,
+        ).stdout
+        if "BEGIN PUBLIC KEY" not in text:
+            return False
+        key_file.write_text(text)
+        return True
+
+    _wait("the operator's published verify keys", published, 90, operator)
 
 
 def _agent_args(config: Path, kubeconfigs: dict[str, Path], key_file: Path, port: int) -> list[str]:

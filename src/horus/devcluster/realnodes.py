@@ -956,7 +956,7 @@ def _core_api(kubeconfig: str) -> Any:
 
 def _ensure_device_plugin_rbac(kubeconfig: str) -> None:
     """The host device plugin's rights: the chart's node role (manifests/rbac/node.yaml, the
-    one source), plus reading the assignment key Secret the chart would mount for it."""
+    one source; its configmaps get covers the published verify keys it reads)."""
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
@@ -964,15 +964,7 @@ def _ensure_device_plugin_rbac(kubeconfig: str) -> None:
 
     docs = yaml.safe_load_all((repo_root() / "manifests" / "rbac" / "node.yaml").read_text())
     role = next(d for d in docs if d and d.get("kind") == "ClusterRole")
-    rules = [
-        *role["rules"],
-        {
-            "apiGroups": [""],
-            "resources": ["secrets"],
-            "resourceNames": [c.ASSIGNMENT_KEY_SECRET],
-            "verbs": ["get"],
-        },
-    ]
+    rules = list(role["rules"])
     api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     rbac: Any = client.RbacAuthorizationV1Api(api)
     objects: list[tuple[Any, Any, dict[str, Any]]] = [

@@ -11,8 +11,9 @@ The kubelet's Allocate request names only device IDs, never a pod. Production sh
    pods in the order they were bound.
 
 That pod's ``horus.io/gpu-assignment`` must then be present, well formed, **signed by the
-scheduler** (HMAC with the cluster key, :mod:`horus.api.signing` — a user can write any
-annotation, so the pod's own word is never trusted), for this node, on GPUs this node has and
+scheduler** for exactly this pod (its UID) and job (Ed25519, verified with the published public
+keys only, :mod:`horus.api.signing` — a user can write any annotation, and a node holds no key
+that signs, so the pod's own word is never trusted), for this node, on GPUs this node has and
 that are healthy, and for exactly the amount requested. Anything else is refused: a
 :class:`AllocationRefused` (the gRPC layer turns it into an error the kubelet shows in the
 pod's status) and a Warning Event on the pod saying what was wrong. Refusing is safe: the
@@ -105,9 +106,11 @@ class ContainerGrant:
 
 
 class AssignmentKey:
-    """The key ring: from a mounted Secret (:class:`~horus.api.signing.KeyFileRing`: its
-    ``key`` file, plus a ``previous`` file beside it during a rotation; re-read when either
-    changes) or the Secret itself (cached)."""
+    """The public keys that verify (never a private key: a node cannot sign): the mounted
+    ConfigMap ``horus-verify-keys`` (:class:`~horus.api.signing.KeyFileRing`, re-read when the
+    file changes) or the ConfigMap itself (cached). A signature that does not verify re-reads
+    the ConfigMap through the API too, so a key published moments ago (before the kubelet
+    refreshed the mount) is accepted at once."""
 
     def __init__(self, api: NodeApi, key_file: Path | None) -> None:
         self.api = api
@@ -118,7 +121,15 @@ class AssignmentKey:
 
     def get(self, refresh: bool = False) -> KeyRing:
         if self._file is not None:
-            return self._file.ring()
+            ring = self._file.ring()
+            if not refresh:
+                return ring
+            try:
+                fresh = self.api.read_assignment_key()
+            except Exception as exc:  # no access, API down: the mounted keys still verify
+                log.debug("cannot read the published keys through the API: %s", exc)
+                return ring
+            return KeyRing(ring.verify.union(fresh.verify), None, ring.why_not)
         age = time.monotonic() - self._read_at
         if self._ring is None or age > KEY_REFRESH_S or (refresh and age > KEY_RETRY_S):
             self._ring = self.api.read_assignment_key()
@@ -356,14 +367,17 @@ class Allocator:
         """Last line against over-commit: refuse a share that, with the shares already
         allocated on this node, would pass a GPU's core or memory.
 
+        Every pod this plugin allocated counts with the share it claims, whether or not its
+        signature still verifies: it verified at its Allocate, its containers hold the GPU, and
+        a key that is lost or revoked later must never un-count a share in use (issue 24).
+
         Two placers (the operator and the extender) decide independently; each re-checks after
         writing, but a narrow window remains in which both may pick the same GPU. Here every
         Allocate is serialised, so the first pod admitted keeps its share and the second is
-        refused with the figures. Only pods this plugin allocated (with a valid signature)
-        count; a pod being deleted still holds its GPU until its containers stop.
+        refused with the figures. Only pods this plugin allocated count; a pod being deleted
+        still holds its GPU until its containers stop.
         """
         mine = _name(pod)
-        key = self.key.get()  # _verified has just read it (cached)
         core: dict[str, int] = {}
         memory: dict[str, int] = {}
         holders: dict[str, list[str]] = {}
@@ -372,8 +386,8 @@ class Allocator:
                 continue
             if (other.get("status") or {}).get("phase") in _FINISHED:
                 continue
-            held = read_pod_assignment(other, key)
-            if held.assignment is None or not held.trusted:
+            held = read_pod_assignment(other, None)  # allocated: verified then (docstring)
+            if held.assignment is None:
                 continue
             for ref in held.assignment.all_gpus:
                 core[ref.gpu_uuid] = core.get(ref.gpu_uuid, 0) + ref.core_percent

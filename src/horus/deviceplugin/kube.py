@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from horus.api.raw import discard, read_items, read_object
-from horus.api.signing import KeyRing, ring_from_secret_data
+from horus.api.signing import KeyRing, parse_public_keys
 from horus.common.constants import (
-    ASSIGNMENT_KEY_SECRET,
     EVENT_COMPONENT_DEVICE_PLUGIN,
     HORUS_NAMESPACE,
+    VERIFY_KEYS_CONFIGMAP,
+    VERIFY_KEYS_CONFIGMAP_ENTRY,
 )
 from horus.common.errors import ConfigError
 from horus.kube.client import api_client
@@ -130,15 +131,17 @@ class KubeApi:
         discard(self.core.patch_node(node, body, _preload_content=False))
 
     def read_assignment_key(self) -> KeyRing:
+        """The published public keys (ConfigMap ``horus-verify-keys``), verify-only."""
         from kubernetes.client.exceptions import ApiException
 
-        where = f"Secret {HORUS_NAMESPACE}/{ASSIGNMENT_KEY_SECRET}"
+        where = f"ConfigMap {HORUS_NAMESPACE}/{VERIFY_KEYS_CONFIGMAP}"
         try:
-            secret = self.core.read_namespaced_secret(ASSIGNMENT_KEY_SECRET, HORUS_NAMESPACE)
+            cm = self.core.read_namespaced_config_map(VERIFY_KEYS_CONFIGMAP, HORUS_NAMESPACE)
         except ApiException as exc:
             raise ConfigError(
-                f"cannot read {where}: HTTP {exc.status} {exc.reason}; the operator creates it "
-                "on first start, and the device plugin needs get on it (or mount it and set "
-                "HORUS_ASSIGNMENT_KEY_FILE)"
+                f"cannot read {where}: HTTP {exc.status} {exc.reason}; the operator publishes "
+                "it on first start, and the device plugin needs get on it (or mount it and set "
+                "HORUS_ASSIGNMENT_KEY_FILE to its keys.pem)"
             ) from None
-        return ring_from_secret_data(secret.data, where)
+        text = str((cm.data or {}).get(VERIFY_KEYS_CONFIGMAP_ENTRY) or "")
+        return KeyRing(parse_public_keys(text, where), None, "nodes verify only")

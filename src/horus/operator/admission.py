@@ -157,9 +157,7 @@ class Admission:
         if seen is not None and started - seen < DRY_RUN_CACHE_SECONDS:
             return None
         record = {"replica": 0, "node": "dry-run", "gpuUUID": "GPU-dry-run", "gpuIndex": 0}
-        manifest = pod_manifest(
-            ctx.obj, 0, [{**record, "corePercent": 1, "memoryMiB": 1}], self._keys()
-        )
+        manifest = pod_manifest(ctx.obj, 0, [{**record, "corePercent": 1, "memoryMiB": 1}])
         try:
             self.api.create_pod(ctx.namespace, manifest, dry_run=True)
         except PodRejected as exc:

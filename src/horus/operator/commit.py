@@ -3,7 +3,9 @@
 The order of one placement is what makes a crash at any instant safe (the module docstring of
 :mod:`horus.operator.reconcile` says why): the signed record first, then one pod per replica
 (deterministic names: ``AlreadyExists`` means a previous attempt made it), then its Binding
-("already assigned" means a previous attempt bound it). A placed job whose pods are missing
+("already assigned" means a previous attempt bound it). The Binding carries the assignment's
+signature, which binds the pod's UID (known only once the pod exists) and the record's epoch;
+the apiserver copies it onto the pod in the write that binds it, only if the UID still matches. A placed job whose pods are missing
 or unbound is *finished* from its record on every pass, never placed again — unless it cannot
 make progress: a pod the apiserver refuses, or nothing started within the progress deadline,
 gives the share back (requeued without pods, failed otherwise).
@@ -27,7 +29,14 @@ from horus.operator.bindgate import BindGate
 from horus.operator.jobapi import JobApi, PodRejected
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
-from horus.operator.podspec import owner_uid, placement_record, pod_manifest, pod_name
+from horus.operator.podspec import (
+    binding_annotations,
+    owner_uid,
+    placement_record,
+    pod_manifest,
+    pod_name,
+)
+from horus.operator.records import record_epoch
 from horus.operator.writer import StatusWriter
 from horus.scheduler import Placement
 
@@ -227,7 +236,9 @@ class Committer:
         if self.gate is not None and not self.gate.claim(node, pod):
             report.count("binds_deferred")  # a twin on the node awaits Allocate; next pass
             return
-        if self.api.bind(ctx.namespace, name, node):
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        signed = binding_annotations(pod, record_epoch(ctx.status), self.writer.keys())
+        if self.api.bind(ctx.namespace, name, node, uid, signed):
             report.count("pods_bound")
         pod.setdefault("spec", {})["nodeName"] = node
 
@@ -237,12 +248,7 @@ class Committer:
         unit = self.node_units().get(str(recs[0]["node"]), 1)
         predicted = ctx.status.get("predicted")
         manifest = pod_manifest(
-            ctx.obj,
-            replica,
-            recs,
-            self.writer.keys(),
-            unit,
-            predicted if isinstance(predicted, dict) else None,
+            ctx.obj, replica, recs, unit, predicted if isinstance(predicted, dict) else None
         )
         pod = self.api.create_pod(ctx.namespace, manifest)
         if pod is not None:

@@ -108,8 +108,15 @@ class Controller:
         # extra connections under load ("Connection pool is full").
         api = api_client(s.kubeconfig or None, 2 * s.workers + max(2, s.workers // 4) + 4)
         key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
-        # Re-read every 30 s: a rotated key (docs/operator.md) is used without a restart.
-        key = await asyncio.to_thread(AssignmentKeySource, client.CoreV1Api(api), key_file)
+        # Re-read every key_refresh_seconds: a rotated key (docs/operator.md) is used without a
+        # restart, and a lost one pauses placement until it is back (assignment_key).
+        key = await asyncio.to_thread(
+            AssignmentKeySource,
+            client.CoreV1Api(api),
+            key_file,
+            s.key_refresh_seconds,
+            s.key_publish_delay,
+        )
         if self.predictor is None:
             self.predictor = await asyncio.to_thread(load_operator_predictor, s)
         predictor = self.predictor

@@ -82,8 +82,22 @@ class JobApi(Protocol):
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def bind(self, namespace: str, name: str, node: str) -> bool:
-        """Bind; False when already bound (409); ``Conflict`` when the pod vanished."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        uid: str = "",
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Bind; False when already bound (409); ``Conflict`` when the pod vanished. ``uid``:
+        only the pod with this UID (a precondition); ``annotations`` go onto the pod with
+        ``spec.nodeName``, in the same write (the Binding's ``metadata.annotations``)."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
+        """Delete with the pod's own grace period; ``uid``: only the pod with this UID (a
+        precondition: a pod re-created under the name since it was read is left alone)."""
         ...
 
     def delete_pod(self, namespace: str, name: str) -> None: ...
@@ -181,13 +195,20 @@ class KubeJobApi:
             raise
         return read_object(resp)
 
-    def bind(self, namespace: str, name: str, node: str) -> bool:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        uid: str = "",
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
@@ -227,6 +248,11 @@ class KubeJobApi:
             raise ProfileUnavailable(
                 f"cannot read ConfigMap {namespace}/{name}: HTTP {exc.status} {exc.reason}"
             ) from None
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
         data = obj.get("data")
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 

@@ -19,6 +19,12 @@ scheduling pass starts from it:
   A DLJob pod whose job has live placements is *not* counted again (dedup by job); plain
   pods are keyed by pod.
 
+  A pod whose signature does not verify (any more) but that the node's device plugin has
+  allocated (``horus.io/gpu-allocated``, which only the node identity may write) is still
+  counted, with the share it claims: it verified when it was allocated, its containers hold
+  the GPU, and losing or revoking a key must never un-count a share in use (issue 24). A pod
+  that was never allocated holds nothing and is not counted (a replay of a signed pod).
+
 Everything here is a pure function of lists of plain ``dict`` objects (the apiserver's JSON,
 camelCase), so it is unit-tested without a cluster; the placers fetch them. The scheduler
 extender uses the same module.
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,8 +143,12 @@ def build_live_state(
     predictor: Predictor | None = None,
     profiles: Mapping[str, GraphProfile] | None = None,
     keys: KeyRing | None = None,
+    distrusted: Collection[str] = (),
 ) -> LiveState:
     """Build the live cluster state (see the module docstring for the rules).
+
+    ``distrusted``: DLJobs (``ns/name``) whose record the caller does not trust although it
+    is signed (a rollback): counted from their pods, as an unsigned record is.
 
     With ``keys``, only signed records count: a DLJob placement record whose signature does
     not verify is ignored (its job's pods are counted instead, from their own signed
@@ -155,7 +165,7 @@ def build_live_state(
     """
     live = _gpu_nodes(nodes)
     known = dict(profiles or {})
-    recorded = _add_dljob_records(live, dljobs, predictor, known, keys)
+    recorded = _add_dljob_records(live, dljobs, predictor, known, keys, distrusted)
     for jname, members in _pod_groups(live, pods, recorded, keys).items():
         _add_pod_group(live, jname, members, predictor, known)
     return live
@@ -195,6 +205,7 @@ def _add_dljob_records(
     predictor: Predictor | None,
     known: Mapping[str, GraphProfile],
     keys: KeyRing | None,
+    distrusted: Collection[str] = (),
 ) -> set[str]:
     """(a) the durable record: each unfinished DLJob's signed ``status.placements``; and
     every DLJob's measured pair speeds. Returns the jobs whose record was counted."""
@@ -221,7 +232,7 @@ def _add_dljob_records(
             ]
         if status.phase in TERMINAL_JOB_PHASES:
             continue  # pods of a finished job that still run are counted from the pods
-        if keys is not None and not dljob_record_trusted(obj, keys):
+        if jname in distrusted or (keys is not None and not dljob_record_trusted(obj, keys)):
             live.problems.append(
                 f"DLJob {jname}: status.placements not signed by the operator; not counted "
                 "(its pods are used instead)"
@@ -308,10 +319,23 @@ def _pod_groups(
         read = read_pod_assignment(pod, keys)
         ns, pname = read.namespace, read.name
         assignment = read.assignment
+        if (
+            assignment is not None
+            and assignment.job is not None
+            and dljob_job_name(ns, assignment.job) in recorded
+        ):
+            continue  # the job's signed record counts its shares
         if assignment is None or (keys is not None and not read.trusted):
-            why = "the device plugin gives it no GPU" if read.problem else "unreadable"
-            live.problems.append(f"{read.detail}; not counted ({why})")
-            continue
+            if assignment is not None and _allocated(pod):
+                live.problems.append(
+                    f"{read.detail}; counted anyway with the share it claims: the device "
+                    "plugin allocated it, so its containers hold the GPU"
+                )
+            else:
+                why = "the device plugin gives it no GPU" if read.problem else "unreadable"
+                live.problems.append(f"{read.detail}; not counted ({why})")
+                continue
+        assert assignment is not None
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound and bound != assignment.node:
             live.problems.append(
@@ -326,6 +350,11 @@ def _pod_groups(
             jname = pod_job_name(ns, pname)
         groups.setdefault(jname, []).append((pod, assignment))
     return groups
+
+
+def _allocated(pod: Mapping[str, Any]) -> bool:
+    """The node's device plugin allocated the pod (it verified the signature then)."""
+    return bool(annotations_of(pod).get(c.ANNOTATION_GPU_ALLOCATED))
 
 
 def _dljob_profile(

@@ -75,6 +75,13 @@ class OperatorMetrics:
             "1 while this operator replica holds the lease and writes, else 0",
             registry=r,
         )
+        self.signing_key = Gauge(
+            c.METRIC_SIGNING_KEY_AVAILABLE,
+            "1 while the operator can sign (its private key is readable and its public key "
+            "published); 0: placement, binding, moves and resets are paused, nothing is deleted",
+            registry=r,
+        )
+        self.signing_key.set(1)
         self.predictor_info = Gauge(
             c.METRIC_PREDICTOR_INFO,
             "1 for the predictor model version placing new jobs (changes when the artifact "

@@ -1,4 +1,4 @@
-"""A DLJob replica's pod, as a pure function of the job, its placement record and the key.
+"""A DLJob replica's pod, as a pure function of the job and its placement record.
 
 Why pure: the pod is the contract with three other parties — the apiserver (which must accept
 it; the operator dry-runs it before committing a share), the kubelet's device plugin (which
@@ -6,10 +6,13 @@ allocates exactly the signed assignment) and the node agent (which enforces and 
 Everything that goes into it is visible in the arguments, so it is tested without a cluster.
 
 The replica pod is the template plus: an ownerReference to the DLJob (``controller: true``),
-``schedulerName: horus-scheduler``, the ``horus.io/gpu-core``/``gpu-memory`` requests = limits
-on the first container (in the chosen node's memory unit), the labels ``horus.io/dljob`` and
-``horus.io/replica-index``, and the annotations ``horus.io/gpu-assignment`` with its HMAC
-signature and ``horus.io/predicted``.
+``schedulerName: horus-scheduler``, the job's ``spec.priorityClassName``, the
+``horus.io/gpu-core``/``gpu-memory`` requests = limits on the first container (in the chosen
+node's memory unit), the labels ``horus.io/dljob`` and
+``horus.io/replica-index``, and the annotations ``horus.io/gpu-assignment`` and
+``horus.io/predicted``. No signature: it binds the pod's UID, which exists only once the pod
+does, so the operator puts it in the pod's Binding (:func:`binding_annotations`), which the
+apiserver copies onto the pod as it sets ``spec.nodeName``.
 """
 
 from __future__ import annotations
@@ -27,12 +30,21 @@ from horus.api.assignment import (
     parse_predicted,
 )
 from horus.api.dljob import PlacementRecord
+from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import pod_gpu_requests
-from horus.api.signing import KeyRing, sign_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 
-__all__ = ["assignment_of", "owner_uid", "placement_record", "pod_manifest", "pod_name"]
+__all__ = [
+    "assignment_of",
+    "binding_annotations",
+    "owned_by",
+    "owner_uid",
+    "placement_record",
+    "pod_manifest",
+    "pod_name",
+]
 
 
 def pod_name(job: str, replica: int) -> str:
@@ -41,11 +53,27 @@ def pod_name(job: str, replica: int) -> str:
 
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:
-    """The uid of the DLJob that controls ``pod`` (None for any other pod)."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == c.DLJOB_KIND and ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
+    """The uid of the DLJob that controls ``pod`` if Horus made it, else None.
+
+    Horus made a pod when it has a controller ownerReference of kind DLJob in the horus.io
+    group *and* the Horus-owned ``horus.io/gpu-assignment`` annotation, which only Horus
+    identities may set (an admission policy). A name or label proves nothing — a tenant's
+    StatefulSet ``foo`` beside DLJob ``foo`` has a pod ``foo-0`` — and anyone who may create
+    pods may write an ownerReference, so Horus adopts or deletes no pod without both.
+    """
+    meta = pod.get("metadata") or {}
+    uid = controller_dljob_uid(meta)
+    if not uid or c.ANNOTATION_GPU_ASSIGNMENT not in (meta.get("annotations") or {}):
+        return None
+    return uid
+
+
+def owned_by(pod: Mapping[str, Any], namespace: str, uid: str) -> bool:
+    """Whether ``pod`` is a replica pod Horus made for the DLJob ``uid`` in ``namespace``
+    (:func:`owner_uid`; an ownerReference is namespace-local, so a pod elsewhere naming the
+    job's uid is not the job's)."""
+    meta = pod.get("metadata") or {}
+    return bool(uid) and meta.get("namespace") == namespace and owner_uid(pod) == uid
 
 
 def placement_record(replica: int, pod: str, node: str, gpu: Any) -> dict[str, Any]:
@@ -113,12 +141,11 @@ def pod_manifest(
     dljob: Mapping[str, Any],
     replica: int,
     records: Sequence[Mapping[str, Any]],
-    keys: KeyRing,
     unit_mib: int = 1,
     predicted: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The pod of replica ``replica`` of ``dljob`` (the raw object) placed as ``records`` say,
-    its assignment signed with ``keys``' current key; ``unit_mib``: MiB per unit of
+    its assignment not signed yet (module docstring); ``unit_mib``: MiB per unit of
     ``horus.io/gpu-memory`` on the chosen node; ``predicted``: the job's ``status.predicted``
     (its ``horus.io/predicted`` annotation)."""
     meta = dljob.get("metadata") or {}
@@ -131,9 +158,7 @@ def pod_manifest(
     text = encode_assignment(assignment)
     annotations = dict(tmeta.get("annotations") or {})
     annotations[c.ANNOTATION_GPU_ASSIGNMENT] = text
-    annotations[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
-        keys.current, namespace, name, text
-    )
+    annotations.pop(c.ANNOTATION_ASSIGNMENT_SIGNATURE, None)  # a template's copy means nothing
     if isinstance(predicted, dict):
         with contextlib.suppress(ValidationError):
             annotations[c.ANNOTATION_PREDICTED] = encode_predicted(parse_predicted(predicted))
@@ -143,6 +168,14 @@ def pod_manifest(
     pspec["schedulerName"] = c.SCHEDULER_NAME
     pspec.setdefault("restartPolicy", "Never")
     pspec.pop("nodeName", None)
+    # The job's class (never the template's: the schema refuses one there), so the apiserver's
+    # Priority admission sets spec.priority and ResourceQuota scopes apply to the replicas —
+    # checked by the operator's dry run before any share is committed.
+    pspec.pop("priority", None)
+    pspec.pop("priorityClassName", None)
+    klass = (dljob.get("spec") or {}).get("priorityClassName")
+    if isinstance(klass, str) and klass:
+        pspec["priorityClassName"] = klass
     _checkpointing(pspec, (dljob.get("spec") or {}).get("migration"))
     # Quantities in the chosen node's gpu-memory unit (docs/decisions.md, device plugin).
     wanted = pod_gpu_requests(assignment, unit_mib)
@@ -165,3 +198,20 @@ def pod_manifest(
         },
         "spec": pspec,
     }
+
+
+def binding_annotations(pod: Mapping[str, Any], epoch: int, keys: KeyRing) -> dict[str, str]:
+    """What the Binding of an existing replica ``pod`` carries: the signature of its assignment
+    for exactly this pod (its UID), its DLJob (the controller's UID) and record ``epoch``
+    (:class:`~horus.api.signing.SigningUnavailable` without a signing key)."""
+    meta = pod.get("metadata") or {}
+    text = str((meta.get("annotations") or {}).get(c.ANNOTATION_GPU_ASSIGNMENT) or "")
+    signature = keys.sign_assignment(
+        str(meta.get("namespace", "default")),
+        str(meta.get("name", "")),
+        str(meta.get("uid", "")),
+        controller_dljob_uid(meta),
+        epoch,
+        text,
+    )
+    return {c.ANNOTATION_ASSIGNMENT_SIGNATURE: signature}

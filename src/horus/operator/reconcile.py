@@ -44,6 +44,7 @@ from horus.api.inventory import decode_inventory
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import KeyRing
 from horus.common import constants as c
+from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.kube.errors import Conflict
 from horus.operator import status as st
@@ -63,6 +64,7 @@ from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import owner_uid
 from horus.operator.queueing import NodeEligibility, job_request, refuse, stable_refusal
 from horus.operator.restore import restore
+    dljob_job_name,
 from horus.operator.session import PlacementSession
 from horus.operator.writer import COMPONENT, StatusWriter
 from horus.predictor.interface import Predictor
@@ -70,6 +72,7 @@ from horus.scheduler import (
     ClusterState,
     JobRequest,
     Placement,
+from horus.operator.records import pods_epoch, record_epoch
     RefusalCode,
     Scheduler,
     SchedulerSettings,
@@ -89,6 +92,8 @@ class _Snapshot:
     DLJob that existed when it was created, so a DLJob missing from the later list really was
     deleted."""
 
+#: Condition on a job while placement is paused for want of a signing key (False).
+COND_SIGNING_KEY = "SigningKey"
     pods: list[dict[str, Any]]
     dljobs: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
@@ -114,7 +119,7 @@ class Reconciler:
         self,
         api: Any,
         predictor: Predictor,
-        key: bytes | KeyRing | Callable[[], KeyRing],
+        key: KeyRing | Callable[[], KeyRing],
         policy: str = "horus",
         workers: int = 16,
         metrics: OperatorMetrics | None = None,
@@ -169,10 +174,8 @@ class Reconciler:
         return self.session.scheduler
 
     def keys(self) -> KeyRing:
-        """The assignment key ring now (an ``AssignmentKeySource`` re-reads it)."""
+        """The key ring now (an ``AssignmentKeySource`` re-reads it)."""
         k = self.key
-        if isinstance(k, bytes):
-            return KeyRing(k)
         return k if isinstance(k, KeyRing) else k()
 
     def set_predictor(self, predictor: Predictor) -> None:
@@ -204,6 +207,12 @@ class Reconciler:
             if x.status.get("placements") and x.phase not in TERMINAL_PHASES
         ]
         self._cleanup(every, snap.pods, report)
+        ring = self.keys()
+        self._distrust_rollbacks(every, ring)
+        self.metrics.signing_key.set(1 if ring.can_sign else 0)
+        if not ring.can_sign:
+            return self._hold(snap, every, ring, report, t0)
+        self._tell_resumed(every, report)
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
         t_admit = time.monotonic()
@@ -263,6 +272,100 @@ class Reconciler:
 
     def _cleanup(
         self, ctxs: Mapping[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
+    def _distrust_rollbacks(self, every: Mapping[str, JobCtx], ring: KeyRing) -> None:
+        """A validly signed record older than its pods (they carry the epoch they were bound
+        in) or than what this process signed last is a rollback: not trusted (restored)."""
+        for ctx in every.values():
+            if not ctx.trusted or not (ctx.phase or ctx.status.get("placements")):
+                continue
+            floor = max(
+                self.writer.highest_signed(ctx.uid),
+                pods_epoch([*ctx.pods.values(), *ctx.leaving], ring),
+            )
+            if record_epoch(ctx.status) < floor:
+                log.warning(
+                    "DLJob %s: its record (epoch %d) is older than epoch %d its pods or this "
+                    "operator signed: a rollback, not trusted",
+                    ctx.key,
+                    record_epoch(ctx.status),
+                    floor,
+                )
+                ctx.trusted = False
+
+    def _hold(
+        self,
+        snap: _Snapshot,
+        every: Mapping[str, JobCtx],
+        ring: KeyRing,
+        report: PassReport,
+        t0: float,
+    ) -> PassReport:
+        """No key to sign with (module :mod:`~horus.operator.assignment_key`): nothing is
+        placed, bound, moved, reset or deleted this pass; the cluster is still counted (for the
+        metrics) and every unfinished job is told once per outage (Warning Event, condition
+        ``SigningKey=False``). The next pass that finds the key goes on where this stopped."""
+        ctxs = {k: x for k, x in every.items() if x.trusted}
+        live = self._live_state(snap, ctxs, report)
+        if self.is_leader():
+            waiting = [
+                x
+                for x in every.values()
+                if x.phase not in TERMINAL_PHASES and not _signing_condition(x, "False")
+            ]
+            for f in [
+                self.pool.submit(self._guarded, self._tell_held, x, ring.why_not, report)
+                for x in waiting
+            ]:
+                f.result()
+        report.count("held")
+        self.metrics.set_phases(
+            Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
+        )
+        self.metrics.set_gpus(live.state.views())
+        report.seconds = time.monotonic() - t0
+        return report
+
+    def _tell_held(self, ctx: JobCtx, why: str, report: PassReport) -> None:
+        now = now_rfc3339()
+        conds = st.set_condition(
+            ctx.status.get("conditions") or [],
+            COND_SIGNING_KEY,
+            "False",
+            "KeyUnavailable",
+            why,
+            now,
+        )
+        self.writer.patch(ctx, {"conditions": conds})
+        report.count("status_writes")
+        self.writer.event(ctx, "SigningKeyUnavailable", why, warning=True)
+
+    def _tell_resumed(self, every: Mapping[str, JobCtx], report: PassReport) -> None:
+        """The key is back: the jobs told it was missing are told this too (``SigningKey``
+        condition True, an Event)."""
+        if not self.is_leader():
+            return
+        message = "the signing key is available again; placement resumed"
+
+        def tell(ctx: JobCtx) -> None:
+            conds = st.set_condition(
+                ctx.status.get("conditions") or [],
+                COND_SIGNING_KEY,
+                "True",
+                "KeyAvailable",
+                message,
+                now_rfc3339(),
+            )
+            self.writer.patch(ctx, {"conditions": conds})
+            report.count("status_writes")
+            self.writer.event(ctx, "SigningKeyAvailable", message)
+
+        for f in [
+            self.pool.submit(self._guarded, tell, x)
+            for x in every.values()
+            if _signing_condition(x, "False")
+        ]:
+            f.result()
+
     ) -> None:
         """Delete pods whose DLJob is gone, and still-running pods of a (signed) Failed job or of
         a job back in the queue (a preemption a crash interrupted before its pods were deleted)."""
@@ -297,7 +400,7 @@ class Reconciler:
             k: p for k, x in ctxs.items() if (p := self.admission.known_profile(x.uid)) is not None
         }
         live = build_live_state(
-            snap.nodes, snap.pods, snap.dljobs, self.predictor, profiles, self.keys()
+            snap.nodes, snap.pods, snap.dljobs, self.predictor, profiles, self.keys(), distrusted
         )
         report.problems.extend(live.problems)
         report.pairs_observed = self.session.observe(live)
@@ -310,6 +413,8 @@ class Reconciler:
         state: ClusterState,
         nodes: list[dict[str, Any]],
         report: PassReport,
+        every = {dljob_job_name(*_ns_name(o)) for o in snap.dljobs}
+        distrusted = every - set(ctxs)  # unsigned or rolled-back records: pods count instead
         restores: list[Future[None]],
     ) -> None:
         """New jobs: validate, predict once, dry-run (in parallel: each is its own write)."""
@@ -572,3 +677,13 @@ def _node_units(nodes: list[dict[str, Any]]) -> dict[str, int]:
             log.warning("%s; assuming 1 MiB units", exc)
             out[name] = 1
     return out
+def _signing_condition(ctx: JobCtx, status: str) -> bool:
+    cond = st.condition(ctx.status.get("conditions") or [], COND_SIGNING_KEY)
+    return cond is not None and cond.get("status") == status
+
+
+def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "default")), str(meta.get("name", ""))
+
+

@@ -14,7 +14,7 @@ from typing import Any
 from horus.api.assignment import GpuAssignment, PredictedUsage
 from horus.api.dljob import parse_profile_document
 from horus.api.podassignment import read_pod_assignment
-from horus.api.signing import KeyRing
+from horus.api.signing import MAX_EPOCH, KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.predictor.interface import GraphProfile, ResourcePrediction
@@ -54,13 +54,35 @@ def node_exclusion(node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
+def record_epoch(status: Mapping[str, Any]) -> int:
+    """A record's ``status.placementEpoch`` (0 when absent or not a small integer)."""
+    value = status.get(c.STATUS_PLACEMENT_EPOCH)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
+        return 0
+    return value
+
+
+def pods_epoch(pods: Iterable[Mapping[str, Any]], keys: KeyRing) -> int:
+    """The highest record epoch any of ``pods`` carries in a signature that verifies (0 if none):
+    a record of the job older than that is a rollback."""
+    best = 0
+    for pod in pods:
+        epoch = read_pod_assignment(pod, keys).epoch
+        if epoch is not None:
+            best = max(best, epoch)
+    return best
+
+
+def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing, floor: int = 0) -> bool:
     """Whether a DLJob's phase and placements are the operator's own (signed) record.
 
     A job the operator never wrote (no phase, no placements) has nothing to trust. Anything
-    else must carry ``status.placementSignature`` over exactly its uid, phase and placements
-    (:func:`horus.api.signing.sign_placements`): whoever else can write ``dljobs/status``
-    cannot make the operator count, create or bind anything from a record of their own.
+    else must carry ``status.placementSignature`` over exactly its uid, phase, placements, move
+    and epoch (:meth:`horus.api.signing.SigningKey.sign_placements`): whoever else can write
+    ``dljobs/status`` cannot make the operator count, create or bind anything from a record of
+    their own. ``floor`` is the lowest epoch a current record can have (the highest one its
+    pods carry, or this process signed): an older, validly signed record is a rollback and is
+    not trusted either.
     """
     status = obj.get("status")
     if not isinstance(status, dict):
@@ -68,6 +90,9 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
     phase, placements = status.get("phase"), status.get("placements")
     if not phase and not placements and not status.get("migration"):
         return True
+    epoch = record_epoch(status)
+    if epoch < floor:
+        return False
     meta = meta_of(obj)
     signature = status.get(c.STATUS_PLACEMENT_SIGNATURE)
     return keys.verify_placements(
@@ -76,6 +101,7 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing) -> bool:
         str(meta.get("uid", "")),
         phase if isinstance(phase, str) else None,
         placements,
+        epoch,
         signature if isinstance(signature, str) else None,
         status.get("migration"),
     )

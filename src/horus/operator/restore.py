@@ -7,6 +7,12 @@ assignments say where it really runs: the record is rebuilt from them and the ph
 their states. Without such a pod a job that is not finished is reset (no phase, no
 placements) so it is admitted and placed again. A finished job without pods holds nothing
 and is left alone.
+
+A job that still has live, bound pods none of which verifies — the key that signed them was
+removed from the published keys, or the record was signed by a key no longer published — is
+*left alone* (issue 24): resetting it would make the next pass delete running pods whose GPUs
+are in use. Its pods stay counted (:mod:`horus.operator.livestate` counts allocated pods whose
+signature no longer verifies), and a Warning Event says what to do.
 """
 
 from __future__ import annotations
@@ -53,6 +59,24 @@ def _records(pods: dict[int, tuple[dict[str, Any], GpuAssignment]]) -> list[dict
 def restore(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
     """Rebuild ``ctx``'s record from its signed pods, or reset it (module docstring)."""
     pods = _signed(ctx, writer.keys())
+    unverified = [
+        p
+        for r, p in ctx.pods.items()
+        if r not in pods
+        and (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+    ]
+    if unverified and not pods:
+        names = ", ".join(str((p.get("metadata") or {}).get("name")) for p in unverified[:8])
+        message = (
+            f"status.phase/placements do not verify (no valid {c.STATUS_PLACEMENT_SIGNATURE} "
+            f"with a published key), nor do its running pods ({names}): left as it is, its "
+            "pods keep running and their GPU shares stay counted. Publish the key that signed "
+            "them again (ConfigMap horus-system/horus-verify-keys), or delete the job"
+        )
+        log.warning("DLJob %s: %s", ctx.key, message)
+        writer.event_once(ctx, "StatusUnverifiable", message, warning=True)
+        return
     live = [
         p
         for p, _ in pods.values()

@@ -44,9 +44,16 @@ class OperatorSettings:
     #: Bindings); a job's replicas go out concurrently after its status write. The
     #: decision itself is made once per pass, before any commit. 8–32 suits one apiserver.
     workers: int = 16
-    #: File holding the assignment signing key; empty: ``$HORUS_ASSIGNMENT_KEY_FILE`` or the
-    #: Secret ``horus-system/horus-assignment-key`` (created with a random key when absent).
+    #: File holding the Ed25519 private key (PEM) that signs assignments and records; empty:
+    #: ``$HORUS_ASSIGNMENT_KEY_FILE`` or the Secret ``horus-system/horus-signing-key``
+    #: (a key pair is generated only on the first install, when no public key is published).
     assignment_key_file: str = ""
+    #: Seconds between reads of the signing key and the published public keys (a rotation is
+    #: picked up without a restart; while no key can sign, every 5 s at most).
+    key_refresh_seconds: float = 30.0
+    #: Seconds a newly published public key waits before its private key signs, so every
+    #: node's mounted ConfigMap has it (the kubelet refreshes them within about a minute).
+    key_publish_delay: float = 60.0
     #: Seconds to wait after a watch event before a pass, so a burst becomes one pass.
     debounce: float = 0.05
     #: Predictor artifact to predict and place with (``horus predictor train -o``, JSON or
@@ -95,4 +102,6 @@ class OperatorSettings:
             )
         check_seconds("resync_period", self.resync_period)
         check_range("debounce", self.debounce, 0.0, 60.0, unit=" seconds")
+        check_range("key_refresh_seconds", self.key_refresh_seconds, 0.1, 3600.0, unit=" seconds")
+        check_range("key_publish_delay", self.key_publish_delay, 0.0, 3600.0, unit=" seconds")
         check_seconds("predictor_reload_seconds", self.predictor_reload_seconds, positive=False)

@@ -31,6 +31,7 @@ OWNED_FIELDS = (
     "observedGeneration",
     "placements",
     "placementSignature",
+    "placementEpoch",
     "migrations",
     "migration",
     "predicted",

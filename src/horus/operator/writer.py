@@ -1,8 +1,11 @@
 """The operator's writes to a DLJob: signed status patches, Events, and per-job errors.
 
-Every status write goes through :meth:`StatusWriter.patch`, which signs the record (uid, phase
-and placements after the patch, :func:`horus.api.signing.sign_placements`) and carries the
-``resourceVersion`` precondition that makes two writers race-free. Events are posted off the
+Every status write goes through :meth:`StatusWriter.patch`, which signs the record (uid, phase,
+placements and move after the patch, and a new ``status.placementEpoch`` one above anything the
+job's record, its pods or this process carried before:
+:meth:`horus.api.signing.SigningKey.sign_placements`) and carries the ``resourceVersion``
+precondition that makes two writers race-free. Without a signing key
+(:class:`~horus.api.signing.SigningUnavailable`) a write that needs a signature is not made. Events are posted off the
 critical path. An unexpected error for one job is logged once per five minutes (its
 traceback the first time) and posted as a ``ReconcileError`` Event on that job, so one
 poisoned object never floods the log while the loop goes on for every other job.
@@ -26,6 +29,7 @@ from horus.operator import transitions as tr
 from horus.operator.jobapi import JobApi
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.records import pods_epoch, record_epoch
 
 __all__ = ["COMPONENT", "PROBLEM_REPEAT_SECONDS", "StatusWriter"]
 
@@ -57,6 +61,13 @@ class StatusWriter:
         self._seen: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._posting: list[Future[None]] = []
+        #: job UID → the highest record epoch this process signed (a rollback below it is
+        #: not trusted: :func:`horus.operator.records.dljob_record_trusted`).
+        self._signed: dict[str, int] = {}
+
+    def highest_signed(self, uid: str) -> int:
+        with self._lock:
+            return self._signed.get(uid, 0)
 
     def close(self) -> None:
         self._events.shutdown(wait=False, cancel_futures=True)
@@ -65,15 +76,24 @@ class StatusWriter:
         """Merge-patch owned status fields (plus the job's unwritten admission); with
         ``precondition`` fail with ``Conflict`` when the job changed since it was read."""
         new: dict[str, Any] = {**(ctx.pending or {}), **fields}
+        epoch: int | None = None
         if "phase" in new or "placements" in new or "migration" in new:
-            # The signature covers the phase, placements and move *after* this patch.
+            # The signature covers the phase, placements, move and epoch *after* this patch.
             after = {**ctx.status, **new}
-            new[c.STATUS_PLACEMENT_SIGNATURE] = self.keys().sign_placements(
+            ring = self.keys()
+            epoch = 1 + max(
+                record_epoch(ctx.status),
+                self.highest_signed(ctx.uid),
+                pods_epoch([*ctx.pods.values(), *ctx.leaving], ring),
+            )
+            new[c.STATUS_PLACEMENT_EPOCH] = epoch
+            new[c.STATUS_PLACEMENT_SIGNATURE] = ring.sign_placements(
                 ctx.namespace,
                 ctx.name,
                 ctx.uid,
                 after.get("phase"),
                 after.get("placements"),
+                epoch,
                 after.get("migration"),
             )
         body: dict[str, Any] = {"status": new}
@@ -86,6 +106,11 @@ class StatusWriter:
             raise
         ctx.status.update(new)
         ctx.pending = None
+        if epoch is not None:
+            with self._lock:
+                if len(self._signed) > 100_000:
+                    self._signed.clear()
+                self._signed[ctx.uid] = max(epoch, self._signed.get(ctx.uid, 0))
 
     def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
         """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
@@ -101,6 +126,18 @@ class StatusWriter:
         with self._lock:
             self._posting = [f for f in self._posting if not f.done()]
             self._posting.append(future)
+
+    def event_once(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
+        """:meth:`event`, at most once per :data:`PROBLEM_REPEAT_SECONDS` for the same job,
+        reason and message (a state that lasts is told, not repeated every pass)."""
+        key = (ctx.key, f"{reason}\0{message}")
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < PROBLEM_REPEAT_SECONDS:
+                return
+            self._seen[key] = now
+        self.event(ctx, reason, message, warning)
 
     def drain(self, timeout: float = 10.0) -> None:
         """Wait until the Events posted so far have gone out (tests; an orderly stop)."""

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
+from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings, write_public_keys
 
 from horus.agent.agent import Agent
 from horus.agent.kube import AgentApi
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
-from horus.api.signing import sign_assignment
 from horus.common import constants as c
 from kube_fakes import RawResponse
 
@@ -61,7 +60,9 @@ def node_json(inventory: str | None = None) -> bytes:
 def signed(name: str, text: str) -> dict[str, str]:
     return {
         c.ANNOTATION_GPU_ASSIGNMENT: text,
-        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(KEY, "ns", name, text),
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: KEY.sign_assignment(
+            "ns", name, f"uid-{name}", "", 0, text
+        ),
     }
 
 
@@ -210,8 +211,8 @@ CASES: list[tuple[str, list[str], dict[str, bytes], str]] = [
                     "bad",
                     {
                         c.ANNOTATION_GPU_ASSIGNMENT: encode_assignment(assignment(NODE, 1)),
-                        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(
-                            KEY, "ns", "good", encode_assignment(assignment(NODE, 1))
+                        c.ANNOTATION_ASSIGNMENT_SIGNATURE: KEY.sign_assignment(
+                            "ns", "good", "uid-good", "", 0, encode_assignment(assignment(NODE, 1))
                         ),
                     },
                 )
@@ -347,8 +348,7 @@ CASES: list[tuple[str, list[str], dict[str, bytes], str]] = [
 def run_cycles(
     tmp_path: Path, pods_json: list[str], routes: dict[str, bytes], node: bytes | None = None
 ) -> tuple[Agent, FakeApiClient, list[Any]]:
-    key_file = tmp_path / "key"
-    key_file.write_bytes(KEY)
+    key_file = write_public_keys(tmp_path / "keys.pem", KEY)
     items = ", ".join([json.dumps(GOOD), *pods_json])
     api = FakeApiClient(
         {

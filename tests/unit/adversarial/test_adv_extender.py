@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from extfixtures import FakeSource, plain_pod
-from opfixtures import node
+from opfixtures import KEY, node
 
 from horus.common import constants as c
 from horus.operator import extender as ext_mod
@@ -25,7 +25,6 @@ from horus.operator.extender import Extender, ExtenderServer
 from horus.operator.extender import http as ext_http
 from horus.predictor import load_default_predictor
 
-KEY = b"0123456789abcdef0123456789abcdef"
 LIMIT = 256 * 1024
 
 

@@ -10,11 +10,11 @@ from horus.agent.pods import PodInfo
 from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
-from horus.api.signing import sign_assignment
 from horus.common import constants as c
+from signing_keys import KEY, sign_pod, write_public_keys
 
 ROOT = Path(__file__).resolve().parents[3]
-KEY = b"k" * 32
+__all__ = ["KEY", "write_public_keys"]
 
 
 def assignment(
@@ -41,16 +41,17 @@ def pod_obj(
         else encode_assignment(assign or assignment(node))
     )
     ann = {c.ANNOTATION_GPU_ASSIGNMENT: text}
-    if sign:
-        ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(KEY, "ns", name, text)
     if predicted is not None:
         ann[c.ANNOTATION_PREDICTED] = json.dumps(predicted.to_json())
-    ann.update(extra or {})
-    return {
+    obj = {
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": ann},
         "spec": {"nodeName": node},
         "status": {"phase": phase},
     }
+    if sign:
+        sign_pod(obj)
+    ann.update(extra or {})
+    return obj
 
 
 def pod(

@@ -1,6 +1,7 @@
-"""The agent picks up a rotated assignment key without a restart (issue 21: the mounted
-Secret changes, every component verifies with the new key and, during the rotation, the
-previous one). Runs whole agent cycles; the apiserver is replaced at the ApiClient seam."""
+"""The agent verifies with the published public keys only and picks up a new one without a
+restart (the mounted ConfigMap changes: the new key is added, the old one stays until an
+administrator removes it). Runs whole agent cycles; the apiserver is replaced at the ApiClient
+seam."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
 from horus.agent.kube import AgentApi
-from horus.api.assignment import encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
-from horus.api.signing import sign_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from kube_fakes import RawResponse
+from signing_keys import OTHER, sign_pod, write_public_keys
 
 NODE = "n1"
-NEW = b"the-next-cluster-key-0123456789ab"
+NEW = OTHER
 
 
 class Apiserver:
@@ -49,34 +50,27 @@ class Apiserver:
         return RawResponse(404, b"not found")
 
 
-def signed_pod(name: str, key: bytes, gpu: int) -> dict[str, Any]:
-    obj = pod_obj(name, NODE, assignment(NODE, gpu), sign=False)
-    text = encode_assignment(assignment(NODE, gpu))
-    obj["metadata"]["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
-        key, "ns", name, text
-    )
-    return obj
+def signed_pod(name: str, key: KeyRing, gpu: int) -> dict[str, Any]:
+    return sign_pod(pod_obj(name, NODE, assignment(NODE, gpu), sign=False), key)
 
 
 def test_a_rotated_key_is_used_from_the_next_cycle(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    key_file = tmp_path / "key"
-    key_file.write_bytes(KEY)
+    key_file = write_public_keys(tmp_path / "keys.pem", KEY)
     api = Apiserver()
     api.pods = [signed_pod("before", KEY, 0), signed_pod("after", NEW, 1)]
     settings = sim_agent_settings(NODE, key_file)
     agent = Agent(settings, AgentApi(api), predictor=lambda: None)
-    assert set(agent.cycle().pods) == {"uid-before"}  # the new key is not known yet
-    # the Secret is rotated: new key, the old one still verifies as previous
-    key_file.write_bytes(NEW)
-    (tmp_path / "previous").write_bytes(KEY)
+    assert set(agent.cycle().pods) == {"uid-before"}  # the new key is not published yet
+    # the new public key is published beside the old one
+    write_public_keys(key_file, NEW, KEY)
     assert set(agent.cycle().pods) == {"uid-before", "uid-after"}
-    # the rotation ends: the old key is dropped
-    (tmp_path / "previous").unlink()
+    # an administrator revokes the old key
+    write_public_keys(key_file, NEW)
     assert set(agent.cycle().pods) == {"uid-after"}
     # an unreadable key file keeps the ring in use, said once
-    key_file.write_bytes(b"short")
+    key_file.write_text("-----BEGIN PUBLIC KEY-----\ngarbage\n-----END PUBLIC KEY-----\n")
     with caplog.at_level(logging.WARNING):
         assert set(agent.cycle().pods) == {"uid-after"}
         assert set(agent.cycle().pods) == {"uid-after"}
@@ -85,4 +79,4 @@ def test_a_rotated_key_is_used_from_the_next_cycle(
         for r in caplog.records
         if "verifying with the key read before" in r.getMessage()
     ]
-    assert len(said) == 1 and "need at least 16" in said[0]
+    assert len(said) == 1 and "not a PEM public key" in said[0]

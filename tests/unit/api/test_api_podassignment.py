@@ -9,35 +9,60 @@ import pytest
 
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.podassignment import AssignmentProblem, read_pod_assignment
-from horus.api.signing import KeyRing, sign_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 
-KEY = b"k" * 32
-OLD = b"o" * 32
+KEY = KeyRing.generate()
+OLD = KeyRing.generate()
 SHARE = GpuAssignment("n1", "GPU-a", 0, 40, 4096)
 TEXT = encode_assignment(SHARE)
 
 
-def pod(annotations: Any, name: str = "p", namespace: str = "ml") -> dict[str, Any]:
-    return {"metadata": {"namespace": namespace, "name": name, "annotations": annotations}}
+OWNER = {"apiVersion": "horus.io/v1", "kind": "DLJob", "uid": "job-1", "controller": True}
 
 
-def signed(key: bytes = KEY, as_pod: str = "p", text: str = TEXT) -> dict[str, str]:
+def pod(
+    annotations: Any, name: str = "p", namespace: str = "ml", uid: str = "uid-p", owner: bool = True
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": namespace, "name": name, "annotations": annotations}
+    meta["uid"] = uid
+    if owner:
+        meta["ownerReferences"] = [OWNER]
+    return {"metadata": meta}
+
+
+def signed(
+    key: KeyRing = KEY, as_pod: str = "p", text: str = TEXT, uid: str = "uid-p", epoch: int = 2
+) -> dict[str, str]:
     return {
         c.ANNOTATION_GPU_ASSIGNMENT: text,
-        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(key, "ml", as_pod, text),
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: key.sign_assignment(
+            "ml", as_pod, uid, "job-1", epoch, text
+        ),
     }
 
 
-def test_a_signed_assignment_is_trusted() -> None:
-    read = read_pod_assignment(pod(signed()), KeyRing(KEY))
+def test_a_signed_assignment_is_trusted_with_its_epoch() -> None:
+    read = read_pod_assignment(pod(signed()), KEY)
     assert read.trusted and read.problem is None and read.assignment == SHARE
-    assert read.who == "pod ml/p" and read.detail == ""
+    assert read.who == "pod ml/p" and read.detail == "" and read.epoch == 2
 
 
 def test_a_rotation_keeps_the_previous_key_valid() -> None:
-    assert read_pod_assignment(pod(signed(OLD)), KeyRing(KEY, (OLD,))).trusted
-    assert not read_pod_assignment(pod(signed(OLD)), KeyRing(KEY)).trusted
+    both = KeyRing(KEY.verify.union(OLD.verify), KEY.signer)
+    assert read_pod_assignment(pod(signed(OLD)), both).trusted
+    assert not read_pod_assignment(pod(signed(OLD)), KEY).trusted
+
+
+def test_a_replayed_pod_does_not_verify() -> None:
+    """The same annotations on a pod re-created under the same name (a new UID), or on a pod
+    that no longer names the DLJob it was signed for, are not trusted."""
+    annotations = signed()
+    assert read_pod_assignment(pod(annotations), KEY).trusted
+    replay = read_pod_assignment(pod(annotations, uid="uid-replayed"), KEY)
+    assert replay.problem is AssignmentProblem.FORGED and replay.epoch is None
+    assert "copied from another or an earlier pod" in replay.detail
+    assert not read_pod_assignment(pod(annotations, owner=False), KEY).trusted
 
 
 @pytest.mark.parametrize(
@@ -65,12 +90,12 @@ def test_a_rotation_keeps_the_previous_key_valid() -> None:
             AssignmentProblem.UNSIGNED,
             "has no horus.io/gpu-assignment-signature",
         ),
-        (signed(b"x" * 32), AssignmentProblem.FORGED, "invalid horus.io/gpu-assignment-signature"),
-        (signed(as_pod="q"), AssignmentProblem.FORGED, "copied from another pod"),
+        (signed(OLD), AssignmentProblem.FORGED, "invalid horus.io/gpu-assignment-signature"),
+        (signed(as_pod="q"), AssignmentProblem.FORGED, "copied from another or an earlier pod"),
         (
             {**signed(), c.ANNOTATION_GPU_ASSIGNMENT: TEXT.replace("4096", "8192")},
             AssignmentProblem.FORGED,
-            "does not verify for this pod and assignment",
+            "does not verify for this pod (its UID), its job and its assignment",
         ),
     ],
     ids=[
@@ -86,7 +111,7 @@ def test_a_rotation_keeps_the_previous_key_valid() -> None:
     ],
 )
 def test_each_problem_is_named(annotations: Any, problem: AssignmentProblem, words: str) -> None:
-    read = read_pod_assignment(pod(annotations), KeyRing(KEY))
+    read = read_pod_assignment(pod(annotations), KEY)
     assert not read.trusted and read.problem is problem
     assert words in read.detail, read.detail
     assert read.problem.signature == (problem in ("unsigned", "forged"))
@@ -100,7 +125,7 @@ def test_each_problem_is_named(annotations: Any, problem: AssignmentProblem, wor
     ids=["no-metadata", "null-metadata", "list-metadata", "null-ann", "list-ann", "str-ann"],
 )
 def test_a_hostile_object_is_missing_never_an_exception(obj: dict[str, Any]) -> None:
-    read = read_pod_assignment(obj, KeyRing(KEY))
+    read = read_pod_assignment(obj, KEY)
     assert read.problem is AssignmentProblem.MISSING
 
 

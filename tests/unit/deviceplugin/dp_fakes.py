@@ -12,12 +12,11 @@ from typing import Any
 
 from horus.api.signing import KeyRing
 from horus.kube.errors import Conflict
-
-KEY = b"0123456789abcdef0123456789abcdef"
+from signing_keys import KEY
 
 
 class FakeNodeApi:
-    def __init__(self, key: bytes = KEY) -> None:
+    def __init__(self, key: KeyRing = KEY) -> None:
         self.pods: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []  # (pod or node, reason, message)
         self.node_annotations: dict[str, dict[str, str]] = {}
@@ -75,4 +74,5 @@ class FakeNodeApi:
                 mine[key] = value
 
     def read_assignment_key(self) -> KeyRing:
-        return KeyRing(self.key)
+        """The published public keys (the ConfigMap): never the private key."""
+        return self.key.verify_only()

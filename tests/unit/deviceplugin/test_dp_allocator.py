@@ -13,9 +13,11 @@ from deviceplugin_peer import assignment_annotations, pod_manifest
 from horus.api.assignment import GpuAssignment
 from horus.api.inventory import GpuDevice
 from horus.api.resources import memory_units, node_memory_unit_mib, pod_gpu_requests
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.deviceplugin.allocator import AllocationRefused, Allocator, AssignmentKey, candidates
+from signing_keys import OTHER, key_ring, write_public_keys
 
 NODE = "gpu-node-0000"
 GPUS = [
@@ -35,7 +37,7 @@ def add_pod(
     core: int = 40,
     mem_mib: int = 12288,
     request_core: int | None = None,
-    key: bytes | None = KEY,
+    key: KeyRing | None = KEY,
     gpu: int = 1,
     created: str = "2026-01-01T00:00:00Z",
     annotations: dict[str, str] | None = None,
@@ -115,7 +117,7 @@ def test_refusals_say_why_and_record_an_event(
 ) -> None:
     amount = 40
     if case == "forged":
-        add_pod(fake_api, "p", key=b"not-the-cluster-key-0123456789")
+        add_pod(fake_api, "p", key=OTHER)
     elif case == "unsigned":
         add_pod(fake_api, "p", key=None)
     elif case == "copied":
@@ -178,33 +180,38 @@ def test_a_pod_without_assignment_is_told_its_real_choices(fake_api: FakeNodeApi
     assert f"{c.SCHEDULER_NAME} " not in message and f"{c.SCHEDULER_NAME}," not in message
 
 
-def test_the_secret_is_read_again_when_a_signature_does_not_verify(
+def test_the_published_keys_are_read_again_when_a_signature_does_not_verify(
     fake_api: FakeNodeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A key rotated in the Secret: the cached ring fails, the plugin re-reads the Secret
-    (at most every KEY_RETRY_S) and then allocates the pod signed with the new key."""
+    """A new key published in the ConfigMap: the cached keys fail, the plugin re-reads the
+    ConfigMap (at most every KEY_RETRY_S) and then allocates the pod signed with the new key."""
     from horus.deviceplugin import allocator as allocator_mod
 
     monkeypatch.setattr(allocator_mod, "KEY_RETRY_S", 0.0)
     alloc = make_allocator(fake_api)
     add_pod(fake_api, "p1")
     assert alloc.allocate(CORE, 40).pod == "p1"
-    fake_api.key = b"the-rotated-cluster-key-0123456789"
+    fake_api.key = OTHER
     add_pod(fake_api, "p2", core=30, key=fake_api.key, gpu=0)
     assert alloc.allocate(CORE, 30).pod == "p2"
     assert fake_api.events == []
 
 
-def test_key_from_file_and_rotation(fake_api: FakeNodeApi, tmp_path: Path) -> None:
-    key_file = tmp_path / "key"
-    key_file.write_bytes(KEY + b"\n")
+def test_keys_from_the_mounted_configmap(fake_api: FakeNodeApi, tmp_path: Path) -> None:
+    """The mounted keys.pem verifies; a key published moments ago that the mount does not
+    have yet is found by re-reading the ConfigMap through the API; a key published nowhere
+    is refused."""
+    key_file = write_public_keys(tmp_path / "keys.pem", KEY)
     add_pod(fake_api, "p")
     alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, key_file), lambda: GPUS, 256)
     assert alloc.allocate(CORE, 40).pod == "p"
-    key_file.write_bytes(b"another-key-entirely-0123456789")
-    add_pod(fake_api, "q", core=30)
+    fake_api.key = KeyRing(KEY.verify.union(OTHER.verify))  # published, mount not refreshed
+    add_pod(fake_api, "q", core=30, key=OTHER, gpu=0)
+    assert alloc.allocate(CORE, 30).pod == "q"
+    fake_api.key = KEY
+    add_pod(fake_api, "r", core=20, key=key_ring("never-published"), gpu=0)
     with pytest.raises(AllocationRefused, match="invalid"):
-        alloc.allocate(CORE, 30)
+        alloc.allocate(CORE, 20)
 
 
 def test_missing_key_file_is_a_clear_refusal(fake_api: FakeNodeApi, tmp_path: Path) -> None:
@@ -216,14 +223,13 @@ def test_missing_key_file_is_a_clear_refusal(fake_api: FakeNodeApi, tmp_path: Pa
 
 def test_multi_gpu_assignment_env(fake_api: FakeNodeApi) -> None:
     from horus.api.assignment import GpuRef, encode_assignment
-    from horus.api.signing import sign_assignment
 
     refs = (GpuRef("GPU-aaaa", 0, 50, 20000), GpuRef("GPU-bbbb", 1, 30, 10000))
     a = GpuAssignment(NODE, "GPU-aaaa", 0, 50, 20000, gpus=refs)
     text = encode_assignment(a)
     ann = {
         c.ANNOTATION_GPU_ASSIGNMENT: text,
-        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(KEY, "ml", "m", text),
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: KEY.sign_assignment("ml", "m", "uid-m", "", 0, text),
     }
     req = pod_gpu_requests(a, 256)
     assert req == {CORE: 80, MEM: memory_units(20000, 256) + memory_units(10000, 256)}
@@ -263,10 +269,7 @@ def test_a_share_that_would_over_commit_the_gpu_is_refused(fake_api: FakeNodeApi
         alloc.allocate(CORE, 10)
 
 
-def test_only_allocated_signed_unfinished_shares_count(fake_api: FakeNodeApi) -> None:
-    forged = assignment_annotations(b"x" * 32, "ml", "forged", NODE, GPUS[1].uuid, 1, 90, 1024)
-    forged[c.ANNOTATION_GPU_ALLOCATED] = json.dumps({CORE: "2026-01-01T00:00:00Z"})
-    add_pod(fake_api, "forged", core=90, annotations=forged)
+def test_only_allocated_unfinished_shares_count(fake_api: FakeNodeApi) -> None:
     add_pod(fake_api, "done", core=90)
     fake_api.get("done")["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED] = json.dumps(
         {CORE: "2026-01-01T00:00:00Z"}
@@ -275,6 +278,20 @@ def test_only_allocated_signed_unfinished_shares_count(fake_api: FakeNodeApi) ->
     add_pod(fake_api, "waiting", core=95)  # assigned, not allocated yet: holds nothing
     add_pod(fake_api, "p", core=60, created="2026-01-02T00:00:00Z")
     assert make_allocator(fake_api).allocate(CORE, 60).envs[c.ENV_POD_NAME] == "p"
+
+
+def test_an_allocated_share_counts_after_its_key_is_revoked(fake_api: FakeNodeApi) -> None:
+    """Issue 24: a share this plugin allocated stays counted when its signature stops
+    verifying (the key that signed it was removed from the ConfigMap): its containers still
+    hold the GPU, so a new pod that would over-commit the GPU is refused."""
+    add_pod(fake_api, "old", core=90, key=OTHER)
+    fake_api.get("old")["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED] = json.dumps(
+        {CORE: "2026-01-01T00:00:00Z"}
+    )
+    fake_api.get("old")["status"] = {"phase": "Running"}
+    add_pod(fake_api, "p", core=60, created="2026-01-02T00:00:00Z")
+    with pytest.raises(AllocationRefused, match=r"ml/old already hold 90% core"):
+        make_allocator(fake_api).allocate(CORE, 60)
 
 
 def test_allocate_reads_the_inventory_once_for_all_its_checks(fake_api: FakeNodeApi) -> None:
@@ -291,19 +308,18 @@ def test_allocate_reads_the_inventory_once_for_all_its_checks(fake_api: FakeNode
     assert answers == [[]]  # one read for the whole Allocate
 
 
-def test_previous_key_still_verifies_during_a_rotation(
+def test_an_earlier_key_still_verifies_after_a_rotation(
     fake_api: FakeNodeApi, tmp_path: Path
 ) -> None:
-    """The Secret rotated: new key in ``key``, the old one in ``previous``. A pod the operator
-    signed with the old key just before is still allocated; once ``previous`` is emptied it is
-    refused."""
-    key_file = tmp_path / "key"
-    key_file.write_bytes(b"the-new-key-0123456789abcdef")
-    (tmp_path / "previous").write_bytes(KEY + b"\n")
-    add_pod(fake_api, "p")  # signed with KEY, now the previous key
+    """A new key signs; the earlier public key stays published, so a pod signed with it just
+    before is still allocated; once an administrator removes it, such a pod is refused."""
+    key_file = write_public_keys(tmp_path / "keys.pem", OTHER, KEY)
+    fake_api.key = KeyRing(OTHER.verify.union(KEY.verify))
+    add_pod(fake_api, "p")  # signed with KEY, now the earlier key
     alloc = Allocator(fake_api, NODE, AssignmentKey(fake_api, key_file), lambda: GPUS, 256)
     assert alloc.allocate(CORE, 40).pod == "p"
-    (tmp_path / "previous").write_bytes(b"")
+    write_public_keys(key_file, OTHER)
+    fake_api.key = OTHER
     add_pod(fake_api, "q", core=30)
     with pytest.raises(AllocationRefused, match="invalid"):
         alloc.allocate(CORE, 30)

@@ -24,6 +24,7 @@ from horus.deviceplugin.app import build, discover
 from horus.deviceplugin.gpus import GpuDiscoveryError, SimulatedGpus, open_backend
 from horus.deviceplugin.manager import PluginManager
 from horus.deviceplugin.settings import DevicePluginSettings
+from signing_keys import OTHER
 
 NODE = "gpu-node-0007"
 CORE, MEM = c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY
@@ -167,7 +168,7 @@ def test_allocate_over_grpc(plugin_dir: Path, start_plugin: object, fake_api: Fa
         response = kubelet.allocate_n(MEM, 8)
         assert response.envs[c.ENV_POD_NAME] == "good"
         # a forged pod is refused with FAILED_PRECONDITION and a clear message
-        ann = assignment_annotations(b"x" * 32, "ml", "evil", NODE, uuid, 1, 30, 2048)
+        ann = assignment_annotations(OTHER, "ml", "evil", NODE, uuid, 1, 30, 2048)
         fake_api.add(pod_manifest("ml", "evil", NODE, 30, 8, ann))
         with pytest.raises(grpc.RpcError) as info:
             kubelet.allocate_n(CORE, 30)

@@ -135,7 +135,14 @@ class FakeJobApi:
             pod = self.pods.get((namespace, name))
             return copy.deepcopy(pod) if pod is not None else None
 
-    def bind(self, namespace: str, name: str, node: str) -> bool:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        uid: str = "",
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
         with self.lock:
             pod = self.pods.get((namespace, name))
             if pod is None:
@@ -150,7 +157,11 @@ class FakeJobApi:
             if not self.graceful:
                 self.pods.pop((namespace, name), None)
             elif (namespace, name) in self.pods:
+            if uid and pod["metadata"].get("uid") != uid:
+                return False  # the apiserver's UID precondition: 409
                 self.pods[(namespace, name)]["metadata"]["deletionTimestamp"] = (
+            if annotations:  # as the apiserver copies a Binding's annotations onto the pod
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
                     "2026-01-01T00:00:00Z"
                 )
 

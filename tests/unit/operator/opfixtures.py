@@ -9,8 +9,8 @@ import yaml
 
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
-from horus.api.signing import sign_assignment, sign_placements
 from horus.common import constants as c
+from signing_keys import KEY, sign_pod, sign_record
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -64,20 +64,8 @@ def share(node_name: str, index: int, core: int = 50, mem: int = 10000) -> dict[
     }
 
 
-#: The assignment key the fixtures sign with (what the operator and extender under test hold).
-KEY = b"0123456789abcdef0123456789abcdef"
-
-
-def sign_pod(pod: dict[str, Any], key: bytes = KEY) -> dict[str, Any]:
-    """Sign ``pod``'s assignment annotation as the placer would (in place; returns it)."""
-    meta = pod["metadata"]
-    ann = meta.setdefault("annotations", {})
-    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
-    if text is not None:
-        ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = sign_assignment(
-            key, meta.get("namespace", "default"), meta["name"], text
-        )
-    return pod
+#: The key pair the fixtures sign with (what the operator and extender under test hold).
+__all__ = ["KEY", "sign_pod"]
 
 
 def dljob(
@@ -114,10 +102,9 @@ def dljob(
         },
     }
     if status:
-        status[c.STATUS_PLACEMENT_SIGNATURE] = sign_placements(
-            KEY, namespace, name, f"uid-{name}", status.get("phase"), status.get("placements")
-        )
+        status[c.STATUS_PLACEMENT_EPOCH] = 1  # the operator's first signed write
         obj["status"] = status
+        sign_record(obj)
     return obj
 
 

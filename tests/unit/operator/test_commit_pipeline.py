@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from opfixtures import dljob, share
+from opfixtures import KEY, dljob, share
 
 
 class FakeCore:
@@ -22,6 +22,7 @@ class FakeCore:
         self.max_in_flight = 0
         self.fail_bind = fail_bind
         self.responses: list[RawResp] = []
+        self.bindings: list[dict[str, Any]] = []
 
     def _enter(self, what: str, name: str) -> None:
         with self.lock:
@@ -40,10 +41,16 @@ class FakeCore:
 
     def create_namespaced_pod(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
         self._enter("create", body["metadata"]["name"])
-        return self._resp(body)
+        created = {
+            **body,
+            "metadata": {**body["metadata"], "uid": f"uid-{body['metadata']['name']}"},
+        }
+        return self._resp(created)
 
     def create_namespaced_binding(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
         name = body["metadata"]["name"]
+        with self.lock:
+            self.bindings.append(body)
         self._enter("bind", name)
         if name == self.fail_bind:
             raise RuntimeError("apiserver unavailable")
@@ -66,14 +73,13 @@ class RawResp:
 
 def _committer(core: FakeCore, leader: Any = lambda: True) -> Any:
     """The commit pipeline over the real :class:`KubeJobApi`, its client's core API faked."""
-    from horus.api.signing import KeyRing
     from horus.operator.commit import Committer
     from horus.operator.jobapi import KubeJobApi
     from horus.operator.metrics import OperatorMetrics
     from horus.operator.writer import StatusWriter
 
     api = KubeJobApi.from_clients(core, None)
-    writer = StatusWriter(api, lambda: KeyRing(b"k" * 32), OperatorMetrics(), "test")
+    writer = StatusWriter(api, lambda: KEY, OperatorMetrics(), "test")
     units = {"n1": 1, "n2": 1}
     return Committer(api, writer, leader, lambda: units, ThreadPoolExecutor(max_workers=8), 300.0)
 
@@ -103,6 +109,18 @@ def test_replicas_concurrent_each_created_before_bound() -> None:
         name = f"train-{r}"
         assert core.calls.index(("create", name)) < core.calls.index(("bind", name))
     assert all(ctx.pods[r]["spec"]["nodeName"] for r in range(4))
+    # each Binding names the created pod's UID (a precondition) and carries the signature
+    # the apiserver copies onto the pod: for that UID, the job's UID and the record's epoch
+    from horus.api.podassignment import read_pod_assignment
+    from horus.common import constants as c
+
+    for body in core.bindings:
+        meta = body["metadata"]
+        pod = ctx.pods[int(meta["name"].rsplit("-", 1)[1])]
+        assert meta["uid"] == pod["metadata"]["uid"] == f"uid-{meta['name']}"
+        pod["metadata"]["annotations"].update(meta["annotations"])
+        read = read_pod_assignment(pod, KEY)
+        assert read.trusted and read.epoch == ctx.status[c.STATUS_PLACEMENT_EPOCH]
     # every raw response (4 pods, 4 Bindings) gave its connection back to the pool
     assert len(core.responses) == 8 and all(r.released for r in core.responses)
 

@@ -11,8 +11,8 @@ from extfixtures import FakeSource, plain_pod
 from opfixtures import KEY, assignment, dljob, node, share, sign_pod
 
 from horus.api.assignment import decode_assignment, decode_predicted
+from horus.api.podassignment import read_pod_assignment
 from horus.api.resources import parse_quantity
-from horus.api.signing import verify_assignment
 from horus.common import constants as c
 from horus.common.errors import ConfigError, ValidationError
 from horus.operator.extender import (
@@ -334,7 +334,8 @@ def test_bind_writes_signed_assignment_then_binds(ext: Extender, source: FakeSou
     a = decode_assignment(text)
     assert (a.node, a.gpu_index, a.core_percent, a.memory_mib) == ("idle", 0, 40, 10000)
     assert a.job is None
-    assert verify_assignment(KEY, "default", "p", text, ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE])
+    read = read_pod_assignment(pod, KEY)  # signed for exactly this pod's UID, no job, epoch 0
+    assert read.trusted and read.epoch == 0
     assert decode_predicted(ann[c.ANNOTATION_PREDICTED]).model_version
     assert pod["spec"]["nodeName"] == "idle"
     # the share now counts: a second pod asking for the rest of the memory no longer fits

@@ -12,12 +12,10 @@ import pytest
 from extfixtures import FakeSource, plain_pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opfixtures import node
+from opfixtures import KEY, node
 
 from horus.operator.extender import Extender, ExtenderServer
 from horus.predictor import load_default_predictor
-
-KEY = b"0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture(scope="module")

@@ -144,8 +144,6 @@ def test_with_keys_only_signed_records_and_pods_count() -> None:
     never makes pods from the one, and the device plugin gives the other no GPU."""
     from opfixtures import KEY
 
-    from horus.api.signing import KeyRing
-
     signed = dljob("j1", [share("a", 0, core=30)], phase="Running")
     forged = dljob("j2", [share("a", 1, core=90)], phase="Scheduled")
     forged["status"]["placementSignature"] = "v1:" + "0" * 64
@@ -154,9 +152,7 @@ def test_with_keys_only_signed_records_and_pods_count() -> None:
     plain = pod("ok", assignment("a", 0, core=10))
     fake = pod("fake", assignment("a", 1, core=70))
     fake["metadata"]["annotations"]["horus.io/gpu-assignment-signature"] = "v1:" + "f" * 64
-    live = build_live_state(
-        [node("a")], [plain, fake], [signed, forged, resigned], keys=KeyRing(KEY)
-    )
+    live = build_live_state([node("a")], [plain, fake], [signed, forged, resigned], keys=KEY)
     assert _core(live.state, "a", 0) == 40  # j1 + the signed plain pod
     assert _core(live.state, "a", 1) == 0
     assert sum("not signed" in p for p in live.problems) == 3, live.problems

@@ -11,7 +11,6 @@ from opfixtures import KEY, node
 from test_run_pass import PREDICTOR, auto_job
 
 from horus.api.inventory import simulated_gpu_uuid
-from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.operator.livestate import build_live_state, dljob_record_trusted
 from horus.operator.moves import preempt, start_move
@@ -79,14 +78,14 @@ def test_a_move_records_first_then_finishes_from_the_record(
         _ctx(rec, api, "m"), _to(*target), "measured 0.41x next to x", api, rec.writer, report
     )
     status = api.job("m")["status"]
-    assert dljob_record_trusted(api.job("m"), KeyRing(KEY))
+    assert dljob_record_trusted(api.job("m"), KEY)
     assert status["phase"] == "Scheduled" and status["reason"] == "Migrating"
     assert status["migration"]["from"] == [old] and status["migrations"]["count"] == 1
     assert (status["placements"][0]["node"], status["placements"][0]["gpuIndex"]) == target
     (pod,) = api.pods.values()
     assert pod["metadata"].get("deletionTimestamp")  # the old pod got SIGTERM, still stopping
     # both the GPU it leaves and the one it goes to count while the old pod stops
-    live = build_live_state(api.list_nodes(), api.list_pods(), api.list_dljobs(), keys=KeyRing(KEY))
+    live = build_live_state(api.list_nodes(), api.list_pods(), api.list_dljobs(), keys=KEY)
     held = {g.uuid for g in live.state.views() if g.core_used_percent}
     assert {old["gpuUUID"], simulated_gpu_uuid(*target)} <= held
     rec.run_pass()  # the name is still taken: no second pod

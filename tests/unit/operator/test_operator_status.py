@@ -7,10 +7,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from opfixtures import dljob, share
+from opfixtures import KEY, dljob, share
 
 from horus.api.assignment import decode_assignment
-from horus.api.signing import verify_assignment
 from horus.common import constants as c
 from horus.common.errors import ConfigError
 from horus.common.settings import load_settings
@@ -190,9 +189,9 @@ def test_lease_race_has_one_winner() -> None:
 # --- pod manifest -----------------------------------------------------------------------------
 
 
-def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
-    from horus.api.signing import KeyRing
-    from horus.operator.podspec import pod_manifest
+def test_pod_manifest_owner_resources_and_a_binding_that_signs_the_assignment() -> None:
+    from horus.api.podassignment import read_pod_assignment
+    from horus.operator.podspec import binding_annotations, pod_manifest
 
     obj = dljob(
         "train",
@@ -201,8 +200,7 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
         gpus_per_replica=2,
     )
     obj["status"]["placements"][1]["replica"] = 0  # one replica with two GPUs
-    key = b"k" * 32
-    pod = pod_manifest(obj, 0, obj["status"]["placements"], KeyRing(key), unit_mib=256)
+    pod = pod_manifest(obj, 0, obj["status"]["placements"], unit_mib=256)
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "train-0"
     assert meta["ownerReferences"][0]["uid"] == "uid-train"
@@ -215,9 +213,15 @@ def test_pod_manifest_owner_resources_and_signed_assignment() -> None:
     text = meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]
     a = decode_assignment(text)
     assert (a.job, a.replica, len(a.all_gpus)) == ("train", 0, 2)
-    assert verify_assignment(
-        key, "default", "train-0", text, meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
-    )
+    # Not signed at creation: the signature binds the pod's UID, which only the created pod
+    # has; it goes in the Binding, and the apiserver copies it onto the pod.
+    assert c.ANNOTATION_ASSIGNMENT_SIGNATURE not in meta["annotations"]
+    meta["uid"] = "uid-of-the-created-pod"
+    meta["annotations"].update(binding_annotations(pod, 5, KEY))
+    read = read_pod_assignment(pod, KEY)
+    assert read.trusted and read.epoch == 5
+    meta["uid"] = "uid-of-a-re-created-pod"
+    assert not read_pod_assignment(pod, KEY).trusted
 
 
 # --- metrics ----------------------------------------------------------------------------------
@@ -249,7 +253,6 @@ def test_metrics_names_and_stale_series_dropped() -> None:
 
 
 def test_a_movable_job_knows_its_checkpoint_and_gets_its_grace_period() -> None:
-    from horus.api.signing import KeyRing
     from horus.operator.podspec import pod_manifest
 
     obj = dljob("train", [share("n1", 0)], phase="Scheduled")
@@ -260,7 +263,7 @@ def test_a_movable_job_knows_its_checkpoint_and_gets_its_grace_period() -> None:
     }
     obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 10
     obj["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
-    pod = pod_manifest(obj, 0, obj["status"]["placements"], KeyRing(b"k" * 32))
+    pod = pod_manifest(obj, 0, obj["status"]["placements"])
     spec = pod["spec"]
     assert spec["terminationGracePeriodSeconds"] == 90
     assert spec["containers"][0]["env"] == [
@@ -268,6 +271,6 @@ def test_a_movable_job_knows_its_checkpoint_and_gets_its_grace_period() -> None:
         {"name": c.ENV_CHECKPOINT_PATH, "value": "/ckpt/train"},
     ]
     obj["spec"]["migration"] = {"policy": "Never"}  # not movable: the template as written
-    pod = pod_manifest(obj, 0, obj["status"]["placements"], KeyRing(b"k" * 32))
+    pod = pod_manifest(obj, 0, obj["status"]["placements"])
     assert pod["spec"]["terminationGracePeriodSeconds"] == 10
     assert c.ENV_CHECKPOINT_PATH not in str(pod["spec"]["containers"][0]["env"])

@@ -12,7 +12,6 @@ from opfixtures import KEY, dljob, pod, share
 
 from horus.api.assignment import GpuAssignment
 from horus.api.inventory import simulated_gpu_uuid
-from horus.api.signing import KeyRing
 from horus.operator.commit import RUNNING_SYNC_DEFER_SECONDS, Committer
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.passctx import JobCtx, PassReport
@@ -33,7 +32,7 @@ def _setup(scheduled_ago: float) -> tuple[Committer, JobCtx, FakeJobApi]:
     running = pod("train-0", a, phase="Running", job="train", replica=0)
     running["metadata"]["ownerReferences"] = [{"uid": "uid-train"}]
     ctx.pods[0] = running
-    writer = StatusWriter(api, lambda: KeyRing(KEY), OperatorMetrics(), "test")
+    writer = StatusWriter(api, lambda: KEY, OperatorMetrics(), "test")
     pool = ThreadPoolExecutor(max_workers=2)
     return Committer(api, writer, lambda: True, dict, pool, 300.0), ctx, api
 

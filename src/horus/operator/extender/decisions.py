@@ -22,8 +22,9 @@ from typing import Any
 
 from horus.api.assignment import GpuAssignment, encode_assignment, encode_predicted
 from horus.api.nodematch import constraints_of
+from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import node_memory_unit_mib
-from horus.api.signing import KeyRing, sign_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import Conflict
@@ -80,7 +81,7 @@ class Extender:
         self,
         source: ClusterSource,
         predictor: Predictor,
-        key: bytes | KeyRing | Callable[[], KeyRing | bytes],
+        key: KeyRing | Callable[[], KeyRing],
         policy: str = "horus",
         scheduler_settings: SchedulerSettings | None = None,
         cache_seconds: float = 2.0,
@@ -116,15 +117,10 @@ class Extender:
 
     # --- helpers ----------------------------------------------------------------------------
     def keys(self) -> KeyRing:
-        """The key ring now: signs with its current key, verifies with all of them (a
-        callable, e.g. :class:`~horus.operator.assignment_key.AssignmentKeySource`, is asked
-        every time, so a rotated key is used without a restart)."""
-        k = self._key() if callable(self._key) else self._key
-        return KeyRing(k) if isinstance(k, bytes) else k
-
-    def key(self) -> bytes:
-        """The signing key (the ring's current one)."""
-        return self.keys().current
+        """The key ring now: signs with its private key, verifies with every published public
+        key (a callable, e.g. :class:`~horus.operator.assignment_key.AssignmentKeySource`, is
+        asked every time, so a rotated key is used without a restart)."""
+        return self._key() if callable(self._key) else self._key
 
     def _live(
         self, exclude: str, objs: LiveObjects | None = None
@@ -402,7 +398,16 @@ class Extender:
         predicted = self.session.predicted_usage(result.prediction, gpu_model)
         annotations = {
             c.ANNOTATION_GPU_ASSIGNMENT: text,
-            c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(self.key(), ns, name, text),
+            # Bound to this pod's UID (a pod re-created with copied annotations does not
+            # verify); a plain pod has no DLJob (its UID is "") and no record epoch (0).
+            c.ANNOTATION_ASSIGNMENT_SIGNATURE: self.keys().sign_assignment(
+                ns,
+                name,
+                str(meta.get("uid") or args.pod_uid or ""),
+                controller_dljob_uid(meta),
+                0,
+                text,
+            ),
             c.ANNOTATION_PREDICTED: encode_predicted(predicted),
         }
         try:
