@@ -49,6 +49,7 @@ def test_helm_lint_is_clean(helm):
         (["node.nvidiaDevicePlugin=both"], "at '/node/nvidiaDevicePlugin'"),
         (["operator.extraEnv[0].value=x"], "at '/operator/extraEnv/0': missing property 'name'"),
         (["images.node.digest=sha256:abc"], "at '/images/node/digest'"),
+        (["node.gpuAccess=all"], "at '/node/gpuAccess': value must be one of"),
     ],
 )
 def test_bad_values_fail_install_with_the_schema_message(helm, cluster, sets, message):
@@ -65,6 +66,16 @@ def test_bad_values_fail_install_with_the_schema_message(helm, cluster, sets, me
 def test_chart_refuses_another_namespace(helm):
     proc = helm("template", "horus", str(CHART), "-n", "default", *REG, check=False)
     assert proc.returncode != 0 and "install Horus into the namespace horus-system" in proc.stderr
+
+
+@pytest.mark.parametrize(("version", "ok"), [("1.31.9", False), ("1.32.0", True), ("1.34.4", True)])
+def test_chart_states_the_kubernetes_it_needs(helm, version, ok):
+    """kubeVersion >= 1.32: admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (GA 1.30)
+    and the node claim of bound ServiceAccount tokens its node policies read (GA 1.32)."""
+    proc = helm("template", "horus", str(CHART), *NS, *REG, "--kube-version", version, check=False)
+    assert (proc.returncode == 0) == ok, proc.stderr
+    if not ok:
+        assert "is incompatible with Kubernetes v" + version in proc.stderr, proc.stderr
 
 
 def test_chart_without_a_registry_says_how_to_get_images(helm):
