@@ -205,6 +205,11 @@ class KubeJobApi:
     ) -> bool:
         from kubernetes.client.exceptions import ApiException
 
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -248,11 +253,6 @@ class KubeJobApi:
             raise ProfileUnavailable(
                 f"cannot read ConfigMap {namespace}/{name}: HTTP {exc.status} {exc.reason}"
             ) from None
-        meta: dict[str, Any] = {"name": name, "namespace": namespace}
-        if uid:
-            meta["uid"] = uid
-        if annotations:
-            meta["annotations"] = dict(annotations)
         data = obj.get("data")
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 

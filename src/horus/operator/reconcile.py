@@ -57,14 +57,15 @@ from horus.operator.livestate import (
     TERMINAL_POD_PHASES,
     LiveState,
     build_live_state,
+    dljob_job_name,
     dljob_record_trusted,
 )
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import owner_uid
 from horus.operator.queueing import NodeEligibility, job_request, refuse, stable_refusal
+from horus.operator.records import pods_epoch, record_epoch
 from horus.operator.restore import restore
-    dljob_job_name,
 from horus.operator.session import PlacementSession
 from horus.operator.writer import COMPONENT, StatusWriter
 from horus.predictor.interface import Predictor
@@ -72,7 +73,6 @@ from horus.scheduler import (
     ClusterState,
     JobRequest,
     Placement,
-from horus.operator.records import pods_epoch, record_epoch
     RefusalCode,
     Scheduler,
     SchedulerSettings,
@@ -84,6 +84,8 @@ __all__ = ["COMPONENT", "Conflict", "JobCtx", "PassReport", "Reconciler"]
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
+#: Condition on a job while placement is paused for want of a signing key (False).
+COND_SIGNING_KEY = "SigningKey"
 
 
 @dataclass
@@ -92,8 +94,6 @@ class _Snapshot:
     DLJob that existed when it was created, so a DLJob missing from the later list really was
     deleted."""
 
-#: Condition on a job while placement is paused for want of a signing key (False).
-COND_SIGNING_KEY = "SigningKey"
     pods: list[dict[str, Any]]
     dljobs: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
@@ -199,6 +199,12 @@ class Reconciler:
         self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
         every = self._contexts(snap)
+        ring = self.keys()
+        self._distrust_rollbacks(every, ring)
+        self.metrics.signing_key.set(1 if ring.can_sign else 0)
+        if not ring.can_sign:
+            return self._hold(snap, every, ring, report, t0)
+        self._tell_resumed(every, report)
         restores = self._restore_untrusted(every, report)
         ctxs = {k: x for k, x in every.items() if x.trusted}
         placed_before = [
@@ -207,12 +213,6 @@ class Reconciler:
             if x.status.get("placements") and x.phase not in TERMINAL_PHASES
         ]
         self._cleanup(every, snap.pods, report)
-        ring = self.keys()
-        self._distrust_rollbacks(every, ring)
-        self.metrics.signing_key.set(1 if ring.can_sign else 0)
-        if not ring.can_sign:
-            return self._hold(snap, every, ring, report, t0)
-        self._tell_resumed(every, report)
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
         t_admit = time.monotonic()
@@ -257,21 +257,6 @@ class Reconciler:
                 by_uid[owner].pods.setdefault(view.replica, pod)
         return ctxs
 
-    def _restore_untrusted(
-        self, every: Mapping[str, JobCtx], report: PassReport
-    ) -> list[Future[None]]:
-        """A record the operator did not sign takes no part in this pass: it is restored from
-        the job's own pods, or reset so the job is admitted again (:mod:`restore`)."""
-        if not self.is_leader():
-            return []
-        return [
-            self.pool.submit(self._guarded, restore, x, self.writer, report)
-            for x in every.values()
-            if not x.trusted
-        ]
-
-    def _cleanup(
-        self, ctxs: Mapping[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
     def _distrust_rollbacks(self, every: Mapping[str, JobCtx], ring: KeyRing) -> None:
         """A validly signed record older than its pods (they carry the epoch they were bound
         in) or than what this process signed last is a rollback: not trusted (restored)."""
@@ -366,6 +351,21 @@ class Reconciler:
         ]:
             f.result()
 
+    def _restore_untrusted(
+        self, every: Mapping[str, JobCtx], report: PassReport
+    ) -> list[Future[None]]:
+        """A record the operator did not sign takes no part in this pass: it is restored from
+        the job's own pods, or reset so the job is admitted again (:mod:`restore`)."""
+        if not self.is_leader():
+            return []
+        return [
+            self.pool.submit(self._guarded, restore, x, self.writer, report)
+            for x in every.values()
+            if not x.trusted
+        ]
+
+    def _cleanup(
+        self, ctxs: Mapping[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
     ) -> None:
         """Delete pods whose DLJob is gone, and still-running pods of a (signed) Failed job or of
         a job back in the queue (a preemption a crash interrupted before its pods were deleted)."""
@@ -399,6 +399,8 @@ class Reconciler:
         profiles = {
             k: p for k, x in ctxs.items() if (p := self.admission.known_profile(x.uid)) is not None
         }
+        every = {dljob_job_name(*_ns_name(o)) for o in snap.dljobs}
+        distrusted = every - set(ctxs)  # unsigned or rolled-back records: pods count instead
         live = build_live_state(
             snap.nodes, snap.pods, snap.dljobs, self.predictor, profiles, self.keys(), distrusted
         )
@@ -413,8 +415,6 @@ class Reconciler:
         state: ClusterState,
         nodes: list[dict[str, Any]],
         report: PassReport,
-        every = {dljob_job_name(*_ns_name(o)) for o in snap.dljobs}
-        distrusted = every - set(ctxs)  # unsigned or rolled-back records: pods count instead
         restores: list[Future[None]],
     ) -> None:
         """New jobs: validate, predict once, dry-run (in parallel: each is its own write)."""
@@ -634,6 +634,16 @@ class Reconciler:
             report.problems.append(f"follow of {ctx.key} failed")
 
 
+def _signing_condition(ctx: JobCtx, status: str) -> bool:
+    cond = st.condition(ctx.status.get("conditions") or [], COND_SIGNING_KEY)
+    return cond is not None and cond.get("status") == status
+
+
+def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "default")), str(meta.get("name", ""))
+
+
 def _must_stop(ctx: JobCtx) -> bool:
     """Whether a job's running pods must go: it failed, or it is queued without placements."""
     if not ctx.trusted:
@@ -677,13 +687,3 @@ def _node_units(nodes: list[dict[str, Any]]) -> dict[str, int]:
             log.warning("%s; assuming 1 MiB units", exc)
             out[name] = 1
     return out
-def _signing_condition(ctx: JobCtx, status: str) -> bool:
-    cond = st.condition(ctx.status.get("conditions") or [], COND_SIGNING_KEY)
-    return cond is not None and cond.get("status") == status
-
-
-def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace", "default")), str(meta.get("name", ""))
-
-

@@ -149,7 +149,11 @@ class FakeJobApi:
                 raise Conflict(f"pod {namespace}/{name} vanished before binding")
             if pod["spec"].get("nodeName"):
                 return False
+            if uid and pod["metadata"].get("uid") != uid:
+                return False  # the apiserver's UID precondition: 409
             pod["spec"]["nodeName"] = node
+            if annotations:  # as the apiserver copies a Binding's annotations onto the pod
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
             return True
 
     def delete_pod(self, namespace: str, name: str) -> None:
@@ -157,11 +161,7 @@ class FakeJobApi:
             if not self.graceful:
                 self.pods.pop((namespace, name), None)
             elif (namespace, name) in self.pods:
-            if uid and pod["metadata"].get("uid") != uid:
-                return False  # the apiserver's UID precondition: 409
                 self.pods[(namespace, name)]["metadata"]["deletionTimestamp"] = (
-            if annotations:  # as the apiserver copies a Binding's annotations onto the pod
-                pod["metadata"].setdefault("annotations", {}).update(annotations)
                     "2026-01-01T00:00:00Z"
                 )
 
