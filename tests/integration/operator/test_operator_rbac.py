@@ -75,6 +75,34 @@ def _as(cluster: Any, token: str, *args: str, input: str | None = None) -> Any:
     return cluster.kubectl(f"--token={token}", *args, check=False, input=input)
 
 
+def _node_token(cluster: Any, node: str) -> str:
+    """The node DaemonSet's token on ``node``: a pod of ``horus-node`` bound to that node and
+    a token bound to the pod, so it names the node as the kubelet-mounted one does (the
+    policies refuse the node identity any write without it; test_trust_admission.py)."""
+    name = f"horus-node-{node}"[:63]
+    if cluster.kubectl("get", "pod", name, "-n", c.HORUS_NAMESPACE, check=False).returncode:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "serviceAccountName": "horus-node",
+                "nodeName": node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox"}],
+            },
+        }
+        cluster.kubectl("create", "-n", c.HORUS_NAMESPACE, "-f", "-", input=json.dumps(pod))
+    uid = cluster.kubectl(
+        "get", "pod", name, "-n", c.HORUS_NAMESPACE, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+    bound = ("--bound-object-kind=Pod", f"--bound-object-name={name}", f"--bound-object-uid={uid}")
+    token: str = cluster.kubectl(
+        "create", "token", "horus-node", "-n", c.HORUS_NAMESPACE, *bound
+    ).stdout
+    return token.strip()
+
+
 # (role, verb, resource, namespace-or-"", allowed)
 MATRIX = [
     ("operator", "patch", "dljobs/status", "team", True),
@@ -84,6 +112,8 @@ MATRIX = [
     ("operator", "delete", "nodes", "", False),
     ("node", "patch", "dljobs/status", "team", True),  # RBAC allows; the policy narrows it
     ("node", "create", "pods", "team", False),
+    ("node", "create", "pods/eviction", "team", False),  # the watchdog deletes (issue 24)
+    ("node", "delete", "pods", "team", True),  # RBAC allows; horus-node-own-pods narrows it
     ("node", "create", "pods/binding", "team", False),
     ("node", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, False),
     ("node", "delete", "dljobs", "team", False),
@@ -146,16 +176,21 @@ def test_forged_writes_by_each_role_never_yield_a_signed_assignment(
         }
     }
     patch = ["patch", "dljob", "victim", "-n", team, "--subresource=status", "--type=merge"]
-    # the node agent's token: RBAC lets it write status, the admission policy refuses this
-    node = _as(cluster, tokens["node"], *patch, "-p", json.dumps(forged))
+    # the node agent's token (as mounted on the node legit runs on): RBAC lets it write status,
+    # the admission policy refuses this
+    legit_node = kube.jobs_by_name()["legit"]["status"]["placements"][0]["node"]
+    node_token = _node_token(cluster, legit_node)
+    node = _as(cluster, node_token, *patch, "-p", json.dumps(forged))
     assert node.returncode != 0 and "may write only status.observed" in node.stderr, node.stderr
-    ok = _as(cluster, tokens["node"], *patch, "-p", '{"status": {"observed": {"util": 12}}}')
+    observed = '{"status": {"observed": {"util": 12}}}'
+    ok = _as(cluster, node_token, *patch[:2], "legit", *patch[3:], "-p", observed)
     assert ok.returncode == 0, ok.stderr
     # a namespace editor and a viewer may not write status at all
     for role in ("editor", "viewer"):
         proc = _as(cluster, tokens[role], *patch, "-p", json.dumps(forged))
         assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), (role, proc.stderr)
-    # an editor may create pods, even with an assignment annotation of its own making
+    # an editor may create pods, but not with Horus' annotations (issue 24: the policy
+    # horus-pod-annotations; before, the device plugin refused the pod any GPU)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -171,7 +206,7 @@ def test_forged_writes_by_each_role_never_yield_a_signed_assignment(
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
     }
     made = _as(cluster, tokens["editor"], "create", "-n", team, "-f", "-", input=json.dumps(pod))
-    assert made.returncode == 0, made.stderr
+    assert made.returncode != 0 and "'horus-pod-annotations'" in made.stderr, made.stderr
     # a cluster admin may write status: the operator resets the unsigned record instead of
     # making pods from it
     cluster.kubectl(*patch, "-p", json.dumps(forged))
