@@ -514,6 +514,46 @@ def test_the_node_cannot_delete_or_evict_a_pod_elsewhere(world: World) -> None:
     )["metadata"].get("deletionTimestamp")
 
 
+def test_the_agents_watchdog_delete_works_only_on_its_node(world: World) -> None:
+    """The agent's own call (``AgentApi.delete_pod``, what ``--watchdog evict`` does) with the
+    node's token: a pod elsewhere is refused (False: retried next cycle, never deleted); a pod
+    re-created under the measured pod's name since is left alone (UID precondition); the
+    measured pod on its node is deleted."""
+    from kubernetes import client, config
+
+    from horus.agent.kube import AgentApi
+    from horus.agent.pods import PodInfo
+    from horus.api.assignment import GpuAssignment
+
+    team = world.team
+    admin = config.new_client_from_config(config_file=world.cluster.kubeconfig).configuration
+    cfg = client.Configuration(host=admin.host)  # the admin's server and CA, the node's token
+    cfg.ssl_ca_cert = admin.ssl_ca_cert
+    cfg.api_key = {"authorization": f"Bearer {world.tokens['node']}"}
+    api = AgentApi(client.ApiClient(cfg))
+
+    def info(name: str, node: str) -> PodInfo:
+        uid = world.get("pod", name, team)["metadata"]["uid"]
+        return PodInfo(team, name, uid, node, GpuAssignment(node, "GPU-0", 0, 40, 2048))
+
+    for name, node in (("hog-a", world.node_a), ("hog-b", world.node_b)):
+        world.create(team, _pod(name, node, HORUS_ANNOTATIONS))
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    me = api.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review)
+    assert me["status"]["userInfo"]["extra"][c.TOKEN_EXTRA_NODE_NAME] == [world.node_a]
+    assert api.delete_pod(info("hog-b", world.node_b)) is False
+    assert not world.get("pod", "hog-b", team)["metadata"].get("deletionTimestamp")
+    measured = info("hog-a", world.node_a)
+    world.kubectl("delete", "pod", "hog-a", "-n", team, "--grace-period=0", "--force")
+    world.create(team, _pod("hog-a", world.node_a, HORUS_ANNOTATIONS))
+    assert api.delete_pod(measured) is True  # 409: the measured pod is gone
+    again = world.get("pod", "hog-a", team)["metadata"]
+    assert again["uid"] != measured.uid and not again.get("deletionTimestamp")
+    assert api.delete_pod(info("hog-a", world.node_a)) is True
+    gone = world.cluster.kubectl("get", "pod", "hog-a", "-n", team, "-o", "json", check=False)
+    assert gone.returncode != 0 or json.loads(gone.stdout)["metadata"].get("deletionTimestamp")
+
+
 def test_the_node_writes_observed_only_of_jobs_on_its_node(world: World) -> None:
     team = world.team
     status = ("--subresource=status", "--type=merge", "-p")
