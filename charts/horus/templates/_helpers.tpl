@@ -59,23 +59,36 @@ hands the pipe directory to workloads by its host path). */}}
 {{- define "horus.mpsPipeDir" -}}{{ printf "%s/pipe" (.Values.node.mps.root | trimSuffix "/") }}{{- end -}}
 {{- define "horus.mpsShmDir" -}}{{ printf "%s/shm" (.Values.node.mps.root | trimSuffix "/") }}{{- end -}}
 
-{{/* The assignment key as a file, when the admin manages the Secret (assignmentKey.existingSecret):
-the volume, its mount and the variable every component reads it by. */}}
-{{- define "horus.keySecretName" -}}
-{{- .Values.assignmentKey.existingSecret | default "horus-assignment-key" -}}
-{{- end -}}
+{{/* The signing (private) key as a file, only in the operator and the Horus scheduler pod and
+only when the admin manages the Secret (assignmentKey.existingSecret): the volume, its mount and
+the variable they read it by. Without it they read the Secret horus-signing-key through the API. */}}
 {{- define "horus.keyFileEnv" -}}
 - name: HORUS_ASSIGNMENT_KEY_FILE
-  value: /var/run/horus/assignment-key/{{ .Values.assignmentKey.secretKey }}
+  value: /var/run/horus/signing-key/{{ .Values.assignmentKey.secretKey }}
 {{- end -}}
 {{- define "horus.keyVolume" -}}
-- name: assignment-key
+- name: signing-key
   secret:
-    secretName: {{ include "horus.keySecretName" . }}
+    secretName: {{ .Values.assignmentKey.existingSecret }}
 {{- end -}}
 {{- define "horus.keyMount" -}}
-- name: assignment-key
-  mountPath: /var/run/horus/assignment-key
+- name: signing-key
+  mountPath: /var/run/horus/signing-key
+  readOnly: true
+{{- end -}}
+
+{{/* The public keys the nodes verify with (issue 24: a node holds no key that signs): the
+ConfigMap horus-verify-keys the operator publishes, optional so the DaemonSet starts before the
+operator's first start; the kubelet fills and refreshes the mount. */}}
+{{- define "horus.verifyKeysVolume" -}}
+- name: verify-keys
+  configMap:
+    name: horus-verify-keys
+    optional: true
+{{- end -}}
+{{- define "horus.verifyKeysMount" -}}
+- name: verify-keys
+  mountPath: /var/run/horus/verify-keys
   readOnly: true
 {{- end -}}
 

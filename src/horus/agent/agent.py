@@ -40,9 +40,10 @@ from horus.agent.pods import PodInfo, SkipLog, parse_pod
 from horus.agent.settings import AgentSettings
 from horus.agent.simulated import SimulatedBackend
 from horus.agent.watchdog import MemoryWatchdog
+from horus.api.assignment import GpuAssignment
 from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
 from horus.api.inventory import decode_inventory
-from horus.api.signing import KeyFileRing
+from horus.api.signing import KeyFileRing, KeyRing, VerifyKeys
 from horus.common import constants as c
 from horus.common.errors import ConfigError, HorusError
 from horus.kube.errors import ApiError
@@ -77,7 +78,15 @@ class Agent:
         self._keys = (
             KeyFileRing(settings.assignment_key_file) if settings.assignment_key_file else None
         )
-        self.key = self._keys.ring() if self._keys is not None else None  # unusable: stop now
+        self.key: KeyRing | None = None
+        #: pod UID → the last assignment of it that verified (horus.agent.pods._assignment)
+        self.verified: dict[str, GpuAssignment] = {}
+        if self._keys is not None:
+            try:
+                self.key = self._keys.ring()
+            except ConfigError as exc:  # not published yet (first install): verify nothing
+                log.warning("%s; no assignment verifies until the keys are published", exc)
+                self.key = KeyRing(VerifyKeys(), None, "no published keys yet")
         self.simulated = SimulatedBackend(
             seed=settings.seed,
             noise=settings.noise,
@@ -229,6 +238,7 @@ class Agent:
                 self.feedback.add(pod, gpu, sample.backend, ps.utilization, ps.memory_used_bytes)
             self._pair_samples(sample, snap)
         self.watchdog.forget(present)
+        self.verified = {uid: a for uid, a in self.verified.items() if uid in snap.pods}
         self._write_rows(self.feedback.finished(present))
         if time.monotonic() - self._last_feedback >= self.settings.feedback_interval_seconds:
             self.publish_observed()
@@ -261,8 +271,8 @@ class Agent:
             self.feedback.pairs.add(models.get(index, ""), group)
 
     def _reload_key(self) -> None:
-        """Pick up a rotated key (the mounted Secret changed); a key file that cannot be read
-        keeps the ring in use, said once."""
+        """Pick up newly published keys (the mounted ConfigMap changed); a file that cannot be
+        read keeps the keys in use, said once."""
         if self._keys is None:
             return
         try:
@@ -300,7 +310,7 @@ class Agent:
         self._reload_key()
         for obj in self.kube.pods_on(name):
             try:
-                info = parse_pod(obj, self.skips, self.key)
+                info = parse_pod(obj, self.skips, self.key, self.verified)
             except Exception as exc:  # one malformed object never stops the node's cycle
                 meta = obj.get("metadata") if isinstance(obj, dict) else None
                 who = (

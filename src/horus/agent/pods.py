@@ -8,6 +8,7 @@ names the pod, the annotation and the problem, once per distinct bad value (not 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
@@ -86,12 +87,29 @@ def _running(obj: Mapping[str, Any]) -> bool:
 
 
 def _assignment(
-    obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | None
+    obj: Mapping[str, Any],
+    skips: SkipLog,
+    key: KeyRing | None,
+    verified: dict[str, GpuAssignment] | None = None,
 ) -> GpuAssignment | None:
     """The pod's signed assignment (:func:`horus.api.podassignment.read_pod_assignment`),
-    for the node it runs on; None (logged once) otherwise."""
+    for the node it runs on; None (logged once) otherwise.
+
+    ``verified`` remembers, by pod UID, the last assignment that verified: a pod whose
+    annotation stops verifying (edited after admission, or its key revoked) keeps being
+    enforced and reported with the share it verified with — never with what it claims now,
+    and never left unpoliced."""
     uid = str((obj.get("metadata") or {}).get("uid", ""))
     read = read_pod_assignment(obj, key)
+    if read.trusted and read.assignment is not None and verified is not None and key is not None:
+        verified[uid] = read.assignment
+    elif verified is not None and uid in verified and read.problem is not None:
+        skips.warn(
+            uid,
+            f"{read.detail}; enforcing the share it verified with before, not the one it "
+            "claims now",
+        )
+        read = dataclasses.replace(read, assignment=verified[uid], problem=None)
     if read.assignment is None or not read.trusted:
         consequence = (
             "an assignment the scheduler did not write is never enforced or reported as the "
@@ -142,16 +160,22 @@ def _optional(
         return None
 
 
-def parse_pod(obj: Mapping[str, Any], skips: SkipLog, key: KeyRing | None = None) -> PodInfo | None:
+def parse_pod(
+    obj: Mapping[str, Any],
+    skips: SkipLog,
+    key: KeyRing | None = None,
+    verified: dict[str, GpuAssignment] | None = None,
+) -> PodInfo | None:
     """The :class:`PodInfo` of a pod object (as JSON), or None when the agent should skip it.
 
     Pods without an assignment are not Horus's and are skipped silently; pods that are not
     running, or are being deleted, are skipped silently too. Everything else that is wrong is
-    logged (once) and skipped. With a ``key``, only assignments signed by Horus count.
+    logged (once) and skipped. With a ``key``, only assignments signed by Horus count (and,
+    with ``verified``, the last one that verified: :func:`_assignment`).
     """
     if not _running(obj):
         return None
-    assignment = _assignment(obj, skips, key)
+    assignment = _assignment(obj, skips, key, verified)
     if assignment is None:
         return None
     meta = obj["metadata"]

@@ -61,7 +61,10 @@ class AgentSettings:
     kubeconfig: Path | None = None
     """Kubeconfig file; in-cluster config when unset."""
     assignment_key_file: Path | None = None
-    """When set, assignments whose signature does not verify are ignored (logged)."""
+    """The published public keys (``keys.pem`` of the ConfigMap horus-verify-keys, which the
+    chart mounts): only assignments that verify are enforced and reported (a pod whose
+    assignment stops verifying keeps the share it verified with). Unset: every assignment is
+    taken at its word (tools and tests only)."""
     mps_control: str = "nvidia-cuda-mps-control"
     mps_pipe_directory: Path = Path(MPS_PIPE_DIRECTORY_DEFAULT)
     mps_log_directory: Path = Path(MPS_LOG_DIRECTORY_DEFAULT)

@@ -36,7 +36,7 @@ _HELP = {
     "gpu_access": "how the GPU is granted: envvar, volume-mounts or cdi (docs/agent.md)",
     "cdi_kind": "CDI kind of the node's GPUs, for gpu_access=cdi (default nvidia.com/gpu)",
     "kubeconfig": "kubeconfig file (default: in-cluster, else ~/.kube/config)",
-    "assignment_key_file": "assignment key file (default: $HORUS_ASSIGNMENT_KEY_FILE, else the Secret)",
+    "assignment_key_file": "public keys file, keys.pem (default: $HORUS_ASSIGNMENT_KEY_FILE, else the ConfigMap)",
     "publish_inventory": "write the node's horus.io/gpu-inventory annotation (true/false)",
     "health_interval_s": "seconds between GPU health checks",
     "socket_poll_s": "seconds between looks at kubelet.sock",

@@ -4,7 +4,7 @@ Every field can be set as ``--field-name`` on ``horus deviceplugin run``, as the
 variable ``HORUS_DEVICEPLUGIN_<FIELD>``, or under ``deviceplugin:`` in the YAML file given with
 ``--config`` (see :mod:`horus.common.settings`). Two environment variables shared with other
 roles are honoured as fallbacks when the Horus-specific one is absent: ``NODE_NAME`` (downward
-API, what the DaemonSet sets) and ``HORUS_ASSIGNMENT_KEY_FILE`` (the mounted Secret).
+API, what the DaemonSet sets) and ``HORUS_ASSIGNMENT_KEY_FILE`` (the mounted public keys).
 """
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ class DevicePluginSettings:
     cdi_kind: str = "nvidia.com/gpu"
     # kubeconfig for the API server; empty means in-cluster config (else ~/.kube/config).
     kubeconfig: Path | None = None
-    # File holding the assignment key (mounted Secret); falls back to $HORUS_ASSIGNMENT_KEY_FILE,
-    # then to reading the Secret horus-system/horus-assignment-key through the API.
+    # The published public keys (keys.pem of the mounted ConfigMap horus-verify-keys; never a
+    # private key); falls back to $HORUS_ASSIGNMENT_KEY_FILE, then to reading that ConfigMap
+    # through the API.
     assignment_key_file: Path | None = None
     # Write the node's horus.io/gpu-inventory annotation (and memory unit) on start and on
     # every health change.

@@ -173,7 +173,7 @@ def _register_extender(rsub: Any) -> None:
     ext.add_argument(
         "--kubeconfig", default=None, help="kubeconfig (default $KUBECONFIG/in-cluster)"
     )
-    ext.add_argument("--key-file", default=None, help="assignment key file (default: the Secret)")
+    ext.add_argument("--key-file", default=None, help="signing key file, PEM (default: the Secret)")
     ext.add_argument("--predictor", default=None, help="predictor artifact (default: shipped)")
     ext.add_argument(
         "--predictor-reload-seconds",

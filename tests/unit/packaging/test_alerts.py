@@ -55,6 +55,19 @@ CASES: dict[str, tuple[list[dict[str, str]], int, dict[str, str], int]] = {
         {"severity": "critical"},
         2,
     ),
+    "HorusSigningKeyUnavailable": (
+        # the leader signs for 2 minutes, then its key Secret is gone; a follower (not
+        # leading, never passes) still exports its initial 1
+        [
+            _series("horus_operator_leader", {**OP, "pod": "op-a"}, "1x10"),
+            _series("horus_signing_key_available", {**OP, "pod": "op-a"}, "1 1 0x10"),
+            _series("horus_operator_leader", {**OP, "instance": "10.0.0.6:8080"}, "0x10"),
+            _series("horus_signing_key_available", {**OP, "instance": "10.0.0.6:8080"}, "1x10"),
+        ],
+        6,
+        {"severity": "critical"},
+        2,
+    ),
     "HorusOperatorSeveralLeaders": (
         [
             _series("horus_operator_leader", {**OP, "pod": "op-a"}, "1x10"),

@@ -61,8 +61,9 @@ class ExtenderSettings:
     policy: str = "horus"
     #: kubeconfig to reach the apiserver; unset: ``$KUBECONFIG``, else in-cluster config.
     kubeconfig: Path | None = None
-    #: Assignment key file (mounted Secret); unset: ``$HORUS_ASSIGNMENT_KEY_FILE``, else the
-    #: Secret ``horus-system/horus-assignment-key`` (created when absent).
+    #: Signing key file (PEM Ed25519 private key, a mounted Secret); unset:
+    #: ``$HORUS_ASSIGNMENT_KEY_FILE``, else the Secret ``horus-system/horus-signing-key``
+    #: (created only on the first install; :mod:`horus.operator.assignment_key`).
     key_file: Path | None = None
     #: Predictor artifact (``horus predictor train -o``); unset: the shipped one.
     predictor: Path | None = None
