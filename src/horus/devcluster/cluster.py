@@ -169,7 +169,11 @@ def _apiserver_argv(bin_dir: Path, ports: dict[str, int], creds: certs.Credentia
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--authorization-mode=Node,RBAC",
         # Real nodes (add-nodes --real) act as system:node:<name>: the Node authorizer
-        # and NodeRestriction confine each kubelet to its own Node and pods.
+        # and NodeRestriction confine each kubelet to its own Node and pods. (This adds to
+        # the default plugins: ValidatingAdmissionPolicy, which Horus' node and annotation
+        # policies need, stays on; so does the node claim in pod-bound ServiceAccount
+        # tokens, ServiceAccountTokenPodNodeInfo, GA and locked on since 1.32 —
+        # tests/integration/operator/test_trust_admission.py proves both on this apiserver.)
         "--enable-admission-plugins=NodeRestriction",
         f"--kubelet-client-certificate={creds.kubelet_client_cert}",
         f"--kubelet-client-key={creds.kubelet_client_key}",
