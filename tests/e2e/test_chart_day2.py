@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -348,19 +348,34 @@ def test_horus_scheduler_places_a_plain_pod_through_its_loopback_extender(
         )
         assert [p["schedulerName"] for p in cfg["profiles"]] == ["horus-kube-scheduler"]
         (extender,) = cfg["extenders"]
-        assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+        # mutual TLS even on loopback, with the client certificate the pod mounts
+        assert extender["urlPrefix"] == "https://127.0.0.1:8888"
+        assert extender["enableHTTPS"] is True
+        tls_dir = "/etc/horus-extender-tls"
+        assert extender["tlsConfig"] == {"caFile": f"{tls_dir}/ca.crt",
+                                         "certFile": f"{tls_dir}/client.crt",
+                                         "keyFile": f"{tls_dir}/client.key"}  # fmt: skip
         deploy = json.loads(
             cluster.kubectl("get", "deploy/horus-kube-scheduler", *NS, "-o", "json").stdout
         )
         containers = {x["name"]: x for x in deploy["spec"]["template"]["spec"]["containers"]}
         ext_args = containers["extender"]["args"]
         assert ext_args[ext_args.index("--host") + 1] == "127.0.0.1"
+        assert ext_args[ext_args.index("--health-port") + 1] == "8889"
+        mounts = {m["name"]: m["mountPath"] for m in containers["kube-scheduler"]["volumeMounts"]}
+        assert mounts["extender-tls"] == tls_dir
+        volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["extender-tls"]["secret"]["secretName"] == c.EXTENDER_TLS_SECRET
 
         # run both containers as they would run in the pod: the chart's config, the chart's
-        # ServiceAccount (so its RBAC does the work), a free loopback port instead of 8888
+        # ServiceAccount (so its RBAC does the work), free loopback ports instead of 8888/8889,
+        # and the client certificate from the Secret the extender creates (operator is off)
         sa = _sa_kubeconfig(cluster, "horus-kube-scheduler", tmp_path / "sa.kubeconfig")
         port = _free_port()
-        extender["urlPrefix"] = f"http://127.0.0.1:{port}"
+        extender["urlPrefix"] = f"https://127.0.0.1:{port}"
+        for field, entry in (("caFile", "ca.crt"), ("certFile", "client.crt"),
+                             ("keyFile", "client.key")):  # fmt: skip
+            extender["tlsConfig"][field] = str(tmp_path / entry)
         cfg["clientConnection"] = {"kubeconfig": str(sa)}
         (tmp_path / "scheduler.yaml").write_text(yaml.safe_dump(cfg))
         horus_cfg = tmp_path / "horus.yaml"
@@ -372,15 +387,25 @@ def test_horus_scheduler_places_a_plain_pod_through_its_loopback_extender(
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HORUS_", "KUBECONFIG"))}
         ext_argv = [sys.executable, "-m", "horus", "operator", "extender", "--config",
                     str(horus_cfg), "--host", "127.0.0.1", "--port", str(port),
-                    "--kubeconfig", str(sa)]  # fmt: skip
+                    "--health-port", str(_free_port()), "--kubeconfig", str(sa)]  # fmt: skip
         sched_argv = [str(cluster.bin_dir / "kube-scheduler"),
                       f"--config={tmp_path / 'scheduler.yaml'}", "--bind-address=127.0.0.1",
                       f"--secure-port={_free_port()}", f"--authentication-kubeconfig={sa}",
                       f"--authorization-kubeconfig={sa}", "--v=2"]  # fmt: skip
-        with (
-            _process(ext_argv, tmp_path / "extender.log", env),
-            _process(sched_argv, tmp_path / "kube-scheduler.log", env) as sched,
-        ):
+
+        def tls_secret() -> dict[str, str] | None:
+            got = cluster.kubectl("get", "secret", c.EXTENDER_TLS_SECRET, *NS, "-o", "json",
+                                  check=False)  # fmt: skip
+            return json.loads(got.stdout)["data"] if got.returncode == 0 else None
+
+        with ExitStack() as stack:
+            ext = stack.enter_context(_process(ext_argv, tmp_path / "extender.log", env))
+            data = _wait("the extender's TLS Secret, made by the extender itself",
+                         lambda: (ext.poll() is None or pytest.fail("extender exited"))
+                         and tls_secret())  # fmt: skip
+            for entry in ("ca.crt", "client.crt", "client.key"):
+                (tmp_path / entry).write_bytes(base64.b64decode(data[entry]))
+            sched = stack.enter_context(_process(sched_argv, tmp_path / "kube-scheduler.log", env))
             profile = (ROOT / "examples" / "profiles" / "resnet50-bs64.yaml").read_text()
             res = {c.RESOURCE_GPU_CORE: "40", c.RESOURCE_GPU_MEMORY: "10000"}
             pod = {

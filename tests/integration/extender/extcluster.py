@@ -24,6 +24,8 @@ class ExtenderCluster:
     api: Any
     core: Any
     nodes: list[str]
+    #: The extender's TLS files (ca.crt, client.crt, …), as kube-scheduler's tlsConfig uses them.
+    pki: dict[str, Path]
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         proc = subprocess.run(

@@ -167,12 +167,16 @@ def test_cli_serves_and_stops_cleanly(ext_cluster: ExtenderCluster, tmp_path: Pa
     import subprocess
     import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    ports = []
+    for _ in range(2):  # the verbs (TLS) and the plain health port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+    port, health = ports
     cfg = tmp_path / "config.yaml"
     cfg.write_text("extender:\n  host: 127.0.0.1\n  port: 1\nscheduler:\n  min_gain: 0.3\n")
-    env = {**os.environ, "HORUS_EXTENDER_PORT": str(port), "KUBECONFIG": ext_cluster.kubeconfig}
+    env = {**os.environ, "HORUS_EXTENDER_PORT": str(port), "HORUS_EXTENDER_HEALTH_PORT": str(health),
+           "KUBECONFIG": ext_cluster.kubeconfig}  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "horus", "operator", "extender", "--config", str(cfg)],
         env=env,
@@ -184,7 +188,7 @@ def test_cli_serves_and_stops_cleanly(ext_cluster: ExtenderCluster, tmp_path: Pa
 
         def healthy() -> bool:
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn = http.client.HTTPConnection("127.0.0.1", health, timeout=2)
                 conn.request("GET", "/healthz")
                 ok = conn.getresponse().status == 200
                 conn.close()
