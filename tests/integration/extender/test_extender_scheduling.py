@@ -12,7 +12,7 @@ from typing import Any
 from extcluster import ExtenderCluster
 
 from horus.api.assignment import decode_assignment, decode_predicted
-from horus.api.signing import verify_assignment
+from horus.api.signing import SigningKey, VerifyKeys
 from horus.common import constants as c
 
 ROOT_PROFILES = Path(__file__).resolve().parents[3] / "examples" / "profiles"
@@ -65,9 +65,11 @@ def _unschedulable_message(ec: ExtenderCluster, name: str) -> str:
     return str(ec.wait_for(f"pod {name} marked unschedulable", check))
 
 
-def _key(ec: ExtenderCluster) -> bytes:
-    secret = ec.core.read_namespaced_secret(c.ASSIGNMENT_KEY_SECRET, c.HORUS_NAMESPACE)
-    return base64.b64decode(secret.data[c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+def _keys(ec: ExtenderCluster) -> VerifyKeys:
+    """The public half of the signing key the extender made (Secret horus-signing-key)."""
+    secret = ec.core.read_namespaced_secret(c.SIGNING_KEY_SECRET, c.HORUS_NAMESPACE)
+    pem = base64.b64decode(secret.data[c.SIGNING_KEY_SECRET_ENTRY])
+    return SigningKey.from_pem(pem, "test").public
 
 
 def _check_assignment(ec: ExtenderCluster, pod: dict[str, Any]) -> Any:
@@ -75,9 +77,12 @@ def _check_assignment(ec: ExtenderCluster, pod: dict[str, Any]) -> Any:
     text = ann[c.ANNOTATION_GPU_ASSIGNMENT]
     a = decode_assignment(text, "test")
     assert a.node == pod["spec"]["nodeName"]
-    assert verify_assignment(
-        _key(ec), "default", pod["metadata"]["name"], text, ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE]
-    )
+    # bound to this pod's UID; a plain pod has no DLJob (job UID "")
+    meta = pod["metadata"]
+    signature = ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE]
+    keys = _keys(ec)
+    assert keys.verify_assignment("default", meta["name"], meta["uid"], "", text, signature) == 0
+    assert keys.verify_assignment("default", meta["name"], "other", "", text, signature) is None
     predicted = decode_predicted(ann[c.ANNOTATION_PREDICTED], "test")
     assert predicted.util_mean > 0
     # the shipped pair head learned on K80/P100/V100 pairs: on these H100s it is extrapolating
