@@ -14,16 +14,20 @@ policy's own sentence, and a good request of the same identity still works after
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from operator_support import ROOT
 
 from horus.common import constants as c
+from horus.devcluster.cluster import write_kubeconfig
 from horus.devcluster.nodes import NodeSpec, node_manifest
 
 RBAC = [ROOT / "manifests" / "rbac" / f for f in ("operator.yaml", "node.yaml", "users.yaml")]
@@ -75,6 +79,17 @@ class World:
         self.node_a, self.node_b = f"trust-a-{tag}", f"trust-b-{tag}"
         self.team = f"trust-{tag}"
         self.tokens: dict[str, str] = {}
+        self.folder = Path(tempfile.mkdtemp(prefix="horus-trust-"))
+
+    def kubeconfig_of(self, who: str) -> Path:
+        """A kubeconfig with ``who``'s token and the cluster's server and CA: what the node
+        DaemonSet's processes load (``horus.kube.client.api_client``)."""
+        from kubernetes import config
+
+        admin = config.new_client_from_config(config_file=self.cluster.kubeconfig).configuration
+        path = self.folder / f"{who}.kubeconfig"
+        write_kubeconfig(path, admin.host, Path(admin.ssl_ca_cert), self.tokens[who], who)
+        return path
 
     def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         out: subprocess.CompletedProcess[str] = self.cluster.kubectl(*args, input=input)
@@ -188,6 +203,7 @@ def world(cluster: Any, dljob_crd: None) -> Iterator[World]:
                 check=False,
             )
         cluster.kubectl("delete", "node", w.node_a, w.node_b, "--wait=false", check=False)
+        shutil.rmtree(w.folder, ignore_errors=True)
         for kind in ("clusterrolebinding", "clusterrole"):
             cluster.kubectl("delete", kind, f"{w.team}-binder", "--ignore-not-found", check=False)
 
@@ -519,18 +535,12 @@ def test_the_agents_watchdog_delete_works_only_on_its_node(world: World) -> None
     node's token: a pod elsewhere is refused (False: retried next cycle, never deleted); a pod
     re-created under the measured pod's name since is left alone (UID precondition); the
     measured pod on its node is deleted."""
-    from kubernetes import client, config
-
     from horus.agent.kube import AgentApi
     from horus.agent.pods import PodInfo
     from horus.api.assignment import GpuAssignment
 
     team = world.team
-    admin = config.new_client_from_config(config_file=world.cluster.kubeconfig).configuration
-    cfg = client.Configuration(host=admin.host)  # the admin's server and CA, the node's token
-    cfg.ssl_ca_cert = admin.ssl_ca_cert
-    cfg.api_key = {"authorization": f"Bearer {world.tokens['node']}"}
-    api = AgentApi(client.ApiClient(cfg))
+    api = AgentApi.connect(world.kubeconfig_of("node"))
 
     def info(name: str, node: str) -> PodInfo:
         uid = world.get("pod", name, team)["metadata"]["uid"]
@@ -552,6 +562,42 @@ def test_the_agents_watchdog_delete_works_only_on_its_node(world: World) -> None
     assert api.delete_pod(info("hog-a", world.node_a)) is True
     gone = world.cluster.kubectl("get", "pod", "hog-a", "-n", team, "-o", "json", check=False)
     assert gone.returncode != 0 or json.loads(gone.stdout)["metadata"].get("deletionTimestamp")
+
+
+def test_the_device_plugins_writes_work_only_on_its_node(world: World) -> None:
+    """The device plugin's own calls (``horus.deviceplugin.kube.KubeApi``) with the node's
+    token: publishing and withdrawing its node's inventory and Allocate's mark work; the same
+    calls aimed at node B or its pods, or at another annotation, are refused by the policies."""
+    from kubernetes.client.exceptions import ApiException
+
+    from horus.deviceplugin.kube import KubeApi
+
+    team, a, b = world.team, world.node_a, world.node_b
+    api = KubeApi(world.kubeconfig_of("node"))
+    inventory = world.get("node", a)["metadata"]["annotations"][c.ANNOTATION_GPU_INVENTORY]
+    api.patch_node_annotations(
+        a, {c.ANNOTATION_GPU_INVENTORY: None, c.ANNOTATION_GPU_MEMORY_UNIT: None}
+    )
+    assert c.ANNOTATION_GPU_INVENTORY not in world.get("node", a)["metadata"]["annotations"]
+    api.patch_node_annotations(
+        a, {c.ANNOTATION_GPU_INVENTORY: inventory, c.ANNOTATION_GPU_MEMORY_UNIT: "256"}
+    )
+    assert world.get("node", a)["metadata"]["annotations"][c.ANNOTATION_GPU_INVENTORY] == inventory
+    assert api.read_node(b) is not None  # reads stay cluster-wide
+    with pytest.raises(ApiException) as refused:
+        api.patch_node_annotations(b, {c.ANNOTATION_GPU_INVENTORY: "[]"})
+    assert refused.value.status == 403 and "horus-node-own-node" in str(refused.value.body)
+    mark = {c.ANNOTATION_GPU_ALLOCATED: '{"horus.io/gpu-memory":"2026-11-25T02:00:00Z"}'}
+    api.patch_pod_annotations(team, "on-a", mark, "")
+    got = world.get("pod", "on-a", team)["metadata"]["annotations"][c.ANNOTATION_GPU_ALLOCATED]
+    assert got == mark[c.ANNOTATION_GPU_ALLOCATED]
+    for name, wanted in (
+        ("on-b", mark),
+        ("on-a", {c.ANNOTATION_GPU_ASSIGNMENT: '{"memoryMiB":81920}'}),
+    ):
+        with pytest.raises(ApiException) as refused:
+            api.patch_pod_annotations(team, name, wanted, "")
+        assert refused.value.status == 403 and "horus-node-own-pods" in str(refused.value.body)
 
 
 def test_the_node_writes_observed_only_of_jobs_on_its_node(world: World) -> None:
