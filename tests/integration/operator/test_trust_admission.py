@@ -530,14 +530,16 @@ def test_the_node_cannot_delete_or_evict_a_pod_elsewhere(world: World) -> None:
     )["metadata"].get("deletionTimestamp")
 
 
-def test_the_agents_watchdog_delete_works_only_on_its_node(world: World) -> None:
-    """The agent's own call (``AgentApi.delete_pod``, what ``--watchdog evict`` does) with the
-    node's token: a pod elsewhere is refused (False: retried next cycle, never deleted); a pod
-    re-created under the measured pod's name since is left alone (UID precondition); the
-    measured pod on its node is deleted."""
+def test_the_agents_writes_work_only_on_its_node(world: World) -> None:
+    """The agent's own calls with the node's token: ``AgentApi.delete_pod`` (what
+    ``--watchdog evict`` does) — a pod elsewhere is refused (False: retried next cycle, never
+    deleted), a pod re-created under the measured pod's name since is left alone (UID
+    precondition), the measured pod on its node is deleted; ``patch_observed`` — only of the
+    job placed on its node."""
     from horus.agent.kube import AgentApi
     from horus.agent.pods import PodInfo
     from horus.api.assignment import GpuAssignment
+    from horus.kube.errors import ApiError
 
     team = world.team
     api = AgentApi.connect(world.kubeconfig_of("node"))
@@ -562,6 +564,12 @@ def test_the_agents_watchdog_delete_works_only_on_its_node(world: World) -> None
     assert api.delete_pod(info("hog-a", world.node_a)) is True
     gone = world.cluster.kubectl("get", "pod", "hog-a", "-n", team, "-o", "json", check=False)
     assert gone.returncode != 0 or json.loads(gone.stdout)["metadata"].get("deletionTimestamp")
+    # its other write, status.observed: of the job placed on its node only
+    api.patch_observed(team, "job-a", {"util": 21})
+    assert world.get("dljob", "job-a", team)["status"]["observed"]["util"] == 21
+    with pytest.raises(ApiError) as refused:
+        api.patch_observed(team, "job-b", {"util": 21})
+    assert refused.value.status == 403 and "horus-node-status-observed-only" in str(refused.value)
 
 
 def test_the_device_plugins_writes_work_only_on_its_node(world: World) -> None:
