@@ -217,7 +217,13 @@ class KubeJobApi:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            discard(self.core.create_namespaced_binding(namespace, body, _preload_content=False))
+            # The pod's binding subresource: only there does the apiserver keep the Binding's
+            # metadata.uid as a precondition (the top-level bindings resource drops it).
+            discard(
+                self.core.create_namespaced_pod_binding(
+                    name, namespace, body, _preload_content=False
+                )
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False

@@ -47,7 +47,9 @@ class FakeCore:
         }
         return self._resp(created)
 
-    def create_namespaced_binding(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
+    def create_namespaced_pod_binding(
+        self, pod: str, namespace: str, body: dict[str, Any], **_: Any
+    ) -> Any:
         name = body["metadata"]["name"]
         with self.lock:
             self.bindings.append(body)
