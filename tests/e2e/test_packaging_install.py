@@ -360,6 +360,9 @@ MATRIX = [
     (OPERATOR, "update", "leases.coordination.k8s.io", "kube-system", False),
     (OPERATOR, "create", "deployments.apps", NAMESPACE, False),
     (OPERATOR, "impersonate", "serviceaccounts", NAMESPACE, False),
+    # the extender's TLS Secret (issue 24): the operator (and the extenders) read it by name
+    (OPERATOR, "get", "secret/horus-extender-tls", NAMESPACE, True),
+    (OPERATOR, "update", "secret/horus-extender-tls", NAMESPACE, False),
     (NODE, "patch", "nodes", "", True),
     (NODE, "get", "nodes", "", True),
     (NODE, "list", "pods", "", True),
@@ -373,6 +376,7 @@ MATRIX = [
     (NODE, "get", KEY, NAMESPACE, False),
     (NODE, "get", "secrets", NAMESPACE, False),
     (NODE, "list", "secrets", "", False),
+    (NODE, "get", "secret/horus-extender-tls", NAMESPACE, False),
     (NODE, "create", "pods", "team-a", False),
     (NODE, "create", "pods/binding", "team-a", False),
     (NODE, "create", "bindings", "team-a", False),
@@ -381,6 +385,7 @@ MATRIX = [
     (NODE, "delete", "nodes", "", False),
     (NODE, "update", "leases.coordination.k8s.io", NAMESPACE, False),
     ("default", "get", KEY, NAMESPACE, False),
+    ("default", "get", "secret/horus-extender-tls", NAMESPACE, False),
 ]
 
 
