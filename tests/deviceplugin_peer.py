@@ -173,14 +173,19 @@ def assignment_annotations(
     return out
 
 
-def sign_created_pod(core: Any, key: KeyRing, namespace: str, name: str) -> dict[str, Any]:
+def sign_created_pod(
+    core: Any, key: KeyRing, namespace: str, name: str, sign_as: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """Sign a pod that exists (its UID is the apiserver's) as the extender's bind does: the
-    signature annotation is patched onto it. Returns the pod as read."""
+    signature annotation is patched onto it (``sign_as``: a signature made for another pod,
+    as if copied from it). Returns the pod as read."""
     from horus.common import constants as c
 
     pod = core.read_namespaced_pod(name, namespace)
     text = (pod.metadata.annotations or {})[c.ANNOTATION_GPU_ASSIGNMENT]
-    signature = key.sign_assignment(namespace, name, pod.metadata.uid, "", 0, text)
+    ns, who = sign_as or (namespace, name)
+    uid = pod.metadata.uid if sign_as is None else f"uid-{who}"
+    signature = key.sign_assignment(ns, who, uid, "", 0, text)
     body = {"metadata": {"annotations": {c.ANNOTATION_ASSIGNMENT_SIGNATURE: signature}}}
     return core.patch_namespaced_pod(name, namespace, body).to_dict()  # type: ignore[no-any-return]
 

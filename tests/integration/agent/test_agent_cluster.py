@@ -30,7 +30,7 @@ from horus.agent.kube import AgentApi
 from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment, encode_predicted
 from horus.api.inventory import simulated_gpu_uuid
-from horus.api.signing import new_key, sign_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, add_nodes
 from horus.predictor.userdata import load_extra_pair_rows, load_extra_rows
@@ -50,8 +50,13 @@ METRICS = [
 ]
 
 
+#: The operator's pair (the test signs as the placers do; the agent gets only the public key)
+#: and a pair Horus never published (a forger's).
+KEY, FORGER = KeyRing.generate(), KeyRing.generate()
+
+
 def _pod(
-    key: bytes,
+    key: KeyRing,
     name: str,
     node: str,
     gpu: int,
@@ -65,10 +70,10 @@ def _pod(
     text = raw or encode_assignment(
         GpuAssignment(node, simulated_gpu_uuid(node, gpu), gpu, 40, mem, job, 0 if job else None)
     )
-    sig = sign_assignment(key if not forge else b"x" * 32, NS, name, text)
     ann = {
         c.ANNOTATION_GPU_ASSIGNMENT: text,
-        c.ANNOTATION_ASSIGNMENT_SIGNATURE: sig,
+        # signed for the pod's UID once it exists (_sign): a provisional, invalid one here
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: "forge" if forge else "sign",
         c.ANNOTATION_PREDICTED: encode_predicted(PredictedUsage(35.0, 45.0, 1000.0, 1100.0, "it")),
     }
     if sim_mem is not None:
@@ -85,6 +90,21 @@ def _pod(
             "containers": [{"name": "train", "image": "busybox"}],
         },
     }
+
+
+def _sign(cluster: Any, key: KeyRing, names: list[str]) -> None:
+    """Sign the created pods' assignments for their UIDs, as the extender's bind does (a pod
+    marked "forge" gets a forger's signature)."""
+    for name in names:
+        pod = json.loads(cluster.kubectl("get", "pod", name, "-n", NS, "-o", "json").stdout)
+        ann = pod["metadata"]["annotations"]
+        signer = FORGER if ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE] == "forge" else key
+        text = ann[c.ANNOTATION_GPU_ASSIGNMENT]
+        sig = signer.sign_assignment(NS, name, pod["metadata"]["uid"], "", 0, text)
+        cluster.kubectl(
+            "annotate", "--overwrite", "pod", name, "-n", NS,
+            f"{c.ANNOTATION_ASSIGNMENT_SIGNATURE}={sig}",
+        )  # fmt: skip
 
 
 def _wait(pred: Any, timeout: float, what: str) -> Any:
@@ -116,11 +136,10 @@ def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     job = next(d for d in docs if d and d.get("kind") == c.DLJOB_KIND)
     job["metadata"] = {"name": "rn50", "namespace": NS}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(job))
-    key = new_key()
     folder = tmp_path_factory.mktemp("agent")
-    key_file = folder / "key"
-    key_file.write_bytes(key.hex().encode())
-    sign_key = key.hex().encode()
+    key_file = folder / "keys.pem"  # the published public keys, as mounted on a node
+    key_file.write_text(KEY.verify.to_pem())
+    sign_key = KEY
     pods = [
         _pod(sign_key, "good", node, 0, 2048, job="rn50"),
         _pod(sign_key, "hog", node, 1, 2048, sim_mem=3000),
@@ -134,6 +153,7 @@ def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
             "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}),
         )
+        _sign(cluster, KEY, [p["metadata"]["name"] for p in pods])
 
         def all_running() -> bool:
             phases = cluster.kubectl(
@@ -289,7 +309,7 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
         stored = json.loads(cluster.kubectl("get", "dljob", name, "-n", NS, "-o", "json").stdout)
         inline = parse_dljob(stored).spec.profile
         profiles[name] = profile_from_dict(inline.to_document(), name)  # type: ignore[union-attr]
-    key = Path(placed["key_file"]).read_bytes()
+    key = KEY
     pair_rows = placed["folder"] / "pairs.csv"
     settings = AgentSettings(
         nodes=node,
@@ -306,6 +326,7 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
     def run(name: str) -> None:
         pod = _pod(key, f"{name}-0", node, 0, 8192, job=name)
         cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        _sign(cluster, key, [f"{name}-0"])
 
         def running() -> bool:
             out = cluster.kubectl(

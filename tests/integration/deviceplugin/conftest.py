@@ -1,7 +1,8 @@
 """Fixtures for device-plugin tests on the real control plane (``cluster`` from tests/conftest.py).
 
-``dp_env`` creates, once per module, what the scheduler side would have made: the assignment
-key Secret ``horus-system/horus-assignment-key`` (reusing it when the operator's tests made it
+``dp_env`` creates, once per module, what the scheduler side would have made: the signing key
+pair (Secret ``horus-system/horus-signing-key`` and the public keys in the ConfigMap
+``horus-verify-keys``, which the plugin reads; reused when the operator's tests made them
 first), a namespace for the pods, and one kwok GPU node per test module; ``run_plugin`` starts
 the real plugin (``horus.deviceplugin.app.run_plugin`` with the real API client, the
 simulated GPU backend for that node) in a thread with a kubelet-side peer on a private socket
@@ -24,12 +25,15 @@ import pytest
 from dp_cluster_support import DpEnv, RunningPlugin, sim_settings
 
 from deviceplugin_peer import FakeKubelet
+from horus.api.signing import KeyRing, SigningKey, VerifyKeys, parse_public_keys
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, node_manifest
 from horus.deviceplugin.app import run_plugin
 
 
-def ensure_key(core: Any) -> bytes:
+def ensure_key(core: Any) -> KeyRing:
+    """The signing key pair as the operator keeps it (the test signs as the placers do; the
+    plugin reads only the published public keys)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -37,18 +41,42 @@ def ensure_key(core: Any) -> bytes:
     except ApiException as exc:
         if exc.status != 409:
             raise
-    text = uuid.uuid4().hex.encode() + uuid.uuid4().hex.encode()
+    fresh = SigningKey.generate()
     body = {
-        "metadata": {"name": c.ASSIGNMENT_KEY_SECRET, "namespace": c.HORUS_NAMESPACE},
-        "data": {c.ASSIGNMENT_KEY_SECRET_KEY: base64.b64encode(text).decode()},
+        "metadata": {"name": c.SIGNING_KEY_SECRET, "namespace": c.HORUS_NAMESPACE},
+        "data": {c.SIGNING_KEY_SECRET_ENTRY: base64.b64encode(fresh.to_pem()).decode()},
     }
     try:
         core.create_namespaced_secret(c.HORUS_NAMESPACE, body)
     except ApiException as exc:
         if exc.status != 409:
             raise
-    secret = core.read_namespaced_secret(c.ASSIGNMENT_KEY_SECRET, c.HORUS_NAMESPACE)
-    return base64.b64decode(secret.data[c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+    secret = core.read_namespaced_secret(c.SIGNING_KEY_SECRET, c.HORUS_NAMESPACE)
+    signer = SigningKey.from_pem(
+        base64.b64decode(secret.data[c.SIGNING_KEY_SECRET_ENTRY]), "the signing Secret"
+    )
+    try:
+        cm = core.read_namespaced_config_map(c.VERIFY_KEYS_CONFIGMAP, c.HORUS_NAMESPACE)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        cm = None
+    published = (
+        parse_public_keys((cm.data or {}).get(c.VERIFY_KEYS_CONFIGMAP_ENTRY, ""), "ConfigMap")
+        if cm is not None
+        else VerifyKeys()
+    )
+    if signer.public_raw not in published:
+        data = {c.VERIFY_KEYS_CONFIGMAP_ENTRY: published.union(signer.public).to_pem()}
+        if cm is None:
+            core.create_namespaced_config_map(
+                c.HORUS_NAMESPACE, {"metadata": {"name": c.VERIFY_KEYS_CONFIGMAP}, "data": data}
+            )
+        else:
+            core.patch_namespaced_config_map(
+                c.VERIFY_KEYS_CONFIGMAP, c.HORUS_NAMESPACE, {"data": data}
+            )
+    return KeyRing.of(signer)
 
 
 def make_node(core: Any, name: str, gpus: int = 2) -> None:

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from deviceplugin_peer import FakeKubelet
+from horus.api.signing import KeyRing
 from horus.deviceplugin.settings import DevicePluginSettings
 
 
 @dataclass
 class DpEnv:
     core: Any
-    key: bytes
+    key: KeyRing  # the operator's pair: the test signs, the plugin verifies with the public keys
     namespace: str
     node: str
     kubeconfig: str

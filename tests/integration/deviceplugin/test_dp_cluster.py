@@ -12,18 +12,31 @@ import grpc
 import pytest
 from dp_cluster_support import DpEnv, RunningPlugin
 
-from deviceplugin_peer import assignment_annotations, pod_manifest
+from deviceplugin_peer import assignment_annotations, pod_manifest, sign_created_pod
 from horus.api.inventory import decode_inventory, simulated_gpu_uuid
 from horus.api.resources import memory_units
+from horus.api.signing import KeyRing, SigningKey
 from horus.common import constants as c
 
 CORE, MEM = c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY
 
 
-def create_pod(env: DpEnv, name: str, core: int, mem_units: int, ann: dict[str, str]) -> None:
+def create_pod(
+    env: DpEnv,
+    name: str,
+    core: int,
+    mem_units: int,
+    ann: dict[str, str],
+    key: KeyRing | None = None,
+    sign_as: tuple[str, str] | None = None,
+) -> None:
+    """Create the pod, then sign its assignment for its UID (as the extender's bind does) with
+    ``key`` (default: the operator's) when ``ann`` carries a signature."""
     env.core.create_namespaced_pod(
         env.namespace, pod_manifest(env.namespace, name, env.node, core, mem_units, ann)
     )
+    if c.ANNOTATION_ASSIGNMENT_SIGNATURE in ann:
+        sign_created_pod(env.core, key or env.key, env.namespace, name, sign_as)
 
 
 def delete_pod(env: DpEnv, name: str) -> None:
@@ -82,15 +95,25 @@ def test_allocate_for_a_signed_assignment(dp_env: DpEnv, plugin: RunningPlugin) 
         delete_pod(dp_env, "good")
 
 
-def _annotations(case: str, env: DpEnv, name: str) -> dict[str, str]:
+FORGER = KeyRing.of(SigningKey.generate())  # a key pair Horus never published
+
+
+def _annotations(
+    case: str, env: DpEnv, name: str
+) -> tuple[dict[str, str], KeyRing | None, tuple[str, str] | None]:
     uuid = simulated_gpu_uuid(env.node, 0)
     if case == "missing":
-        return {}
+        return {}, None, None
     if case == "malformed":
-        return {c.ANNOTATION_GPU_ASSIGNMENT: '{"node": "' + env.node + '", "gpuUUID": 7'}
-    key = {"forged": b"a-key-the-user-made-up-0123456789", "unsigned": None}.get(case, env.key)
+        return (
+            {c.ANNOTATION_GPU_ASSIGNMENT: '{"node": "' + env.node + '", "gpuUUID": 7'},
+            None,
+            None,
+        )
+    key = {"forged": FORGER, "unsigned": None}.get(case, env.key)
     sign_as = (env.namespace, "someone-else") if case == "copied" else None
-    return assignment_annotations(key, env.namespace, name, env.node, uuid, 0, 30, 4096, sign_as)
+    ann = assignment_annotations(key, env.namespace, name, env.node, uuid, 0, 30, 4096, sign_as)
+    return ann, key, sign_as
 
 
 @pytest.mark.parametrize(
@@ -108,7 +131,8 @@ def test_bad_assignments_are_refused_with_an_event(
     dp_env: DpEnv, plugin: RunningPlugin, case: str, request_core: int, expect: str
 ) -> None:
     name = f"bad-{case}"
-    create_pod(dp_env, name, request_core, 16, _annotations(case, dp_env, name))
+    ann, key, sign_as = _annotations(case, dp_env, name)
+    create_pod(dp_env, name, request_core, 16, ann, key, sign_as)
     try:
         with pytest.raises(grpc.RpcError) as info:
             plugin.kubelet.allocate_n(CORE, request_core)

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from dp_cluster_support import DpEnv, RunningPlugin
 
-from deviceplugin_peer import assignment_annotations, pod_manifest
+from deviceplugin_peer import assignment_annotations, pod_manifest, sign_created_pod
 from horus.api.inventory import simulated_gpu_uuid
 from horus.common import constants as c
 
@@ -33,8 +33,12 @@ def _refused_events(env: DpEnv, pod: str, timeout: float = 10) -> list[Any]:
 
 
 def _create(env: DpEnv, manifest: dict[str, Any]) -> str:
+    """Create the pod; a signed assignment is signed again for the created pod's UID."""
     env.core.create_namespaced_pod(env.namespace, manifest)
-    return str(manifest["metadata"]["name"])
+    name = str(manifest["metadata"]["name"])
+    if c.ANNOTATION_ASSIGNMENT_SIGNATURE in (manifest["metadata"].get("annotations") or {}):
+        sign_created_pod(env.core, env.key, env.namespace, name)
+    return name
 
 
 def _delete(env: DpEnv, name: str) -> None:
