@@ -112,7 +112,9 @@ def test_configmap_profile_gets_default_key(crd: Any) -> None:
 def test_status_subresource_and_printer_columns(crd: Any) -> None:
     name = "columns"
     crd.kubectl("delete", "dljob", name, "-n", NS, "--ignore-not-found")
-    assert _send(crd, valid_dljob(name), "create").returncode == 0
+    obj = valid_dljob(name)
+    obj["spec"]["priorityClassName"] = "gold"
+    assert _send(crd, obj, "create").returncode == 0
     status = {
         "phase": "Running",
         "reason": "Placed",
@@ -129,6 +131,7 @@ def test_status_subresource_and_printer_columns(crd: Any) -> None:
                                               "speed": 0.71, "samples": 12}]},
         "migrations": {"count": 2, "lastFrom": "gpu-node-1/gpu-0", "lastTo": "gpu-node-7/gpu-3",
                        "lastReason": "measured 0.41x next to bert@8", "lastTime": "2024-05-01T13:00:00Z"},
+        "priority": 500,
     }  # fmt: skip
     crd.kubectl(
         "patch", "dljob", name, "-n", NS, "--subresource=status", "--type=merge",
@@ -140,8 +143,8 @@ def test_status_subresource_and_printer_columns(crd: Any) -> None:
     assert header == ["NAME", "PHASE", "NODE", "GPU", "CORE%", "MEM", "PREDUTIL", "AGE"]
     assert row[:7] == [name, "Running", "gpu-node-7", "3", "40", "12288", "38.5"]
     wide = crd.kubectl("get", "dlj", name, "-n", NS, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-4:] == ["REPLICAS", "QUEUE", "REASON", "MOVES"]
-    assert wide[1].split()[-1] == "2"
+    assert wide[0].split()[-6:] == ["REPLICAS", "QUEUE", "CLASS", "PRIORITY", "REASON", "MOVES"]
+    assert wide[1].split()[-4:] == ["gold", "500", "Placed", "2"]
     stored = json.loads(crd.kubectl("get", "dlj", name, "-n", NS, "-o", "json").stdout)
     job = parse_dljob(stored)
     assert job.status.phase == "Running" and job.status.placements[0].gpu_index == 3

@@ -2,11 +2,13 @@
 
 Why before the queue: every way a job can be wrong must be found *before* a GPU share is
 committed for it, so that no share is ever held by a job that cannot run. The order is the
-cheapest first — the spec (pure), the profile (inline, or one ConfigMap read), the prediction
+cheapest first — the spec (pure), its PriorityClass (from the pass's list,
+:mod:`horus.operator.priority`), the profile (inline, or one ConfigMap read), the prediction
 (in process), memory against the largest GPU, then one server-side dry run of the first pod
-(cached per template and namespace) — and each failure is a :class:`Verdict` saying how the
-job ends: ``Failed`` with a reason a user can act on, or ``Pending`` when the cause may go
-away by itself (a ConfigMap or service account not created yet, a namespace quota).
+(cached per template, class and namespace) — and each failure is a :class:`Verdict` saying how
+the job ends: ``Failed`` with a reason a user can act on, or ``Pending`` when the cause may go
+away by itself (a ConfigMap, PriorityClass or service account not created yet, a namespace
+quota).
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from horus.operator.jobapi import JobApi, PodRejected, ProfileUnavailable
 from horus.operator.livestate import graph_profile
 from horus.operator.passctx import JobCtx
 from horus.operator.podspec import pod_manifest
+from horus.operator.priority import (
+    REASON_CLASS_NOT_FOUND,
+    REASON_CLASSES_UNREADABLE,
+    PriorityClasses,
+)
 from horus.operator.session import PlacementSession
 from horus.predictor.interface import PAIR_TEACH_HINT, GraphProfile
 
@@ -100,14 +107,29 @@ class Admission:
         return parse_profile_document(text, f"configmap {namespace}/{ref.name}[{ref.key}]")
 
     # --- the steps -------------------------------------------------------------------------
-    def admit(self, ctx: JobCtx, gpu_model: str, max_gpu_mib: int | None) -> Verdict:
-        """Validate, predict on ``gpu_model`` and dry-run one new job."""
+    def admit(
+        self,
+        ctx: JobCtx,
+        gpu_model: str,
+        max_gpu_mib: int | None,
+        classes: PriorityClasses | None = None,
+    ) -> Verdict:
+        """Validate, resolve its priority from ``classes`` (the cluster's PriorityClasses;
+        None: every job gets 0 — unit tests), predict on ``gpu_model`` and dry-run one new job."""
         now = now_rfc3339()
         try:
             job = parse_dljob(ctx.obj)
         except ValidationError as exc:
             return _failed(ctx, "InvalidSpec", f"invalid DLJob: {exc}", now)
         ctx.job = job
+        klass = job.spec.priority_class_name
+        if classes is not None and classes.error is not None:
+            why = f"cannot list PriorityClasses to resolve the job's priority: {classes.error}"
+            return _pending(ctx, REASON_CLASSES_UNREADABLE, why, now)
+        priority = classes.resolve(klass) if classes is not None else 0
+        if priority is None:
+            assert klass is not None
+            return _pending(ctx, REASON_CLASS_NOT_FOUND, PriorityClasses.not_found(klass), now)
         try:
             profile = self.profile(ctx)
         except ProfileUnavailable as exc:
@@ -141,6 +163,8 @@ class Admission:
             message += f" (sharing slowdowns on {gpu_model} are extrapolated; {PAIR_TEACH_HINT})"
         warning = share_shortfall(job, predicted)
         patch = tr.admitted(ctx.status, message, predicted, now, ctx.generation, warning)
+        # Resolved once, as the apiserver resolves a pod's spec.priority (horus.operator.priority).
+        patch["priority"] = priority
         return Verdict("queued", patch, "Queued", message, warning)
 
     def _dry_run(self, ctx: JobCtx, now: str) -> Verdict | None:
@@ -149,8 +173,10 @@ class Admission:
         container name or label, a missing PriorityClass) fails the job with the apiserver's
         own sentence; a refusal that may pass later (a quota, a service account not created
         yet: :attr:`PodRejected.wait_reason`) leaves it Pending."""
-        template = (ctx.obj.get("spec") or {}).get("template") or {}
-        digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+        spec = ctx.obj.get("spec") or {}
+        # The class is part of the pod: a ResourceQuota may allow one class and not another.
+        what = [spec.get("template") or {}, spec.get("priorityClassName")]
+        digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
         key = (ctx.namespace, digest)
         started = time.monotonic()
         seen = self._dry_run_ok.get(key)

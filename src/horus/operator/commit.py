@@ -26,7 +26,7 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.bindgate import BindGate
-from horus.operator.jobapi import JobApi, PodRejected
+from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import (
@@ -151,6 +151,9 @@ class Committer:
         if exc.wait_reason is not None and not ctx.pods:
             self._requeue(ctx, exc.wait_reason, f"replica pod refused: {exc}", report)
             return
+        if isinstance(exc, PodNameTaken):  # other replicas run: the progress deadline decides
+            self.writer.problem(ctx, "a replica pod name is taken", exc)
+            return
         self.writer.fail(ctx, "InvalidSpec", f"the apiserver refused a replica pod: {exc}", report)
 
     def _requeue(self, ctx: JobCtx, reason: str, message: str, report: PassReport) -> None:
@@ -221,15 +224,19 @@ class Committer:
             return
         name, node = pod_name(ctx.name, replica), str(recs[0]["node"])
         bound = (pod.get("spec") or {}).get("nodeName")
-        why = _not_the_recorded_pod(pod, ctx.uid, recs, bound, node)
-        if why is not None:
+        found = _not_the_recorded_pod(pod, ctx.namespace, ctx.uid, recs, bound, node)
+        if found is not None:
+            why, ours = found
+            ctx.pods.pop(replica, None)
+            if not ours:  # never adopted, never deleted: the job waits for the name
+                raise PodNameTaken(ctx.namespace, name)
             # An older DLJob's pod, or this job's pod on the GPUs a move leaves: it goes (with
             # its grace period: a movable job writes its checkpoint), and the next pass makes
             # the recorded one once the name is free.
-            if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            meta = pod.get("metadata") or {}
+            if not meta.get("deletionTimestamp"):
                 log.info("pod %s/%s %s; deleting it to redo", ctx.namespace, name, why)
-                self.api.delete_pod(ctx.namespace, name)
-            ctx.pods.pop(replica, None)
+                self.api.delete_pod(ctx.namespace, name, str(meta.get("uid") or ""))
             return
         if bound == node or not self.is_leader():  # lost the lease: the next leader binds
             return
@@ -290,21 +297,43 @@ class Committer:
         self.writer.event(ctx, prog.reason, prog.message, warning=True)
         for pod in ctx.pods.values():
             if (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES:
-                self.api.delete_pod(ctx.namespace, str((pod.get("metadata") or {}).get("name")))
+                meta = pod.get("metadata") or {}
+                self.api.delete_pod(
+                    ctx.namespace, str(meta.get("name")), str(meta.get("uid") or "")
+                )
 
 
 def _not_the_recorded_pod(
-    pod: Mapping[str, Any], uid: str, recs: list[dict[str, Any]], bound: str | None, node: str
-) -> str | None:
-    """Why ``pod`` is not the one the record describes (None when it is)."""
-    if owner_uid(pod) != uid:
-        return "belongs to an older DLJob of the same name"
+    pod: Mapping[str, Any],
+    namespace: str,
+    uid: str,
+    recs: list[dict[str, Any]],
+    bound: str | None,
+    node: str,
+) -> tuple[str, bool] | None:
+    """Why ``pod`` (under a replica's name) is not the one the record describes, and whether
+    Horus may delete it; None when it is the recorded pod.
+
+    Only a pod Horus made for a DLJob (:func:`~horus.operator.podspec.owner_uid`) in this
+    namespace is ever deleted — this job's, or an older DLJob's of the same name; any other
+    pod under the name (a tenant's StatefulSet ``foo`` beside DLJob ``foo``, a pod made in
+    advance) is neither adopted nor deleted."""
+    owner = owner_uid(pod)
+    if owner is None or (pod.get("metadata") or {}).get("namespace") != namespace:
+        return "was not created by Horus for a DLJob", False
+    if owner != uid:
+        return "belongs to an older DLJob of the same name", True
     if bound and bound != node:
-        return f"is bound to {bound}, not its assigned node {node}"
+        return f"is bound to {bound}, not its assigned node {node}", True
     held = read_pod_assignment(pod, None).assignment
-    want = {str(r["gpuUUID"]) for r in recs}
-    if held is None or {g.gpu_uuid for g in held.all_gpus} != want:
-        return "holds other GPUs than its record (a move)"
+    want = {(str(r["gpuUUID"]), int(r["corePercent"]), int(r["memoryMiB"])) for r in recs}
+    got = (
+        {(g.gpu_uuid, g.core_percent, g.memory_mib) for g in held.all_gpus}
+        if held is not None
+        else set()
+    )
+    if got != want:
+        return "holds other GPUs or shares than its record (a move)", True
     return None
 
 

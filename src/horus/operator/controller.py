@@ -1,12 +1,12 @@
 """The operator process: kopf watches, one leader-elected reconcile loop, metrics.
 
 kopf is used only as the watch/event framework. Its ``@kopf.on.event`` handlers for DLJobs,
-Horus-placed pods and GPU nodes do nothing but *nudge* the loop (an :class:`asyncio.Event`),
-and only when something that matters to scheduling changed (a phase, a binding, readiness, the
-GPU inventory) — so our own status writes do not cause endless passes. No finalizers, no kopf
-progress annotations, no kopf events are written: every write comes from
-:class:`~horus.operator.reconcile.Reconciler`, which rebuilds its view from the API on every
-pass, and only while this replica holds the ``horus-operator`` Lease
+Horus-placed pods, GPU nodes and PriorityClasses do nothing but *nudge* the loop (an
+:class:`asyncio.Event`), and only when something that matters to scheduling changed (a phase, a
+binding, readiness, the GPU inventory, a class's value) — so our own status writes do not cause
+endless passes. No finalizers, no kopf progress annotations, no kopf events are written: every
+write comes from :class:`~horus.operator.reconcile.Reconciler`, which rebuilds its view from
+the API on every pass, and only while this replica holds the ``horus-operator`` Lease
 (:class:`~horus.operator.lease.LeaseElector`). With two replicas, one writes; kill it and the
 other takes over within the lease duration.
 """
@@ -398,6 +398,12 @@ def build_registry(ctl: Controller) -> Any:
     def _plain_pod(type: str | None, body: Any, **_: Any) -> None:
         key = _key("pod", body)
         ctl.poke(key, None if type == "DELETED" else _pod_fingerprint(body))
+
+    @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
+    def _priority_class(type: str | None, body: Any, **_: Any) -> None:
+        # A job waiting for its class (PriorityClassNotFound) is admitted once it exists.
+        key = _key("priorityclass", body)
+        ctl.poke(key, None if type == "DELETED" else (body.get("value"), body.get("globalDefault")))
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     def _node(type: str | None, body: Any, **_: Any) -> None:

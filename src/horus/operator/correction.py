@@ -125,7 +125,9 @@ class Corrector:
             )
             cap = spec.migration.max_migrations
             within_cap = cap is None or status.migrations.count < cap
-            request = resident.request
+            # The planners weigh victims by priority: the value recorded at admission (the
+            # live state rebuilds requests from placements, which carry none).
+            request = dataclasses.replace(resident.request, priority=status.priority or 0)
             if eligible is not None:
                 allowed, _ = eligible.allowed(spec.template)
                 if allowed is not None:

@@ -25,7 +25,15 @@ from horus.common.errors import HorusError
 from horus.kube.errors import Conflict, api_message
 from horus.kube.events import post_event
 
-__all__ = ["JobApi", "KubeJobApi", "PodRejected", "ProfileUnavailable"]
+__all__ = [
+    "REASON_POD_NAME_TAKEN",
+    "JobApi",
+    "KubeJobApi",
+    "PodNameTaken",
+    "PodRejected",
+    "ProfileUnavailable",
+    "taken_message",
+]
 
 _ACTIVE = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -44,7 +52,9 @@ class PodRejected(HorusError):
         usage drops), or a service account that does not exist yet
         (``ServiceAccountMissing``: a new namespace gets its ``default`` a moment after it is
         created, and the ServiceAccount admission plugin refuses pods until then; a named one
-        may be created after the job, as a profile ConfigMap may)."""
+        may be created after the job, as a profile ConfigMap may), or a PriorityClass that
+        does not exist (``PriorityClassNotFound``: deleted after the job was admitted; it may
+        be created again)."""
         if self.status != 403:
             return None
         text = str(self)
@@ -52,7 +62,41 @@ class PodRejected(HorusError):
             return "PodQuotaExceeded"
         if "error looking up service account" in text:
             return "ServiceAccountMissing"
+        if "no PriorityClass with name" in text:  # the Priority admission plugin
+            return "PriorityClassNotFound"  # deleted since the job was admitted
         return None
+
+
+#: The condition reason of a job one of whose replica pod names a foreign pod holds.
+REASON_POD_NAME_TAKEN = "PodNameTaken"
+
+
+class PodNameTaken(PodRejected):
+    """A replica's pod name is held by a pod Horus did not create for this job (a tenant's
+    StatefulSet ``foo`` beside DLJob ``foo``, a pod made in advance): Horus neither adopts
+    nor deletes it, and the job waits until the name is free."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(409, taken_message(namespace, [name]))
+
+    @property
+    def wait_reason(self) -> str | None:
+        return REASON_POD_NAME_TAKEN
+
+
+def taken_message(namespace: str, names: list[str]) -> str:
+    """Why a job waits for its replica pod names (:class:`PodNameTaken`)."""
+    which = ", ".join(f"{namespace}/{n}" for n in names[:4]) + (
+        f" (+{len(names) - 4} more)" if len(names) > 4 else ""
+    )
+    one = len(names) == 1
+    return (
+        f"{'pod' if one else 'pods'} {which} {'exists' if one else 'exist'} but Horus did not "
+        f"create {'it' if one else 'them'} for this DLJob (a job's pod names the job as its "
+        f"controller ownerReference and carries the {c.ANNOTATION_GPU_ASSIGNMENT} annotation "
+        "only Horus may set); Horus neither adopts nor deletes it: the job waits, holding no "
+        "GPU, until the name is free"
+    )
 
 
 class ProfileUnavailable(HorusError):
@@ -100,7 +144,7 @@ class JobApi(Protocol):
         precondition: a pod re-created under the name since it was read is left alone)."""
         ...
 
-    def delete_pod(self, namespace: str, name: str) -> None: ...
+    def list_priority_classes(self) -> list[dict[str, Any]]: ...
 
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         """A ConfigMap's data (``ProfileUnavailable`` when missing or unreadable)."""
@@ -232,15 +276,25 @@ class KubeJobApi:
             raise
         return True
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
         from kubernetes.client.exceptions import ApiException
 
+        extra = {"body": {"preconditions": {"uid": uid}}} if uid else {}
         try:
             # The pod's own grace period: its GPU is not free until its containers stopped.
-            discard(self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
+            discard(
+                self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **extra)
+            )
         except ApiException as exc:
-            if exc.status != 404:
+            # 409 with a uid: the name now holds another pod, which is not ours to delete.
+            if exc.status != 404 and not (uid and exc.status == 409):
                 raise
+
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        from kubernetes import client
+
+        api = client.SchedulingV1Api(self.core.api_client)
+        return read_items(api.list_priority_class(_preload_content=False))
 
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         from kubernetes.client.exceptions import ApiException

@@ -134,9 +134,10 @@ def preempt(ctx: JobCtx, by: str, api: JobApi, writer: StatusWriter, report: Pas
 def _stop_pods(ctx: JobCtx, api: JobApi) -> None:
     """Delete the job's pods with their grace period (SIGTERM: they write their checkpoint)."""
     for pod in list(ctx.pods.values()):
-        name = str((pod.get("metadata") or {}).get("name"))
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name"))
         try:
-            api.delete_pod(ctx.namespace, name)
+            api.delete_pod(ctx.namespace, name, str(meta.get("uid") or ""))
         except Exception as exc:  # the next pass deletes it (the record says it must go)
             log.warning("DLJob %s: cannot delete pod %s yet: %s", ctx.key, name, exc)
     ctx.leaving.extend(ctx.pods.values())

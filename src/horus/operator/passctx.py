@@ -32,6 +32,9 @@ class JobCtx:
     trusted: bool = True
     #: The job's pods being deleted (an old pod of a move still stopping, its GPU still held).
     leaving: list[dict[str, Any]] = field(default_factory=list)
+    #: Names of the job's replica pods held by pods Horus did not create for it (a tenant's
+    #: StatefulSet ``foo`` beside DLJob ``foo``): never adopted nor deleted; the job waits.
+    taken: list[str] = field(default_factory=list)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -101,6 +104,8 @@ class PassReport:
     deferred: int = 0
     #: measured pair speeds handed to the scheduler (DLJobs' status.observed.pairs)
     pairs_observed: int = 0
+    #: passes that placed nothing for want of a signing key (reconcile._hold)
+    held: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)

@@ -39,7 +39,8 @@ def job_request(ctx: JobCtx, profile: GraphProfile) -> JobRequest:
         gpus_per_replica=spec.gpus_per_replica,
         core_percent=spec.gpu.core_percent if spec.gpu.explicit else None,
         memory_mib=spec.gpu.memory_mib if spec.gpu.explicit else None,
-        priority=spec.priority,
+        # Resolved from spec.priorityClassName at admission (horus.operator.priority).
+        priority=ctx.job.status.priority or 0,
         submit_time=timestamp(ctx.meta.get("creationTimestamp")),
         prediction=resource_prediction(pred) if pred is not None else None,
     )

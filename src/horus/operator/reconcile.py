@@ -52,7 +52,14 @@ from horus.operator.admission import Admission, Verdict
 from horus.operator.bindgate import BindGate
 from horus.operator.commit import Committer
 from horus.operator.correction import Corrector
-from horus.operator.jobapi import JobApi, KubeJobApi, PodRejected, ProfileUnavailable
+from horus.operator.jobapi import (
+    REASON_POD_NAME_TAKEN,
+    JobApi,
+    KubeJobApi,
+    PodRejected,
+    ProfileUnavailable,
+    taken_message,
+)
 from horus.operator.livestate import (
     TERMINAL_POD_PHASES,
     LiveState,
@@ -62,7 +69,8 @@ from horus.operator.livestate import (
 )
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.passctx import JobCtx, PassReport
-from horus.operator.podspec import owner_uid
+from horus.operator.podspec import owner_uid, pod_name
+from horus.operator.priority import PriorityClasses
 from horus.operator.queueing import NodeEligibility, job_request, refuse, stable_refusal
 from horus.operator.records import pods_epoch, record_epoch
 from horus.operator.restore import restore
@@ -245,16 +253,23 @@ class Reconciler:
                 job = None
             ctx = JobCtx(obj, job, status, trusted=dljob_record_trusted(obj, keys))
             ctxs[ctx.key] = ctx
-        by_uid = {x.uid: x for x in ctxs.values()}
+        # A pod is a job's only if Horus made it for that job (podspec.owner_uid: controller
+        # ownerReference and the Horus-owned assignment annotation) in the job's namespace.
+        by_uid = {(x.namespace, x.uid): x for x in ctxs.values()}
+        by_name = {(x.namespace, x.name): x for x in ctxs.values()}
         for pod in snap.pods:
-            owner = owner_uid(pod)
+            meta = pod.get("metadata") or {}
+            ns, owner = str(meta.get("namespace", "")), owner_uid(pod)
+            mine = by_uid.get((ns, owner)) if owner is not None else None
             view = st.PodView.from_pod(pod)
-            if owner not in by_uid or view is None:
+            if mine is None or view is None:
+                if owner is None:  # no Horus pod at all: does it hold a replica's name?
+                    _note_taken(by_name, ns, str(meta.get("name", "")))
                 continue
-            if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                by_uid[owner].leaving.append(pod)
+            if meta.get("deletionTimestamp"):
+                mine.leaving.append(pod)
             else:
-                by_uid[owner].pods.setdefault(view.replica, pod)
+                mine.pods.setdefault(view.replica, pod)
         return ctxs
 
     def _distrust_rollbacks(self, every: Mapping[str, JobCtx], ring: KeyRing) -> None:
@@ -367,26 +382,25 @@ class Reconciler:
     def _cleanup(
         self, ctxs: Mapping[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
     ) -> None:
-        """Delete pods whose DLJob is gone, and still-running pods of a (signed) Failed job or of
-        a job back in the queue (a preemption a crash interrupted before its pods were deleted)."""
+        """Delete pods Horus made for a DLJob that is gone, and still-running pods of a (signed)
+        Failed job or of a job back in the queue (a preemption a crash interrupted before its
+        pods were deleted). Any other pod (podspec.owner_uid) is left alone, whatever its name
+        or labels."""
         if not self.is_leader():
             return
-        uids = {x.uid: x for x in ctxs.values()}
+        jobs = {(x.namespace, x.uid): x for x in ctxs.values()}
         for pod in pods:
             meta = pod.get("metadata") or {}
-            if c.LABEL_DLJOB_NAME not in (meta.get("labels") or {}) or meta.get(
-                "deletionTimestamp"
-            ):
-                continue
             owner = owner_uid(pod)
-            if owner is None:
-                continue
-            ctx = uids.get(owner)
+            if owner is None or meta.get("deletionTimestamp"):
+                continue  # a pod Horus did not make for a DLJob is never deleted here
+            ns, name = str(meta.get("namespace")), str(meta.get("name"))
+            ctx = jobs.get((ns, owner))
             running = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
             if ctx is None or (running and _must_stop(ctx)):
-                ns, name = str(meta.get("namespace")), str(meta.get("name"))
                 try:
-                    self.api.delete_pod(ns, name)
+                    # Only the pod read here: one re-created under its name is not touched.
+                    self.api.delete_pod(ns, name, str(meta.get("uid") or ""))
                     log.info("deleted pod %s/%s (its DLJob is gone or failed)", ns, name)
                     report.count("pods_deleted")
                 except Exception as exc:
@@ -417,20 +431,42 @@ class Reconciler:
         report: PassReport,
         restores: list[Future[None]],
     ) -> None:
-        """New jobs: validate, predict once, dry-run (in parallel: each is its own write)."""
+        """New jobs: validate, resolve the priority, predict once, dry-run (in parallel: each
+        is its own write)."""
         model, max_gpu_mib = _main_model(state), _max_gpu_memory(nodes)
-        admitted = [
-            self.pool.submit(self._guarded, self._admit, ctx, model, max_gpu_mib, report)
+        new = [
+            ctx
             for ctx in ctxs.values()
             if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements")
+        ]
+        classes = self._priority_classes() if new else None
+        admitted = [
+            self.pool.submit(self._guarded, self._admit, ctx, model, max_gpu_mib, classes, report)
+            for ctx in new
         ]
         for f in (*restores, *admitted):
             f.result()
 
-    def _admit(self, ctx: JobCtx, model: str, max_gpu_mib: int | None, report: PassReport) -> None:
+    def _priority_classes(self) -> PriorityClasses:
+        """The cluster's PriorityClasses, listed once per pass that admits jobs (few objects).
+        Unreadable: new jobs wait (Pending) rather than being admitted at a wrong priority."""
+        try:
+            return PriorityClasses.from_objects(self.api.list_priority_classes())
+        except Exception as exc:
+            log.warning("cannot list PriorityClasses (%s); new jobs wait", exc)
+            return PriorityClasses(error=f"{type(exc).__name__}: {exc}"[:300])
+
+    def _admit(
+        self,
+        ctx: JobCtx,
+        model: str,
+        max_gpu_mib: int | None,
+        classes: PriorityClasses | None,
+        report: PassReport,
+    ) -> None:
         if not self.is_leader() or ctx.meta.get("deletionTimestamp"):
             return
-        verdict: Verdict = self.admission.admit(ctx, model, max_gpu_mib)
+        verdict: Verdict = self.admission.admit(ctx, model, max_gpu_mib, classes)
         if verdict.outcome == "failed":
             assert verdict.patch is not None
             self.writer.write(ctx, verdict.patch, report, (verdict.reason, verdict.message, True))
@@ -467,6 +503,11 @@ class Reconciler:
             and not x.status.get("placements")
             and not x.meta.get("deletionTimestamp")
         ]
+        for ctx in ctxs.values():  # e.g. a job queued before an upgrade that refuses its spec
+            if ctx.phase == c.DLJOB_PHASE_QUEUED and ctx.job is None and self.is_leader():
+                queue.futures.append(
+                    self.pool.submit(self._guarded, _invalid, ctx, self.writer, report)
+                )
         requests = self._requests(queued, state, nodes, queue, report)
         if requests and state.gpu_count and self.is_leader():
             self._decide(ctxs, state, requests, queue, report)
@@ -488,6 +529,10 @@ class Reconciler:
         eligible = queue.eligible = NodeEligibility(nodes, state.node_names)
         requests: dict[str, JobRequest] = {}
         for ctx in queued:
+            if ctx.taken:  # placed, it would hold a GPU for a pod it cannot create
+                why = taken_message(ctx.namespace, ctx.taken)
+                self._refuse(ctx, REASON_POD_NAME_TAKEN, why, queue, report)
+                continue
             try:
                 req = job_request(ctx, self.admission.profile(ctx))
             except (ProfileUnavailable, ValidationError) as exc:
@@ -642,6 +687,29 @@ def _signing_condition(ctx: JobCtx, status: str) -> bool:
 def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace", "default")), str(meta.get("name", ""))
+
+
+def _invalid(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
+    """A queued job whose spec no longer parses (it was admitted by an older version; spec
+    edits are validated by the CRD) fails with the parser's sentence instead of waiting
+    silently for ever."""
+    try:
+        parse_dljob(ctx.obj)
+    except ValidationError as exc:
+        writer.fail(ctx, "InvalidSpec", f"invalid DLJob: {exc}", report)
+
+
+def _note_taken(jobs: Mapping[tuple[str, str], JobCtx], namespace: str, name: str) -> None:
+    """A pod Horus did not make whose name is one of a job's replica pod names
+    (``<job>-<replica>``) holds that name: the job waits for it (never adopts or deletes it)."""
+    job, _, index = name.rpartition("-")
+    ctx = jobs.get((namespace, job))
+    if ctx is None or not index.isdigit() or pod_name(job, int(index)) != name:
+        return
+    replicas = ctx.job.spec.replicas if ctx.job is not None else 0
+    recorded = {int(r["replica"]) for r in ctx.status.get("placements") or []}
+    if int(index) < replicas or int(index) in recorded:
+        ctx.taken.append(name)
 
 
 def _must_stop(ctx: JobCtx) -> bool:

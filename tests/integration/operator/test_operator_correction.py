@@ -4,13 +4,14 @@ Two jobs share the only GPU of a small pool; the node agent (here: the test, wri
 agent writes) measures that they slow each other badly; once a second GPU exists, one of them
 must move there within two passes, leaving exactly one pod per replica — also when the
 operator is killed -9 over and over while the move is under way. A `Never` job never moves. A
-higher-priority job preempts a lower-priority one, which goes back to the queue and runs
-again once there is room.
+job of a higher PriorityClass preempts a lower one, which goes back to the queue and runs
+again once there is room; a lower class never preempts a higher one.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import random
 import time
 import uuid
@@ -196,25 +197,63 @@ def test_kill_9_during_a_move_loses_nothing(pool: Any, kube: Kube, operator_fact
     _one_pod_per_replica(kube, ["a", "b"])
 
 
+@pytest.fixture
+def classes(cluster: Any) -> Any:
+    """PriorityClasses of this test's own, ``gold`` (1000) above ``bronze`` (100)."""
+    tag = uuid.uuid4().hex[:5]
+    made = {"gold": (f"gold-{tag}", 1000), "bronze": (f"bronze-{tag}", 100)}
+    for name, value in made.values():
+        cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass", "metadata": {"name": name}, "value": value}),
+        )  # fmt: skip
+    yield {k: name for k, (name, _) in made.items()}
+    for name, _ in made.values():
+        cluster.kubectl("delete", "priorityclass", name, "--ignore-not-found", check=False)
+
+
+def _whole_gpu(body: dict[str, Any], klass: str) -> dict[str, Any]:
+    body["spec"]["gpu"] = {"mode": "explicit", "corePercent": 100, "memoryMiB": 60000}
+    body["spec"]["priorityClassName"] = klass
+    return body
+
+
 def test_a_higher_priority_job_preempts_and_the_victim_resumes(
-    pool: Any, kube: Kube, operator_factory: Any
+    pool: Any, kube: Kube, operator_factory: Any, classes: dict[str, str]
 ) -> None:
     name, _grow = pool
     operator_factory(extra_args=CORRECTION)
-    low = _job(name, "low")
-    low["spec"]["gpu"] = {"mode": "explicit", "corePercent": 100, "memoryMiB": 60000}
-    kube.create_jobs([low])
+    kube.create_jobs([_whole_gpu(_job(name, "low"), classes["bronze"])])
     kube.wait("low Running", lambda: _status(kube, "low").get("phase") == "Running", 90)
-    high = _job(name, "high", "Never")
-    high["spec"]["gpu"] = {"mode": "explicit", "corePercent": 100, "memoryMiB": 60000}
-    high["spec"]["priority"] = 500
-    kube.create_jobs([high])
+    kube.create_jobs([_whole_gpu(_job(name, "high", "Never"), classes["gold"])])
     kube.wait("high Running", lambda: _status(kube, "high").get("phase") == "Running", 90)
     low_status = _status(kube, "low")
     assert low_status["phase"] == "Queued" and low_status["migrations"]["preemptions"] == 1
+    assert (_status(kube, "high")["priority"], low_status["priority"]) == (1000, 100)
     reasons = {(e["involvedObject"]["name"], e["reason"]) for e in kube.events()}
     assert ("low", "Preempted") in reasons and ("high", "Preempting") in reasons
     kube.custom.delete_namespaced_custom_object(
         "horus.io", "v1alpha1", kube.namespace, "dljobs", "high"
     )
     kube.wait("low runs again", lambda: _status(kube, "low").get("phase") == "Running", 90)
+
+
+def test_a_lower_class_never_preempts_a_higher_checkpointing_job(
+    pool: Any, kube: Kube, operator_factory: Any, classes: dict[str, str]
+) -> None:
+    """The running job may be preempted (OnCheckpoint) but its class is the higher one: the
+    waiting lower-class job waits, round after round (the running job's priority is the value
+    recorded at admission; the live state's requests carry none, so it used to count as 0)."""
+    name, _grow = pool
+    operator_factory(extra_args=CORRECTION)
+    kube.create_jobs([_whole_gpu(_job(name, "high"), classes["gold"])])
+    kube.wait("high Running", lambda: _status(kube, "high").get("phase") == "Running", 90)
+    kube.create_jobs([_whole_gpu(_job(name, "low", "Never"), classes["bronze"])])
+    kube.wait("low queued", lambda: _status(kube, "low").get("phase") == "Queued", 60)
+    time.sleep(5)  # five correction rounds
+    high = _status(kube, "high")
+    assert high["phase"] == "Running" and not (high.get("migrations") or {}).get("preemptions")
+    low = _status(kube, "low")
+    assert low["phase"] == "Queued" and not low.get("placements"), low
+    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in kube.events()}
+    assert ("high", "Preempted") not in reasons and ("low", "Preempting") not in reasons

@@ -129,30 +129,24 @@ def test_forged_phase_of_a_running_job_is_restored_and_its_pods_kept(
 def test_a_template_the_apiserver_refuses_fails_before_any_share(
     gpu_nodes: list[str], kube: Kube, operator_factory: Any
 ) -> None:
-    """Bad container name, bad label, missing PriorityClass: found by a server-side dry run,
-    the job ends Failed/InvalidSpec with the apiserver's sentence and never holds a GPU."""
+    """Bad container name, bad label: found by a server-side dry run, the job ends
+    Failed/InvalidSpec with the apiserver's sentence and never holds a GPU. (A PriorityClass
+    goes in spec.priorityClassName; a missing one waits: test_operator_priority.py.)"""
     op = operator_factory()
     bad_name = dljob_body("bad-container")
     bad_name["spec"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS_Label"
     bad_label = dljob_body("bad-label")
     bad_label["spec"]["template"]["metadata"] = {"labels": {"a/b/c": "x"}}
-    no_class = dljob_body("no-priority-class")
-    no_class["spec"]["template"]["spec"]["priorityClassName"] = "does-not-exist"
     good = dljob_body("good")
-    kube.create_jobs([bad_name, bad_label, no_class, good])
+    kube.create_jobs([bad_name, bad_label, good])
     kube.wait(
-        "the three bad ones Failed",
+        "the two bad ones Failed",
         lambda: all(
-            _status(kube, n).get("phase") == "Failed"
-            for n in ("bad-container", "bad-label", "no-priority-class")
+            _status(kube, n).get("phase") == "Failed" for n in ("bad-container", "bad-label")
         ),
         60,
     )
-    for n, fragment in (
-        ("bad-container", "Not_A_DNS_Label"),
-        ("bad-label", "a/b/c"),
-        ("no-priority-class", "does-not-exist"),
-    ):
+    for n, fragment in (("bad-container", "Not_A_DNS_Label"), ("bad-label", "a/b/c")):
         st = _status(kube, n)
         assert st["reason"] == "InvalidSpec" and fragment in st["message"], st
         assert not st.get("placements"), f"{n} committed a share"
@@ -315,7 +309,7 @@ def test_a_burst_of_valid_and_poison_jobs(
         poison.append(b)
     for i in range(5):
         b = dljob_body(f"p-prio-{i}")
-        b["spec"]["template"]["spec"]["priorityClassName"] = "nope"
+        b["spec"]["priorityClassName"] = "nope"
         poison.append(b)
     for i in range(10):
         poison.append(_with_selector(dljob_body(f"p-sel-{i}"), "horus-test/none", "x"))
@@ -345,6 +339,7 @@ def test_a_burst_of_valid_and_poison_jobs(
             assert rec["pod"] in pods, f"{name} holds a share without its pod {rec['pod']}"
     reasons = {n: (j.get("status") or {}).get("reason") for n, j in jobs.items()}
     assert {reasons[f"p-name-{i}"] for i in range(10)} == {"InvalidSpec"}
+    assert {reasons[f"p-prio-{i}"] for i in range(5)} == {"PriorityClassNotFound"}
     assert {reasons[f"p-sel-{i}"] for i in range(10)} == {"NoMatchingNode"}
     assert {reasons[f"p-cm-{i}"] for i in range(15)} == {"InvalidProfile", "ProfileUnavailable"}
     assert {reasons[f"p-huge-{i}"] for i in range(10)} == {"NeverFits"}

@@ -121,11 +121,16 @@ MATRIX = [
     ("editor", "delete", "dljobs", "team", True),
     ("editor", "patch", "dljobs/status", "team", False),
     ("editor", "create", "pods/binding", "team", False),
-    ("editor", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, False),
+    ("editor", "get", f"secrets/{c.SIGNING_KEY_SECRET}", c.HORUS_NAMESPACE, False),
     ("editor", "create", "dljobs", c.HORUS_NAMESPACE, False),
     ("viewer", "get", "dljobs", "team", True),
     ("viewer", "create", "dljobs", "team", False),
     ("viewer", "patch", "dljobs/status", "team", False),
+    # a DLJob's priority is a PriorityClass's value (issue 24): the operator reads the classes,
+    # a tenant can neither make one nor write the resolved status.priority
+    ("operator", "watch", "priorityclasses", "", True),
+    ("operator", "create", "priorityclasses", "", False),
+    ("editor", "create", "priorityclasses", "", False),
 ]
 
 

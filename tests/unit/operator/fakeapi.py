@@ -45,7 +45,11 @@ class FakeJobApi:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         self.events: list[dict[str, Any]] = []
-        self.priority_classes: set[str] = set()
+        #: PriorityClass name → value (``globalDefault`` in :attr:`default_class`)
+        self.priority_classes: dict[str, int] = {}
+        self.default_class: str | None = None
+        #: classes a ResourceQuota scope refuses in every namespace (the quota admission's 403)
+        self.quota_refuses: set[str] = set()
         self.dry_runs = 0
         self.status_writes = 0
         #: pod names whose create fails once with this exception (a crash between writes)
@@ -113,6 +117,10 @@ class FakeJobApi:
         prio = spec.get("priorityClassName")
         if prio and prio not in self.priority_classes:
             raise PodRejected(403, f"no PriorityClass with name {prio} was found")
+        if (prio or self.default_class) in self.quota_refuses:
+            raise PodRejected(
+                403, "exceeded quota: by-class, requested: pods=1, used: pods=0, limited: pods=0"
+            )
         if dry_run:
             self.dry_runs += 1
             return copy.deepcopy(dict(manifest))
@@ -156,8 +164,11 @@ class FakeJobApi:
                 pod["metadata"].setdefault("annotations", {}).update(annotations)
             return True
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
         with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is not None and uid and pod["metadata"].get("uid") != uid:
+                return  # the apiserver's UID precondition: 409, nothing deleted
             if not self.graceful:
                 self.pods.pop((namespace, name), None)
             elif (namespace, name) in self.pods:
@@ -170,6 +181,12 @@ class FakeJobApi:
         with self.lock:
             for key in [k for k, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]:
                 del self.pods[key]
+
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        return [
+            {"metadata": {"name": n}, "value": v, "globalDefault": n == self.default_class}
+            for n, v in self.priority_classes.items()
+        ]
 
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         data = self.configmaps.get((namespace, name))

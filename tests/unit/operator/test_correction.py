@@ -95,8 +95,9 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_later() -> Non
         rec.run_pass()
         api.run_bound_pods()
         rec.run_pass()
+        api.priority_classes["gold"] = 500
         high = _explicit(auto_job("high"), 100, 60000)
-        high["spec"]["priority"] = 500
+        high["spec"]["priorityClassName"] = "gold"
         api.add_dljob(high)
         rec.run_pass()
         low = api.job("low")["status"]
@@ -112,5 +113,33 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_resumes_later() -> Non
         api.run_bound_pods()
         rec.run_pass()
         assert api.job("high")["status"]["phase"] == c.DLJOB_PHASE_RUNNING
+    finally:
+        rec.close()
+
+
+def test_a_running_job_of_a_higher_class_is_never_preempted_by_a_lower_one() -> None:
+    """The running job's priority is the value recorded when it was admitted (the live state's
+    requests carry none): a waiting job of a lower class never evicts it, whatever the order."""
+    api = FakeJobApi([node("n1", gpus=1)])
+    api.graceful = True
+    api.priority_classes.update({"gold": 1000, "bronze": 100})
+    rec = _reconciler(api)
+    try:
+        high = _explicit(movable("high"), 100, 60000)
+        high["spec"]["priorityClassName"] = "gold"
+        api.add_dljob(high)
+        rec.run_pass()
+        api.run_bound_pods()
+        rec.run_pass()
+        assert api.job("high")["status"]["priority"] == 1000
+        low = _explicit(auto_job("low"), 100, 60000)
+        low["spec"]["priorityClassName"] = "bronze"
+        api.add_dljob(low)
+        for _ in range(3):
+            rec.run_pass()
+        assert api.job("high")["status"]["phase"] == c.DLJOB_PHASE_RUNNING
+        assert "preemptions" not in api.job("high")["status"].get("migrations", {})
+        assert api.job("low")["status"]["phase"] == c.DLJOB_PHASE_QUEUED
+        assert api.job("low")["status"]["priority"] == 100
     finally:
         rec.close()

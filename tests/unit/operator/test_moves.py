@@ -109,7 +109,7 @@ def test_a_crash_before_the_old_pod_was_deleted_is_finished(
     _running(api, rec, "m")
     ctx = _ctx(rec, api, "m")
     target = ("n2", 1) if ctx.status["placements"][0]["node"] == "n1" else ("n1", 1)
-    api.delete_pod = lambda namespace, name: None  # type: ignore[method-assign]  # killed -9
+    api.delete_pod = lambda namespace, name, uid="": None  # type: ignore[method-assign]  # killed -9
     start_move(ctx, _to(*target), "x", api, rec.writer, PassReport())
     del api.delete_pod  # the next leader's API works
     assert not next(iter(api.pods.values()))["metadata"].get("deletionTimestamp")
@@ -142,7 +142,7 @@ def test_a_preemption_cut_short_by_a_crash_still_stops_the_pods(
     api.add_dljob(movable("low"))
     _running(api, rec, "low")
     ctx = _ctx(rec, api, "low")
-    api.delete_pod = lambda namespace, name: None  # type: ignore[method-assign]  # crash: no delete
+    api.delete_pod = lambda namespace, name, uid="": None  # type: ignore[method-assign]  # crash: no delete
     preempt(ctx, "default/high", api, rec.writer, PassReport())
     del api.delete_pod
     assert not next(iter(api.pods.values()))["metadata"].get("deletionTimestamp")

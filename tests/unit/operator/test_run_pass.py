@@ -105,13 +105,14 @@ def test_a_template_the_apiserver_refuses_fails_before_any_share(
     bad = auto_job("bad")
     bad["spec"]["template"]["spec"]["containers"][0]["name"] = "Not_A_Label"
     api.add_dljob(bad)
-    api.add_dljob(auto_job("prio", priorityClassName="gold"))
+    api.add_dljob(auto_job("prio", priorityClassName="gold"))  # the template's: refused
     rec.run_pass()
     for name in ("bad", "prio"):
         status = api.job(name)["status"]
         assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
         assert "placements" not in status
     assert "Not_A_Label" in api.job("bad")["status"]["message"]
+    assert "spec.priorityClassName" in api.job("prio")["status"]["message"]
     assert not api.pods
 
 
