@@ -107,7 +107,7 @@ def _node_token(cluster: Any, node: str) -> str:
 MATRIX = [
     ("operator", "patch", "dljobs/status", "team", True),
     ("operator", "create", "pods/binding", "team", True),
-    ("operator", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, True),
+    ("operator", "get", f"secrets/{c.SIGNING_KEY_SECRET}", c.HORUS_NAMESPACE, True),
     ("operator", "list", "secrets", c.HORUS_NAMESPACE, False),
     ("operator", "delete", "nodes", "", False),
     ("node", "patch", "dljobs/status", "team", True),  # RBAC allows; the policy narrows it
@@ -115,7 +115,7 @@ MATRIX = [
     ("node", "create", "pods/eviction", "team", False),  # the watchdog deletes (issue 24)
     ("node", "delete", "pods", "team", True),  # RBAC allows; horus-node-own-pods narrows it
     ("node", "create", "pods/binding", "team", False),
-    ("node", "get", f"secrets/{c.ASSIGNMENT_KEY_SECRET}", c.HORUS_NAMESPACE, False),
+    ("node", "get", f"secrets/{c.SIGNING_KEY_SECRET}", c.HORUS_NAMESPACE, False),
     ("node", "delete", "dljobs", "team", False),
     ("editor", "create", "dljobs", "team", True),
     ("editor", "delete", "dljobs", "team", True),
@@ -149,10 +149,14 @@ def test_can_i(cluster: Any, roles: dict[str, Any], role: str, verb: str, resour
 def test_forged_writes_by_each_role_never_yield_a_signed_assignment(
     cluster: Any, roles: dict[str, Any], operator_factory: Any, gpu_nodes: list[str], tmp_path: Path
 ) -> None:
-    key = uuid.uuid4().hex.encode()
-    key_file = tmp_path / "key"
-    key_file.write_bytes(key)
-    operator_factory(extra_args=["--assignment-key-file", str(key_file)])
+    ring = KeyRing.generate()  # the operator's own pair for this test (a private PEM file)
+    assert ring.signer is not None
+    key_file = tmp_path / "private.pem"
+    key_file.write_bytes(ring.signer.to_pem())
+    # it publishes its public key beside the session's; no wait before it signs (a test)
+    operator_factory(
+        extra_args=["--assignment-key-file", str(key_file), "--key-publish-delay", "0"]
+    )
     team, tokens = roles["team"], roles["tokens"]
     kube = Kube(cluster.api_client(), team)
     kube.create_jobs([dljob_body("legit")])
@@ -223,7 +227,7 @@ def test_forged_writes_by_each_role_never_yield_a_signed_assignment(
         ),
         60,
     )
-    ring = KeyRing(key)
+    ring = ring.verify_only()
     signed = sorted(
         p["metadata"]["name"] for p in kube.pods(team) if pod_assignment_trusted(p, ring)
     )
