@@ -168,6 +168,16 @@ def test_the_node_agent_keeps_every_status_field_but_observed() -> None:
     assert c.STATUS_PLACEMENT_EPOCH in {a for a, _ in kept}
 
 
+def test_chart_and_manifests_grant_the_node_and_people_the_same() -> None:
+    text = CHART_RBAC.read_text().replace("{{ .Release.Namespace }}", c.HORUS_NAMESPACE)
+    text = re.sub(r"\{\{-? include [^}]*\}\}", "", text)
+    chart = {d["metadata"]["name"]: d for d in _docs(text) if d["kind"] == "ClusterRole"}
+    for f in ("node.yaml", "users.yaml"):
+        for d in _docs((ROOT / "manifests" / "rbac" / f).read_text()):
+            if d["kind"] == "ClusterRole":
+                assert d["rules"] == chart[d["metadata"]["name"]]["rules"], d["metadata"]["name"]
+
+
 def test_the_node_role_has_no_eviction_and_no_pod_creation() -> None:
     [role] = [
         d
