@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,37 @@ def placement_message(
     return "\n".join(("horus-placements-v2", *fields)).encode()
 
 
+_VERIFIED: dict[tuple[tuple[bytes, ...], bytes, bytes], bool] = {}
+_VERIFIED_MAX = 1 << 16
+_VERIFIED_LOCK = threading.Lock()
+
+
+def _verified(raw: tuple[bytes, ...], digest: bytes, message: bytes, sig: bytes) -> bool:
+    """Whether ``sig`` is a signature of ``message`` by one of the keys ``raw``, remembered by
+    (keys, message digest, signature). Why: every placer pass verifies every record and pod
+    assignment again, an Ed25519 verify costs 0.35-0.5 ms on this project's loaded 2-core
+    machine (HMAC took 9 µs), and the same signed objects come back pass after pass. Bounded:
+    cleared when full."""
+    key = (raw, digest, sig)
+    with _VERIFIED_LOCK:
+        hit = _VERIFIED.get(key)
+    if hit is not None:
+        return hit
+    ok = False
+    for one in raw:
+        try:
+            Ed25519PublicKey.from_public_bytes(one).verify(sig, message)
+        except InvalidSignature:
+            continue
+        ok = True
+        break
+    with _VERIFIED_LOCK:
+        if len(_VERIFIED) >= _VERIFIED_MAX:
+            _VERIFIED.clear()
+        _VERIFIED[key] = ok
+    return ok
+
+
 def assignment_epoch(signature: str | None) -> int | None:
     """The epoch an assignment signature claims (None when it is not a v2 signature)."""
     if not signature or not signature.startswith(_PREFIX):
@@ -163,13 +195,7 @@ class VerifyKeys:
         sig = _unb64(sig_text)
         if sig is None or len(sig) != 64:
             return False
-        for key in self._objs:
-            try:
-                key.verify(sig, message)
-            except InvalidSignature:
-                continue
-            return True
-        return False
+        return _verified(self.raw, hashlib.sha256(message).digest(), message, sig)
 
     def verify_assignment(
         self,
