@@ -30,6 +30,7 @@ from horus.operator import transitions as tr
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import placement_record
+from horus.operator.records import dljob_record_trusted, record_epoch
 from horus.operator.writer import StatusWriter
 
 __all__ = ["restore"]
@@ -86,7 +87,14 @@ def restore(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
         return
     records = _records(pods)
     now = now_rfc3339()
-    unsigned = f"status.phase/placements were not written by the operator (no valid {c.STATUS_PLACEMENT_SIGNATURE})"
+    if dljob_record_trusted(ctx.obj, writer.keys()):  # validly signed, but older than its pods
+        epoch = record_epoch(ctx.status)
+        unsigned = (
+            f"status.phase/placements are an older record of the operator's (placementEpoch "
+            f"{epoch}) than the job's pods or its last write carry: a rollback, not trusted"
+        )
+    else:
+        unsigned = f"status.phase/placements were not written by the operator (no valid {c.STATUS_PLACEMENT_SIGNATURE})"
     if records and live:
         replicas = ctx.job.spec.replicas if ctx.job is not None else len(pods)
         views = [v for p, _ in pods.values() if (v := st.PodView.from_pod(p)) is not None]
