@@ -30,6 +30,7 @@ from horus.operator.jobapi import JobApi
 from horus.operator.livestate import LiveState
 from horus.operator.moves import preempt, start_move
 from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.priority import PriorityClasses
 from horus.operator.queueing import NodeEligibility
 from horus.operator.session import PlacementSession
 from horus.operator.writer import StatusWriter
@@ -82,6 +83,7 @@ class Corrector:
         if not running:
             return
         by_key = {x.key: x for x in ctxs.values()}
+        waiting = self._may_preempt(waiting, by_key)
         for p in plan_preemptions(session.scheduler, live.state, waiting, running, self.preemption):
             for victim in p.victims:
                 preempt(by_key[victim], p.job, self.api, self.writer, report)
@@ -95,6 +97,27 @@ class Corrector:
                 start_move(ctx, move.placement, move.message, self.api, self.writer, report)
         if plan.deferred:
             log.info("moves waiting for a free slot: %s", ", ".join(plan.deferred[:8]))
+
+    def _may_preempt(
+        self, waiting: Sequence[JobRequest], by_key: Mapping[str, JobCtx]
+    ) -> list[JobRequest]:
+        """The waiting jobs whose class allows preempting (``preemptionPolicy`` not
+        ``Never``; read when some job waits). Unreadable classes: none preempts — a
+        preemption costs a job its progress since its last checkpoint."""
+        if not waiting:
+            return []
+        try:
+            classes = PriorityClasses.from_objects(self.api.list_priority_classes())
+        except Exception as exc:
+            log.warning("cannot list PriorityClasses (%s); no preemption this round", exc)
+            return []
+        out = []
+        for req in waiting:
+            ctx = by_key.get(req.name)
+            klass = ctx.job.spec.priority_class_name if ctx and ctx.job else None
+            if classes.may_preempt(klass):
+                out.append(req)
+        return out
 
     def running_jobs(
         self,

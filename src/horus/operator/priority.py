@@ -40,21 +40,27 @@ class PriorityClasses:
     #: Why the classes could not be listed; then no job is admitted (none is given a
     #: priority it may not have).
     error: str | None = None
+    #: Classes whose ``preemptionPolicy`` is ``Never``: their jobs keep their place in the
+    #: queue but never preempt a running job (as kube-scheduler treats such pods).
+    never_preempt: frozenset[str] = frozenset()
 
     @classmethod
     def from_objects(cls, items: Iterable[Mapping[str, Any]]) -> PriorityClasses:
         """From listed ``PriorityClass`` objects (the apiserver's JSON)."""
         values: dict[str, int] = {}
         default: tuple[str, int] | None = None
+        never: set[str] = set()
         for item in items:
             name = (item.get("metadata") or {}).get("name")
             value = item.get("value")
             if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
                 continue
             values[name] = value
+            if item.get("preemptionPolicy") == "Never":
+                never.add(name)
             if item.get("globalDefault") is True and (default is None or value < default[1]):
                 default = (name, value)
-        return cls(values, default)
+        return cls(values, default, never_preempt=frozenset(never))
 
     def resolve(self, name: str | None) -> int | None:
         """The value for a job naming class ``name`` (None: the default); None when that
@@ -62,6 +68,11 @@ class PriorityClasses:
         if name is None:
             return self.default[1] if self.default is not None else 0
         return self.values.get(name)
+
+    def may_preempt(self, name: str | None) -> bool:
+        """Whether a job of class ``name`` (None: the default class) may preempt others."""
+        klass = name if name is not None else (self.default[0] if self.default else None)
+        return self.error is None and klass not in self.never_preempt
 
     @staticmethod
     def not_found(name: str) -> str:

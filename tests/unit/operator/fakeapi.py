@@ -50,6 +50,8 @@ class FakeJobApi:
         self.default_class: str | None = None
         #: classes a ResourceQuota scope refuses in every namespace (the quota admission's 403)
         self.quota_refuses: set[str] = set()
+        #: classes with preemptionPolicy Never
+        self.never_preempt: set[str] = set()
         self.dry_runs = 0
         self.status_writes = 0
         #: pod names whose create fails once with this exception (a crash between writes)
@@ -184,7 +186,12 @@ class FakeJobApi:
 
     def list_priority_classes(self) -> list[dict[str, Any]]:
         return [
-            {"metadata": {"name": n}, "value": v, "globalDefault": n == self.default_class}
+            {
+                "metadata": {"name": n},
+                "value": v,
+                "globalDefault": n == self.default_class,
+                "preemptionPolicy": "Never" if n in self.never_preempt else "PreemptLowerPriority",
+            }
             for n, v in self.priority_classes.items()
         ]
 

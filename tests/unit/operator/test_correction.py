@@ -143,3 +143,31 @@ def test_a_running_job_of_a_higher_class_is_never_preempted_by_a_lower_one() -> 
         assert api.job("low")["status"]["priority"] == 100
     finally:
         rec.close()
+
+
+def test_a_class_with_preemption_policy_never_waits_instead_of_preempting() -> None:
+    """As kube-scheduler treats a pod of such a class: ahead in the queue, never a preemptor."""
+    api = FakeJobApi([node("n1", gpus=1)])
+    api.graceful = True
+    api.priority_classes.update({"gold-polite": 1000, "bronze": 100})
+    api.never_preempt.add("gold-polite")
+    rec = _reconciler(api)
+    try:
+        low = _explicit(movable("low"), 100, 60000)
+        low["spec"]["priorityClassName"] = "bronze"
+        api.add_dljob(low)
+        rec.run_pass()
+        api.run_bound_pods()
+        rec.run_pass()
+        high = _explicit(auto_job("high"), 100, 60000)
+        high["spec"]["priorityClassName"] = "gold-polite"
+        api.add_dljob(high)
+        for _ in range(3):
+            rec.run_pass()
+        assert api.job("low")["status"]["phase"] == c.DLJOB_PHASE_RUNNING
+        assert api.job("high")["status"]["phase"] == c.DLJOB_PHASE_QUEUED
+        api.never_preempt.clear()  # the same jobs, a class that may preempt: it does
+        rec.run_pass()
+        assert api.job("low")["status"]["reason"] == "Preempted"
+    finally:
+        rec.close()

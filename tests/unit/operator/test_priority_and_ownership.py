@@ -71,6 +71,11 @@ def test_priority_classes_resolve_as_the_apiserver_does() -> None:
     assert classes.resolve(None) == 5  # several defaults: the lowest value
     assert classes.resolve("missing") is None and classes.resolve("broken") is None
     assert PriorityClasses().resolve(None) == 0  # no default class: 0, as for a pod
+    polite = PriorityClasses.from_objects(
+        [{"metadata": {"name": "p"}, "value": 1, "preemptionPolicy": "Never"}]
+    )
+    assert not polite.may_preempt("p") and polite.may_preempt("q") and polite.may_preempt(None)
+    assert not PriorityClasses(error="forbidden").may_preempt("q")
 
 
 def test_a_missing_class_waits_then_the_job_runs_with_its_value_on_the_pods(
