@@ -824,7 +824,8 @@ def test_only_horus_and_schedulers_put_horus_annotations_into_a_binding(world: W
 
 
 def test_horus_itself_still_writes_its_annotations(world: World) -> None:
-    """The operator (and the extender in its pod) annotates plain pods: not refused."""
+    """The operator (and the extender in its pod) annotates plain pods and creates replica pods
+    with their assignment: not refused."""
     team = world.team
     patch = _merge({c.ANNOTATION_PREDICTED: '{"util":36}'})
     _ok(world.as_("operator", "patch", "pod", "on-b", "-n", team, "-p", patch))
@@ -833,3 +834,6 @@ def test_horus_itself_still_writes_its_annotations(world: World) -> None:
     )
     restore = _merge({c.ANNOTATION_PREDICTED: HORUS_ANNOTATIONS[c.ANNOTATION_PREDICTED]})
     _ok(world.as_("operator", "patch", "pod", "on-b", "-n", team, "-p", restore))
+    # and creates a replica pod carrying its assignment (the signature follows in its Binding)
+    replica = _pod("by-horus", None, HORUS_ANNOTATIONS, schedulerName="trust-test-nobody")
+    _ok(world.as_("operator", "create", "-n", team, "-f", "-", input=json.dumps(replica)))
