@@ -28,6 +28,7 @@ import pytest
 import yaml
 from chart_support import ROOT, write_fast_alert_rules
 
+from horus.api.signing import SigningKey
 from horus.common import constants as c
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -104,8 +105,8 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 
 def test_no_leader_alert_fires_when_the_last_leader_stops(cluster, procs, tmp_path):
     cluster.apply_crds(ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml", c.DLJOB_CRD_NAME)
-    key = tmp_path / "assignment.key"
-    key.write_text(uuid.uuid4().hex * 2)
+    key = tmp_path / "private.pem"  # the operators' own signing key (Ed25519, PEM)
+    key.write_bytes(SigningKey.generate().to_pem())
     lease = f"alerts-{uuid.uuid4().hex[:6]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
     env["PYTHONUNBUFFERED"] = "1"
@@ -117,6 +118,7 @@ def test_no_leader_alert_fires_when_the_last_leader_stops(cluster, procs, tmp_pa
             [sys.executable, "-m", "horus.operator", "--kubeconfig", cluster.kubeconfig,
              "--namespace", "default", "--lease-name", lease, "--lease-duration", "4",
              "--resync-period", "2", "--identity", name, "--assignment-key-file", str(key),
+             "--key-publish-delay", "0",
              "--metrics-host", "127.0.0.1", "--metrics-port", str(ports[name])],
             env,
         )  # fmt: skip

@@ -38,7 +38,7 @@ from horus.devcluster.nodes import NodeSpec, add_nodes
 
 NS = ["-n", NAMESPACE]
 REG = ("--set", "images.registry=registry.example.com/horus")
-KEY = "secret/horus-assignment-key"
+KEY = "secret/horus-signing-key"
 CRD = "crd/dljobs.horus.io"
 
 
@@ -152,35 +152,32 @@ def test_a_crd_helm_does_not_own_is_refused_until_adopted(helm, cluster):
         cluster.kubectl("replace", "-f", str(ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml"))
 
 
-# --- the assignment key ------------------------------------------------------------------------
+# --- the signing key ---------------------------------------------------------------------------
 
 
-def test_the_key_is_made_once_and_never_by_an_offline_render(helm, cluster, install):
-    # offline (helm template, Argo CD): no Secret in the output, however often it is rendered
+def test_the_chart_never_renders_a_key(helm):
+    """Issue 24: the operator makes the Ed25519 pair on its first start; no render, online or
+    offline, carries a key (a chart cannot derive the public key to publish)."""
     for _ in range(2):
         out = helm("template", "horus", str(CHART), *NS, *REG).stdout
-        assert "horus-assignment-key" not in [d["metadata"]["name"] for d in _docs(out)]
-    # an install generates it; an upgrade keeps it
-    install("operator.enabled=false", "node.enabled=false")
-    key = cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout
-    assert len(base64.b64decode(key)) == 64
-    helm("upgrade", "horus", str(CHART), *NS, *REG, "--reuse-values")
-    assert cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout == key
+        names = [d["metadata"]["name"] for d in _docs(out)]
+        assert "horus-signing-key" not in names and "horus-verify-keys" not in names
 
 
 def test_a_key_the_release_does_not_own_is_left_alone(helm, cluster, install):
-    """The operator created the key first (or the admin did): helm install neither fails on
-    it nor replaces it."""
+    """The operator created the key first (or the admin did): helm install, upgrade and
+    uninstall neither fail on it nor touch it."""
     wait_namespace_gone(cluster)
     cluster.kubectl("create", "namespace", NAMESPACE)
-    mine = "0123456789abcdef" * 4
-    cluster.kubectl("-n", NAMESPACE, "create", "secret", "generic", "horus-assignment-key",
-                    f"--from-literal=key={mine}")  # fmt: skip
+    mine = "-----BEGIN PRIVATE KEY-----\nnot-read-here\n-----END PRIVATE KEY-----\n"
+    cluster.kubectl("-n", NAMESPACE, "create", "secret", "generic", "horus-signing-key",
+                    f"--from-literal=private.pem={mine}")  # fmt: skip
     adopt_crd(cluster)
     args = ["install", "horus", str(CHART), *NS, *REG]
     helm(*args, *_sets("operator.enabled=false", "node.enabled=false"))
     try:
-        got = cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout
+        helm("upgrade", "horus", str(CHART), *NS, *REG, "--reuse-values")
+        got = cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.private\\.pem}").stdout
         assert base64.b64decode(got).decode() == mine
     finally:
         helm("uninstall", "horus", *NS, "--wait", "--timeout=90s", check=False)

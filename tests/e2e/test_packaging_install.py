@@ -8,6 +8,7 @@ the objects, not the processes (the demo runs the processes; see tools/dev/demo.
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,7 +18,8 @@ from chart_support import CHART, NAMESPACE, ROOT, adopt_crd, wait_namespace_gone
 NS = ["-n", NAMESPACE]
 #: where the images would be (the chart has no default registry; kwok pulls nothing)
 REG = ("--set", "images.registry=registry.example.com/horus")
-KEY = "secret/horus-assignment-key"
+KEY = "secret/horus-signing-key"  # the operator makes it (first install); the chart never
+PUB = "configmap/horus-verify-keys"  # the public keys the operator publishes
 
 
 def _docs(text: str) -> list[dict]:
@@ -161,7 +163,7 @@ def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
             "scheduler.enabled=true",
             "scheduler.replicas=2",
             "assignmentKey.existingSecret=my-key",
-            "assignmentKey.secretKey=hmac",
+            "assignmentKey.secretKey=ed25519.pem",
             "prometheusRule.enabled=false",
             "node.runtimeClassName=nvidia",
             "node.nvidiaDevicePlugin=allow",
@@ -209,13 +211,18 @@ def test_helm_template_is_accepted_by_the_apiserver(helm, cluster, sets):
         )
         key_env = {
             "name": "HORUS_ASSIGNMENT_KEY_FILE",
-            "value": "/var/run/horus/assignment-key/hmac",
+            "value": "/var/run/horus/signing-key/ed25519.pem",
         }
         assert key_env in ctr["operator"]["env"] and key_env in ctr["extender"]["env"]
-        assert {"name": "assignment-key", "secret": {"secretName": "my-key"}} in op["spec"][
-            "volumes"
-        ]
-        assert ("Secret", "horus-assignment-key") not in objs
+        assert {"name": "signing-key", "secret": {"secretName": "my-key"}} in op["spec"]["volumes"]
+        assert ("Secret", "horus-signing-key") not in objs
+        # the node pods get only the public keys, never the private key's Secret
+        node = objs[("DaemonSet", "horus-node")]["spec"]["template"]["spec"]
+        assert "my-key" not in json.dumps(node)
+        assert {
+            "name": "verify-keys",
+            "configMap": {"name": "horus-verify-keys", "optional": True},
+        } in node["volumes"]
         sched = objs[("Deployment", "horus-kube-scheduler")]["spec"]["template"]["spec"]
         images = {c["name"]: c["image"] for c in sched["containers"]}
         assert images["kube-scheduler"] == "registry.k8s.io/kube-scheduler:v1.34.4"
@@ -355,6 +362,8 @@ MATRIX = [
     (OPERATOR, "list", "secrets", NAMESPACE, False),
     (OPERATOR, "get", "secret/other", NAMESPACE, False),
     (OPERATOR, "update", KEY, NAMESPACE, False),
+    (OPERATOR, "patch", PUB, NAMESPACE, True),  # it publishes its public key
+    (OPERATOR, "patch", "configmap/horus-config", NAMESPACE, False),
     (OPERATOR, "patch", "nodes", "", False),
     (OPERATOR, "create", "dljobs.horus.io", "team-a", False),
     (OPERATOR, "update", "leases.coordination.k8s.io", "kube-system", False),
@@ -374,6 +383,8 @@ MATRIX = [
     (NODE, "get", "configmaps", "team-a", True),
     (NODE, "create", "events", "team-a", True),
     (NODE, "get", KEY, NAMESPACE, False),
+    (NODE, "get", PUB, NAMESPACE, True),  # verifies with the public keys
+    (NODE, "patch", PUB, NAMESPACE, False),
     (NODE, "get", "secrets", NAMESPACE, False),
     (NODE, "list", "secrets", "", False),
     (NODE, "get", "secret/horus-extender-tls", NAMESPACE, False),
@@ -394,7 +405,7 @@ def _rbac_matrix(cluster) -> list[str]:
         sa, verb, resource, ns, want = row
         args = ["auth", "can-i", verb, f"--as=system:serviceaccount:{NAMESPACE}:{sa}"]
         kind, _, sub = resource.partition("/")
-        if sub and not kind.startswith("secret"):  # pods/exec: a subresource, not a name
+        if sub and not kind.startswith(("secret", "configmap")):  # pods/exec: a subresource
             args += [kind, f"--subresource={sub}"]
         else:
             args.append(resource)
@@ -441,16 +452,11 @@ def test_helm_install_rbac_and_uninstall(helm, cluster):
         assert helm("status", "horus", *NS).stdout.count("STATUS: deployed") == 1
         got = cluster.kubectl("get", "deploy,ds,svc,secret,cm", *NS, "-o", "name").stdout.split()
         for obj in ("deployment.apps/horus-operator", "daemonset.apps/horus-node",
-                    "secret/horus-assignment-key", "configmap/horus-config"):  # fmt: skip
+                    "configmap/horus-config"):  # fmt: skip
             assert obj in got
-        key = cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout
-        import base64
-
-        assert len(base64.b64decode(key)) == 64  # 64 hex characters, as the operator writes
+        assert KEY not in got  # the chart renders no key: the operator makes the pair
         assert _rbac_matrix(cluster) == [], _rbac_matrix(cluster)
-        # an upgrade keeps the key (pods signed before it must still verify)
         helm("upgrade", "horus", str(CHART), *NS, *REG, "--set", "enforcement=report")
-        assert cluster.kubectl("get", KEY, *NS, "-o", "jsonpath={.data.key}").stdout == key
     finally:
         helm("uninstall", "horus", *NS, "--wait", "--timeout=90s")
     assert helm("list", *NS, "-q").stdout.strip() == ""
@@ -459,8 +465,8 @@ def test_helm_install_rbac_and_uninstall(helm, cluster):
     assert (
         cluster.kubectl("get", "clusterrole", "horus-operator", "--ignore-not-found").stdout == ""
     )
-    # the key and the CRD are kept on uninstall by design (helm.sh/resource-policy: keep)
-    assert cluster.kubectl("get", KEY, *NS, "-o", "name").stdout.strip() == KEY
+    # the CRD is kept on uninstall by design (helm.sh/resource-policy: keep); the key pair is
+    # the operator's, never the release's
     assert cluster.kubectl("get", "crd", "dljobs.horus.io", "-o", "name").stdout.strip()
     wait_namespace_gone(cluster)
 

@@ -31,6 +31,7 @@ import pytest
 from chart_support import write_fast_alert_rules
 from realnode_support import scrape_targets
 
+from horus.api.signing import KeyRing, SigningKey, parse_public_keys
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster, start
 
@@ -70,9 +71,13 @@ def rc() -> Iterator[RealCluster]:
 
 
 @pytest.fixture(scope="package")
-def assignment_key(rc: RealCluster) -> bytes:
-    secret = rc.kube.json("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE)
-    return base64.b64decode(secret["data"][c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+def assignment_key(rc: RealCluster) -> KeyRing:
+    """The operator's signing pair (read as the cluster admin) with every published public key."""
+    secret = rc.kube.json("get", "secret", c.SIGNING_KEY_SECRET, "-n", NAMESPACE)
+    pem = base64.b64decode(secret["data"][c.SIGNING_KEY_SECRET_ENTRY])
+    cm = rc.kube.json("get", "configmap", c.VERIFY_KEYS_CONFIGMAP, "-n", NAMESPACE)
+    published = parse_public_keys(cm["data"][c.VERIFY_KEYS_CONFIGMAP_ENTRY], "ConfigMap")
+    return KeyRing.of(SigningKey.from_pem(pem, "Secret"), published)
 
 
 @pytest.fixture(scope="package")

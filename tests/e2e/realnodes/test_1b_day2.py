@@ -1,30 +1,31 @@
 """Day 2 of the chart on real nodes (issue 21): the optional Horus scheduler Deployment runs as
 a real pod from the project-built kube-scheduler image and places a plain pod through the
-extender on its loopback; a new assignment key reaches the operator, the extender and the
-device plugins without a restart, and what they sign afterwards runs on the real kubelets; the
-operator's PodDisruptionBudget stops a drain from taking the last replica.
+extender on its loopback; a new signing key is published to the device plugins before the
+operator and the extender sign with it, without a restart, and what they sign afterwards runs on
+the real kubelets; the operator's PodDisruptionBudget stops a drain from taking the last
+replica.
 
-Runs before test_2 on purpose: the rotation leaves the new key in the Secret (with the old one
-under ``previous``), which the later tests read as the cluster's key."""
+Runs before test_2 on purpose: the rotation leaves the new key in the Secret (its public key
+published beside the old one), which the later tests read as the cluster's key."""
 
 from __future__ import annotations
 
 import base64
 import json
-import secrets
 import time
 from typing import Any
 
 from realnode_support import apply, diagnose, pods_of, running, share_line, wait_for, workload_job
 
+from horus.api.podassignment import read_pod_assignment
 from horus.api.resources import memory_units
-from horus.api.signing import verify_assignment
+from horus.api.signing import KeyRing, SigningKey
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
 from horus.devcluster.images import IMAGES, LOCAL_REGISTRY, kubernetes_version
 
 SCHEDULER = "horus-kube-scheduler"  # the chart's scheduler.schedulerName
-PREVIOUS_PATH = "/var/run/horus/assignment-key/previous"  # the chart's mount of the Secret
+KEYS_PATH = "/var/run/horus/verify-keys/keys.pem"  # the chart's mount of the public keys
 OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
 
 
@@ -89,21 +90,15 @@ def _run_plain_pod(rc: RealCluster, name: str, core: int, memory_mib: int) -> di
     return pod
 
 
-def _signed_with(pod: dict[str, Any], key: bytes) -> bool:
-    meta = pod["metadata"]
-    ann = meta["annotations"]
-    return verify_assignment(
-        key,
-        meta["namespace"],
-        meta["name"],
-        ann[c.ANNOTATION_GPU_ASSIGNMENT],
-        ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE],
-    )
+def _signed_with(pod: dict[str, Any], key: SigningKey) -> bool:
+    """Signed for this very pod (its UID) by ``key``."""
+    return read_pod_assignment(pod, KeyRing(key.public)).trusted
 
 
-def _secret_key(rc: RealCluster) -> bytes:
-    secret = rc.kube.json("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE)
-    return base64.b64decode(secret["data"][c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+def _secret_key(rc: RealCluster) -> SigningKey:
+    secret = rc.kube.json("get", "secret", c.SIGNING_KEY_SECRET, "-n", NAMESPACE)
+    pem = base64.b64decode(secret["data"][c.SIGNING_KEY_SECRET_ENTRY])
+    return SigningKey.from_pem(pem, "the signing Secret")
 
 
 def _delete_pod(rc: RealCluster, name: str) -> None:
@@ -140,12 +135,12 @@ def test_horus_scheduler_pod_places_a_plain_pod_through_its_loopback_extender(
         _delete_pod(rc, name)
 
 
-def _put_key(rc: RealCluster, key: bytes, previous: bytes) -> None:
+def _put_key(rc: RealCluster, key: SigningKey) -> None:
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": c.ASSIGNMENT_KEY_SECRET, "namespace": NAMESPACE},
-        "stringData": {c.ASSIGNMENT_KEY_SECRET_KEY: key.decode(), "previous": previous.decode()},
+        "metadata": {"name": c.SIGNING_KEY_SECRET, "namespace": NAMESPACE},
+        "stringData": {c.SIGNING_KEY_SECRET_ENTRY: key.to_pem().decode()},
     }
     rc.kube.kubectl("apply", "-f", "-", input=json.dumps(secret))
 
@@ -160,36 +155,38 @@ def _restarts(rc: RealCluster) -> dict[str, dict[str, int]]:
 
 
 def test_a_rotated_key_reaches_every_component_without_a_restart(rc: RealCluster) -> None:
-    """README, "Rotate the assignment key", in its two steps: the new key first only
-    verifies (under ``previous``) until every device plugin's mounted Secret has it, then it
-    signs (the old one under ``previous``). Every component reloads; none restarts."""
+    """README, "Rotate the signing key", in its one step: a new private key in the Secret.
+    The operator publishes its public key beside the old one; it reaches every node's mounted
+    ConfigMap, and only then (key_publish_delay, 60 s) do the operator and the extender sign
+    with it. Every component reloads; none restarts."""
     before = _restarts(rc)
     old = _secret_key(rc)
-    new = secrets.token_hex(32).encode()
-    _put_key(rc, old, new)
+    new = SigningKey.generate()
+    _put_key(rc, new)
     step1 = time.monotonic()
-    # the device plugins read the Secret as mounted files, which the kubelet refreshes on its
-    # pod sync (syncFrequency 10 s on these nodes; 1 min by default)
+    pem = new.public.to_pem().strip()
+    # the operator re-reads the Secret at most every 30 s and publishes; the kubelet refreshes
+    # the mounted ConfigMap on its pod sync (syncFrequency 10 s on these nodes; 1 min default)
     for pod in _component(rc, "node"):
         name = pod["metadata"]["name"]
-        wait_for(
-            f"the new key mounted in {name}'s device plugin",
-            lambda n=name: (
-                rc.kube.kubectl(
-                    "exec", "-n", NAMESPACE, n, "-c", "device-plugin", "--", "python", "-c",
-                    f"print(open({PREVIOUS_PATH!r}).read().strip())",
+        for container in ("device-plugin", "agent"):
+            wait_for(
+                f"the new public key mounted in {name}'s {container}",
+                lambda n=name, ctr=container: pem in rc.kube.kubectl(
+                    "exec", "-n", NAMESPACE, n, "-c", ctr, "--", "python", "-c",
+                    f"print(open({KEYS_PATH!r}).read())",
                     check=False,
-                ).stdout.strip()
-                == new.decode()
-            ),
-            90,
-            diagnose(rc, NAMESPACE),
-        )  # fmt: skip
+                ).stdout,
+                120,
+                diagnose(rc, NAMESPACE),
+            )  # fmt: skip
     mounted = time.monotonic() - step1
-    _put_key(rc, new, old)
-    # the operator and the extenders re-read the Secret at most every 30 s
-    time.sleep(31)
-    print(f"key rotation: the new key mounted in every device plugin {mounted:.1f}s after step 1")
+    cm = rc.kube.json("get", "configmap", c.VERIFY_KEYS_CONFIGMAP, "-n", NAMESPACE)
+    not_before = cm["metadata"]["annotations"][c.ANNOTATION_KEY_PUBLISHED_PREFIX + new.id]
+    assert old.public.to_pem().strip() in cm["data"][c.VERIFY_KEYS_CONFIGMAP_ENTRY]
+    # signing starts at not_before; the extender re-reads at most 30 s after that
+    time.sleep(max(0.0, 60 - (time.monotonic() - step1)) + 31)
+    print(f"key rotation: the new public key mounted on every node {mounted:.1f}s after the change")
 
     job, plain = "after-rotation", "plain-after-rotation"
     try:
@@ -212,6 +209,8 @@ def test_a_rotated_key_reaches_every_component_without_a_restart(rc: RealCluster
         for pod in (replica, placed):
             assert _signed_with(pod, new), pod["metadata"]["name"]
             assert not _signed_with(pod, old), pod["metadata"]["name"]
+        scheduled = rc.kube.json("get", "dljob", job)["status"]["scheduledTime"]
+        assert scheduled >= not_before, (scheduled, not_before)  # published before it signed
         events = rc.kube.json(
             "get", "events", "-n", "default", "--field-selector",
             f"reason={c.EVENT_REASON_ALLOCATE_REFUSED}",

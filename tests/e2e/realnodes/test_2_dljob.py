@@ -23,15 +23,16 @@ from realnode_support import (
 
 from deviceplugin_peer import assignment_annotations, pod_manifest
 from horus.api.assignment import decode_assignment
+from horus.api.podassignment import read_pod_assignment
 from horus.api.resources import memory_units
-from horus.api.signing import verify_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
 from horus.devcluster.images import IMAGES, reference
 
 
 def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
-    rc: RealCluster, assignment_key: bytes, prometheus: str
+    rc: RealCluster, assignment_key: KeyRing, prometheus: str
 ) -> None:
     # 60 % each: two replicas cannot share one GPU, and each node has one.
     apply(rc, workload_job(JOB, 2, 60, 8192, ["--steps", "0", "--report-seconds", "1"]))
@@ -47,8 +48,8 @@ def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
     for pod in pods:
         meta = pod["metadata"]
         text = meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]
-        signature = meta["annotations"][c.ANNOTATION_ASSIGNMENT_SIGNATURE]
-        assert verify_assignment(assignment_key, meta["namespace"], meta["name"], text, signature)
+        # signed for this pod's UID and its DLJob's (the operator's Binding carried it)
+        assert read_pod_assignment(pod, assignment_key).trusted
         a = decode_assignment(text)
         assert a.node == pod["spec"]["nodeName"]
         out: dict[str, Any] = wait_for(
@@ -104,7 +105,7 @@ def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
     ],
 )
 def test_forged_or_unsigned_assignment_refused_by_the_kubelet(
-    rc: RealCluster, assignment_key: bytes, case: str, expect: str
+    rc: RealCluster, assignment_key: KeyRing, case: str, expect: str
 ) -> None:
     node = rc.nodes[0]
     inventory = rc.kube.json("get", "node", node)["metadata"]["annotations"]
@@ -112,7 +113,7 @@ def test_forged_or_unsigned_assignment_refused_by_the_kubelet(
 
     gpu = decode_inventory(inventory[c.ANNOTATION_GPU_INVENTORY])[0]
     name = f"by-hand-{case}"
-    key = b"a-key-the-user-made-up-0123456789" if case == "forged" else None
+    key = KeyRing.generate() if case == "forged" else None  # a pair Horus never published
     ann = assignment_annotations(key, "default", name, node, gpu.uuid, gpu.index, 10, 1024)
     manifest = pod_manifest(
         "default", name, node, 10, memory_units(1024, c.DEFAULT_GPU_MEMORY_UNIT_MIB), ann

@@ -11,6 +11,7 @@ from realnode_support import JOB, apply, diagnose, pods_of, running, share_line,
 from deviceplugin_peer import assignment_annotations, pod_manifest
 from horus.api.assignment import decode_assignment
 from horus.api.resources import memory_units
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
 from horus.devcluster.images import IMAGES, reference
@@ -35,7 +36,7 @@ def _registrations(rc: RealCluster, node: str) -> int:
     return logs.stdout.count("with the kubelet") if logs.returncode == 0 else 0
 
 
-def test_kubelet_restart_keeps_running_shares(rc: RealCluster, assignment_key: bytes) -> None:
+def test_kubelet_restart_keeps_running_shares(rc: RealCluster, assignment_key: KeyRing) -> None:
     before = {p["metadata"]["name"]: p for p in pods_of(rc, JOB)}
     assert len(before) == 2 and all(map(running, before.values())), diagnose(rc)()
     victim = before[f"{JOB}-0"]

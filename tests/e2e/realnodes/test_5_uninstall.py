@@ -1,6 +1,7 @@
 """helm uninstall on real nodes leaves nothing running: no Horus pod, no plugin socket in the
 kubelet's device-plugin folder, no Horus capacity left to hand out. (Kept on purpose, as the
-README says: the DLJob CRD and the assignment-key Secret.)"""
+README says: the DLJob CRD; and the signing key pair the operator made, which is no part of
+the release.)"""
 
 from __future__ import annotations
 
@@ -26,12 +27,15 @@ def test_uninstall_leaves_nothing_running(rc: RealCluster) -> None:
         "get", "all,configmaps,serviceaccounts,roles,rolebindings", "-n", NAMESPACE
     )["items"]
     names = {(o["kind"], o["metadata"]["name"]) for o in left}
-    # what any namespace has, and the key (kept so a reinstall verifies running pods)
-    names -= {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
+    # what any namespace has, and the published public keys (the operator's, never the
+    # release's: kept so a reinstall verifies running pods)
+    names -= {
+        ("ConfigMap", "kube-root-ca.crt"),
+        ("ServiceAccount", "default"),
+        ("ConfigMap", c.VERIFY_KEYS_CONFIGMAP),
+    }
     assert names == set(), names
-    assert (
-        rc.kube.kubectl("get", "secret", c.ASSIGNMENT_KEY_SECRET, "-n", NAMESPACE).returncode == 0
-    )
+    assert rc.kube.kubectl("get", "secret", c.SIGNING_KEY_SECRET, "-n", NAMESPACE).returncode == 0
     for node in rc.nodes:
         sockets = {p.name for p in rc.real.device_plugin_dir(node).glob("*.sock")}
         assert sockets == {"kubelet.sock"}, sockets
