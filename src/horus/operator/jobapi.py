@@ -94,8 +94,8 @@ def taken_message(namespace: str, names: list[str]) -> str:
         f"{'pod' if one else 'pods'} {which} {'exists' if one else 'exist'} but Horus did not "
         f"create {'it' if one else 'them'} for this DLJob (a job's pod names the job as its "
         f"controller ownerReference and carries the {c.ANNOTATION_GPU_ASSIGNMENT} annotation "
-        "only Horus may set); Horus neither adopts nor deletes it: the job waits, holding no "
-        "GPU, until the name is free"
+        f"only Horus may set); Horus neither adopts nor deletes {'it' if one else 'them'}: the "
+        f"job waits, holding no GPU, until {'the name is' if one else 'the names are'} free"
     )
 
 
