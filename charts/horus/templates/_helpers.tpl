@@ -1,5 +1,5 @@
 {{/* Horus components find each other by fixed names (constants.py: HORUS_NAMESPACE,
-ASSIGNMENT_KEY_SECRET), so the chart installs into horus-system only. */}}
+SIGNING_KEY_SECRET, VERIFY_KEYS_CONFIGMAP), so the chart installs into horus-system only. */}}
 {{- define "horus.checkNamespace" -}}
 {{- if ne .Release.Namespace "horus-system" -}}
 {{- fail (printf "install Horus into the namespace horus-system (helm install -n horus-system --create-namespace), not %q: its components find the assignment key and each other there" .Release.Namespace) -}}
