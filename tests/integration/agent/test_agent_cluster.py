@@ -197,7 +197,8 @@ def test_agent_end_to_end(
     thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        # the watchdog evicts the hog (Eviction API → pod deleted) and says why in an Event
+        # the watchdog deletes the hog (a DELETE with its UID, not an Eviction: issue 24) and says
+        # why in an Event
         def hog_gone() -> bool:
             out = cluster.kubectl("get", "pod", "hog", "-n", NS, "-o", "json", check=False)
             return out.returncode != 0 or bool(
