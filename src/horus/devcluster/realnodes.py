@@ -29,7 +29,11 @@ by pod IP).
 
 Simulated GPUs come from the Horus device plugin (``--backend simulated``), either started here
 as a host process in the node's mount namespace (``device_plugin="host"``) or left to the
-chart's DaemonSet (``"none"``). Teardown (:meth:`RealNodes.remove`, ``horus dev cluster down``)
+chart's DaemonSet (``"none"``). The host process authenticates as a dev-only user (client
+certificate, the chart's node role), not as the node ServiceAccount with a pod-bound token: in
+a cluster that also has Horus' admission policies (the chart, ``manifests/``) it is no Horus
+identity, and its ``horus.io/gpu-allocated`` mark would be refused — there the chart's
+DaemonSet is the device plugin (``"none"``, as the real-node demo and tests run). Teardown (:meth:`RealNodes.remove`, ``horus dev cluster down``)
 stops the processes, kills what is left in the node's cgroups, removes the cgroups, the bridge,
 the DNAT chain and the folder, and hands the host's shared state back to
 :mod:`horus.devcluster.hostenv`.

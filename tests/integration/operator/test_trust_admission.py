@@ -36,12 +36,13 @@ POLICIES = [
     "horus-node-own-pods",
     "horus-node-own-node",
     "horus-node-status-observed-only",
+    "horus-node-own-events",
     "horus-pod-annotations",
     "horus-binding-annotations",
     "horus-template-annotations",
 ]
 #: Each node policy refuses a token without the node claim first, with one sentence.
-NODE_POLICIES = tuple(POLICIES[:4])
+NODE_POLICIES = tuple(POLICIES[:5])
 NODE_SA = c.NODE_SERVICE_ACCOUNT
 NS = c.HORUS_NAMESPACE
 #: What a placed pod carries (the values do not matter to admission: who writes them does).
@@ -160,14 +161,17 @@ def _merge(annotations: dict[str, str | None]) -> str:
 
 
 def _wait_refused(
-    what: str, attempt: Callable[[], subprocess.CompletedProcess[str]], policy: str
+    what: str,
+    attempt: Callable[[], subprocess.CompletedProcess[str]],
+    policy: str | tuple[str, ...],
 ) -> None:
     """The apiserver loads new policies a moment after they are created: wait until a
     server-side dry run of a request ``policy`` must refuse is refused by it."""
     deadline = time.monotonic() + 30
     while True:
         proc = attempt()
-        if proc.returncode != 0 and f"'{policy}'" in proc.stderr:
+        names = (policy,) if isinstance(policy, str) else policy
+        if proc.returncode != 0 and any(f"'{p}'" in proc.stderr for p in names):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"policy {policy} not in force ({what}): {proc.stderr}")
@@ -297,12 +301,20 @@ def _wait_for_policies(w: World) -> None:
     dry = "--dry-run=server"
     team = w.team
     alloc = _merge({c.ANNOTATION_GPU_ALLOCATED: "{}"})
-    event = json.dumps(_event(team, "probe"))
-    probes: list[tuple[str, Callable[[], subprocess.CompletedProcess[str]], str]] = [
+    event = json.dumps(_event(team, "probe", w.node_a))
+    as_b = json.dumps(_event(team, "probe-b", w.node_b))
+    probes: list[
+        tuple[str, Callable[[], subprocess.CompletedProcess[str]], str | tuple[str, ...]]
+    ] = [
         (
             "unbound node token",
             lambda: w.as_("node-unbound", "create", "-n", team, "-f", "-", dry, input=event),
-            POLICIES[0],
+            (POLICIES[0], POLICIES[4]),
+        ),
+        (
+            "node posts as another node",
+            lambda: w.as_("node", "create", "-n", team, "-f", "-", dry, input=as_b),
+            POLICIES[4],
         ),
         (
             "node patches a pod elsewhere",
@@ -343,7 +355,7 @@ def _wait_for_policies(w: World) -> None:
                 dry,
                 input=json.dumps(_pod("probe", None, HORUS_ANNOTATIONS)),
             ),
-            POLICIES[4],
+            POLICIES[5],
         ),
         (
             "binding with annotations",
@@ -358,7 +370,7 @@ def _wait_for_policies(w: World) -> None:
                 "--validate=false",  # kubectl's own check would list CRDs, which it may not
                 input=json.dumps(_binding("pending", w.node_a, HORUS_ANNOTATIONS)),
             ),
-            POLICIES[5],
+            POLICIES[6],
         ),
         (
             "template with annotations",
@@ -372,14 +384,15 @@ def _wait_for_policies(w: World) -> None:
                 dry,
                 input=json.dumps(_deployment("probe", HORUS_ANNOTATIONS)),
             ),
-            POLICIES[6],
+            POLICIES[7],
         ),
     ]
     for what, attempt, policy in probes:
         _wait_refused(what, attempt, policy)
 
 
-def _event(namespace: str, name: str) -> dict[str, Any]:
+def _event(namespace: str, name: str, host: str) -> dict[str, Any]:
+    """An Event as the device plugin and the agent post it: ``source.host`` is their node."""
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -388,6 +401,7 @@ def _event(namespace: str, name: str) -> dict[str, Any]:
         "reason": "Forged",
         "message": "nothing happened",
         "type": "Normal",
+        "source": {"component": c.EVENT_COMPONENT_AGENT, "host": host},
     }
 
 
@@ -632,6 +646,25 @@ def test_the_node_writes_observed_only_of_jobs_on_its_node(world: World) -> None
     assert job["status"]["placements"] == [_placement(world.node_a)]
 
 
+def test_the_node_posts_events_only_in_its_own_name(world: World) -> None:
+    """A node reporting as another (a GPUMemoryEvicted or an Allocate refusal from node B) is
+    refused; its own reports go through."""
+    team = world.team
+    forged = _event(team, f"trust-{uuid.uuid4().hex[:6]}", world.node_b)
+    proc = world.as_("node", "create", "-n", team, "-f", "-", input=json.dumps(forged))
+    _refused(
+        proc,
+        "horus-node-own-events",
+        f"the node identity of node {world.node_a} posts Events only as that node "
+        f"(source.host), not as {world.node_b}",
+    )
+    del forged["source"]["host"]
+    proc = world.as_("node", "create", "-n", team, "-f", "-", input=json.dumps(forged))
+    _refused(proc, "horus-node-own-events", "not as no node")
+    own = _event(team, f"trust-{uuid.uuid4().hex[:6]}", world.node_a)
+    _ok(world.as_("node", "create", "-n", team, "-f", "-", input=json.dumps(own)))
+
+
 def test_a_node_token_without_a_node_claim_may_write_nothing(world: World) -> None:
     """``kubectl create token horus-node`` (or a leaked token bound to nothing): the same
     ServiceAccount, no node in the token — every write refused, even one the pod-bound token
@@ -640,7 +673,7 @@ def test_a_node_token_without_a_node_claim_may_write_nothing(world: World) -> No
     sentence = "this token names no node (authentication.kubernetes.io/node-name)"
     mark = _merge({c.ANNOTATION_GPU_ALLOCATED: '{"horus.io/gpu-core":"2026-11-25T01:00:00Z"}'})
     observed = '{"status":{"observed":{"util":13}}}'
-    event = _event(team, f"trust-{uuid.uuid4().hex[:6]}")
+    event = _event(team, f"trust-{uuid.uuid4().hex[:6]}", world.node_a)
     attempts = [
         ("patch", "pod", "on-a", "-n", team, "-p", mark),
         (
@@ -659,9 +692,8 @@ def test_a_node_token_without_a_node_claim_may_write_nothing(world: World) -> No
     ]
     for args in attempts:
         _refused(world.as_("node-unbound", *args), NODE_POLICIES, sentence)
-    # an Event: only horus-node-bound-to-node matches it
     proc = world.as_("node-unbound", "create", "-n", team, "-f", "-", input=json.dumps(event))
-    _refused(proc, "horus-node-bound-to-node", sentence)
+    _refused(proc, NODE_POLICIES, sentence)
     # the good request: the same writes with the pod-bound token
     _ok(world.as_("node", *attempts[0]))
     _ok(world.as_("node", *attempts[1]))

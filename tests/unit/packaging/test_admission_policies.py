@@ -118,7 +118,12 @@ def test_every_node_policy_refuses_a_token_without_the_node_claim_first() -> Non
     """With the same sentence, whichever policy the apiserver reports first."""
     sentence = _policy("horus-node-bound-to-node")["spec"]["validations"][0]["message"]
     assert "names no node" in sentence
-    for name in ("horus-node-own-pods", "horus-node-own-node", "horus-node-status-observed-only"):
+    for name in (
+        "horus-node-own-pods",
+        "horus-node-own-node",
+        "horus-node-status-observed-only",
+        "horus-node-own-events",
+    ):
         first = _policy(name)["spec"]["validations"][0]
         assert first["expression"] == "variables.node != ''", name
         assert first["message"] == sentence, name
@@ -131,6 +136,7 @@ def test_node_policies_read_the_token_node_claim_and_name_the_node_identity() ->
         "horus-node-own-pods",
         "horus-node-own-node",
         "horus-node-status-observed-only",
+        "horus-node-own-events",
     ):
         cel = _cel(_policy(name))
         assert f"'{node_sa}'" in cel, name
@@ -186,5 +192,6 @@ def test_the_node_role_has_no_eviction_and_no_pod_creation() -> None:
     ]
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert not {r for r, _ in granted} & {"pods/eviction", "pods/binding", "bindings", "secrets"}
+    assert [rule["apiGroups"] for rule in role["rules"] if "events" in rule["resources"]] == [[""]]
     assert ("pods", "create") not in granted and ("nodes", "list") not in granted
     assert {("pods", "delete"), ("pods", "patch"), ("nodes", "patch")} <= granted
