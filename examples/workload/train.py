@@ -42,10 +42,13 @@ def emit(event: str, **fields: object) -> None:
 
 
 def mounted(path: str) -> bool:
-    """Whether ``path`` is a mount point of this container (from /proc/self/mountinfo)."""
+    """Whether ``path`` is a mount point of this container (from /proc/self/mountinfo, which
+    names mounts by their resolved path: /var/run/x is listed as /run/x where /var/run links
+    to /run)."""
+    real = os.path.realpath(path)
     try:
         with open("/proc/self/mountinfo") as fh:
-            return any(line.split()[4] == path for line in fh if len(line.split()) > 4)
+            return any(line.split()[4] in (path, real) for line in fh if len(line.split()) > 4)
     except OSError:
         return False
 
