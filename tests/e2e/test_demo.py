@@ -44,9 +44,19 @@ PROMETHEUS = "/usr/bin/prometheus"
 
 
 def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    """A command that ran past ``timeout`` is a failed one (exit -9, its output kept), not an
+    exception: ``demo up`` killed midway has already started a cluster (real kubelets, host
+    bridges and iptables chains), and the test's ``demo down`` must still run."""
+    try:
+        return subprocess.run(
+            args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        return subprocess.CompletedProcess(
+            args, -9, out or "", f"{err or ''}\ntimed out after {timeout:.0f}s"
+        )
 
 
 def _series(url: str, expr: str) -> int:
