@@ -153,6 +153,63 @@ def test_forged_or_unsigned_assignment_refused_by_the_kubelet(
         rc.kube.kubectl("delete", "pod", name, "--wait=false", check=False)
 
 
+def test_a_replayed_pod_of_a_deleted_job_is_refused_by_the_kubelet(rc: RealCluster) -> None:
+    """The same name, node, requests and signed annotations as a replica that ran — made again
+    after its DLJob was deleted (by a cluster admin, whom the annotation policy exempts): the
+    signature names the old pod's UID, so the kubelet's Allocate refuses the copy and no
+    container starts (issue 24: signatures bind the pod's identity)."""
+    job, node = "replay-source", rc.nodes[0]
+    doc = workload_job(job, 1, 10, 1024, ["--steps", "0", "--step-sleep", "0.1"])
+    doc["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    apply(rc, doc)
+    try:
+        original = wait_for(
+            f"{job} running",
+            lambda: (p := pods_of(rc, job)) and running(p[0]) and p[0],
+            120,
+            diagnose(rc),
+        )
+    finally:
+        rc.kube.kubectl("delete", "dljob", job, "--wait=false", check=False)
+    meta = original["metadata"]
+    name = meta["name"]
+    wait_for(f"{name} gone", lambda: not pods_of(rc, job), 60, diagnose(rc))
+    ann = {
+        k: v
+        for k, v in meta["annotations"].items()
+        if k in (c.ANNOTATION_GPU_ASSIGNMENT, c.ANNOTATION_ASSIGNMENT_SIGNATURE)
+    }
+    a = decode_assignment(ann[c.ANNOTATION_GPU_ASSIGNMENT])
+    manifest = pod_manifest(
+        "default",
+        name,
+        node,
+        a.core_percent,
+        memory_units(a.memory_mib, c.DEFAULT_GPU_MEMORY_UNIT_MIB),
+        ann,
+    )
+    container = manifest["spec"]["containers"][0]
+    container["image"] = reference(IMAGES["workload"].repository)
+    container["imagePullPolicy"] = "Never"
+    manifest["spec"]["restartPolicy"] = "Never"
+    apply(rc, manifest)
+    try:
+        pod = wait_for(
+            f"the kubelet refused the replayed {name}",
+            lambda: (
+                (p := rc.kube.json("get", "pod", name))["status"].get("phase") == "Failed" and p
+            ),
+            60,
+            diagnose(rc),
+        )
+        assert pod["metadata"]["uid"] != meta["uid"]
+        assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+        assert c.ANNOTATION_ASSIGNMENT_SIGNATURE in pod["status"]["message"]
+        assert not pod["status"].get("containerStatuses")  # no container ever started
+    finally:
+        rc.kube.kubectl("delete", "pod", name, "--wait=false", check=False)
+
+
 def test_twins_on_one_node_each_get_their_own_assignment(rc: RealCluster) -> None:
     """Two pods with identical requests on one node at once (two one-replica jobs with the
     same share, applied together): the kubelet names no pod in Allocate, so the operator binds
