@@ -97,6 +97,30 @@ def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
             assert float(r["value"][1]) == pytest.approx(0.6)
 
 
+def _refused_by_the_kubelet(
+    rc: RealCluster, name: str, node: str, core: int, memory_mib: int, ann: dict[str, str]
+) -> dict[str, Any]:
+    """Apply, as an admin, a pod bound to ``node`` with these requests and annotations, and
+    wait until the kubelet refused it at admission (Allocate) with no container started."""
+    manifest = pod_manifest(
+        "default", name, node, core, memory_units(memory_mib, c.DEFAULT_GPU_MEMORY_UNIT_MIB), ann
+    )
+    container = manifest["spec"]["containers"][0]
+    container["image"] = reference(IMAGES["workload"].repository)
+    container["imagePullPolicy"] = "Never"
+    manifest["spec"]["restartPolicy"] = "Never"
+    apply(rc, manifest)
+    pod: dict[str, Any] = wait_for(
+        f"the kubelet refused {name}",
+        lambda: (p := rc.kube.json("get", "pod", name))["status"].get("phase") == "Failed" and p,
+        60,
+        diagnose(rc),
+    )
+    assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+    assert not pod["status"].get("containerStatuses")  # no container ever started
+    return pod
+
+
 @pytest.mark.parametrize(
     ("case", "expect"),
     [
@@ -115,26 +139,9 @@ def test_forged_or_unsigned_assignment_refused_by_the_kubelet(
     name = f"by-hand-{case}"
     key = KeyRing.generate() if case == "forged" else None  # a pair Horus never published
     ann = assignment_annotations(key, "default", name, node, gpu.uuid, gpu.index, 10, 1024)
-    manifest = pod_manifest(
-        "default", name, node, 10, memory_units(1024, c.DEFAULT_GPU_MEMORY_UNIT_MIB), ann
-    )
-    container = manifest["spec"]["containers"][0]
-    container["image"] = reference(IMAGES["workload"].repository)
-    container["imagePullPolicy"] = "Never"
-    manifest["spec"]["restartPolicy"] = "Never"
-    apply(rc, manifest)
     try:
-        pod = wait_for(
-            f"the kubelet refused {name}",
-            lambda: (
-                (p := rc.kube.json("get", "pod", name))["status"].get("phase") == "Failed" and p
-            ),
-            60,
-            diagnose(rc),
-        )
-        assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+        pod = _refused_by_the_kubelet(rc, name, node, 10, 1024, ann)
         assert expect in pod["status"]["message"]
-        assert not pod["status"].get("containerStatuses")  # no container ever started
         events = wait_for(
             f"{c.EVENT_REASON_ALLOCATE_REFUSED} Event on {name}",
             lambda: [
@@ -180,32 +187,10 @@ def test_a_replayed_pod_of_a_deleted_job_is_refused_by_the_kubelet(rc: RealClust
         if k in (c.ANNOTATION_GPU_ASSIGNMENT, c.ANNOTATION_ASSIGNMENT_SIGNATURE)
     }
     a = decode_assignment(ann[c.ANNOTATION_GPU_ASSIGNMENT])
-    manifest = pod_manifest(
-        "default",
-        name,
-        node,
-        a.core_percent,
-        memory_units(a.memory_mib, c.DEFAULT_GPU_MEMORY_UNIT_MIB),
-        ann,
-    )
-    container = manifest["spec"]["containers"][0]
-    container["image"] = reference(IMAGES["workload"].repository)
-    container["imagePullPolicy"] = "Never"
-    manifest["spec"]["restartPolicy"] = "Never"
-    apply(rc, manifest)
     try:
-        pod = wait_for(
-            f"the kubelet refused the replayed {name}",
-            lambda: (
-                (p := rc.kube.json("get", "pod", name))["status"].get("phase") == "Failed" and p
-            ),
-            60,
-            diagnose(rc),
-        )
+        pod = _refused_by_the_kubelet(rc, name, node, a.core_percent, a.memory_mib, ann)
         assert pod["metadata"]["uid"] != meta["uid"]
-        assert pod["status"]["reason"] == "UnexpectedAdmissionError"
         assert c.ANNOTATION_ASSIGNMENT_SIGNATURE in pod["status"]["message"]
-        assert not pod["status"].get("containerStatuses")  # no container ever started
     finally:
         rc.kube.kubectl("delete", "pod", name, "--wait=false", check=False)
 
