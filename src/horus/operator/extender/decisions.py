@@ -29,7 +29,7 @@ from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import Conflict
 from horus.operator.bindgate import BindGate
-from horus.operator.extender.demand import cached_profile, pod_demand
+from horus.operator.extender.demand import PodDemand, cached_profile, pod_demand
 from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
 from horus.operator.extender.source import ClusterSource
 from horus.operator.extender.wire import BindingArgs, ExtenderArgs
@@ -329,53 +329,14 @@ class Extender:
 
     def _bind(self, args: BindingArgs, where: str) -> None:
         ns, name, node = args.pod_namespace, args.pod_name, args.node
-        pod = self.source.get_pod(ns, name)
-        if pod is None:
-            raise ValidationError(f"{where} no longer exists")
+        found = self._bindable_pod(args, where)
+        if found is None:
+            return  # already bound there: a retried call after a lost response
+        pod, demand = found
+        assert demand.request is not None  # _bindable_pod refuses a pod without one
         meta = pod.get("metadata") or {}
-        if args.pod_uid and meta.get("uid") and meta["uid"] != args.pod_uid:
-            raise ValidationError(f"{where} was replaced (uid {meta['uid']}, not {args.pod_uid})")
-        spec = pod.get("spec") or {}
-        demand = pod_demand(pod)
-        if not demand.interested:
-            # The extender binds with the operator's cluster-wide pods/binding, and a Binding
-            # skips NoSchedule taints: binding a pod Horus does not place would put any
-            # pending pod on whatever node the caller names. Such pods are kube-scheduler's.
-            raise ValidationError(
-                f"{where} requests no Horus resource ({c.RESOURCE_GPU_CORE}, "
-                f"{c.RESOURCE_GPU_MEMORY}); the extender binds only pods that do"
-            )
-        if spec.get("schedulerName") == c.SCHEDULER_NAME:
-            raise ValidationError(
-                f"{where} has schedulerName {c.SCHEDULER_NAME}: a DLJob replica, which the "
-                "operator places and binds itself"
-            )
-        bound = spec.get("nodeName")
-        if bound:
-            if bound == node:
-                return  # already bound there: a retried call after a lost response
-            raise ValidationError(f"{where} is already bound to node {bound}")
-        if demand.request is None:
-            raise ValidationError(demand.problem or "the pod cannot be placed")
         objs = self.source.list_objects()
-        # The caller names the node; the pod's own constraints decide whether it may go there
-        # (kube-scheduler filtered by them, but a Binding is not checked against them, and a
-        # node outside them — a control-plane node, another tenant's pool — must stay so).
-        target = next(
-            (n for n in objs.nodes if (n.get("metadata") or {}).get("name") == node), None
-        )
-        if target is None:
-            raise ValidationError(f"node {node} does not exist")
-        why_not = constraints_of(pod).why_not(target)
-        if why_not is not None:
-            raise ValidationError(f"node {node} is not one {where} allows: {why_not}")
-        if not BindGate(objs.pods, objs.nodes).claim(node, pod):
-            # A real kubelet's Allocate names no pod: a twin with the same requests still
-            # waiting for its GPU on this node could be handed this pod's share (bindgate).
-            raise ValidationError(
-                f"a pod with the same GPU request still awaits its GPU on node {node}; the "
-                "scheduler retries once it has it"
-            )
+        self._check_target(pod, node, where, objs)
         live, units = self._live(demand.request.name, objs)
         job = self._in_mib(demand.request, units.get(node, 1))
         st = live.state
@@ -438,6 +399,64 @@ class Extender:
             share.memory_mib,
             result.predicted_gain,
         )
+
+    def _bindable_pod(
+        self, args: BindingArgs, where: str
+    ) -> tuple[dict[str, Any], PodDemand] | None:
+        """The pod to bind and what it asks, after every check that needs only the pod (None:
+        it is already bound to the named node); refusals raise with the reason."""
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
+        pod = self.source.get_pod(ns, name)
+        if pod is None:
+            raise ValidationError(f"{where} no longer exists")
+        meta = pod.get("metadata") or {}
+        if args.pod_uid and meta.get("uid") and meta["uid"] != args.pod_uid:
+            raise ValidationError(f"{where} was replaced (uid {meta['uid']}, not {args.pod_uid})")
+        spec = pod.get("spec") or {}
+        demand = pod_demand(pod)
+        if not demand.interested:
+            # The extender binds with the operator's cluster-wide pods/binding, and a Binding
+            # skips NoSchedule taints: binding a pod Horus does not place would put any
+            # pending pod on whatever node the caller names. Such pods are kube-scheduler's.
+            raise ValidationError(
+                f"{where} requests no Horus resource ({c.RESOURCE_GPU_CORE}, "
+                f"{c.RESOURCE_GPU_MEMORY}); the extender binds only pods that do"
+            )
+        if spec.get("schedulerName") == c.SCHEDULER_NAME:
+            raise ValidationError(
+                f"{where} has schedulerName {c.SCHEDULER_NAME}: a DLJob replica, which the "
+                "operator places and binds itself"
+            )
+        bound = spec.get("nodeName")
+        if bound:
+            if bound == node:
+                return None
+            raise ValidationError(f"{where} is already bound to node {bound}")
+        if demand.request is None:
+            raise ValidationError(demand.problem or "the pod cannot be placed")
+        return pod, demand
+
+    def _check_target(self, pod: dict[str, Any], node: str, where: str, objs: LiveObjects) -> None:
+        """Refuse a node the pod's own constraints rule out, or one where a twin awaits
+        Allocate."""
+        # The caller names the node; the pod's own constraints decide whether it may go there
+        # (kube-scheduler filtered by them, but a Binding is not checked against them, and a
+        # node outside them — a control-plane node, another tenant's pool — must stay so).
+        target = next(
+            (n for n in objs.nodes if (n.get("metadata") or {}).get("name") == node), None
+        )
+        if target is None:
+            raise ValidationError(f"node {node} does not exist")
+        why_not = constraints_of(pod).why_not(target)
+        if why_not is not None:
+            raise ValidationError(f"node {node} is not one {where} allows: {why_not}")
+        if not BindGate(objs.pods, objs.nodes).claim(node, pod):
+            # A real kubelet's Allocate names no pod: a twin with the same requests still
+            # waiting for its GPU on this node could be handed this pod's share (bindgate).
+            raise ValidationError(
+                f"a pod with the same GPU request still awaits its GPU on node {node}; the "
+                "scheduler retries once it has it"
+            )
 
     def _rollback(self, namespace: str, name: str) -> None:
         """Remove an assignment that did not lead to a binding (best effort)."""
