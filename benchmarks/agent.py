@@ -24,11 +24,12 @@ from prometheus_client import generate_latest
 from horus.agent.agent import Agent
 from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment, encode_predicted
-from horus.api.signing import sign_assignment
+from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, node_manifest
 
-KEY = b"bench-key-0123456789abcdef"
+#: The placers' pair; the agent gets only its public key (as the DaemonSet mounts it).
+KEY = KeyRing.generate()
 
 
 class FakeKube:
@@ -43,7 +44,9 @@ class FakeKube:
             )
             ann = {
                 c.ANNOTATION_GPU_ASSIGNMENT: text,
-                c.ANNOTATION_ASSIGNMENT_SIGNATURE: sign_assignment(KEY, "bench", name, text),
+                c.ANNOTATION_ASSIGNMENT_SIGNATURE: KEY.sign_assignment(
+                    "bench", name, f"00000000-0000-0000-0000-{i:012d}", "", 0, text
+                ),
                 c.ANNOTATION_PREDICTED: encode_predicted(
                     PredictedUsage(10.0, 14.0, 3000.0, 3500.0, "bench")
                 ),
@@ -103,8 +106,8 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=5.0)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "agent.json")
     args = ap.parse_args()
-    key_file = Path("/tmp/horus-bench-agent.key")
-    key_file.write_bytes(KEY)
+    key_file = Path("/tmp/horus-bench-agent-keys.pem")
+    key_file.write_text(KEY.verify.to_pem())
     settings = AgentSettings(
         node_name="bench-node",
         backend="simulated",

@@ -15,7 +15,6 @@ API round trips. Writes ``benchmarks/results/deviceplugin-allocate.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -33,9 +32,15 @@ sys.path.insert(0, str(ROOT / "tests"))  # the kubelet-side peer lives with the 
 
 from latency_stats import summary  # noqa: E402
 
-from deviceplugin_peer import FakeKubelet, assignment_annotations, pod_manifest  # noqa: E402
+from deviceplugin_peer import (  # noqa: E402
+    FakeKubelet,
+    assignment_annotations,
+    pod_manifest,
+    sign_created_pod,
+)
 from horus.api.inventory import simulated_gpu_uuid  # noqa: E402
 from horus.api.resources import memory_units  # noqa: E402
+from horus.api.signing import KeyRing  # noqa: E402
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
 from horus.deviceplugin.app import run_plugin  # noqa: E402
@@ -50,8 +55,6 @@ MEM_PER_POD_MIB = 6144
 
 
 def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
-    import base64
-
     from kubernetes import client, config
 
     core: Any = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
@@ -59,25 +62,16 @@ def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
     ns, node = f"dpbench-{suffix}", f"dpbench-node-{suffix}"
     core.create_namespace({"metadata": {"name": ns}})
     core.create_node(node_manifest(node, NodeSpec(count=1, gpus_per_node=GPUS)))
-    key = uuid.uuid4().hex.encode() * 2
-    with contextlib.suppress(client.exceptions.ApiException):  # exists already
-        core.create_namespace({"metadata": {"name": c.HORUS_NAMESPACE}})
-    try:
-        core.create_namespaced_secret(
-            c.HORUS_NAMESPACE,
-            {
-                "metadata": {"name": c.ASSIGNMENT_KEY_SECRET},
-                "data": {c.ASSIGNMENT_KEY_SECRET_KEY: base64.b64encode(key).decode()},
-            },
-        )
-    except client.exceptions.ApiException:
-        secret = core.read_namespaced_secret(c.ASSIGNMENT_KEY_SECRET, c.HORUS_NAMESPACE)
-        key = base64.b64decode(secret.data[c.ASSIGNMENT_KEY_SECRET_KEY]).strip()
+    # The placers' key pair; the plugin gets only the public key (a file, as the DaemonSet
+    # mounts the ConfigMap horus-verify-keys), and each pod is signed for its UID after create.
+    key = KeyRing.generate()
     deadline = time.monotonic() + 60
     while not core.list_namespaced_service_account(ns).items and time.monotonic() < deadline:
         time.sleep(0.2)
 
     folder = Path(tempfile.mkdtemp(prefix="hdpb-"))
+    public = folder / "keys.pem"
+    public.write_text(key.verify.to_pem())
     kubelet = FakeKubelet(folder).start()
     settings = DevicePluginSettings(
         node_name=node,
@@ -85,6 +79,7 @@ def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
         backend="simulated",
         sim_gpu_count=GPUS,
         kubeconfig=Path(kubeconfig),
+        assignment_key_file=public,
     )
     stop = threading.Event()
     thread = threading.Thread(target=run_plugin, args=(settings, stop), daemon=True)
@@ -100,12 +95,13 @@ def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
             for i, name in enumerate(names):
                 gpu = i % GPUS
                 ann = assignment_annotations(
-                    key, ns, name, node, simulated_gpu_uuid(node, gpu), gpu,
+                    None, ns, name, node, simulated_gpu_uuid(node, gpu), gpu,
                     CORE_PER_POD, MEM_PER_POD_MIB,
                 )  # fmt: skip
                 core.create_namespaced_pod(
                     ns, pod_manifest(ns, name, node, CORE_PER_POD, units, ann)
                 )
+                sign_created_pod(core, key, ns, name)
             for _ in names:
                 for resource, ids in (
                     (c.RESOURCE_GPU_CORE, core_ids),
@@ -135,7 +131,7 @@ def bench(kubeconfig: str, pods: int, rounds: int) -> dict[str, Any]:
         "allocate_gpu_core": summary(lat[c.RESOURCE_GPU_CORE], "ms", 2),
         "allocate_gpu_memory": summary(lat[c.RESOURCE_GPU_MEMORY], "ms", 2),
         "what_is_timed": "one Allocate gRPC call over a unix socket, client side: list node "
-        "pods (raw JSON) + HMAC check + annotation patch on the real kube-apiserver",
+        "pods (raw JSON) + Ed25519 check + annotation patch on the real kube-apiserver",
         "machine": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
