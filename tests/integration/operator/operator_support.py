@@ -195,6 +195,15 @@ def kube(cluster: Any, dljob_crd: None, request: pytest.FixtureRequest) -> Itera
     core: Any = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
     k = Kube(api, ns)
+    # The ServiceAccount controller makes the namespace's "default" account a moment later; a
+    # pod created before it is refused ("serviceaccount default not found"), which made tests
+    # that create pods directly flaky under load.
+    k.wait(
+        f"ServiceAccount {ns}/default",
+        lambda: bool(core.list_namespaced_service_account(ns).items),
+        60,
+        every=0.1,
+    )
     try:
         yield k
     finally:
