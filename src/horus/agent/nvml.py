@@ -2,7 +2,9 @@
 
 Per GPU it reads utilisation, memory used/total and health; per process the GPU memory it holds
 (compute processes and MPS clients, ``horus.common.nvml``) and, where the driver supports it,
-its SM utilisation (``nvmlDeviceGetProcessUtilization``). A process is mapped to its pod through
+its SM utilisation (``nvmlDeviceGetProcessUtilization``: several samples per process per
+cycle, averaged over time per process, then summed over a pod's processes — :func:`pod_sm_util`).
+A process is mapped to its pod through
 ``/proc/<pid>/cgroup``: kubelet puts every container in a cgroup whose path carries the pod UID
 (``…/kubepods-burstable-pod<uid with _>.slice/…`` with the systemd driver,
 ``/kubepods/burstable/pod<uid>/<container>`` with cgroupfs). NVML reports host PIDs, so the
@@ -18,14 +20,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from horus.agent.backend import BackendUnavailable, GpuSample, NodeSample, NodeView, PodSample
 from horus.agent.pods import PodInfo
 from horus.common.constants import BACKEND_NVML
-from horus.common.nvml import gpu_processes, process_sm_util
+from horus.common.nvml import (
+    ProcessUtilSample,
+    gpu_processes,
+    mean_sm_util,
+    process_util_samples,
+)
 from horus.predictor.interface import GraphProfile
 
 log = logging.getLogger("horus.agent.nvml")
@@ -49,6 +56,26 @@ def pod_uid_of_pid(pid: int, proc_root: Path = Path("/proc")) -> str | None:
         return pod_uid_from_cgroup((proc_root / str(pid) / "cgroup").read_text())
     except OSError:
         return None
+
+
+def pod_sm_util(
+    samples: Iterable[ProcessUtilSample], pid_pod: Mapping[int, str]
+) -> dict[str, float]:
+    """Each pod's utilisation of one GPU over one read window, 0..1 of the GPU: the time
+    average of each of its processes (:func:`horus.common.nvml.mean_sm_util`), summed over the
+    pod's processes, at most 1. Processes of no wanted pod (``pid_pod`` lacks them) are left
+    out; a pod none of whose processes has a sample in the window is absent.
+
+    The driver returns several samples per process per agent cycle; the agent used to add
+    them all up (``util[uid] += sm_util / 100``), which clipped every busy pod at 100 %
+    (issue 26). Averaging first, then summing over processes, reads what the GPU gave the pod.
+    """
+    out: dict[str, float] = {}
+    for pid, percent in mean_sm_util(samples).items():
+        uid = pid_pod.get(pid)
+        if uid is not None:
+            out[uid] = out.get(uid, 0.0) + percent / 100.0
+    return {uid: min(1.0, u) for uid, u in out.items()}
 
 
 def _load_pynvml() -> Any:
@@ -101,7 +128,7 @@ class NvmlBackend:
         wanted = {p.uid for p in pods}
         gpus: list[GpuSample] = []
         mem: dict[str, float] = {}
-        util: dict[str, float] = {}
+        util_by_gpu: dict[str, list[float]] = {}  # pod → its utilisation of each GPU
         pods_on_gpu: dict[int, set[str]] = {}
         for index in range(int(nv.nvmlDeviceGetCount())):
             handle = nv.nvmlDeviceGetHandleByIndex(index)
@@ -132,19 +159,19 @@ class NvmlBackend:
                 if proc.used_bytes is not None:
                     mem[uid] = mem.get(uid, 0.0) + proc.used_bytes
             try:
-                samples, self._last_seen[index] = process_sm_util(
+                samples, self._last_seen[index] = process_util_samples(
                     nv, handle, self._last_seen.get(index, 0)
                 )
-                for pid, sm_util in samples:
-                    uid = pid_pod.get(pid)
-                    if uid is not None:
-                        util[uid] = util.get(uid, 0.0) + sm_util / 100.0
+                for uid, u in pod_sm_util(samples, pid_pod).items():
+                    util_by_gpu.setdefault(uid, []).append(u)
             except Exception:
                 # Not supported (or no samples since the last call): a pod alone on its GPU
                 # gets the GPU's utilisation; shared GPUs leave per-pod util unknown.
                 only = pods_on_gpu.get(index, set())
                 if len(only) == 1:
-                    util[next(iter(only))] = gpu_util
+                    util_by_gpu.setdefault(next(iter(only)), []).append(gpu_util)
+        # A pod on several GPUs: its mean over them (a pod's utilisation is 0..1 of a GPU).
+        util = {uid: sum(v) / len(v) for uid, v in util_by_gpu.items()}
         samples_out = {
             uid: PodSample(memory_used_bytes=mem.get(uid, 0.0), utilization=util.get(uid))
             for uid in wanted

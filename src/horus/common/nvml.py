@@ -18,6 +18,7 @@ calls and return shapes).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,3 +73,44 @@ def process_sm_util(nv: Any, handle: Any, since: int) -> tuple[list[tuple[int, f
         newest = max(newest, int(s.timeStamp))
         out.append((int(s.pid), float(s.smUtil)))
     return out, newest
+
+
+@dataclass(frozen=True)
+class ProcessUtilSample:
+    """One entry of ``nvmlDeviceGetProcessUtilization``: a process's SM utilisation (percent)
+    over one of the driver's sample periods, stamped with the driver's CPU timestamp (us)."""
+
+    pid: int
+    timestamp: int
+    sm_util: float
+
+
+def process_util_samples(nv: Any, handle: Any, since: int) -> tuple[list[ProcessUtilSample], int]:
+    """Every per-process sample newer than ``since`` (the driver's microsecond timestamp) with
+    its timestamp, and the newest timestamp seen (``since`` when there is none). Raises what
+    NVML raises where per-process utilisation is unsupported or no sample is new. Values
+    outside 0..100 (a driver's garbage) are clipped, never summed as they come."""
+    newest = since
+    out: list[ProcessUtilSample] = []
+    for s in nv.nvmlDeviceGetProcessUtilization(handle, since):
+        ts = int(s.timeStamp)
+        if ts <= since:  # some drivers hand back the sample at ``since`` again
+            continue
+        newest = max(newest, ts)
+        out.append(ProcessUtilSample(int(s.pid), ts, max(0.0, min(100.0, float(s.smUtil)))))
+    return out, newest
+
+
+def mean_sm_util(samples: Iterable[ProcessUtilSample]) -> dict[int, float]:
+    """Each process's SM utilisation over the read window, in percent: the *mean* of its
+    samples (one per distinct timestamp; a repeated timestamp is one sample, the last kept).
+
+    Why a mean: the driver keeps a sample per process per sample period (about 1/6 s), so one
+    5 s agent cycle returns tens of samples per process. Summing them (what the agent did
+    until issue 26) reads every busy process at 100 % and every pair speed near 1; the
+    measuring harness (``horus predictor measure``) always averaged. A pod's utilisation is the
+    sum of these means over its processes (:func:`horus.agent.nvml.pod_sm_util`)."""
+    per: dict[int, dict[int, float]] = {}
+    for s in samples:
+        per.setdefault(s.pid, {})[s.timestamp] = s.sm_util
+    return {pid: sum(v.values()) / len(v) for pid, v in per.items() if v}

@@ -104,3 +104,88 @@ def test_nvml_maps_processes_to_pods(tmp_path: Path, per_process: bool, mps: boo
     assert s.gpus[0].utilization == 0.7 and s.gpus[0].memory_total_bytes == 80 * 2**30
     assert s.pods[UID].memory_used_bytes == 2**30
     assert s.pods[UID].utilization == (0.35 if per_process else 0.7)
+
+
+# --- issue 26: per-process samples are averaged over time, then summed over a pod's processes --
+
+POD_A = "3f1c2b4a-1111-4222-8333-944455556666"
+POD_B = "7a2d0c1e-2222-4333-8444-a55566667777"
+PERIOD_US = 166_667  # the driver's per-process sample period (about 1/6 s)
+
+
+def _cycle(t0: int, n: int, per_pid: dict[int, list[int]]) -> list[Any]:
+    """What ``nvmlDeviceGetProcessUtilization`` returns for ``n`` sample periods from ``t0``:
+    one entry per process per period (PID, smUtil %, the driver's CPU timestamp in us),
+    interleaved by period as the driver lists them."""
+    out = []
+    for k in range(n):
+        for pid, utils in per_pid.items():
+            out.append(
+                SimpleNamespace(
+                    pid=pid,
+                    smUtil=utils[k % len(utils)],
+                    memUtil=0,
+                    encUtil=0,
+                    decUtil=0,
+                    timeStamp=t0 + k * PERIOD_US,
+                )
+            )
+    return out
+
+
+class RecordedNvml(FakeNvml):
+    """Two pods time-slicing one GPU: pod A runs two processes (PIDs 101 and 102, e.g. a
+    trainer and its evaluation worker), pod B one (201). Each 4 s cycle the driver holds 24
+    samples per process; the second read asks only for samples after the first's newest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        t0 = 1_764_150_000_000_000
+        self.first = _cycle(t0, 24, {101: [40, 44, 36, 40], 102: [5, 0, 10, 5], 201: [30, 34, 26]})
+        # the first read's last sample repeated (drivers return the sample at ``since`` again)
+        # and a repeated timestamp for 201, then the second cycle with other rates
+        t1 = t0 + 24 * PERIOD_US
+        self.second = [self.first[-1], *_cycle(t1, 24, {101: [60], 102: [0], 201: [20, 24, 16]})]
+        self.second.append(SimpleNamespace(pid=201, smUtil=20, timeStamp=t1))
+        self.calls: list[int] = []
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        return [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in (101, 102, 201)]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h: int) -> list[Any]:
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, ts: int) -> list[Any]:
+        self.calls.append(ts)
+        return [s for s in (self.first if len(self.calls) == 1 else self.second)]
+
+
+def test_nvml_averages_samples_over_time_and_sums_a_pods_processes(tmp_path: Path) -> None:
+    for pid, uid in ((101, POD_A), (102, POD_A), (201, POD_B)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
+    base = pod("a")
+    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    nv = RecordedNvml()
+    b = NvmlBackend(proc_root=tmp_path, nvml=nv)
+    s1 = b.sample(NodeView("n1", []), pods)
+    # pod A: mean(40,44,36,40)=40 % + mean(5,0,10,5)=5 %; pod B: mean(30,34,26)=30 %
+    assert s1.pods[POD_A].utilization == pytest.approx(0.45)
+    assert s1.pods[POD_B].utilization == pytest.approx(0.30)
+    # the old aggregation (every sample added) would have read both pods at 100 %
+    summed = sum(e.smUtil for e in nv.first if e.pid == 201) / 100
+    assert summed > 1.0
+    s2 = b.sample(NodeView("n1", []), pods)
+    assert nv.calls[1] == nv.first[-1].timeStamp  # asks only for what is new
+    assert s2.pods[POD_A].utilization == pytest.approx(0.60)  # the repeated old sample is dropped
+    assert s2.pods[POD_B].utilization == pytest.approx(20.0 / 100, abs=1e-9)
+
+
+def test_pod_sm_util_ignores_other_processes_and_caps_at_one() -> None:
+    from horus.agent.nvml import pod_sm_util
+    from horus.common.nvml import ProcessUtilSample as S
+
+    samples = [S(1, 10, 70.0), S(1, 20, 90.0), S(2, 10, 60.0), S(3, 10, 99.0)]
+    assert pod_sm_util(samples, {1: "a", 2: "a"}) == {"a": 1.0}  # 80 % + 60 %, capped
+    assert pod_sm_util(samples, {3: "b"}) == {"b": pytest.approx(0.99)}
+    assert pod_sm_util([], {1: "a"}) == {}
