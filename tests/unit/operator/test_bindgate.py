@@ -1,5 +1,6 @@
-"""The bind gate: on a node with a real kubelet, one pod per request awaits Allocate at a time
-(horus.operator.bindgate says why); kwok and unversioned nodes are never gated."""
+"""The bind gate: on a node with a real kubelet, no two pods asking the same amount of either
+Horus resource await Allocate at a time (horus.operator.bindgate says why); kwok and
+unversioned nodes are never gated."""
 
 from __future__ import annotations
 
@@ -44,12 +45,38 @@ def pod(
 def test_twin_waits_until_the_first_is_allocated() -> None:
     gate = BindGate([pod("a", "real")], [REAL])
     assert not gate.claim("real", pod("b"))  # same requests, "a" not allocated yet
-    assert gate.claim("real", pod("c", core=30))  # other requests: no ambiguity
+    assert gate.claim("real", pod("c", core=30, mem=20))  # both amounts differ: no ambiguity
     both = (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
     gate = BindGate([pod("a", "real", allocated=both)], [REAL])
     assert gate.claim("real", pod("b"))
     half = BindGate([pod("a", "real", allocated=(c.RESOURCE_GPU_CORE,))], [REAL])
     assert not half.claim("real", pod("b"))  # its memory Allocate is still to come
+
+
+def test_twins_sharing_either_amount_wait() -> None:
+    """Equal core % and different memory (or the reverse): the kubelet's gpu-core Allocate
+    could pick either pod, so the second waits (issue 25, "Twins")."""
+    gate = BindGate([pod("a", "real", core=40, mem=64)], [REAL])
+    assert not gate.claim("real", pod("b", core=40, mem=32))  # same core, other memory
+    assert not gate.claim("real", pod("c", core=30, mem=64))  # same memory, other core
+    assert gate.claim("real", pod("d", core=30, mem=32))
+    assert not gate.claim("real", pod("e", core=30, mem=16))  # now "d" holds core 30
+    # once "a" had its core Allocate only its memory amount still waits
+    part = BindGate([pod("a", "real", core=40, mem=64, allocated=(c.RESOURCE_GPU_CORE,))], [REAL])
+    assert part.claim("real", pod("b", core=40, mem=32))
+    assert not part.claim("real", pod("c", core=30, mem=64))
+    # another real node is not held back by this one's pods
+    other = {"metadata": {"name": "real2"}, "status": REAL["status"]}
+    assert BindGate([pod("a", "real", core=40)], [REAL, other]).claim("real2", pod("f", core=40))
+    # the same quantity however it is written
+    same = pod("g", core=40, mem=64)
+    same["spec"]["containers"][0]["resources"]["requests"][c.RESOURCE_GPU_MEMORY] = "64"
+    assert not BindGate([pod("a", "real", core=10, mem=64)], [REAL]).claim("real", same)
+    kilo = BindGate([pod("a", "real", core=10, mem=1000)], [REAL])
+    big = pod("h", core=20, mem=1000)
+    for kind in ("requests", "limits"):
+        big["spec"]["containers"][0]["resources"][kind][c.RESOURCE_GPU_MEMORY] = "1k"
+    assert not kilo.claim("real", big)  # "1k" is the apiserver's canonical form of 1000
 
 
 def test_finished_or_leaving_pods_do_not_hold_the_gate() -> None:

@@ -502,3 +502,20 @@ def test_bind_waits_while_a_twin_awaits_its_allocate_on_a_real_kubelet() -> None
         json.dumps({c.RESOURCE_GPU_CORE: ["x"], c.RESOURCE_GPU_MEMORY: ["y"]})
     )
     assert ext.bind(BindingArgs("p", "default", "uid-p", "r1")) == {"Error": ""}
+
+
+def test_bind_waits_for_a_twin_with_equal_core_and_other_memory() -> None:
+    """Equal core % and different memory: the kubelet's gpu-core Allocate could pick either
+    pod, so the extender holds the second bind too (issue 25, "Twins")."""
+    real = node("r1", gpus=2)
+    real["status"]["nodeInfo"] = {"kubeletVersion": "v1.37.2"}
+    twin = plain_pod("twin", core=30, memory=8000, node="r1")
+    twin["metadata"]["annotations"][c.ANNOTATION_GPU_ASSIGNMENT] = json.dumps(
+        assignment("r1", 0, 30, 8000).to_json()
+    )
+    sign_pod(twin)
+    source = FakeSource([real], [twin, plain_pod("p", core=30, memory=4000)])
+    ext = Extender(source, load_default_predictor(), key=KEY, cache_seconds=0)
+    err = ext.bind(BindingArgs("p", "default", "uid-p", "r1"))["Error"]
+    assert "same gpu-core or gpu-memory amount still awaits its GPU on node r1" in err
+    assert all(call[0] != "bind" for call in source.calls)

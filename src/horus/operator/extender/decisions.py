@@ -451,11 +451,12 @@ class Extender:
         if why_not is not None:
             raise ValidationError(f"node {node} is not one {where} allows: {why_not}")
         if not BindGate(objs.pods, objs.nodes).claim(node, pod):
-            # A real kubelet's Allocate names no pod: a twin with the same requests still
-            # waiting for its GPU on this node could be handed this pod's share (bindgate).
+            # A real kubelet's Allocate names no pod and comes per resource: a pod still
+            # waiting on this node that asks the same amount of either resource could be
+            # handed this pod's share (bindgate).
             raise ValidationError(
-                f"a pod with the same GPU request still awaits its GPU on node {node}; the "
-                "scheduler retries once it has it"
+                f"a pod asking the same gpu-core or gpu-memory amount still awaits its GPU on "
+                f"node {node}; the scheduler retries once it has it"
             )
 
     def _rollback(self, namespace: str, name: str) -> None:
