@@ -30,6 +30,7 @@ from horus.common.constants import (
     MAX_GPU_MEMORY_MIB,
     MAX_OBSERVED_PAIRS,
     MIN_OBSERVED_PAIR_SPEED,
+    OBSERVED_PAIR_SOURCES,
 )
 from horus.common.errors import ValidationError
 
@@ -97,14 +98,26 @@ class MeasuredPair:
     gpu_model: str
     speed: float  # MIN_OBSERVED_PAIR_SPEED..1
     samples: int
+    #: The reading's typical absolute error in speed units (0..1); the scheduler's margin on
+    #: this pair is z × error. None: written by an agent from before issue 26 (no error).
+    error: float | None = None
+    #: What the speed was measured from: "progress" (the job's own steps/samples per second)
+    #: or "utilisation" (NVML utilisation in the pair over alone). None: an older agent
+    #: (utilisation was then the only source).
+    source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "other": self.other,
             "gpuModel": self.gpu_model,
             "speed": self.speed,
             "samples": self.samples,
         }
+        if self.error is not None:
+            out["error"] = self.error
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
 
 @dataclass(frozen=True)
@@ -389,13 +402,26 @@ def _parse_observed(value: object, path: str) -> ObservedUsage:
         for i, item in enumerate(items):
             where = f"{path}.pairs[{i}]"
             entry = require_object(item, where)
-            reject_unknown(entry, ("other", "gpuModel", "speed", "samples"), where)
+            reject_unknown(
+                entry, ("other", "gpuModel", "speed", "samples", "error", "source"), where
+            )
+            source = entry.get("source")
+            if source is not None and source not in OBSERVED_PAIR_SOURCES:
+                raise ValidationError(
+                    f"{where}.source: must be one of {OBSERVED_PAIR_SOURCES}, got {source!r:.40}"
+                )
             pairs.append(
                 MeasuredPair(
                     other=read_str(entry, "other", where, max_length=256),
                     gpu_model=read_str(entry, "gpuModel", where, max_length=64),
                     speed=read_number(entry, "speed", where, lo=MIN_OBSERVED_PAIR_SPEED, hi=1.0),
                     samples=read_int(entry, "samples", where, lo=1),
+                    error=(
+                        read_number(entry, "error", where, lo=0.0, hi=1.0)
+                        if "error" in entry
+                        else None
+                    ),
+                    source=source,
                 )
             )
     return ObservedUsage(

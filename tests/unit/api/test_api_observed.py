@@ -47,8 +47,39 @@ def test_observed_pairs_round_trip() -> None:
         ([{"other": "a@1", "gpuModel": "H100", "speed": 0.5, "samples": 3, "x": 1}], r"'x'|x"),
         ("bert", r"must be a list of at most 16"),
         ([{"other": "a@1", "gpuModel": "H", "speed": 0.5, "samples": 1}] * 17, r"at most 16"),
+        (
+            [{"other": "a@1", "gpuModel": "H", "speed": 0.5, "samples": 1, "error": 1.5}],
+            r"pairs\[0\].error",
+        ),
+        (
+            [{"other": "a@1", "gpuModel": "H", "speed": 0.5, "samples": 1, "source": "guess"}],
+            r"pairs\[0\].source",
+        ),
     ],
 )
 def test_bad_observed_pairs(pairs: object, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         parse_dljob_status({"observed": {"pairs": pairs}})
+
+
+def test_observed_pairs_with_error_and_source_and_without() -> None:
+    """Issue 26: an agent publishes each pair's error and source; entries from older agents
+    (neither) still read, as None."""
+    pairs = [
+        {"other": "bert@8", "gpuModel": "H100", "speed": 0.71, "samples": 12},
+        {
+            "other": "r50@64",
+            "gpuModel": "H100",
+            "speed": 0.5,
+            "samples": 9,
+            "error": 0.02,
+            "source": "progress",
+        },
+    ]
+    observed = parse_dljob_status({"observed": {"pairs": pairs}}).observed
+    assert observed is not None
+    assert observed.pairs == (
+        MeasuredPair("bert@8", "H100", 0.71, 12),
+        MeasuredPair("r50@64", "H100", 0.5, 9, error=0.02, source="progress"),
+    )
+    assert observed.to_json() == {"pairs": pairs}
