@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "horus.devcluster.commands",
     "horus.operator.commands",
     "horus.deviceplugin.commands",
+    "horus.dra.commands",
     "horus.agent.commands",
     "horus.predictor.commands",
     "horus.sim.commands",

@@ -177,6 +177,36 @@ EVENT_REASON_ALLOCATED: Final = "HorusAllocated"
 EVENT_REASON_GPU_PLUGIN_CONFLICT: Final = "HorusGpuPluginConflict"
 EVENT_COMPONENT_DEVICE_PLUGIN: Final = "horus-device-plugin"
 
+# --- DRA driver (resource.k8s.io/v1 ResourceSlices; kubelet plugin APIs dra/v1) ------------------
+# The contract others rely on (docs/dra.md): driver and DeviceClass name, one device per GPU
+# named gpu-<index>, its attributes and its two consumable capacities.
+DRA_DRIVER_NAME: Final = "gpu.horus.io"
+DRA_DEVICE_CLASS: Final = "gpu.horus.io"
+DRA_DEVICE_PREFIX: Final = "gpu-"  # device gpu-<host index>
+DRA_ATTR_UUID: Final = "uuid"  # string
+DRA_ATTR_MODEL: Final = "model"  # string
+DRA_ATTR_INDEX: Final = "index"  # int, host (NVML) index
+DRA_ATTR_MEMORY_MIB: Final = "memoryMiB"  # int
+DRA_CAPACITY_CORES: Final = "cores"  # 100 per GPU, consumed in whole percent
+DRA_CAPACITY_MEMORY: Final = "memory"  # the GPU's memory, consumed in whole MiB
+DRA_TAINT_UNHEALTHY: Final = f"{DRA_DRIVER_NAME}/unhealthy"  # NoSchedule on an unhealthy GPU
+RESOURCE_API_GROUP: Final = "resource.k8s.io"
+RESOURCE_API_VERSION: Final = "v1"
+#: what the plugin lists in PluginInfo.supported_versions (k8s.io/kubelet dra/v1 DRAPluginService)
+DRA_PLUGIN_SERVICE: Final = "v1.DRAPlugin"
+DRA_PLUGIN_TYPE: Final = "DRAPlugin"  # PluginInfo.type (pluginregistration/v1)
+DEFAULT_KUBELET_PLUGINS_DIR: Final = "/var/lib/kubelet/plugins"
+DEFAULT_KUBELET_REGISTRY_DIR: Final = "/var/lib/kubelet/plugins_registry"
+DEFAULT_CDI_SPEC_DIR: Final = "/var/run/cdi"
+#: CDI kind of the specs the DRA driver writes (one spec file per prepared claim)
+DRA_CDI_KIND: Final = "horus.io/gpu"
+# Set by the DRA driver beside the HORUS_* the device plugin sets: the claim whose share it is.
+ENV_CLAIM_NAMESPACE: Final = "HORUS_CLAIM_NAMESPACE"
+ENV_CLAIM_NAME: Final = "HORUS_CLAIM_NAME"
+ENV_CLAIM_UID: Final = "HORUS_CLAIM_UID"
+ENV_SHARE_ID: Final = "HORUS_SHARE_ID"  # the allocation result's shareID
+EVENT_COMPONENT_DRA_DRIVER: Final = "horus-dra-driver"
+
 # --- DLJob spec and status values (the CRD in manifests/crds and horus.api.dljob agree) -------
 DLJOB_PHASE_PENDING: Final = "Pending"  # accepted, not yet validated/predicted
 DLJOB_PHASE_QUEUED: Final = "Queued"  # waiting for capacity; status.reason says why

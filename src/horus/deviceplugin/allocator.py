@@ -31,12 +31,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from horus.api.assignment import GpuAssignment, GpuRef
+from horus.api.assignment import GpuAssignment
 from horus.api.inventory import GpuDevice
 from horus.api.podassignment import AssignmentProblem, read_pod_assignment
 from horus.api.resources import (
@@ -52,14 +51,13 @@ from horus.common.documents import load_json
 from horus.common.errors import ConfigError, HorusError, ValidationError
 from horus.deviceplugin.kube import NodeApi
 from horus.kube.errors import Conflict
+from horus.node.grant import Consumer, ContainerGrant, GrantPolicy, build_grant
 
 log = logging.getLogger(__name__)
 
 _FINISHED = ("Succeeded", "Failed")
 KEY_REFRESH_S = 60.0  # re-read the Secret at most this often (and after a failed check)
 KEY_RETRY_S = 5.0
-#: Where an MPS client's container sees the daemon's shared memory.
-MPS_CLIENT_SHM = "/dev/shm"
 #: Where a pod gets a signed assignment (said when Allocate refuses a pod without one).
 PLACEMENT_CHOICES = (
     "Create a DLJob (the Horus operator places its pods); or, for a plain pod, set "
@@ -76,33 +74,6 @@ class AllocationRefused(HorusError):
     def __init__(self, message: str, reason: str = c.EVENT_REASON_ALLOCATE_REFUSED) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class MountSpec:
-    container_path: str
-    host_path: str
-    read_only: bool = False
-
-
-@dataclass(frozen=True)
-class DeviceNode:
-    container_path: str
-    host_path: str
-    permissions: str = "rw"
-
-
-@dataclass(frozen=True)
-class ContainerGrant:
-    """What one container gets: the plugin turns this into a ContainerAllocateResponse."""
-
-    namespace: str
-    pod: str
-    assignment: GpuAssignment
-    envs: dict[str, str]
-    mounts: list[MountSpec] = field(default_factory=list)
-    devices: list[DeviceNode] = field(default_factory=list)
-    cdi_devices: list[str] = field(default_factory=list)  # fully qualified CDI device names
 
 
 class AssignmentKey:
@@ -226,14 +197,16 @@ class Allocator:
         self.key = key
         self.inventory = inventory
         self.unit_mib = memory_unit_mib
-        self.enforcement = enforcement
-        self.mps_pipe_dir = mps_pipe_dir
-        self.pass_device_specs = pass_device_specs
-        self.mps_shm_dir = mps_shm_dir
-        if gpu_access not in c.GPU_ACCESS_MODES:
-            raise ValueError(f"gpu_access must be one of {c.GPU_ACCESS_MODES}, got {gpu_access!r}")
-        self.gpu_access = gpu_access
-        self.cdi_kind = cdi_kind
+        # what a container is handed: built in horus.node.grant, shared with the DRA driver
+        self.policy = GrantPolicy(
+            node_name,
+            enforcement,
+            mps_pipe_dir,
+            mps_shm_dir,
+            pass_device_specs,
+            gpu_access,
+            cdi_kind,
+        )
         self._lock = threading.Lock()
 
     # --- finding and checking the pod ------------------------------------------------------
@@ -460,60 +433,7 @@ class Allocator:
         raise AssertionError("unreachable")
 
     def grant(self, pod: dict[str, Any], assignment: GpuAssignment) -> ContainerGrant:
+        """What the pod's container gets (:func:`horus.node.grant.build_grant`)."""
         meta = pod["metadata"]
-        refs = assignment.all_gpus
-        uuids = ",".join(g.gpu_uuid for g in refs)
-        mounts, cdi_devices, envs = self._gpu_access(refs)
-        envs |= {
-            # UUIDs, so the container sees exactly these GPUs whether or not the runtime also
-            # hides the others; inside, they are CUDA ordinals 0..n-1 in this order.
-            "CUDA_VISIBLE_DEVICES": uuids,
-            c.ENV_GPU_UUID: uuids,
-            c.ENV_GPU_INDEX: ",".join(str(g.gpu_index) for g in refs),
-            c.ENV_GPU_CORE_PERCENT: ",".join(str(g.core_percent) for g in refs),
-            c.ENV_GPU_MEMORY_MIB: ",".join(str(g.memory_mib) for g in refs),
-            c.ENV_POD_NAMESPACE: meta["namespace"],
-            c.ENV_POD_NAME: meta["name"],
-            c.ENV_POD_UID: meta.get("uid", ""),
-            c.ENV_NODE_NAME: self.node,
-            c.ENV_ENFORCEMENT: self.enforcement,
-        }
-        if self.enforcement == "mps":
-            pipe = str(self.mps_pipe_dir)
-            envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-            # One percentage per MPS client; with several GPUs the smallest share, so the
-            # container never exceeds any of them.
-            envs[c.ENV_MPS_ACTIVE_THREAD_PERCENTAGE] = str(min(g.core_percent for g in refs))
-            # Ordinals as the client sees them (after CUDA_VISIBLE_DEVICES), not host indices.
-            envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
-                f"{ordinal}={g.memory_mib}M" for ordinal, g in enumerate(refs)
-            )
-            mounts.append(MountSpec(pipe, pipe))
-            if self.mps_shm_dir is not None:
-                # MPS clients and the server share memory in /dev/shm: the client's must be
-                # the daemon's (NVIDIA's device plugin mounts <mps root>/shm the same way).
-                mounts.append(MountSpec(MPS_CLIENT_SHM, str(self.mps_shm_dir)))
-        devices: list[DeviceNode] = []
-        if self.pass_device_specs:
-            names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
-            names += [f"nvidia{g.gpu_index}" for g in refs]
-            devices = [DeviceNode(f"/dev/{n}", f"/dev/{n}") for n in names]
-        return ContainerGrant(
-            meta["namespace"], meta["name"], assignment, envs, mounts, devices, cdi_devices
-        )
-
-    def _gpu_access(
-        self, refs: Sequence[GpuRef]
-    ) -> tuple[list[MountSpec], list[str], dict[str, str]]:
-        """How the runtime is told which GPUs to give (settings ``gpu_access``): mounts, CDI
-        device names and NVIDIA_* variables. Only "volume-mounts" and "cdi" are grants a pod
-        cannot make for itself; "envvar" relies on the toolkit refusing the variable from
-        unprivileged containers (docs/agent.md)."""
-        uuids = [g.gpu_uuid for g in refs]
-        if self.gpu_access == "cdi":
-            return [], [f"{self.cdi_kind}={u}" for u in uuids], {}
-        if self.gpu_access == "volume-mounts":
-            root = c.NVIDIA_DEVICE_MOUNT_ROOT
-            mounts = [MountSpec(f"{root}/{u}", "/dev/null", read_only=True) for u in uuids]
-            return mounts, [], {"NVIDIA_VISIBLE_DEVICES": root}
-        return [], [], {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}
+        consumer = Consumer(meta["namespace"], meta["name"], meta.get("uid", ""))
+        return build_grant(self.policy, assignment, consumer)

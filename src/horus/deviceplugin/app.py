@@ -16,11 +16,11 @@ from horus.common.errors import HorusError
 from horus.deviceplugin.allocator import Allocator, AssignmentKey
 from horus.deviceplugin.coexistence import CoexistenceGuard
 from horus.deviceplugin.devices import core_kind, memory_kind
-from horus.deviceplugin.gpus import GpuDiscoveryError, GpuInventory, open_backend
 from horus.deviceplugin.kube import KubeApi, NodeApi
 from horus.deviceplugin.manager import PluginManager
 from horus.deviceplugin.server import ResourcePlugin
 from horus.deviceplugin.settings import DevicePluginSettings
+from horus.node.gpus import GpuDiscoveryError, GpuInventory, open_backend
 
 log = logging.getLogger(__name__)
 

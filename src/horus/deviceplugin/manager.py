@@ -27,9 +27,9 @@ import grpc
 from horus.api.inventory import GpuDevice, encode_inventory
 from horus.common import constants as c
 from horus.deviceplugin.coexistence import CoexistenceGuard
-from horus.deviceplugin.gpus import GpuInventory
 from horus.deviceplugin.kube import NodeApi
 from horus.deviceplugin.server import ResourcePlugin
+from horus.node.gpus import GpuInventory
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from horus.common import constants as c
 from horus.deviceplugin.api import api_pb2 as pb
 from horus.deviceplugin.api import api_pb2_grpc as pb_grpc
 from horus.deviceplugin.app import build
-from horus.deviceplugin.gpus import SimulatedGpus
 from horus.deviceplugin.server import MAX_MESSAGE_BYTES
 from horus.deviceplugin.settings import DevicePluginSettings
+from horus.node.gpus import SimulatedGpus
 
 NODE = "adv-node"
 GPUS, MEMORY_MIB = 2, 16384

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from horus.deviceplugin.devices import core_kind, memory_kind
-from horus.deviceplugin.gpus import GpuDiscoveryError, open_backend
+from horus.node.gpus import GpuDiscoveryError, open_backend
 
 
 def _nvml_or_skip() -> object:

@@ -1,4 +1,4 @@
-"""GPU discovery for the device plugin, behind one small interface.
+"""GPU discovery for the node roles (device plugin, DRA driver), behind one small interface.
 
 Two backends:
 
@@ -39,7 +39,7 @@ class GpuDiscoveryError(HorusError):
 
 
 class GpuInventory(Protocol):
-    """What the device plugin needs from a GPU backend."""
+    """What the node roles need from a GPU backend."""
 
     name: str
 

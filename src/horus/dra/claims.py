@@ -1,0 +1,227 @@
+"""What the kube-scheduler allocated to one ResourceClaim on this node, read and checked.
+
+``NodePrepareResources`` names a claim (namespace, name, UID) and nothing else; what the claim
+may have is in its ``status.allocation``, which only the scheduler (and admins) can write —
+tenants cannot (``resourceclaims/status`` is not in ``edit``). Of its results, those of this
+driver on this node's pool are ours: each names a device ``gpu-<index>``, the amounts of its
+capacities the claim consumed (``consumedCapacity``: ``cores``, ``memory``) and the share's
+``shareID``. Everything is checked before use, and a claim that does not fit this node is
+refused with a sentence saying why (:class:`ClaimRefused`), never a crash:
+
+* the claim read back has the UID the kubelet named (a claim deleted and re-created under
+  the same name is another claim);
+* it is allocated, and has at least one result of this driver; every such result is for this
+  node's pool, names a GPU this node has (and that is healthy), and consumed whole percent of
+  its cores (1..100) and whole MiB of its memory (1..the GPU's memory) — the request policies
+  of the ResourceSlice make every allocation so (``docs/dra.md``);
+* all of them belong to one request of the claim (a Horus share is one request; its count
+  may be several GPUs) and none has ``adminAccess`` (not a share: nothing to enforce).
+
+A result without ``consumedCapacity`` was allocated the whole device (the device did not allow
+multiple allocations when it was allocated): 100 % and all its memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from horus.api.assignment import GpuAssignment, GpuRef
+from horus.api.inventory import GpuDevice
+from horus.api.resources import parse_quantity
+from horus.common import constants as c
+from horus.common.errors import HorusError, ValidationError
+
+#: Claim namespace and name: DNS subdomains (names) and labels (namespaces), bounded.
+MAX_NAME = 253
+#: A UID is used in file names (CDI spec, checkpoint key) and CDI device names: it must be
+#: a UUID-like token of CDI-safe characters, never a path.
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+_DEVICE = re.compile(rf"{re.escape(c.DRA_DEVICE_PREFIX)}(0|[1-9][0-9]{{0,3}})")
+
+
+class ClaimRefused(HorusError):
+    """This claim cannot be prepared here; the message is what the kubelet shows."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} (uid {self.uid})"
+
+
+def check_claim_ref(namespace: str, name: str, uid: str) -> ClaimRef:
+    """The claim reference of a request, every field checked (:class:`ClaimRefused`)."""
+    if not namespace or len(namespace) > 63 or not _NAME.fullmatch(namespace):
+        raise ClaimRefused(f"claim namespace {namespace[:80]!r} is not a namespace name")
+    if not name or len(name) > MAX_NAME or not _NAME.fullmatch(name):
+        raise ClaimRefused(f"claim name {name[:80]!r} is not a ResourceClaim name")
+    if not _UID.fullmatch(uid):
+        raise ClaimRefused(f"claim uid {uid[:80]!r} is not a UID")
+    return ClaimRef(namespace, name, uid)
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One result of this driver: the device and its share."""
+
+    request: str
+    pool: str
+    device: str
+    gpu: GpuDevice
+    cores: int
+    memory_mib: int
+    share_id: str  # empty when the device was allocated whole
+
+
+@dataclass(frozen=True)
+class ClaimShare:
+    """Everything Prepare hands out for one claim."""
+
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+    consumer: tuple[str, str, str] | None  # (namespace, name, uid) of the one pod it is for
+
+    def assignment(self, node: str) -> GpuAssignment:
+        """The share as a (multi-)GPU assignment, the shape the grant builder reads."""
+        refs = tuple(GpuRef(d.gpu.uuid, d.gpu.index, d.cores, d.memory_mib) for d in self.devices)
+        first = refs[0]
+        return GpuAssignment(
+            node,
+            first.gpu_uuid,
+            first.gpu_index,
+            first.core_percent,
+            first.memory_mib,
+            gpus=refs if len(refs) > 1 else (),
+        )
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _consumed(result: Mapping[str, Any], name: str) -> Any:
+    consumed = result.get("consumedCapacity")
+    if not isinstance(consumed, Mapping):
+        return None
+    # the capacity may be named with or without the driver's domain
+    for key in (name, f"{c.DRA_DRIVER_NAME}/{name}"):
+        if key in consumed:
+            return consumed[key]
+    return None
+
+
+def _amounts(result: Mapping[str, Any], gpu: GpuDevice, where: str) -> tuple[int, int]:
+    """(core percent, memory MiB) the result consumed; the whole GPU when it records none."""
+    if not isinstance(result.get("consumedCapacity"), Mapping):
+        return c.GPU_CORE_UNITS_PER_GPU, gpu.memory_mib
+    raw_cores = _consumed(result, c.DRA_CAPACITY_CORES)
+    raw_memory = _consumed(result, c.DRA_CAPACITY_MEMORY)
+    try:
+        cores = (
+            c.GPU_CORE_UNITS_PER_GPU
+            if raw_cores is None
+            else parse_quantity(raw_cores, f"{where}.consumedCapacity.cores")
+        )
+        memory_bytes = (
+            gpu.memory_mib * c.MIB
+            if raw_memory is None
+            else parse_quantity(raw_memory, f"{where}.consumedCapacity.memory")
+        )
+    except ValidationError as exc:
+        raise ClaimRefused(str(exc)) from None
+    if not 1 <= cores <= c.GPU_CORE_UNITS_PER_GPU:
+        raise ClaimRefused(
+            f"{where}: consumed {cores} cores; a share is 1..{c.GPU_CORE_UNITS_PER_GPU}"
+        )
+    if memory_bytes % c.MIB:
+        raise ClaimRefused(
+            f"{where}: consumed {memory_bytes} bytes of memory, not a whole number of MiB (the "
+            "unit Horus enforces); the ResourceSlice's request policy rounds every request up "
+            "to whole MiB, so this allocation was not made against it"
+        )
+    memory_mib = memory_bytes // c.MIB
+    if not 1 <= memory_mib <= gpu.memory_mib:
+        raise ClaimRefused(
+            f"{where}: consumed {memory_mib} MiB of memory; GPU {gpu.index} has {gpu.memory_mib} MiB"
+        )
+    return cores, memory_mib
+
+
+def _one_pod(claim: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The pod the claim is reserved for, when it is exactly one pod."""
+    status = claim.get("status") or {}
+    reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
+    if not isinstance(reserved, list) or len(reserved) != 1 or not isinstance(reserved[0], dict):
+        return None
+    entry = reserved[0]
+    if _str(entry.get("resource")) != "pods" or _str(entry.get("apiGroup")):
+        return None
+    namespace = _str((claim.get("metadata") or {}).get("namespace"))
+    return (namespace, _str(entry.get("name")), _str(entry.get("uid")))
+
+
+def read_share(
+    ref: ClaimRef, claim: Mapping[str, Any] | None, node: str, gpus: Sequence[GpuDevice]
+) -> ClaimShare:
+    """The share ``claim`` (as read from the apiserver) holds on this node (ClaimRefused)."""
+    if claim is None:
+        raise ClaimRefused(f"claim {ref} does not exist (deleted before it was prepared?)")
+    meta = claim.get("metadata") or {}
+    if not isinstance(meta, Mapping) or _str(meta.get("uid")) != ref.uid:
+        raise ClaimRefused(
+            f"claim {ref.namespace}/{ref.name} has uid {_str(meta.get('uid'))!r}, the kubelet "
+            f"asked for {ref.uid!r}: it was deleted and made again; not prepared"
+        )
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        raise ClaimRefused(f"claim {ref} is not allocated")
+    by_index = {g.index: g for g in gpus}
+    ours: list[AllocatedDevice] = []
+    for i, result in enumerate(results[:128]):
+        where = f"claim {ref}: status.allocation.devices.results[{i}]"
+        if not isinstance(result, Mapping) or _str(result.get("driver")) != c.DRA_DRIVER_NAME:
+            continue  # another driver's device: that driver prepares it
+        pool, device, request = (
+            _str(result.get("pool")),
+            _str(result.get("device")),
+            _str(result.get("request")),
+        )
+        if pool != node:
+            raise ClaimRefused(
+                f"{where}: {device} of pool {pool!r} is another node's GPU; this is {node!r}"
+            )
+        if result.get("adminAccess") is True:
+            raise ClaimRefused(f"{where}: adminAccess to {device} is not a share Horus hands out")
+        m = _DEVICE.fullmatch(device)
+        gpu = by_index.get(int(m.group(1))) if m else None
+        if gpu is None:
+            raise ClaimRefused(f"{where}: device {device[:80]!r} is not a GPU of node {node}")
+        if not gpu.healthy:
+            raise ClaimRefused(f"{where}: GPU {gpu.index} ({gpu.uuid}) is Unhealthy")
+        cores, memory_mib = _amounts(result, gpu, where)
+        share_id = _str(result.get("shareID"))
+        ours.append(AllocatedDevice(request, pool, device, gpu, cores, memory_mib, share_id))
+    if not ours:
+        raise ClaimRefused(f"claim {ref} has no device of driver {c.DRA_DRIVER_NAME}")
+    requests = sorted({d.request for d in ours})
+    if len(requests) > 1:
+        raise ClaimRefused(
+            f"claim {ref}: devices of {c.DRA_DRIVER_NAME} in requests {requests}; a Horus "
+            "share is one request of a claim (ask for several GPUs with its count)"
+        )
+    if len({d.gpu.index for d in ours}) != len(ours):
+        raise ClaimRefused(f"claim {ref}: one GPU is allocated twice to the same claim")
+    return ClaimShare(ref, tuple(ours), _one_pod(claim))
