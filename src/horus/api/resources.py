@@ -8,8 +8,14 @@ published on the node (annotation ``horus.io/gpu-memory-unit-mib``, written by t
 plugin); a node without it (the simulated kwok nodes) counts in plain MiB, unit 1, which is
 what ``shared/DESIGN.md`` describes. Shares (``memoryMiB`` in an assignment, the inventory's
 ``memoryMiB``) stay in MiB everywhere; only the *resource quantity* uses units, and these
-helpers are the one place that converts (round up: a share never gets less than it asked for).
-See ``docs/decisions.md`` ("Device plugin: gpu-memory unit").
+helpers are the one place that converts. A share asks for the whole units it covers (rounded
+*down*, at least one), the way the device plugin offers a GPU (``floor(M / unit)`` IDs: a
+partial last unit is not offered). Rounding both the same way keeps them consistent: shares
+that fit a GPU in MiB always fit its IDs, however many share it, and a whole-GPU share of a
+GPU whose memory is not a multiple of the unit (a real H100's 81,559 MiB) asks exactly the
+IDs the GPU has. Rounding a share up instead would ask 319 of the H100's 318 IDs, and two
+half shares 320 (issue 25). The share's MiB, not its units, are what the container is
+limited to. See ``docs/decisions.md`` ("Device plugin: gpu-memory unit").
 """
 
 from __future__ import annotations
@@ -44,10 +50,13 @@ MAX_UNIT_MIB = 65536
 
 
 def memory_units(memory_mib: int, unit_mib: int) -> int:
-    """The ``horus.io/gpu-memory`` quantity for ``memory_mib`` MiB (rounded up to whole units)."""
+    """The ``horus.io/gpu-memory`` quantity for a share of ``memory_mib`` MiB on one GPU: the
+    whole units it covers, at least one (module docstring: the plugin offers ``floor(M /
+    unit)`` IDs per GPU, so for shares of at least one unit the requests of everything that
+    fits a GPU in MiB fit its IDs)."""
     if unit_mib < 1:
         raise ValidationError(f"gpu-memory unit must be >= 1 MiB, got {unit_mib}")
-    return -(-memory_mib // unit_mib)
+    return max(1, memory_mib // unit_mib)
 
 
 def units_to_mib(units: int, unit_mib: int) -> int:
@@ -77,8 +86,8 @@ def node_memory_unit_mib(annotations: Mapping[str, str] | None, where: str = "no
 def pod_gpu_requests(assignment: GpuAssignment, unit_mib: int) -> dict[str, int]:
     """The extended-resource quantities a pod with ``assignment`` requests on its node.
 
-    Summed over every GPU of a multi-GPU assignment; memory is rounded up per GPU, as the device
-    plugin hands out whole units of each GPU.
+    Summed over every GPU of a multi-GPU assignment; memory in whole units per GPU
+    (:func:`memory_units`), as the device plugin offers whole units of each GPU.
     """
     gpus = assignment.all_gpus
     return {

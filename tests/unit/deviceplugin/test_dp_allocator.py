@@ -243,7 +243,8 @@ def test_multi_gpu_assignment_env(fake_api: FakeNodeApi) -> None:
 
 def test_memory_units_and_node_unit() -> None:
     assert memory_units(12288, 256) == 48
-    assert memory_units(12289, 256) == 49
+    assert memory_units(12289, 256) == 48  # the whole units it covers, as a GPU's IDs
+    assert memory_units(100, 256) == 1  # at least one
     assert memory_units(5, 1) == 5
     assert node_memory_unit_mib(None) == 1
     assert node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "256"}) == 256
@@ -251,6 +252,41 @@ def test_memory_units_and_node_unit() -> None:
         node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "big"})
     with pytest.raises(ValidationError, match=r"1\.\.65536"):
         node_memory_unit_mib({c.ANNOTATION_GPU_MEMORY_UNIT: "0"})
+
+
+H100_MIB = 81559  # what a real H100 80GB reports: not a multiple of the 256 MiB unit
+
+
+def test_a_gpu_of_81559_mib_offers_what_a_whole_gpu_share_and_two_halves_ask() -> None:
+    """Issue 25, "Memory units": the plugin offers floor(M / unit) IDs per GPU; a whole-GPU
+    share, two half shares, and any split of the GPU into shares of at least one unit ask at
+    most that many (requests used to round up: 319 and 320 of 318)."""
+    import random
+
+    from horus.deviceplugin.devices import memory_kind
+
+    gpu = GpuDevice(0, "GPU-h100", "H100", H100_MIB)
+    offered = memory_kind(256).ids_per_gpu(gpu)
+    assert offered == 318
+    assert memory_units(H100_MIB, 256) == offered
+    assert memory_units(H100_MIB // 2, 256) + memory_units(H100_MIB - H100_MIB // 2, 256) == 318
+    rng = random.Random(25)
+    for _ in range(2000):
+        cuts = sorted(rng.sample(range(256, H100_MIB - 256), rng.randint(1, 7)))
+        parts = [b - a for a, b in zip([0, *cuts], [*cuts, H100_MIB], strict=True)]
+        if min(parts) < 256:
+            continue
+        assert sum(memory_units(p, 256) for p in parts) <= offered, parts
+
+
+def test_whole_gpu_share_of_an_81559_mib_gpu_is_allocated(fake_api: FakeNodeApi) -> None:
+    """The pod of a whole-GPU assignment asks the GPU's 318 IDs, and Allocate grants it the
+    GPU's full 81,559 MiB (the share's MiB, not its units)."""
+    gpus = [GpuDevice(0, "GPU-aaaa", "H100", H100_MIB), GpuDevice(1, "GPU-bbbb", "H100", H100_MIB)]
+    add_pod(fake_api, "whole", core=100, mem_mib=H100_MIB)
+    env = make_allocator(fake_api, gpus).allocate(MEM, 318).envs
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={H100_MIB}M"
+    assert env[c.ENV_GPU_MEMORY_MIB] == str(H100_MIB)
 
 
 def test_a_share_that_would_over_commit_the_gpu_is_refused(fake_api: FakeNodeApi) -> None:

@@ -209,7 +209,7 @@ def test_pod_manifest_owner_resources_and_a_binding_that_signs_the_assignment() 
     assert spec["schedulerName"] == c.SCHEDULER_NAME and spec["restartPolicy"] == "Never"
     res = spec["containers"][0]["resources"]
     assert res["requests"][c.RESOURCE_GPU_CORE] == res["limits"][c.RESOURCE_GPU_CORE] == "80"
-    assert res["requests"][c.RESOURCE_GPU_MEMORY] == str(2 * -(-8000 // 256))  # units
+    assert res["requests"][c.RESOURCE_GPU_MEMORY] == str(2 * (8000 // 256))  # whole units
     text = meta["annotations"][c.ANNOTATION_GPU_ASSIGNMENT]
     a = decode_assignment(text)
     assert (a.job, a.replica, len(a.all_gpus)) == ("train", 0, 2)
