@@ -37,6 +37,7 @@ from horus.agent.kube import AgentApi, KubeActions
 from horus.agent.mps import MpsSupervisor
 from horus.agent.nvml import NvmlBackend
 from horus.agent.pods import PodInfo, SkipLog, parse_pod
+from horus.agent.progress import Context
 from horus.agent.settings import AgentSettings
 from horus.agent.simulated import SimulatedBackend
 from horus.agent.watchdog import MemoryWatchdog
@@ -48,11 +49,21 @@ from horus.common import constants as c
 from horus.common.errors import ConfigError, HorusError
 from horus.kube.errors import ApiError
 from horus.predictor.interface import GraphProfile, Predictor
+from horus.progress.mount import progress_dir, remove_stale
+from horus.progress.reader import (
+    ProgressError,
+    ProgressRecord,
+    read_progress,
+    write_simulated_speed,
+)
 from horus.scheduler import job_kind
 
 log = logging.getLogger("horus.agent")
 
 PROFILE_TTL = 300.0
+#: Progress directories of pods gone from the node are removed once untouched this long (a pod
+#: whose directory the device plugin just made may not be Running yet).
+PROGRESS_DIR_TTL = 600.0
 
 
 def _default_predictor() -> Predictor | None:
@@ -112,6 +123,9 @@ class Agent:
         self.rows_written = 0
         self.pair_rows_written = 0
         self._nodes_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._replicas: dict[tuple[str, str], tuple[float, int | None]] = {}
+        self._sim_speed_written: dict[str, float] = {}
+        self._progress_cleaned = time.monotonic()
 
     # --- backends --------------------------------------------------------------------------
 
@@ -237,7 +251,9 @@ class Agent:
                 )
                 self.feedback.add(pod, gpu, sample.backend, ps.utilization, ps.memory_used_bytes)
             self._pair_samples(sample, snap)
+            self._progress_samples(sample, snap)
         self.watchdog.forget(present)
+        self._forget_progress(present)
         self.verified = {uid: a for uid, a in self.verified.items() if uid in snap.pods}
         self._write_rows(self.feedback.finished(present))
         if time.monotonic() - self._last_feedback >= self.settings.feedback_interval_seconds:
@@ -269,6 +285,147 @@ class Agent:
                         self.feedback.pairs.know(kind, profile)
                 group.append((pod.uid, kind, sample.pods[pod.uid].utilization))
             self.feedback.pairs.add(models.get(index, ""), group)
+
+    # --- progress (issue 26) -------------------------------------------------------------
+
+    def _progress_dir(self, uid: str) -> Path | None:
+        if self.settings.progress_root is None:
+            return None
+        try:
+            return progress_dir(self.settings.progress_root, uid)
+        except ValueError:  # not a Kubernetes UID (tests' stand-ins): no directory
+            return None
+
+    def _read_progress(self, pod: PodInfo) -> ProgressRecord | None:
+        where = self._progress_dir(pod.uid)
+        if where is None:
+            return None
+        try:
+            return read_progress(where)
+        except ProgressError as exc:
+            self.skips.warn(
+                pod.uid,
+                f"pod {pod.key}: progress file refused ({exc}); its pair speeds come from "
+                "utilisation until it writes a valid one",
+            )
+        except OSError as exc:
+            self.skips.warn(pod.uid, f"pod {pod.key}: progress directory unreadable ({exc})")
+        return None
+
+    def _replica_count(self, pod: PodInfo) -> int | None:
+        """How many replicas the pod's DLJob has (1 for a plain pod; None: unknown)."""
+        if not pod.job:
+            return 1
+        key = (pod.namespace, pod.job)
+        now = time.monotonic()
+        hit = self._replicas.get(key)
+        if hit is None or now - hit[0] > PROFILE_TTL:
+            count: int | None = None
+            try:
+                obj = self.kube.dljob(pod.namespace, pod.job)
+                count = parse_dljob(obj).spec.replicas if obj is not None else None
+            except (HorusError, ApiError, TypeError, ValueError, AttributeError, KeyError):
+                count = None
+            hit = self._replicas[key] = (now, count)
+            if len(self._replicas) > 10_000:
+                self._replicas.clear()
+        return hit[1]
+
+    def _contexts(self, sample: NodeSample, snap: Snapshot) -> dict[str, Context | None]:
+        """Per pod on this node, the context its progress window is attributed to
+        (:class:`horus.agent.progress.Context`), or None where it cannot be.
+
+        A pod's *unit* is itself, or for a gang replica every replica of its job: a gang runs
+        at its slowest replica's pace, so its replicas are solo only when no replica shares a
+        GPU, and a pair is attributed only where exactly one replica shares with exactly one
+        other pod — to that replica. A gang with replicas this agent cannot see (other
+        nodes) is not attributed at all (utilisation still is)."""
+        pods = [snap.pods[uid] for uid in sample.pods]
+        models = {g.index: g.model for g in sample.gpus}
+        on_gpu: dict[tuple[str, int], list[PodInfo]] = {}
+        for p in pods:
+            for g in p.assignment.all_gpus:
+                on_gpu.setdefault((p.node, g.gpu_index), []).append(p)
+        out: dict[str, Context | None] = {}
+        for p in pods:
+            out[p.uid] = None
+            replicas = self._replica_count(p)
+            unit = [q for q in pods if q.job == p.job and q.namespace == p.namespace]
+            if not p.job:
+                unit = [p]
+            if replicas is None or len(unit) != replicas:
+                continue
+            members = {q.uid for q in unit}
+            sharing: list[tuple[PodInfo, PodInfo]] = []  # (replica, its neighbour)
+            for q in unit:
+                for g in q.assignment.all_gpus:
+                    for other in on_gpu.get((q.node, g.gpu_index), []):
+                        if other.uid not in members and (q, other) not in sharing:
+                            sharing.append((q, other))
+            model = models.get(p.assignment.gpu_index, "")
+            if not sharing:
+                out[p.uid] = Context(model, p.assignment.core_percent)
+            elif len(sharing) == 1 and sharing[0][0].uid == p.uid:
+                profile = self._profile(sharing[0][1])
+                if profile is not None:
+                    out[p.uid] = Context(
+                        model, p.assignment.core_percent, sharing[0][1].uid, job_kind(profile)
+                    )
+        return out
+
+    def _progress_samples(self, sample: NodeSample, snap: Snapshot) -> None:
+        """Read each pod's progress and feed the windows (:mod:`horus.agent.progress`); on
+        simulated GPUs first hand each pod its simulated speed (SIMULATION ONLY)."""
+        if self.settings.progress_root is None:
+            return
+        if sample.backend == c.BACKEND_SIMULATED:
+            self._write_simulated_speeds(sample)
+        records = {uid: self._read_progress(snap.pods[uid]) for uid in sample.pods}
+        if not any(r is not None for r in records.values()):
+            for uid in records:
+                self.feedback.progress.observe(uid, None, None, None, time.time())
+            return
+        contexts = self._contexts(sample, snap)
+        now = time.time()
+        for uid, record in records.items():
+            kind = None
+            if record is not None:
+                profile = self._profile(snap.pods[uid])
+                kind = job_kind(profile) if profile is not None else None
+            self.feedback.progress.observe(uid, record, contexts.get(uid), kind, now)
+
+    def _write_simulated_speeds(self, sample: NodeSample) -> None:
+        """SIMULATION ONLY: write each pod's true simulated speed where its progress directory
+        exists (the example workload stretches its steps by it: docs/agent.md)."""
+        for uid in sample.pods:
+            speed = self.simulated.speeds.get(uid)
+            where = self._progress_dir(uid)
+            if speed is None or where is None or not where.is_dir():
+                continue
+            if abs(self._sim_speed_written.get(uid, -1.0) - speed) < 1e-4:
+                continue
+            try:
+                write_simulated_speed(where, speed)
+                self._sim_speed_written[uid] = speed
+            except OSError as exc:
+                self.skips.warn(uid, f"cannot write the simulated speed into {where}: {exc}")
+
+    def _forget_progress(self, present: list[str]) -> None:
+        keep = set(present)
+        self._sim_speed_written = {u: v for u, v in self._sim_speed_written.items() if u in keep}
+        self.simulated.speeds = {u: v for u, v in self.simulated.speeds.items() if u in keep}
+        root = self.settings.progress_root
+        now = time.monotonic()
+        if root is None or not self.settings.node_name or now - self._progress_cleaned < 60:
+            return  # one process serving many simulated nodes shares no host directory
+        self._progress_cleaned = now
+        try:
+            removed = remove_stale(root, keep, older_than=PROGRESS_DIR_TTL)
+        except OSError as exc:
+            log.warning("cannot clean up progress directories in %s: %s", root, exc)
+            return
+        if removed:
+            log.info("removed the progress directories of %d pod(s) gone", len(removed))
 
     def _reload_key(self) -> None:
         """Pick up newly published keys (the mounted ConfigMap changed); a file that cannot be

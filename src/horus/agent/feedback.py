@@ -15,8 +15,11 @@ Outputs, from per-pod running statistics (mean and peak of utilisation and memor
   filter those out before training a production model). Pods whose graph profile is unknown
   are not written: a row without features cannot train anything.
 * **Measured pair speeds** — ``status.observed.pairs``: for each job kind a replica has shared
-  a GPU with, its normalised speed there (:class:`PairSpeeds`), which the operator gives the
-  scheduler (``Scheduler.observe_pair``) in place of the predicted one.
+  a GPU with, its normalised speed there — from the job's own progress where it reports it
+  (:class:`horus.agent.progress.ProgressSpeeds`), else from utilisation (:class:`PairSpeeds`)
+  — with ``source``, ``samples`` and ``error`` (the reading's typical absolute error), which
+  the operator gives the scheduler (``Scheduler.observe_pair``) in place of the predicted
+  speed, with a margin of z × error.
 * **Pair rows** — when a pod finishes (or the agent shuts down), one CSV row per neighbour kind
   it has a measured speed next to, appended to ``pair_rows`` in the columns
   ``horus predictor train --extra-pair-rows`` reads
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,7 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from horus.agent.pods import PodInfo
-from horus.common.constants import MAX_OBSERVED_PAIRS, MIB, MIN_OBSERVED_PAIR_SPEED
+from horus.agent.progress import PairReading, ProgressSpeeds
+from horus.common.constants import (
+    MAX_OBSERVED_PAIRS,
+    MIB,
+    MIN_OBSERVED_PAIR_SPEED,
+    PAIR_SOURCE_PROGRESS,
+    PAIR_SOURCE_UTILISATION,
+    UTILISATION_PAIR_ERROR,
+)
 from horus.predictor.interface import GraphProfile
 from horus.predictor.schema import FEATURE_NAMES
 from horus.predictor.userdata import PAIR_ROW_COLUMNS, TRAINING_ROW_COLUMNS
@@ -102,14 +114,23 @@ MIN_PAIR_SAMPLES = 3
 class _Mean:
     n: int = 0
     total: float = 0.0
+    squares: float = 0.0
 
     def add(self, v: float) -> None:
         self.n += 1
         self.total += v
+        self.squares += v * v
 
     @property
     def mean(self) -> float:
         return self.total / self.n if self.n else 0.0
+
+    @property
+    def standard_error(self) -> float:
+        if self.n < 2:
+            return math.inf
+        var = max(0.0, (self.squares - self.n * self.mean**2) / (self.n - 1))
+        return math.sqrt(var / self.n)
 
 
 class PairSpeeds:
@@ -157,6 +178,22 @@ class PairSpeeds:
                 out[key] = (min(1.0, max(MIN_OBSERVED_PAIR_SPEED, m.mean / solo.mean)), m.n)
         return out
 
+    def readings(self, uid: str) -> dict[PairKey, PairReading]:
+        """:meth:`speeds` with each reading's error: its sampling error, but never less than
+        :data:`~horus.common.constants.UTILISATION_PAIR_ERROR`, the proxy's measured error
+        against true speeds — averaging more samples does not remove a bias."""
+        solo = self.solo.get(uid)
+        out: dict[PairKey, PairReading] = {}
+        for key, (speed, n) in self.speeds(uid).items():
+            m = self.shared[uid][key]
+            rel = math.hypot(
+                m.standard_error / m.mean if m.mean > 0 else 1.0,
+                solo.standard_error / solo.mean if solo is not None and solo.mean > 0 else 1.0,
+            )
+            error = min(1.0, max(UTILISATION_PAIR_ERROR, speed * rel))
+            out[key] = PairReading(speed, n, error, PAIR_SOURCE_UTILISATION)
+        return out
+
     def forget(self, present_uids: Iterable[str]) -> None:
         keep = set(present_uids)
         for d in (self.solo, self.shared):
@@ -173,6 +210,14 @@ class Feedback:
     def __init__(self) -> None:
         self.stats: dict[str, PodStats] = {}
         self.pairs = PairSpeeds()
+        self.progress = ProgressSpeeds()
+
+    def readings(self, uid: str) -> dict[PairKey, PairReading]:
+        """The pod's measured pair speeds: from its progress where it reports enough, else
+        from utilisation (a job that does not report keeps the utilisation signal)."""
+        out = self.pairs.readings(uid)
+        out.update(self.progress.speeds(uid))
+        return out
 
     def add(
         self, pod: PodInfo, gpu_model: str, backend: str, util_ratio: float | None, mem_bytes: float
@@ -189,6 +234,7 @@ class Feedback:
             self._with_pairs(self.stats.pop(uid)) for uid in list(self.stats) if uid not in keep
         ]
         self.pairs.forget(keep)
+        self.progress.forget(keep)
         return gone
 
     def drain(self) -> list[PodStats]:
@@ -197,7 +243,7 @@ class Feedback:
         return out
 
     def _with_pairs(self, st: PodStats) -> PodStats:
-        st.pairs = self.pairs.speeds(st.pod.uid)
+        st.pairs = {k: (r.speed, r.samples) for k, r in self.readings(st.pod.uid).items()}
         st.neighbours = {
             kind: self.pairs.profiles[kind] for kind, _ in st.pairs if kind in self.pairs.profiles
         }
@@ -221,19 +267,33 @@ class Feedback:
             if means:
                 obs["util"] = round(min(100.0, sum(means) / len(means)), 2)
                 obs["utilPeak"] = round(min(100.0, max(s.util_peak for s in sts)), 2)
-            pairs: dict[PairKey, tuple[float, int]] = {}
-            for st in sts:  # per neighbour, the replica that measured it longest
-                for k, (speed, n) in self.pairs.speeds(st.pod.uid).items():
-                    if n > pairs.get(k, (0.0, 0))[1]:
-                        pairs[k] = (speed, n)
+            pairs: dict[PairKey, PairReading] = {}
+            for st in sts:  # per neighbour: progress first, then the replica measured longest
+                for k, r in self.readings(st.pod.uid).items():
+                    old = pairs.get(k)
+                    if old is None or _rank(r) > _rank(old):
+                        pairs[k] = r
             if pairs:
-                best = sorted(pairs.items(), key=lambda kv: (-kv[1][1], kv[0]))
+                best = sorted(pairs.items(), key=lambda kv: (-kv[1].samples, kv[0]))
                 obs["pairs"] = [
-                    {"other": other, "gpuModel": gpu, "speed": round(speed, 4), "samples": n}
-                    for (other, gpu), (speed, n) in best[:MAX_OBSERVED_PAIRS]
+                    {
+                        "other": other,
+                        "gpuModel": gpu,
+                        "speed": round(r.speed, 4),
+                        "samples": r.samples,
+                        "error": round(max(r.error, 1e-4), 4),
+                        "source": r.source,
+                    }
+                    for (other, gpu), r in best[:MAX_OBSERVED_PAIRS]
                 ]
             out[key] = obs
         return out
+
+
+def _rank(r: PairReading) -> tuple[bool, int]:
+    """Which of two readings of one pair to publish: progress over utilisation, then more
+    samples."""
+    return r.source == PAIR_SOURCE_PROGRESS, r.samples
 
 
 def _provenance(st: PodStats, profile: GraphProfile) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Literal
 from horus.common.constants import MPS_LOG_DIRECTORY_DEFAULT, MPS_PIPE_DIRECTORY_DEFAULT
 from horus.common.errors import ConfigError
 from horus.common.settings import check_range, check_seconds
+from horus.progress.mount import DEFAULT_HOST_ROOT
 
 SECTION = "agent"
 
@@ -76,6 +77,10 @@ class AgentSettings:
     """Where host processes are seen (the DaemonSet needs hostPID for NVML pod mapping)."""
     nvml_retry_seconds: float = 60.0
     """How often an unavailable NVML is retried (the agent keeps running meanwhile)."""
+    progress_root: Path | None = Path(DEFAULT_HOST_ROOT)
+    """Host directory holding each pod's progress directory (``<root>/<pod UID>``, which the
+    device plugin mounts into the pod): pair speeds are measured from the jobs' reported
+    progress where there is some (docs/agent.md). Unset: utilisation only."""
 
     def __post_init__(self) -> None:
         chosen = [n for n in ("node_name", "nodes", "node_selector") if getattr(self, n)]

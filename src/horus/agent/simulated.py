@@ -65,6 +65,10 @@ class SimulatedBackend:
         self._predictor_loaded = False
         self._rngs: dict[str, random.Random] = {}
         self._pair_cache: dict[tuple[str, str, str], float] = {}
+        #: SIMULATION ONLY: each pod's true speed in the last sample (1 alone, less when
+        #: sharing), which the agent hands to the pod's workload (its progress directory's
+        #: simulated-speed file), so a simulated job slows down as the simulation says.
+        self.speeds: dict[str, float] = {}
 
     @property
     def name(self) -> str:
@@ -122,6 +126,8 @@ class SimulatedBackend:
     ) -> NodeSample:
         rng = self._rng(node.name)
         profiles = profiles or {}
+        for pod in pods:
+            self.speeds.pop(pod.uid, None)
         by_gpu: dict[int, list[PodInfo]] = {}
         for pod in pods:
             by_gpu.setdefault(pod.assignment.gpu_index, []).append(pod)
@@ -138,6 +144,7 @@ class SimulatedBackend:
                     self._pair_speed(p, q, profiles, dev.model) for q in group if q.uid != p.uid
                 ]
                 speed = true_speed(pairs, contention)
+                self.speeds[p.uid] = speed
                 u = alone[p.uid] * speed * max(0.0, rng.gauss(1.0, self._noise))
                 if self._cap:
                     u = min(u, float(p.assignment.core_percent))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +61,12 @@ def progress_mount(root: Path, pod_uid: str, create: bool = True) -> ProgressMou
     return ProgressMount(str(path), CONTAINER_DIR, {ENV_DIR: CONTAINER_DIR})
 
 
-def remove_stale(root: Path, keep_uids: Iterable[str]) -> list[str]:
-    """Remove the progress directories of pods not in ``keep_uids`` (pods gone from the node);
-    returns the UIDs removed. Only entries named like a pod UID are touched."""
+def remove_stale(root: Path, keep_uids: Iterable[str], older_than: float = 0.0) -> list[str]:
+    """Remove the progress directories of pods not in ``keep_uids`` (pods gone from the node)
+    that nothing changed for ``older_than`` seconds (a pod just allocated may not be listed
+    yet); returns the UIDs removed. Only entries named like a pod UID are touched."""
     keep = set(keep_uids)
+    now = time.time()
     removed: list[str] = []
     try:
         entries = list(os.scandir(root))
@@ -71,6 +74,11 @@ def remove_stale(root: Path, keep_uids: Iterable[str]) -> list[str]:
         return removed
     for entry in entries:
         if _UID.fullmatch(entry.name) and entry.name not in keep:
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime < older_than:
+                    continue
+            except FileNotFoundError:
+                continue
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
             else:

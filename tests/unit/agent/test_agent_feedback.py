@@ -113,7 +113,17 @@ def test_job_observed_reports_measured_pairs() -> None:
     _feed(fb.pairs, [(a.uid, None, 0.8)], 3)
     _feed(fb.pairs, [(a.uid, "resnet@64", 0.2), ("uid-x", "bert@8", 0.5)], 3)
     pairs = fb.job_observed()[("ns", "j1")]["pairs"]
-    assert pairs == [{"other": "bert@8", "gpuModel": "H100", "speed": 0.25, "samples": 3}]
+    # a utilisation reading never claims less error than the proxy's measured one (issue 26)
+    assert pairs == [
+        {
+            "other": "bert@8",
+            "gpuModel": "H100",
+            "speed": 0.25,
+            "samples": 3,
+            "error": 0.192,
+            "source": "utilisation",
+        }
+    ]
 
 
 def test_pair_rows_are_accepted_by_the_predictor(tmp_path: Path) -> None:
