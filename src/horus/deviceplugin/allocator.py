@@ -191,6 +191,7 @@ class Allocator:
         mps_shm_dir: Path | None = None,
         gpu_access: str = "envvar",
         cdi_kind: str = "nvidia.com/gpu",
+        progress_root: Path | None = None,
     ) -> None:
         self.api = api
         self.node = node_name
@@ -206,6 +207,7 @@ class Allocator:
             pass_device_specs,
             gpu_access,
             cdi_kind,
+            progress_root=progress_root,
         )
         self._lock = threading.Lock()
 

@@ -89,6 +89,7 @@ def build(
             settings.mps_shm_dir,
             settings.gpu_access,
             settings.cdi_kind,
+            settings.progress_root,
         )
     plugins = [
         ResourcePlugin(core_kind(), allocator, settings.plugin_dir),

@@ -26,6 +26,7 @@ from horus.common.constants import (
 )
 from horus.common.errors import ConfigError
 from horus.common.settings import check_range, check_seconds, load_settings
+from horus.progress.mount import DEFAULT_HOST_ROOT as DEFAULT_PROGRESS_ROOT
 
 SECTION = "deviceplugin"
 # CDI's kind: <vendor>/<class>, vendor a DNS-like name (container-device-interface spec).
@@ -63,6 +64,11 @@ class DevicePluginSettings:
     # is mounted as /dev/shm into every MPS client, as NVIDIA's device plugin does. Empty: no
     # /dev/shm mount (a daemon running in the host's own /dev/shm, as in the local demo).
     mps_shm_dir: Path | None = None
+    # Host root of the per-pod progress directories (issue 26): each pod gets <root>/<pod UID>
+    # mounted read-write with $HORUS_PROGRESS_DIR, where its training loop reports progress
+    # for the agent (the chart mounts the root into the plugin and the agent at this path).
+    # Empty: none (the agent measures pairs from utilisation only).
+    progress_root: Path | None = Path(DEFAULT_PROGRESS_ROOT)
     # Also hand out /dev/nvidia* device nodes (for runtimes without the NVIDIA container
     # toolkit, like NVIDIA's PASS_DEVICE_SPECS).
     pass_device_specs: bool = False
@@ -122,7 +128,7 @@ class DevicePluginSettings:
             "node_check_interval_s",
         ):
             check_seconds(name, getattr(self, name))
-        for name in ("mps_pipe_dir", "mps_shm_dir"):
+        for name in ("mps_pipe_dir", "mps_shm_dir", "progress_root"):
             path = getattr(self, name)
             if path is not None and not path.is_absolute():
                 raise ConfigError(

@@ -12,12 +12,16 @@ whichever path placed it; the device plugin turns the result into a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from horus.api.assignment import GpuAssignment, GpuRef
 from horus.common import constants as c
+from horus.progress.mount import progress_mount
+
+log = logging.getLogger("horus.node.grant")
 
 #: Where an MPS client's container sees the daemon's shared memory.
 MPS_CLIENT_SHM = "/dev/shm"
@@ -78,6 +82,10 @@ class GrantPolicy:
     pass_device_specs: bool = False
     gpu_access: str = "envvar"
     cdi_kind: str = "nvidia.com/gpu"
+    #: Host root of the per-pod progress directories (``horus.progress.mount``): a share
+    #: handed to one pod also gets that pod's directory, read-write, and
+    #: ``$HORUS_PROGRESS_DIR``. None: no progress directory (pair speeds from utilisation).
+    progress_root: Path | None = None
 
     def __post_init__(self) -> None:
         if self.gpu_access not in c.GPU_ACCESS_MODES:
@@ -118,6 +126,17 @@ def build_grant(
             c.ENV_POD_UID: consumer.uid,
         }
     envs |= dict(extra_envs or {})
+    if policy.progress_root is not None and consumer is not None and consumer.uid:
+        # the job reports its progress here (issue 26); one pod's own directory, so a job
+        # cannot write another's. A directory that cannot be made is left out: a missing
+        # bind source would stop the container from starting, progress is not worth that.
+        try:
+            progress = progress_mount(policy.progress_root, consumer.uid)
+        except (OSError, ValueError) as exc:
+            log.warning("no progress directory for pod %s: %s", consumer.uid, exc)
+        else:
+            mounts.append(MountSpec(progress.container_path, progress.host_path))
+            envs |= progress.env
     if policy.enforcement == "mps":
         pipe = str(policy.mps_pipe_dir)
         envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
