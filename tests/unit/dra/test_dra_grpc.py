@@ -260,3 +260,30 @@ def test_cli_without_a_node_name_says_so() -> None:
     )
     assert proc.returncode == 2
     assert "node name is unknown" in proc.stderr
+
+
+def test_malformed_calls_are_refused_and_the_driver_keeps_serving(running: Running) -> None:
+    import grpc
+
+    from horus.dra.server import MAX_CLAIMS
+
+    kubelet = FakeKubelet(running.settings.registry_dir)
+    kubelet.register()
+    too_many = [("ml", f"c{i}", f"u{i}") for i in range(MAX_CLAIMS + 1)]
+    with pytest.raises(grpc.RpcError) as err:
+        kubelet.prepare(*too_many)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert kubelet.channel is not None
+    garbage = kubelet.channel.unary_unary(
+        "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    with pytest.raises(grpc.RpcError):
+        garbage(b"\xff\xff\xff\xff not a protobuf", timeout=5)
+    huge = ("ml", "c1", "u" * (5 << 20))  # over the 4 MiB message bound
+    with pytest.raises(grpc.RpcError) as err:
+        kubelet.prepare(huge)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert kubelet.prepare(("ml", "c1", "uid-1")).claims["uid-1"].error == ""
+    kubelet.close()
