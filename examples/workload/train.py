@@ -9,6 +9,19 @@ It prints, as JSON lines on stdout (``kubectl logs``):
 * ``{"event": "progress", "step": ..., "steps_per_second": ...}`` every ``--report-seconds``;
 * ``{"event": "done", ...}`` at the end (``--steps`` reached, or SIGTERM).
 
+**Progress for the node agent.** Where Horus mounted a progress directory (``$HORUS_PROGRESS_DIR``)
+the loop reports every step and its samples through ``horus.progress.report`` (copied into the
+image as ``horus_progress.py``), and marks checkpoint writing as a phase: the node agent
+measures this job's speed alone and next to each neighbour from it (docs/agent.md).
+
+**Simulated GPUs (SIMULATION ONLY).** There is no GPU here, so sharing one cannot slow this
+loop by itself. On the dev cluster's simulated GPUs the node agent writes the speed its
+simulation gives this pod (1 alone, less when sharing) into the progress directory; the loop
+then makes each step take ``--step-sleep / speed`` seconds in all, so the job slows exactly as
+the simulation says, and what the agent reads back from progress can be checked against that
+known truth (``benchmarks/progress_signal.py``). On a real GPU there is no such file and the
+loop runs as it is.
+
 **Checkpoints.** When ``$HORUS_CHECKPOINT_PATH`` is set (a DLJob with
 ``spec.migration.policy: OnCheckpoint`` gets it, on a volume that outlives the pod), the loop
 resumes from ``<path>/checkpoint.json`` if it is there (``{"event": "resumed", "step": ...}``),
@@ -31,6 +44,11 @@ import random
 import signal
 import sys
 import time
+
+try:  # in the repository (and wherever Horus is installed)
+    from horus.progress.report import ProgressReporter, simulated_speed
+except ImportError:  # the workload image: the same file, copied beside this one
+    from horus_progress import ProgressReporter, simulated_speed  # type: ignore[no-redef]
 
 SHARE_PREFIXES = ("HORUS_", "CUDA_", "NVIDIA_VISIBLE_DEVICES")
 # Where the NVIDIA container toolkit reads a volume-mount device list (one entry per GPU UUID).
@@ -130,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         emit("resumed", step=step, pod=os.environ.get("HORUS_POD_NAME", ""))
     started = last = last_ckpt = time.monotonic()
     last_step = step
+    progress = ProgressReporter()  # no-op without $HORUS_PROGRESS_DIR
+    speed, speed_read = simulated_speed(), time.monotonic()
     while not stop and (args.steps == 0 or step < args.steps):
+        step_started = time.monotonic()
         grad = [0.0] * args.features
         loss = 0.0
         for _ in range(args.batch_size):
@@ -143,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 grad[i] += (p - y) * xi
         weights = [w - lr * g / args.batch_size for w, g in zip(weights, grad)]
         step += 1
+        progress.step(samples=args.batch_size)
         now = time.monotonic()
         if now - last >= args.report_seconds:
             emit(
@@ -153,13 +175,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             last, last_step = now, step
         if ckpt_dir and now - last_ckpt >= args.checkpoint_seconds:
-            save_checkpoint(ckpt_dir, {"step": step, "weights": weights})
+            with progress.phase("checkpoint"):
+                save_checkpoint(ckpt_dir, {"step": step, "weights": weights})
             last_ckpt = now
-        if args.step_sleep > 0:
+        if now - speed_read >= 1.0:
+            speed, speed_read = simulated_speed(), now
+        if speed is not None and args.step_sleep > 0:
+            # SIMULATION ONLY: the step takes step_sleep / speed seconds in all
+            time.sleep(max(0.0, args.step_sleep / speed - (time.monotonic() - step_started)))
+        elif args.step_sleep > 0:
             time.sleep(args.step_sleep)
     if ckpt_dir:
-        save_checkpoint(ckpt_dir, {"step": step, "weights": weights})
+        with progress.phase("checkpoint"):
+            save_checkpoint(ckpt_dir, {"step": step, "weights": weights})
         emit("checkpoint", step=step, path=ckpt_dir)
+    progress.close()
     elapsed = time.monotonic() - started
     emit(
         "done",
