@@ -75,6 +75,8 @@ def test_replicas_on_two_real_nodes_get_exactly_their_signed_assignment(
             c.ENV_POD_UID: meta["uid"],
             c.ENV_NODE_NAME: a.node,
             c.ENV_ENFORCEMENT: "mps",
+            # its own progress directory (issue 26), where it reports steps and samples
+            "HORUS_PROGRESS_DIR": "/var/run/horus/progress",
         }
         assert (a.core_percent, a.memory_mib) == (60, 8192)
         # the MPS pipe directory is a mount of the container, as Allocate asked
