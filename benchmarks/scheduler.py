@@ -32,12 +32,13 @@ from pathlib import Path
 
 from horus.predictor.interface import Predictor
 from horus.scheduler import ClusterState, JobRequest, Placement, Scheduler
-from horus.sim.commands import COMPARED_RUNS
 from horus.sim.config import parse_run
 from horus.sim.datasets import ALIBABA, ALIBABA_FILE, missing
 from horus.sim.engine import SimConfig
 from horus.sim.groundtruth import GroundTruth, load_truth
+from horus.sim.observation import ObservationModel
 from horus.sim.report import plot, ratios, table, to_json, write_json
+from horus.sim.results import SimResult
 from horus.sim.run import (
     TraceSpec,
     load_trace,
@@ -56,14 +57,22 @@ from horus.sim.traces import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-#: ``horus`` is the whole system (prediction + the agent's measurements + migration +
-#: preemption); ``horus-predict-only`` and ``horus+observed`` (no moves) are its ablations.
-POLICIES = list(COMPARED_RUNS)
+#: ``horus`` is the whole system (prediction + the agent's measurements from the jobs'
+#: progress + migration + preemption); ``horus-predict-only`` is its ablation, and the same
+#: system reading pairs from the utilisation ratio (split and overlap models) or exactly
+#: stands beside it (issue 26); ``horus sim compare`` runs the older list.
+POLICIES = [
+    "binpack",
+    "horus-predict-only",
+    "horus",
+    *(f"horus+observed-{s}+migrate+preempt" for s in ("split", "overlap", "exact")),
+    "oracle",
+]
 #: The high-priority variant: the whole system against itself without preemption.
 PRIORITY_RUNS = ["horus+observed+migrate", "horus"]
 
 
-def _specs(args: argparse.Namespace) -> list[tuple[str, TraceSpec, int]]:
+def _specs(args: argparse.Namespace, seed: int = 0) -> list[tuple[str, TraceSpec, int]]:
     """(name, trace, GPUs) of each trace asked for (``--traces``).
 
     Alibaba's jobs include months-long ones (the longest runs 145 days): on 1,024 GPUs no
@@ -74,9 +83,15 @@ def _specs(args: argparse.Namespace) -> list[tuple[str, TraceSpec, int]]:
     philly_truth = (
         "gavel" if trained_predictor_available() and args.predictor != "profiled" else "lucid"
     )
+    philly = TraceSpec("philly", philly_truth, limit=args.jobs)
     specs = {
-        "philly": (TraceSpec("philly", philly_truth, limit=args.jobs), args.gpus),
-        "alibaba": (TraceSpec("alibaba", "lucid", limit=args.jobs, seed=1), args.alibaba_gpus),
+        # philly's kinds are Gavel's own job types: the trace is the same for every seed
+        "philly": (philly, args.gpus),
+        "philly-512gpus": (philly, args.gpus // 2),
+        "alibaba": (
+            TraceSpec("alibaba", "lucid", limit=args.jobs, seed=1 + seed),
+            args.alibaba_gpus,
+        ),
         "synthetic": (
             TraceSpec(
                 "synthetic",
@@ -86,7 +101,7 @@ def _specs(args: argparse.Namespace) -> list[tuple[str, TraceSpec, int]]:
                     arrival_rate=1.0,
                     duration_median=3600,
                     duration_sigma=0.8,
-                    seed=2,
+                    seed=2 + seed,
                 ),
             ),
             args.gpus,
@@ -107,65 +122,158 @@ def _runs(args: argparse.Namespace, default: list[str]) -> list[str]:
     return names
 
 
+#: Runs whose result does not depend on the measurement seed (no noisy signal): on a trace
+#: that is the same for every seed (philly) they run once and count for every seed.
+def _seed_free(run: str) -> bool:
+    return parse_run(run).observe in (None, "exact")
+
+
+def _summary(per_seed: list[dict[str, object]], runs: list[str]) -> dict[str, object]:
+    """Per run, over seeds: mean and (min, max) of mean JCT and makespan × oracle, mean JCT ×
+    binpack and × predict-only, moves per job."""
+    out: dict[str, object] = {}
+    for run in runs:
+        rows: dict[str, list[float]] = {}
+        for doc in per_seed:
+            pol = doc["policies"]
+            assert isinstance(pol, dict)
+            me, orc = pol[run], pol.get("oracle")
+            vals = {"moves_per_job": me["migrations_per_job"], "jct_mean_s": me["jct_mean_s"]}
+            if orc:
+                vals["jct_mean_over_oracle"] = me["jct_mean_s"] / orc["jct_mean_s"]
+                vals["makespan_over_oracle"] = me["makespan_s"] / orc["makespan_s"]
+            for other, key in (("binpack", "binpack"), ("horus-predict-only", "predict_only")):
+                if other in pol:
+                    vals[f"jct_mean_over_{key}"] = me["jct_mean_s"] / pol[other]["jct_mean_s"]
+            for k, v in vals.items():
+                rows.setdefault(k, []).append(float(v))
+        out[run] = {
+            k: {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "values": v}
+            for k, v in rows.items()
+        }
+    return out
+
+
+def _targets(name: str, summary: dict[str, object]) -> list[str]:
+    """The issue-26 targets for the whole system (``horus``), as printed lines."""
+    h = summary.get("horus")
+    if not isinstance(h, dict):
+        return []
+    lines = []
+    limit = 1.08 if name.startswith("philly") else 1.04 if name == "synthetic" else None
+    j = h.get("jct_mean_over_oracle")
+    if j:
+        goal = f" (target ≤ {limit}: {'met' if j['mean'] <= limit else 'MISSED'})" if limit else ""
+        lines.append(
+            f"  horus mean JCT × oracle: mean {j['mean']:.3f} over seeds "
+            f"(spread {j['min']:.3f}–{j['max']:.3f}){goal}"
+        )
+    p = h.get("jct_mean_over_predict_only")
+    if p:
+        worse = sum(v > 1.0 for v in p["values"])
+        lines.append(
+            f"  horus mean JCT × horus-predict-only: mean {p['mean']:.3f} (spread "
+            f"{p['min']:.3f}–{p['max']:.3f}); worse than prediction alone in {worse} of "
+            f"{len(p['values'])} seeds"
+        )
+    b = h.get("jct_mean_over_binpack")
+    if b:
+        lines.append(
+            f"  horus mean JCT × binpack: mean {b['mean']:.3f} ({b['min']:.3f}–{b['max']:.3f})"
+        )
+    m = h["moves_per_job"]
+    lines.append(f"  horus moves per job: max over seeds {m['max']:.4f} (target ≤ 0.5)")
+    return lines
+
+
 def policies(args: argparse.Namespace) -> dict[str, object]:
+    """Every run on every trace for ``--seeds`` seeds (seed s: the measurement noise, and the
+    synthetic and alibaba traces' own seeds + s); per-seed tables, then the summary over
+    seeds with the issue's targets."""
     out: dict[str, object] = {}
     runs = _runs(args, POLICIES)
-    for name, spec, gpus in _specs(args):
-        loaded = _load(name, spec, gpus, args)
-        if loaded is None:
-            continue
-        truth, predictor, trace, scale = loaded
+    for name, _, gpus in _specs(args):
+        per_seed: list[dict[str, object]] = []
+        reused: dict[str, SimResult] = {}
         t0 = time.perf_counter()
-        results = run_policies(
-            trace,
-            truth,
-            runs,
-            predictor,
-            _config(gpus, args),
-            None,
-            name,
-        )
-        # No policy can finish before the latest (arrival + solo duration) of a kept job.
-        start = min(r.submit for r in results[0].records)
-        bound = max(r.submit + r.duration for r in results[0].records) - start
-        print(table(results))
-        print(f"  makespan lower bound (latest arrival + solo duration): {bound:.0f} s")
-        cap = _config(gpus, args).migration.max_moves_per_job
-        print(f"  moves per job: cap {cap} (migration.max_moves_per_job)")
-        by = {r.policy: r.metrics() for r in results}
-        if "exclusive" in by:
-            busy = by["exclusive"]["gpu_busy_fraction"]
-            print(f"  exclusive keeps the GPUs {busy:.3f} busy (issue 17: ≥ 0.5)")
-        for k, v in ratios(results).items():
-            print(f"  {k:<40} {v:.3f}")
-        doc = to_json(
-            results,
-            {
-                "trace": name,
-                "truth": truth.source,
-                "gpu_model": truth.gpu_model,
-                "gpus": gpus,
-                "jobs": len(trace),
-                "arrival_scale": scale,
-                "offered_load": offered_load(trace, gpus),
-                "windowed_load": windowed_load(trace, gpus),
-                "target_load": args.load,
-                "makespan_lower_bound_s": bound,
-                "max_moves_per_job": cap,
-                "predictor": predictor.version,
-                "pair_coverage": truth.coverage(),
-                "wall_seconds": time.perf_counter() - t0,
-                "command": " ".join(sys.argv),
-            },
-        )
+        for seed in range(args.seeds):
+            spec = next(s for n, s, _ in _specs(args, seed) if n == name)
+            loaded = _load(name, spec, gpus, args)
+            if loaded is None:
+                break
+            truth, predictor, trace, scale = loaded
+            cfg = _config(gpus, args, seed)
+            fixed = name.startswith("philly")  # the trace does not change with the seed
+            todo = [r for r in runs if not (fixed and r in reused)]
+            done = run_policies(trace, truth, todo, predictor, cfg, None, name)
+            if fixed:
+                reused.update({r.policy: r for r in done if _seed_free(r.policy)})
+            by = {r.policy: r for r in done}
+            results = [by.get(r) or reused[r] for r in runs]
+            # No policy can finish before the latest (arrival + solo duration) of a kept job.
+            start = min(r.submit for r in results[0].records)
+            bound = max(r.submit + r.duration for r in results[0].records) - start
+            print(
+                f"-- seed {seed}"
+                + (" (seed-free runs reused from seed 0)" if fixed and seed else "")
+            )
+            print(table(results))
+            print(f"  makespan lower bound (latest arrival + solo duration): {bound:.0f} s")
+            m = {r.policy: r.metrics() for r in results}
+            if "exclusive" in m:
+                busy = m["exclusive"]["gpu_busy_fraction"]
+                print(f"  exclusive keeps the GPUs {busy:.3f} busy (issue 17: ≥ 0.5)")
+            for k, v in ratios(results).items():
+                print(f"  {k:<40} {v:.3f}")
+            per_seed.append(
+                to_json(
+                    results,
+                    {
+                        "seed": seed,
+                        "arrival_scale": scale,
+                        "jobs": len(trace),
+                        "offered_load": offered_load(trace, gpus),
+                        "windowed_load": windowed_load(trace, gpus),
+                        "makespan_lower_bound_s": bound,
+                        "reused_from_seed_0": sorted(r for r in reused if seed and r in runs),
+                    },
+                )
+            )
+            if seed == 0:
+                plot(results, RESULTS / f"scheduler-{name}{args.suffix}")
+        if not per_seed:
+            continue
+        summary = _summary(per_seed, runs)
+        print(f"\n== {name}: over {len(per_seed)} seeds")
+        for line in _targets(name, summary):
+            print(line)
+        doc = {
+            "trace": name,
+            "truth": truth.source,
+            "gpu_model": truth.gpu_model,
+            "gpus": gpus,
+            "target_load": args.load,
+            "max_moves_per_job": _config(gpus, args).migration.max_moves_per_job,
+            "predictor": predictor.version,
+            "pair_coverage": truth.coverage(),
+            "seeds": len(per_seed),
+            "summary": summary,
+            "per_seed": per_seed,
+            "wall_seconds": time.perf_counter() - t0,
+            "command": " ".join(sys.argv),
+        }
         write_json(RESULTS / f"scheduler-policies-{name}{args.suffix}.json", doc)
-        plot(results, RESULTS / f"scheduler-{name}{args.suffix}")
         out[name] = doc
     return out
 
 
-def _config(gpus: int, args: argparse.Namespace) -> SimConfig:
-    return SimConfig(gpus=gpus, progress=args.progress, drop_impossible=True)
+def _config(gpus: int, args: argparse.Namespace, seed: int = 0) -> SimConfig:
+    return SimConfig(
+        gpus=gpus,
+        progress=args.progress,
+        drop_impossible=True,
+        observation=ObservationModel(seed=seed, data_dir=args.data_dir),
+    )
 
 
 def _load(
@@ -423,7 +531,10 @@ def main() -> int:
     )
     p.add_argument("--gpus", type=int, default=1024)
     p.add_argument("--alibaba-gpus", type=int, default=32, help="GPUs of the alibaba runs")
-    p.add_argument("--traces", default="philly,alibaba,synthetic")
+    p.add_argument("--traces", default="philly,philly-512gpus,alibaba,synthetic")
+    p.add_argument(
+        "--seeds", type=int, default=3, help="policies step: seeds (measurement noise, traces)"
+    )
     p.add_argument(
         "--policies", default=None, help="runs (comma-separated) instead of the step's default"
     )

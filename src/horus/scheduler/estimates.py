@@ -52,7 +52,7 @@ class Estimates:
             raise ValidationError(f"pair_error must be a finite number >= 0, got {pair_error}")
         if not (math.isfinite(observed_error) and 0 <= observed_error <= 1):
             raise ValidationError(f"observed_error must be in [0, 1], got {observed_error}")
-        #: Typical error of one measured pair speed (0: measurements are exact).
+        #: Typical error of a measured pair speed whose caller gave none (0: exact).
         self.observed_error = observed_error
         self.predictor = predictor
         self.settings = settings
@@ -62,6 +62,8 @@ class Estimates:
         self._pair_cache: dict[PairKey, float] = {}
         #: Measured pair speeds (:meth:`observe_pair`); they win over any other source.
         self._observed: dict[PairKey, float] = {}
+        #: Each measured pair's own error (what its margin is made from).
+        self._observed_error: dict[PairKey, float] = {}
         #: The predicted speed of each measured pair, at the time it was first measured.
         self._observed_predicted: dict[PairKey, float] = {}
         #: Caches of :meth:`model_pair_error` and of the margins made from it (None: stale).
@@ -154,16 +156,26 @@ class Estimates:
                 return self._pair_cache[(kind, other, gpu_model)]
         return self.predictor.pair_speed(a.profile, b.profile, gpu_model)
 
-    def observe_pair(self, kind: str, other: str, gpu_model: str, speed: float) -> bool:
-        """Record a *measured* pair speed (see ``Scheduler.observe_pair``); True when it
-        changed what is known (so whatever was derived from pair speeds is stale)."""
+    def observe_pair(
+        self, kind: str, other: str, gpu_model: str, speed: float, error: float | None = None
+    ) -> bool:
+        """Record a *measured* pair speed and its error (see ``Scheduler.observe_pair``);
+        True when it changed what is known (so whatever was derived from pair speeds is
+        stale)."""
         if not (math.isfinite(speed) and 0.0 < speed <= 1.0):
             raise ValidationError(
                 f"observed pair speed of {kind!r} next to {other!r} on {gpu_model!r} must be "
                 f"in (0, 1], got {speed}"
             )
+        if error is None:
+            error = self.observed_error
+        elif not (math.isfinite(error) and 0.0 <= error <= 1.0):
+            raise ValidationError(
+                f"error of the observed pair speed of {kind!r} next to {other!r} on "
+                f"{gpu_model!r} must be in [0, 1], got {error}"
+            )
         key = (kind, other, gpu_model)
-        if self._observed.get(key) == speed:
+        if self._observed.get(key) == speed and self._observed_error.get(key) == error:
             return False
         if key not in self._observed:
             # What was predicted before the measurement replaces it (none for a kind whose
@@ -171,6 +183,7 @@ class Estimates:
             with contextlib.suppress(HorusError):
                 self._observed_predicted[key] = self.pair_speed(kind, other, gpu_model)
         self._observed[key] = speed
+        self._observed_error[key] = error
         self._pair_cache[key] = speed
         self._model_error = self._model_margin = None
         return True
@@ -179,6 +192,11 @@ class Estimates:
     def observed_pairs(self) -> Mapping[PairKey, float]:
         """Every measured pair speed so far, by (kind, other, GPU model)."""
         return self._observed
+
+    @property
+    def observed_errors(self) -> Mapping[PairKey, float]:
+        """Each measured pair's own error, by (kind, other, GPU model)."""
+        return self._observed_error
 
     # --- how sure ---------------------------------------------------------------------------
     def model_pair_error(self) -> dict[str, float]:

@@ -63,21 +63,22 @@ class ScoreContext:
     pair_speed: PairSpeed
     #: Error of one pair speed from ``pair_speed`` × ``settings.uncertainty_z``.
     pair_margin: float = 0.0
-    #: Pairs whose speed was measured (``Scheduler.observe_pair``): (kind, other, GPU model).
-    #: Their margin is 0; every other pair keeps its GPU model's margin.
-    observed: AbstractSet[tuple[str, str, str]] = frozenset()
+    #: Pairs whose speed was measured (``Scheduler.observe_pair``): (kind, other, GPU model)
+    #: → the measurement's own error. Their margin is ``observed_z`` × that error; every
+    #: other pair keeps its GPU model's margin.
+    observed: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     #: Per GPU model, a margin learned from measured pairs (``Scheduler.model_pair_error``
     #: × ``uncertainty_z``); models not in it keep ``pair_margin``.
     model_margin: Mapping[str, float] = field(default_factory=dict)
-    #: Margin of a measured pair term (the measurement's own error × ``uncertainty_z``).
-    observed_margin: float = 0.0
+    #: What a measured pair's error is multiplied by to make its margin (``uncertainty_z``).
+    observed_z: float = 0.0
 
     def signature_margin(self, kind: str, model: str, sig: tuple[str, ...]) -> float:
         """Margin of one pair term when ``kind`` joins a GPU running ``sig``: the mean over
         the pair terms the share adds (its speed next to each job, each job's next to it),
-        the measurement's own margin for the measured ones."""
+        each measured one with its measurement's own margin."""
         margin = self.model_margin.get(model, self.pair_margin)
-        return term_margin(margin, self.observed, kind, model, sig, self.observed_margin)
+        return term_margin(margin, self.observed, kind, model, sig, self.observed_z)
 
     # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
     #: predicted gain per GPU, −inf off the scored mask;
@@ -87,7 +88,10 @@ class ScoreContext:
 
 
 def unmeasured_fraction(
-    observed: AbstractSet[tuple[str, str, str]], kind: str, model: str, sig: tuple[str, ...]
+    observed: Mapping[tuple[str, str, str], float] | AbstractSet[tuple[str, str, str]],
+    kind: str,
+    model: str,
+    sig: tuple[str, ...],
 ) -> float:
     """The fraction of the pair terms ``kind`` joining ``sig`` adds (its speed next to each
     job, each job's next to it) that are not measured (``observed``)."""
@@ -99,18 +103,33 @@ def unmeasured_fraction(
     return unmeasured / (2 * len(sig))
 
 
+def measured_error(
+    observed: Mapping[tuple[str, str, str], float], kind: str, model: str, sig: tuple[str, ...]
+) -> float:
+    """The errors of the measured pair terms that ``kind`` joining ``sig`` adds, summed and
+    divided by all its terms (unmeasured ones count 0): the measured part of the mean
+    margin before ``uncertainty_z``."""
+    if not observed or not sig:
+        return 0.0
+    total = 0.0
+    for r in sig:
+        total += observed.get((kind, r, model), 0.0) + observed.get((r, kind, model), 0.0)
+    return total / (2 * len(sig))
+
+
 def term_margin(
     margin: float,
-    observed: AbstractSet[tuple[str, str, str]],
+    observed: Mapping[tuple[str, str, str], float],
     kind: str,
     model: str,
     sig: tuple[str, ...],
-    observed_margin: float = 0.0,
+    observed_z: float = 0.0,
 ) -> float:
     """The mean margin of the pair terms that ``kind`` joining ``sig`` adds: ``margin`` for a
-    predicted one, ``observed_margin`` for a measured one (``observed``)."""
+    predicted one, ``observed_z`` × its measurement's own error for a measured one
+    (``observed``: measured pair → error)."""
     frac = unmeasured_fraction(observed, kind, model, sig)
-    return margin * frac + observed_margin * (1.0 - frac)
+    return margin * frac + observed_z * measured_error(observed, kind, model, sig)
 
 
 class Policy:
@@ -256,6 +275,7 @@ class _SigTable:
         self.speed: FloatArray = np.empty(0)
         self.slowest: FloatArray = np.empty(0)
         self.unmeasured: FloatArray = np.empty(0)
+        self.measured_err: FloatArray = np.empty(0)
         self.size: IntArray = np.empty(0, dtype=np.int64)
 
     def grow(self, n: int) -> None:
@@ -267,6 +287,7 @@ class _SigTable:
         self.speed = np.concatenate([self.speed, pad])
         self.slowest = np.concatenate([self.slowest, pad])
         self.unmeasured = np.concatenate([self.unmeasured, pad])
+        self.measured_err = np.concatenate([self.measured_err, pad])
         self.size = np.concatenate([self.size, np.zeros(n - have, dtype=np.int64)])
 
     def forget(self, a: str, b: str) -> None:
@@ -380,6 +401,7 @@ class Horus(Policy):
                 table.gain[sid], table.speed[sid], table.slowest[sid] = gain, speed, slowest
                 table.size[sid] = len(sig)
                 table.unmeasured[sid] = unmeasured_fraction(ctx.observed, kind, model, sig)
+                table.measured_err[sid] = measured_error(ctx.observed, kind, model, sig)
         return table
 
     def score(self, ctx: ScoreContext, mask: BoolArray) -> FloatArray:
@@ -395,11 +417,11 @@ class Horus(Policy):
             sids = st.sig_id[idx]
             gain, n = table.gain[sids], table.size[sids]
             # Optimistic bounds: every pair speed may be ``margin`` too low (a predicted
-            # term its model's margin, a measured one the measurement's). The new job's
+            # term its model's margin, a measured one its measurement's own). The new job's
             # speed has len(sig) pair terms, the summed gain twice as many.
             frac = table.unmeasured[sids]
             margin = ctx.model_margin.get(st.models[m], ctx.pair_margin)
-            mrg = margin * frac + ctx.observed_margin * (1.0 - frac)
+            mrg = margin * frac + ctx.observed_z * table.measured_err[sids]
             bad = (n > 0) & (
                 (gain + 2 * n * mrg < cfg.min_gain)
                 | (table.speed[sids] + n * mrg < cfg.min_speed)

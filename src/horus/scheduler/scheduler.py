@@ -62,10 +62,10 @@ class Scheduler:
     the typical error of one pair speed (see :attr:`pair_error`); a caller whose override
     only wraps the predictor (the operator) passes :func:`published_pair_error` so the
     uncertainty margin is the same as without an override. ``observed_error`` is the
-    typical error of one *measured* pair speed (:meth:`observe_pair`): 0 (the default)
-    treats measurements as exact; a caller whose measurements come from the node agent's
-    utilisation ratio passes that estimate's error (``benchmarks/pair_signal.py``: 0.19),
-    so a measured pair keeps a margin like a predicted one.
+    error of a *measured* pair speed whose :meth:`observe_pair` call names none: 0 (the
+    default) treats such measurements as exact. Callers that know each measurement's own
+    error (the node agent publishes one per pair) pass it to :meth:`observe_pair` instead,
+    so each measured pair keeps the margin its signal earns.
     """
 
     def __init__(
@@ -109,13 +109,19 @@ class Scheduler:
         """Predicted normalised speed of ``kind`` next to ``other`` (cached)."""
         return self.estimates.pair_speed(kind, other, gpu_model)
 
-    def observe_pair(self, kind: str, other: str, gpu_model: str, speed: float) -> None:
+    def observe_pair(
+        self, kind: str, other: str, gpu_model: str, speed: float, error: float | None = None
+    ) -> None:
         """Record a *measured* normalised speed of ``kind`` while it shares a ``gpu_model``
-        with ``other`` (what a node agent sees where Horus runs). From then on it replaces
-        the predicted speed of that pair, and the pair gets no uncertainty margin. How far
-        it is from the prediction also teaches the margin of the pairs on that GPU model
-        that are still unmeasured (:meth:`model_pair_error`)."""
-        if self.estimates.observe_pair(kind, other, gpu_model, speed):
+        with ``other`` (what a node agent sees where Horus runs), with the measurement's own
+        typical absolute error ``error`` (speed units, 0..1; None: the constructor's
+        ``observed_error``). From then on it replaces the predicted speed of that pair, and
+        the pair's uncertainty margin is ``uncertainty_z`` × ``error`` — the signal's error,
+        not the predictor's. A later call for the same pair replaces speed and error (the
+        agent pools its own samples). How far it is from the prediction also teaches the
+        margin of the pairs on that GPU model that are still unmeasured
+        (:meth:`model_pair_error`)."""
+        if self.estimates.observe_pair(kind, other, gpu_model, speed, error):
             self.beliefs_version += 1
             self.policy.forget_pairs((kind, other))
             self._margins.clear()  # the learnt error moved every model's margin
@@ -131,16 +137,16 @@ class Scheduler:
         """How far the predicted gain of ``kind`` joining a ``gpu_model`` GPU that runs
         ``sig`` may be off (the bound the sharing rule uses): 2 × len(sig) pair terms, each
         with its model's margin (``uncertainty_z`` × pair error); a measured one with
-        ``uncertainty_z`` × ``observed_error``."""
+        ``uncertainty_z`` × its measurement's own error."""
         key = (kind, gpu_model, sig)
         hit = self._margins.get(key)
         if hit is None:
             margin = self.estimates.model_margins().get(
                 gpu_model, self.settings.uncertainty_z * self.pair_error
             )
-            observed = self.estimates.observed_pairs.keys()
-            measured = self.settings.uncertainty_z * self.estimates.observed_error
-            hit = 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig, measured)
+            observed = self.estimates.observed_errors
+            z = self.settings.uncertainty_z
+            hit = 2 * len(sig) * term_margin(margin, observed, kind, gpu_model, sig, z)
             if len(self._margins) > 100_000:
                 self._margins.clear()
             self._margins[key] = hit
@@ -150,6 +156,10 @@ class Scheduler:
     def observed_pairs(self) -> Mapping[PairKey, float]:
         """Every measured pair speed so far, by (kind, other, GPU model)."""
         return self.estimates.observed_pairs
+
+    def observed_pair_error(self, kind: str, other: str, gpu_model: str) -> float | None:
+        """The error recorded with a measured pair (:meth:`observe_pair`), None if unmeasured."""
+        return self.estimates.observed_errors.get((kind, other, gpu_model))
 
     def remember(self, job: JobRequest) -> None:
         """Record ``job``'s profile under its kind (needed to ask the predictor about pairs)."""
@@ -299,9 +309,9 @@ class Scheduler:
             cfg,
             self.pair_speed,
             pair_margin=cfg.uncertainty_z * self.pair_error,
-            observed=self.estimates.observed_pairs.keys(),
+            observed=self.estimates.observed_errors,
             model_margin=self.estimates.model_margins(),
-            observed_margin=cfg.uncertainty_z * self.estimates.observed_error,
+            observed_z=cfg.uncertainty_z,
         )
         room = usable & mem_ok & core_ok & slots_ok
         return Prepared(st, job, pol, preds, ctx, allowed, usable, mem_ok, core_ok, slots_ok, room)

@@ -7,13 +7,15 @@ without needing the event loop, and a run's name is a small grammar worth one pl
 joined with ``+``:
 
 * ``+observed`` — the scheduler is told the pair speeds the node agent reports, when and as
-  wrong as it reports them (:mod:`horus.sim.observation`); ``+observed-exact``: the true
-  speeds at the agent's timing (an upper bound on feedback);
+  wrong as it reports them (:mod:`horus.sim.observation`), read from the jobs' progress;
+  ``+observed-split`` / ``+observed-overlap``: read from the utilisation ratio under the
+  split or the overlap model of pair utilisation (:mod:`horus.sim.signals`);
+  ``+observed-exact``: the true speeds at the agent's timing (an upper bound on feedback);
 * ``+migrate`` — running jobs are moved when it pays (:func:`horus.scheduler.plan_migrations`);
 * ``+preempt`` — a waiting job may evict lower-priority ones
   (:func:`horus.scheduler.plan_preemptions`).
 
-``horus`` alone is the whole system, ``horus+observed+migrate+preempt``;
+``horus`` alone is the whole system, ``horus+observed+migrate+preempt`` (progress signal);
 ``horus-predict-only`` is the ``horus`` policy on its predictions alone (what ``horus`` meant
 before issue 17). ``+observed`` exists for ``horus`` (the only policy that reads pair
 speeds and learns from them); ``+migrate`` for ``horus`` with ``+observed`` (no move before a
@@ -29,7 +31,8 @@ from dataclasses import dataclass, field
 from horus.common.errors import ConfigError, ValidationError
 from horus.scheduler import MigrationSettings, PreemptionSettings
 from horus.scheduler.policies import get_policy
-from horus.sim.observation import ErrorMode, ObservationModel
+from horus.sim.observation import ObservationModel
+from horus.sim.signals import Signal
 
 #: Policies that use pair speeds, so that feeding them measurements means something.
 OBSERVABLE_POLICIES = ("horus",)
@@ -38,7 +41,14 @@ MIGRATING_POLICIES = ("horus", "oracle")
 #: The whole system, and the prediction-only ablation.
 FULL_SYSTEM = "horus"
 PREDICT_ONLY = "horus-predict-only"
-_FEATURES = ("observed", "observed-exact", "migrate", "preempt")
+#: ``+observed…`` feature → the signal the agent reads pairs from.
+OBSERVE_FEATURES: dict[str, Signal] = {
+    "observed": "progress",
+    "observed-exact": "exact",
+    "observed-split": "util-split",
+    "observed-overlap": "util-overlap",
+}
+_FEATURES = (*OBSERVE_FEATURES, "migrate", "preempt")
 #: The largest simulated cluster (the arrays of the cluster state scale with it).
 MAX_SIM_GPUS = 1_000_000
 
@@ -49,7 +59,7 @@ class RunSpec:
 
     name: str
     policy: str
-    observe: ErrorMode | None = None
+    observe: Signal | None = None
     migrate: bool = False
     preempt: bool = False
 
@@ -58,7 +68,7 @@ def parse_run(name: str) -> RunSpec:
     """The run a name stands for (module docstring); unknown or meaningless combinations
     are a :class:`ConfigError` that says what exists."""
     if name == FULL_SYSTEM:
-        return RunSpec(name, "horus", "agent", migrate=True, preempt=True)
+        return RunSpec(name, "horus", OBSERVE_FEATURES["observed"], migrate=True, preempt=True)
     base, *features = name.split("+")
     policy = "horus" if base == PREDICT_ONLY else base
     get_policy(policy)  # raises ConfigError listing the known names
@@ -67,22 +77,24 @@ def parse_run(name: str) -> RunSpec:
     for f in features:
         if f == "observed-util":
             raise ConfigError(
-                f"{name!r}: +observed-util is now +observed (the agent model reads the "
-                "utilisation ratio wherever the ground truth has pair utilisation)"
+                f"{name!r}: +observed-util is now +observed-split or +observed-overlap (the "
+                "utilisation ratio under either model of pair utilisation); +observed reads "
+                "the jobs' progress"
             )
         if f not in _FEATURES:
             raise ConfigError(f"{name!r}: unknown feature +{f}; use {', +'.join(_FEATURES)}")
-    observe: ErrorMode | None = None
-    if "observed" in features or "observed-exact" in features:
+    observe: Signal | None = None
+    chosen = [f for f in features if f in OBSERVE_FEATURES]
+    if chosen:
         if policy not in OBSERVABLE_POLICIES:
             raise ConfigError(
                 f"{name!r}: only {', '.join(OBSERVABLE_POLICIES)} uses pair speeds, so only "
                 f"{', '.join(p + '+observed' for p in OBSERVABLE_POLICIES)} can learn from "
                 "observed ones"
             )
-        if "observed" in features and "observed-exact" in features:
-            raise ConfigError(f"{name!r}: choose +observed or +observed-exact")
-        observe = "exact" if "observed-exact" in features else "agent"
+        if len(chosen) > 1:
+            raise ConfigError(f"{name!r}: choose one of +{', +'.join(OBSERVE_FEATURES)}")
+        observe = OBSERVE_FEATURES[chosen[0]]
     migrate = "migrate" in features
     if migrate and policy not in MIGRATING_POLICIES:
         raise ConfigError(

@@ -107,8 +107,8 @@ class Corrections:
             self.hopeless.clear()  # beliefs changed
             self.nowhere.clear()
         if self.spec.observe:
-            for kind, other, speed in reports:
-                run.sched.observe_pair(kind, other, run.truth.gpu_model, speed)
+            for kind, other, speed, error in reports:
+                run.sched.observe_pair(kind, other, run.truth.gpu_model, speed, error)
 
     # --- preemption -----------------------------------------------------------------------
     def _preempt(self) -> set[int]:

@@ -121,11 +121,9 @@ class Simulator:
                 self.state.set_health(f"node-{nodes - 1}", i % cfg.gpus_per_node, False)
         self.spec: RunSpec = parse_run(policy)
         pair = truth.speed if self.spec.policy == "oracle" else None
-        # the agent's figure is as wrong as its error model says, and the scheduler knows it
-        off = self.config.observation.error_mae if self.spec.observe == "agent" else 0.0
-        self.scheduler = Scheduler(
-            self.spec.policy, predictor, settings, pair_speed=pair, observed_error=off
-        )
+        # each measured pair arrives with its signal's own error (observe_pair), which the
+        # scheduler turns into that pair's margin
+        self.scheduler = Scheduler(self.spec.policy, predictor, settings, pair_speed=pair)
         self.policy = policy
         seen: set[str] = set()
         for j in self.trace:

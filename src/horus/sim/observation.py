@@ -1,29 +1,28 @@
 """What the node agent tells the scheduler about pairs, when, and how wrong — in the simulator.
 
 Why: feeding the scheduler the true pair speeds the moment two jobs meet (what
-``horus+observed`` did before) is an upper bound, not what a cluster gets. The agent
-(``horus.agent.feedback.PairSpeeds``) samples each pod every ``--interval-seconds`` (5 s),
-needs ``MIN_PAIR_SAMPLES`` (3) samples of the pod *alone* on its GPU (its baseline) and 3 next
-to exactly one other Horus pod, and writes what it has every ``--feedback-interval-seconds``
-(60 s); its figure is the pod's utilisation in the pair over its utilisation alone, which is
-not the true speed. This module models exactly that:
+``horus+observed`` did before issue 17) is an upper bound, not what a cluster gets. The agent
+(``horus.agent``) samples each pod every ``--interval-seconds`` (5 s), needs
+``MIN_PAIR_SAMPLES`` (3) samples of the pod *alone* on its GPU (its baseline) and 3 next to
+exactly one other Horus pod, and writes what it has every ``--feedback-interval-seconds``
+(60 s), with the reading's own error. This module models exactly that:
 
 * **When.** Per job (its first GPU, as the agent counts a pod's pairs), the seconds it has
   spent alone and next to each neighbour kind are accumulated from the simulated
   co-locations (three or more jobs on a GPU: the agent measures nothing). A pair becomes
   known once both reach ``min_samples × sample_interval_s``, at the next feedback write
   (writes at multiples of ``feedback_interval_s``). A move or preemption starts a new pod,
-  so its samples start again.
-* **How wrong** (``error="agent"``, the default): where the ground truth has the GPU's
-  utilisation in the pair (Lucid), exactly what the utilisation ratio reads given it
-  (:meth:`GroundTruth.util_ratio_speed`, 0.19 below the true speed on average); elsewhere
-  (Gavel, unmeasured pairs) the true speed plus an error drawn once per ordered pair from
-  N(``error_bias``, ``error_sd``) with the bias and spread ``benchmarks/pair_signal.py``
-  measures for that ratio on Lucid's 1,388 pairs (−0.189, 0.198), clipped to the agent's
-  [0.05, 1]. ``error="exact"``: the true speed (an upper bound on what feedback gives).
+  so its samples start again. **Every pod** that measures a pair reports its own reading
+  (the operator passes each kind pair's latest one to ``Scheduler.observe_pair``), so a
+  pair is re-measured as often as jobs of those kinds meet.
+* **How wrong**: each reading is drawn afresh from the signal's error model
+  (:mod:`horus.sim.signals`, computed from Lucid's data): ``progress`` (the job's own step
+  rate; noise from Lucid's self-pairs), ``util-split`` / ``util-overlap`` (the utilisation
+  ratio under the two models of how two jobs' utilisation combines; error a function of
+  the true speed) or ``exact``. With each reading goes the signal's published error, which
+  the scheduler turns into that pair's margin.
 
-A kind pair is reported once (by the first job that measures it); the operator would pass
-the same figure to ``Scheduler.observe_pair`` on every pass.
+The simulated agent can only report a pair both of whose jobs it sees, as the real one.
 """
 
 from __future__ import annotations
@@ -32,25 +31,19 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
 
-from horus.common.constants import MIN_OBSERVED_PAIR_SPEED
 from horus.common.errors import ValidationError
 from horus.sim.groundtruth import GroundTruth
+from horus.sim.signals import SIGNALS, Signal, SignalError, signal_error
 
 #: The agent's ``horus.agent.feedback.MIN_PAIR_SAMPLES`` (the simulator sits below the agent
 #: in the layers, so it cannot import it; a unit test checks they agree).
 AGENT_MIN_SAMPLES = 3
-#: Bias and spread of the agent's utilisation-ratio speed against the true speed,
-#: ``benchmarks/pair_signal.py`` on Lucid (``benchmarks/results/pair-signal.json``:
-#: ``proxy_bias``, ``proxy_error_sd``); a unit test recomputes them from the data.
-AGENT_ERROR_BIAS = -0.189
-AGENT_ERROR_SD = 0.198
-#: Its mean absolute error (``proxy_mae``): what the scheduler is told a measured pair may
-#: be off by (``Scheduler(observed_error=…)``), as the operator would tell it.
-AGENT_ERROR_MAE = 0.192
-
-ErrorMode = Literal["agent", "exact"]
+#: The signal the whole system measures with: jobs report their progress (issue 26).
+DEFAULT_SIGNAL: Signal = "progress"
+#: Kept for callers of the issue-17 name.
+ErrorMode = Signal
 
 
 @dataclass(frozen=True)
@@ -63,18 +56,15 @@ class ObservationModel:
     min_samples: int = AGENT_MIN_SAMPLES
     #: How often the agent writes ``status.observed`` (``--feedback-interval-seconds``).
     feedback_interval_s: float = 60.0
-    #: ``agent``: the utilisation ratio's error (module docstring); ``exact``: none.
-    error: ErrorMode = "agent"
-    error_bias: float = AGENT_ERROR_BIAS
-    error_sd: float = AGENT_ERROR_SD
-    #: What the scheduler is told one measured pair may be off by (its margin); ``exact``
-    #: runs tell it 0.
-    error_mae: float = AGENT_ERROR_MAE
-    #: Seed of the per-pair errors drawn where the truth has no pair utilisation.
+    #: Which signal the agent reads a pair's speed from (:mod:`horus.sim.signals`).
+    error: Signal = DEFAULT_SIGNAL
+    #: Seed of the readings' errors.
     seed: int = 0
+    #: Where the data the error models are computed from lives (default: the data folder).
+    data_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in ("sample_interval_s", "feedback_interval_s", "error_sd", "error_mae"):
+        for name in ("sample_interval_s", "feedback_interval_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValidationError(f"observation model: {name} must be >= 0, got {v}")
@@ -82,19 +72,19 @@ class ObservationModel:
             raise ValidationError(
                 f"observation model: min_samples must be >= 1, got {self.min_samples}"
             )
-        if self.error not in ("agent", "exact"):
+        if self.error not in SIGNALS:
             raise ValidationError(
-                f"observation model: error must be agent or exact, got {self.error!r}"
-            )
-        if not (math.isfinite(self.error_bias) and abs(self.error_bias) < 1):
-            raise ValidationError(
-                f"observation model: error_bias must be in (-1, 1), got {self.error_bias}"
+                f"observation model: error must be one of {', '.join(SIGNALS)}, got {self.error!r}"
             )
 
     @property
     def needed_s(self) -> float:
         """Seconds of samples needed alone, and in a pair, before a speed is known."""
         return self.min_samples * self.sample_interval_s
+
+    def signal(self) -> SignalError:
+        """The error model of this run's signal (computed from the data once, cached)."""
+        return signal_error(self.error, self.data_dir)
 
 
 @dataclass
@@ -108,6 +98,8 @@ class _Pod:
     neighbours: tuple[str, ...] | None = None
     alone_s: float = 0.0
     pair_s: dict[str, float] = field(default_factory=dict)
+    #: Neighbour kinds this pod has reported a reading for.
+    reported: set[str] = field(default_factory=set)
 
     def close(self, now: float) -> None:
         dt = max(0.0, now - self.since)
@@ -132,15 +124,18 @@ class AgentObserver:
 
     def __init__(self, model: ObservationModel, truth: GroundTruth) -> None:
         self.model, self.truth = model, truth
+        self.signal = model.signal()
+        self._rng = random.Random(f"{model.seed}|{model.error}")
         self.pods: dict[str, _Pod] = {}
-        #: Kind pairs already reported: (kind, other) → the reported speed.
+        #: Kind pairs reported so far: (kind, other) → the latest reading.
         self.reported: dict[tuple[str, str], float] = {}
+        #: How many readings were made (each pod's own).
+        self.readings = 0
         #: (time, sequence, job): when a job's samples may complete a pair.
         self.timers: list[tuple[float, int, str]] = []
         self._seq = 0
-        self._errors: dict[tuple[str, str], float] = {}
-        #: Written by the agent, not yet read by the operator.
-        self.pending: list[tuple[str, str, float]] = []
+        #: Written by the agent, not yet read by the operator: (kind, other, speed, error).
+        self.pending: list[tuple[str, str, float, float]] = []
 
     def next_time(self) -> float:
         return self.timers[0][0] if self.timers else math.inf
@@ -180,13 +175,14 @@ class AgentObserver:
         self.pending.extend(self._written(now))
         return len(self.pending) > before
 
-    def take(self) -> list[tuple[str, str, float]]:
-        """The (kind, other, reported speed) written since the last call."""
+    def take(self) -> list[tuple[str, str, float, float]]:
+        """The (kind, other, reported speed, its error) written since the last call."""
         out, self.pending = self.pending, []
         return out
 
-    def _written(self, now: float) -> list[tuple[str, str, float]]:
+    def _written(self, now: float) -> list[tuple[str, str, float, float]]:
         out = []
+        err = self.signal.published_error
         while self.timers and self.timers[0][0] <= now:
             _, _, job = heapq.heappop(self.timers)
             pod = self.pods.get(job)
@@ -197,10 +193,12 @@ class AgentObserver:
             if alone < need:
                 continue
             for other, secs in pairs.items():
-                key = (pod.kind, other)
-                if secs >= need and key not in self.reported:
-                    self.reported[key] = self._reading(pod.kind, other)
-                    out.append((pod.kind, other, self.reported[key]))
+                if secs >= need and other not in pod.reported:
+                    pod.reported.add(other)
+                    value = self._reading(pod.kind, other)
+                    self.reported[(pod.kind, other)] = value
+                    self.readings += 1
+                    out.append((pod.kind, other, value, err))
         return out
 
     def _arm(self, job: str, pod: _Pod, now: float) -> None:
@@ -210,11 +208,11 @@ class AgentObserver:
             return
         if pod.context == "":
             pending = [k for k, s in pod.pair_s.items() if s >= need - 1e-9]
-            if not pending or all((pod.kind, k) in self.reported for k in pending):
+            if not pending or all(k in pod.reported for k in pending):
                 return
             ready = now + max(0.0, need - pod.alone_s)
         else:
-            if (pod.kind, pod.context) in self.reported:
+            if pod.context in pod.reported:
                 return
             ready = now + max(0.0, need - pod.pair_s.get(pod.context, 0.0))
             if pod.alone_s < need - 1e-9:
@@ -225,15 +223,5 @@ class AgentObserver:
         heapq.heappush(self.timers, (max(at, now), self._seq, job))
 
     def _reading(self, kind: str, other: str) -> float:
-        truth, m = self.truth, self.model
-        true = truth.speed(kind, other)
-        if m.error == "exact":
-            return true
-        value = truth.util_ratio_speed(kind, other)
-        if value is None:
-            err = self._errors.get((kind, other))
-            if err is None:
-                rng = random.Random(f"{m.seed}|{kind}|{other}")
-                err = self._errors[(kind, other)] = rng.gauss(m.error_bias, m.error_sd)
-            value = true + err
-        return min(1.0, max(MIN_OBSERVED_PAIR_SPEED, value))
+        """One fresh reading of ``kind`` next to ``other`` by this run's signal."""
+        return self.signal.read(self.truth.speed(kind, other), self._rng)

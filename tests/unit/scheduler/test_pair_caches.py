@@ -27,6 +27,7 @@ MODELS = sorted(PRED.usage)
                 st.sampled_from(MODELS),
                 st.sampled_from(MODELS),
                 st.floats(0.05, 1.0),
+                st.sampled_from([None, 0.02, 0.2]),
             ),
         ),
         min_size=1,
@@ -43,19 +44,19 @@ def test_incremental_caches_match_a_fresh_scheduler(steps: list, observed_error:
     kinds = [job(f"k-{m}", m) for m in MODELS]
     for k in kinds:
         old.remember(k)
-    seen: list[tuple[str, str, float]] = []
+    seen: list[tuple[str, str, float, float | None]] = []
     for i, step in enumerate(steps):
         if step[0] == "observe":
-            _, a, b, speed = step
-            old.observe_pair(f"{a}@32", f"{b}@32", "RTX3090", speed)
-            seen.append((f"{a}@32", f"{b}@32", speed))
+            _, a, b, speed, error = step  # error: the measurement's own (None: the default)
+            old.observe_pair(f"{a}@32", f"{b}@32", "RTX3090", speed, error)
+            seen.append((f"{a}@32", f"{b}@32", speed, error))
             continue
         j = job(f"j{i}", step[1])
         fresh = Scheduler("horus", PRED, observed_error=observed_error)
         for k in kinds:
             fresh.remember(k)
-        for a, b, speed in seen:
-            fresh.observe_pair(a, b, "RTX3090", speed)
+        for a, b, speed, error in seen:
+            fresh.observe_pair(a, b, "RTX3090", speed, error)
         got, want = old.attempt(state, j), fresh.attempt(state, j)
         assert got == want
         for kind in MODELS:  # every GPU's verdict, not only the winner's

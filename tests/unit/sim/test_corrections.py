@@ -10,9 +10,6 @@ from horus.sim.config import MoveCosts, SimConfig
 from horus.sim.engine import Simulator
 from horus.sim.groundtruth import GroundTruth, JobType
 from horus.sim.observation import (
-    AGENT_ERROR_BIAS,
-    AGENT_ERROR_MAE,
-    AGENT_ERROR_SD,
     AGENT_MIN_SAMPLES,
     AgentObserver,
     ObservationModel,
@@ -135,42 +132,31 @@ def test_agent_timing() -> None:
     obs.place("x", "a", 20.0, ["b"])  # beside b from 20: 15 s of samples by 35
     assert not obs.due(59.0)
     assert obs.due(60.0)  # written at the next 60 s write
-    assert obs.take() == [("a", "b", 0.55)]
+    assert obs.take() == [("a", "b", 0.55, 0.0)]
     # a baseline 5 s short: nothing beside c until it runs alone long enough
     obs.place("w", "c", 0.0, [])
     obs.place("w", "c", 10.0, ["b"])
     assert not obs.due(600.0)
     obs.place("w", "c", 600.0, [])
     assert not obs.due(659.0) and obs.due(660.0)
-    assert obs.take() == [("c", "b", 0.55)]
+    assert obs.take() == [("c", "b", 0.55, 0.0)]
     # a pod that moved starts its samples again
     obs.place("y", "b", 0.0, ["a"])
     obs.new_pod("y")
     obs.place("y", "b", 100.0, [])
     assert not obs.due(1000.0)  # its new pod never shared: nothing
     assert obs.settled("y", 115.0) and not obs.settled("y", 114.0)
+    # every pod measures afresh: a second job of kind a beside b reports again
+    obs.place("x2", "a", 1000.0, [])
+    obs.place("x2", "a", 1020.0, ["b"])
+    assert obs.due(1080.0) and obs.take() == [("a", "b", 0.55, 0.0)]
+    assert obs.readings == 3
 
 
-def test_constants_match_the_agent_and_pair_signal() -> None:
+def test_constants_match_the_agent() -> None:
     from horus.agent.feedback import MIN_PAIR_SAMPLES
 
     assert AGENT_MIN_SAMPLES == MIN_PAIR_SAMPLES
-    from horus.sim.datasets import LUCID, dataset_file, missing
-
-    if missing(LUCID, "colocate_info.csv"):
-        pytest.skip("Lucid's data is not in this checkout")
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "pair_signal.py"
-    spec = importlib.util.spec_from_file_location("pair_signal", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    got = mod.check(dataset_file(LUCID, "colocate_info.csv").parent)
-    assert got["proxy_bias"] == pytest.approx(AGENT_ERROR_BIAS, abs=5e-4)
-    assert got["proxy_error_sd"] == pytest.approx(AGENT_ERROR_SD, abs=5e-4)
-    assert got["proxy_mae"] == pytest.approx(AGENT_ERROR_MAE, abs=5e-4)
 
 
 def test_bad_settings_name_the_field() -> None:
@@ -180,3 +166,5 @@ def test_bad_settings_name_the_field() -> None:
         SimConfig(migration_interval_s=float("nan"))
     with pytest.raises(ValidationError, match="min_samples"):
         ObservationModel(min_samples=0)
+    with pytest.raises(ValidationError, match="error must be one of"):
+        ObservationModel(error="agent")  # type: ignore[arg-type]
