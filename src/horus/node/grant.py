@@ -126,17 +126,6 @@ def build_grant(
             c.ENV_POD_UID: consumer.uid,
         }
     envs |= dict(extra_envs or {})
-    if policy.progress_root is not None and consumer is not None and consumer.uid:
-        # the job reports its progress here (issue 26); one pod's own directory, so a job
-        # cannot write another's. A directory that cannot be made is left out: a missing
-        # bind source would stop the container from starting, progress is not worth that.
-        try:
-            progress = progress_mount(policy.progress_root, consumer.uid)
-        except (OSError, ValueError) as exc:
-            log.warning("no progress directory for pod %s: %s", consumer.uid, exc)
-        else:
-            mounts.append(MountSpec(progress.container_path, progress.host_path))
-            envs |= progress.env
     if policy.enforcement == "mps":
         pipe = str(policy.mps_pipe_dir)
         envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
@@ -152,6 +141,17 @@ def build_grant(
             # MPS clients and the server share memory in /dev/shm: the client's must be
             # the daemon's (NVIDIA's device plugin mounts <mps root>/shm the same way).
             mounts.append(MountSpec(MPS_CLIENT_SHM, str(policy.mps_shm_dir)))
+    if policy.progress_root is not None and consumer is not None and consumer.uid:
+        # the job reports its progress here (issue 26); one pod's own directory, so a job
+        # cannot write another's. A directory that cannot be made is left out: a missing
+        # bind source would stop the container from starting, progress is not worth that.
+        try:
+            progress = progress_mount(policy.progress_root, consumer.uid)
+        except (OSError, ValueError) as exc:
+            log.warning("no progress directory for pod %s: %s", consumer.uid, exc)
+        else:
+            mounts.append(MountSpec(progress.container_path, progress.host_path))
+            envs |= progress.env
     devices: list[DeviceNode] = []
     if policy.pass_device_specs:
         names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]

@@ -32,7 +32,9 @@ class RunningPlugin:
 
 def sim_settings(node: str, plugin_dir: Path, kubeconfig: str, **more: Any) -> DevicePluginSettings:
     """The real plugin for ``node`` with two simulated GPUs, on the test's apiserver, polling
-    fast (tests wait on what it does)."""
+    fast (tests wait on what it does). Progress directories go beside ``plugin_dir``, not
+    into the host's /run/horus/progress."""
+    more.setdefault("progress_root", plugin_dir.parent / "progress")
     return DevicePluginSettings(
         node_name=node,
         plugin_dir=plugin_dir,
