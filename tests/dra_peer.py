@@ -21,6 +21,9 @@ from horus.dra.api import dra_v1_pb2_grpc as dra_grpc
 from horus.dra.api import pluginregistration_v1_pb2 as reg_pb
 from horus.dra.api import pluginregistration_v1_pb2_grpc as reg_grpc
 
+#: The pod a test claim is reserved for (a real UID: it names the pod's progress directory).
+POD_UID = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
+
 
 class FakeKubelet:
     def __init__(self, registry_dir: Path) -> None:
@@ -85,7 +88,7 @@ def allocated_claim(
     uid: str,
     node: str,
     results: list[dict[str, Any]],
-    pod: tuple[str, str] | None = ("p1", "pod-uid-1"),
+    pod: tuple[str, str] | None = ("p1", POD_UID),
 ) -> dict[str, Any]:
     """A ResourceClaim as the apiserver returns it once the kube-scheduler allocated it."""
     status: dict[str, Any] = {

@@ -75,6 +75,7 @@ def grant_policy(settings: DraSettings) -> GrantPolicy:
         settings.pass_device_specs,
         settings.gpu_access,
         settings.cdi_kind,
+        settings.progress_root,
     )
 
 

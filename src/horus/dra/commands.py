@@ -37,6 +37,7 @@ _HELP = {
     "pass_device_specs": "also hand out /dev/nvidia* device nodes (true/false)",
     "gpu_access": "how the GPU is granted: envvar, volume-mounts or cdi (docs/agent.md)",
     "cdi_kind": "CDI kind of the node's GPUs, for gpu_access=cdi (default nvidia.com/gpu)",
+    "progress_root": "host root of the per-pod progress directories (empty: none)",
     "kubeconfig": "kubeconfig file (default: in-cluster, else ~/.kube/config)",
     "publish_slices": "publish this node's ResourceSlice (true/false)",
     "health_interval_s": "seconds between GPU health checks",

@@ -27,6 +27,7 @@ from horus.common.constants import (
 )
 from horus.common.errors import ConfigError
 from horus.common.settings import check_range, check_seconds, load_settings
+from horus.progress.mount import DEFAULT_HOST_ROOT as DEFAULT_PROGRESS_ROOT
 
 SECTION = "dra"
 # CDI's kind: <vendor>/<class>, vendor a DNS-like name (container-device-interface spec).
@@ -66,6 +67,10 @@ class DraSettings:
     gpu_access: Literal["envvar", "volume-mounts", "cdi"] = "envvar"
     # The CDI kind of the node's GPU devices (NVIDIA's spec), for gpu_access=cdi.
     cdi_kind: str = "nvidia.com/gpu"
+    # Host root of the per-pod progress directories (issue 26), as the device plugin's: the
+    # claim's one reserving pod gets <root>/<pod UID> mounted with $HORUS_PROGRESS_DIR.
+    # Empty: none.
+    progress_root: Path | None = Path(DEFAULT_PROGRESS_ROOT)
     # kubeconfig for the API server; empty means in-cluster config (else ~/.kube/config).
     kubeconfig: Path | None = None
     # Publish this node's ResourceSlice (off: a test or a node whose GPUs another writer lists).
@@ -96,7 +101,14 @@ class DraSettings:
             "retry_interval_s",
         ):
             check_seconds(name, getattr(self, name))
-        for name in ("mps_pipe_dir", "mps_shm_dir", "registry_dir", "plugin_dir", "cdi_dir"):
+        for name in (
+            "mps_pipe_dir",
+            "mps_shm_dir",
+            "progress_root",
+            "registry_dir",
+            "plugin_dir",
+            "cdi_dir",
+        ):
             path = getattr(self, name)
             if path is not None and not path.is_absolute():
                 raise ConfigError(

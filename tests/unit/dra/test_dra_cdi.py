@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dra_peer import allocated_claim, result
+from dra_peer import POD_UID, allocated_claim, result
 from horus.api.inventory import GpuDevice
 from horus.common import constants as c
 from horus.deviceplugin.allocator import Allocator, AssignmentKey
@@ -43,14 +43,14 @@ def test_the_grant_equals_the_device_plugins_for_the_same_share(access: str) -> 
         True,
         Path("/run/mps/shm"),
         access,
-    ).grant({"metadata": {"namespace": "ml", "name": "p1", "uid": "pod-uid-1"}}, s.assignment(NODE))
+    ).grant({"metadata": {"namespace": "ml", "name": "p1", "uid": POD_UID}}, s.assignment(NODE))
     extra = {c.ENV_CLAIM_NAMESPACE, c.ENV_CLAIM_NAME, c.ENV_CLAIM_UID, c.ENV_SHARE_ID}
     assert {k: v for k, v in dra.envs.items() if k not in extra} == dp.envs
     assert (dra.mounts, dra.devices, dra.cdi_devices) == (dp.mounts, dp.devices, dp.cdi_devices)
     assert dra.envs[c.ENV_MPS_ACTIVE_THREAD_PERCENTAGE] == "45"
     assert dra.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=40000M"
     assert dra.envs[c.ENV_SHARE_ID] == "s-1"
-    assert dra.envs[c.ENV_POD_UID] == "pod-uid-1"
+    assert dra.envs[c.ENV_POD_UID] == POD_UID
 
 
 def test_the_spec_names_the_claim_and_carries_the_edits() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dra_peer import allocated_claim, result
+from dra_peer import POD_UID, allocated_claim, result
 from horus.api.inventory import GpuDevice
 from horus.dra.claims import ClaimRef, ClaimRefused, check_claim_ref, read_share
 
@@ -32,7 +32,7 @@ def test_a_shared_gpu_reads_its_consumed_capacity_and_share_id() -> None:
         40000,
         "s-9",
     )
-    assert share.consumer == ("ml", "p1", "pod-uid-1")
+    assert share.consumer == ("ml", "p1", POD_UID)
     a = share.assignment(NODE)
     assert (a.gpu_uuid, a.gpu_index, a.core_percent, a.memory_mib) == ("GPU-bbbb", 1, 45, 40000)
 

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 from dra_fakes import FakeDraApi
 
-from dra_peer import FakeKubelet, allocated_claim, result
+from dra_peer import POD_UID, FakeKubelet, allocated_claim, result
 from horus.api.inventory import simulated_gpu_uuid
 from horus.common import constants as c
 from horus.dra.app import DraPlugin, discover
 from horus.dra.settings import DraSettings, load
 from horus.kube.errors import ApiError
+from horus.progress.mount import CONTAINER_DIR
+from horus.progress.report import ENV_DIR
 
 NODE = "gpu-node-0003"
 
@@ -48,6 +50,7 @@ def settings_in(root: Path, **kw: object) -> DraSettings:
         "sim_gpu_memory_mib": 81559,
         "health_interval_s": 0.1,
         "socket_poll_s": 0.05,
+        "progress_root": root / "progress",
     }
     return DraSettings(**{**base, **kw})  # type: ignore[arg-type]
 
@@ -118,6 +121,14 @@ def test_prepare_writes_the_cdi_spec_and_returns_its_id(running: Running, api: F
     assert env[c.ENV_GPU_UUID] == simulated_gpu_uuid(NODE, 1)
     assert env[c.ENV_GPU_INDEX] == "1"
     assert (env[c.ENV_CLAIM_NAME], env[c.ENV_POD_NAME]) == ("c1", "p1")
+    # the reserving pod's own progress directory, as the device plugin mounts it (issue 26)
+    spec = json.loads((running.settings.cdi_dir / "horus.io-gpu_uid-1.json").read_text())
+    mounts = {
+        m["containerPath"]: m["hostPath"] for m in spec["devices"][0]["containerEdits"]["mounts"]
+    }
+    progress = running.settings.progress_root / POD_UID  # type: ignore[operator]
+    assert mounts[CONTAINER_DIR] == str(progress) and progress.is_dir()
+    assert env[ENV_DIR] == CONTAINER_DIR
     # idempotent: same answer, from the checkpoint, without reading the claim again
     reads = api.claim_reads
     again = kubelet.prepare(("ml", "c1", "uid-1")).claims["uid-1"]
