@@ -15,7 +15,8 @@ refused with a sentence saying why (:class:`ClaimRefused`), never a crash:
   its cores (1..100) and whole MiB of its memory (1..the GPU's memory) — the request policies
   of the ResourceSlice make every allocation so (``docs/dra.md``);
 * all of them belong to one request of the claim (a Horus share is one request; its count
-  may be several GPUs) and none has ``adminAccess`` (not a share: nothing to enforce).
+  may be several GPUs) and none has ``adminAccess`` (not a share: nothing to enforce);
+* it is reserved for at most one consumer (a share is one pod's).
 
 A result without ``consumedCapacity`` was allocated the whole device (the device did not allow
 multiple allocations when it was allocated): 100 % and all its memory.
@@ -157,13 +158,26 @@ def _amounts(result: Mapping[str, Any], gpu: GpuDevice, where: str) -> tuple[int
     return cores, memory_mib
 
 
-def _one_pod(claim: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """The pod the claim is reserved for, when it is exactly one pod."""
+def _one_pod(ref: ClaimRef, claim: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The pod the claim is reserved for (None when the status names none yet).
+
+    A share is one pod's: MPS limits a client, not a group of them, so pods sharing one
+    claim would each get the whole share. A claim reserved for several consumers is refused.
+    (A pod that joins a claim already prepared on this node is not seen here — the kubelet
+    prepares a claim once per node; docs/dra.md, "Limits".)"""
     status = claim.get("status") or {}
     reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
-    if not isinstance(reserved, list) or len(reserved) != 1 or not isinstance(reserved[0], dict):
+    if not isinstance(reserved, list) or not reserved:
         return None
+    if len(reserved) > 1:
+        raise ClaimRefused(
+            f"claim {ref} is reserved for {len(reserved)} consumers; a Horus share is one "
+            "pod's (MPS would give each of them the whole share): give each pod its own claim, "
+            "e.g. from a ResourceClaimTemplate"
+        )
     entry = reserved[0]
+    if not isinstance(entry, Mapping):
+        return None
     if _str(entry.get("resource")) != "pods" or _str(entry.get("apiGroup")):
         return None
     namespace = _str((claim.get("metadata") or {}).get("namespace"))
@@ -224,4 +238,4 @@ def read_share(
         )
     if len({d.gpu.index for d in ours}) != len(ours):
         raise ClaimRefused(f"claim {ref}: one GPU is allocated twice to the same claim")
-    return ClaimShare(ref, tuple(ours), _one_pod(claim))
+    return ClaimShare(ref, tuple(ours), _one_pod(ref, claim))

@@ -89,6 +89,19 @@ def test_no_single_pod_means_no_pod_names() -> None:
         (claim({**result(NODE, 0), "adminAccess": True}), "adminAccess"),
         (claim(result(NODE, 0, request="a"), result(NODE, 1, request="b")), "one request"),
         (claim(result(NODE, 0), result(NODE, 0)), "allocated twice"),
+        (
+            {
+                **claim(result(NODE, 0)),
+                "status": {
+                    **claim(result(NODE, 0))["status"],
+                    "reservedFor": [
+                        {"resource": "pods", "name": "a", "uid": "1"},
+                        {"resource": "pods", "name": "b", "uid": "2"},
+                    ],
+                },
+            },
+            "reserved for 2 consumers",
+        ),
     ],
 )
 def test_refusals_say_why(doc: dict[str, Any] | None, needle: str) -> None:
