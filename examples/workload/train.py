@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     last_step = step
     progress = ProgressReporter()  # no-op without $HORUS_PROGRESS_DIR
     speed, speed_read = simulated_speed(), time.monotonic()
+    sim_next = time.monotonic()
     while not stop and (args.steps == 0 or step < args.steps):
         step_started = time.monotonic()
         grad = [0.0] * args.features
@@ -181,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         if now - speed_read >= 1.0:
             speed, speed_read = simulated_speed(), now
         if speed is not None and args.step_sleep > 0:
-            # SIMULATION ONLY: the step takes step_sleep / speed seconds in all
-            time.sleep(max(0.0, args.step_sleep / speed - (time.monotonic() - step_started)))
+            # SIMULATION ONLY: the step takes step_sleep / speed seconds in all, on a fixed
+            # schedule (each sleep's overshoot is taken from the next, not added to the rate;
+            # a loop more than a step behind starts a new schedule)
+            sim_next = max(sim_next, step_started - args.step_sleep) + args.step_sleep / speed
+            time.sleep(max(0.0, sim_next - time.monotonic()))
         elif args.step_sleep > 0:
             time.sleep(args.step_sleep)
     if ckpt_dir:
