@@ -125,8 +125,10 @@ class LiveState:
     #: Records that could not be counted, each a sentence naming the object and the cause.
     problems: list[str] = field(default_factory=list)
     #: Pair speeds the node agents measured (DLJob ``status.observed.pairs``, finished jobs
-    #: too) as (job kind, neighbour kind, GPU model, speed), for ``Scheduler.observe_pair``.
-    observed_pairs: list[tuple[str, str, str, float]] = field(default_factory=list)
+    #: too) as (job kind, neighbour kind, GPU model, speed, error), for
+    #: ``Scheduler.observe_pair``; error is the reading's own (None: an agent from before
+    #: issue 26).
+    observed_pairs: list[tuple[str, str, str, float, float | None]] = field(default_factory=list)
 
     def profiles(self) -> dict[str, JobRequest]:
         """Resident requests by kind (hand each to ``Scheduler.remember`` for pair speeds)."""
@@ -228,7 +230,8 @@ def _add_dljob_records(
         if status.observed is not None and status.observed.pairs and profile is not None:
             kind = job_kind(profile)  # the agent's measurements, whoever wrote the record
             live.observed_pairs += [
-                (kind, pair.other, pair.gpu_model, pair.speed) for pair in status.observed.pairs
+                (kind, pair.other, pair.gpu_model, pair.speed, pair.error)
+                for pair in status.observed.pairs
             ]
         if status.phase in TERMINAL_JOB_PHASES:
             continue  # pods of a finished job that still run are counted from the pods

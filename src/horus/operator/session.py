@@ -85,8 +85,10 @@ class PlacementSession:
         Returns how many measured pairs were handed to the core."""
         for resident in live.residents.values():
             self.remember(resident.request)
-        for kind, other, model, speed in live.observed_pairs:
-            self.scheduler.observe_pair(kind, other, model, speed)
+        for kind, other, model, speed, error in live.observed_pairs:
+            # the agent's own error of that reading sets its margin (issue 26); an entry
+            # from an older agent has none and keeps the scheduler's observed_error
+            self.scheduler.observe_pair(kind, other, model, speed, error)
         return len(live.observed_pairs)
 
     def predicted_usage(self, pred: ResourcePrediction, gpu_model: str) -> PredictedUsage:

@@ -134,8 +134,8 @@ def test_measured_pairs_of_running_and_finished_dljobs_are_collected() -> None:
     live = build_live_state([node("n1")], [], [running, done, unmeasured])
     kind = "resnet50@64"  # the fixture profile's model@batch
     assert sorted(live.observed_pairs) == [
-        (kind, "bert@8", "H100", 0.4),
-        (kind, "bert@8", "H100", 0.7),
+        (kind, "bert@8", "H100", 0.4, None),
+        (kind, "bert@8", "H100", 0.7, None),
     ]
 
 
