@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from horus.api.assignment import decode_assignment
@@ -21,6 +22,7 @@ from horus.devcluster.demo_state import DemoOptions, DemoState, kubectl
 from horus.devcluster.demo_workload import UNPLACEABLE, WAITING
 from horus.devcluster.processes import ManagedProcess
 from horus.devcluster.report import query
+from horus.predictor.interface import GraphProfile, Predictor
 
 TERMINAL = ("Succeeded", "Failed")
 HEADER = (
@@ -30,8 +32,11 @@ HEADER = (
     "PRED UTIL",
     "PRED MEM",
     "PLACEMENT (node/gpu core% memMiB)",
+    "MEASURED PAIR SPEED (PREDICTED)",
     "REASON",
 )
+#: (a DLJob, its neighbour's job kind, GPU model) → the predicted speed of the job beside it.
+PairPredictor = Callable[[dict[str, Any], str, str], float | None]
 
 
 # --- reading the cluster ----------------------------------------------------------------------
@@ -75,6 +80,7 @@ def watch(
     job settled, the memory hog evicted, a move finished, and ``min_history_seconds`` of
     metrics after the last of them."""
     tty = out.isatty()
+    predictor = _load_predictor()
     deadline = time.monotonic() + opts.watch_seconds
     last = ""
     settled_at = 0.0
@@ -82,7 +88,8 @@ def watch(
     while True:
         check_running(procs)
         jobs = list_jobs(state)
-        table = render_table(jobs, _pods(state))
+        predict = pair_predictor(jobs, predictor) if predictor is not None else None
+        table = render_table(jobs, _pods(state), predict)
         header = (
             f"Horus demo — {len(jobs)} DLJobs, t={time.time() - prom_t0:4.0f}s "
             f"(refresh {opts.refresh_seconds:.0f}s, Prometheus {state.prometheus_url})"
@@ -177,8 +184,13 @@ def moved_jobs(jobs: list[dict[str, Any]]) -> list[tuple[float, str]]:
 # --- the table ----------------------------------------------------------------------------------
 
 
-def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+def render_table(
+    jobs: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    predict_pair: PairPredictor | None = None,
+) -> str:
     """One row per DLJob: phase, moves, where its replicas run (node/GPU, share), prediction,
+    the pair speed the node agents measured (beside the predicted one, from ``predict_pair``)
     and the reason — why it is not running, or where it was last moved from."""
     by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
@@ -189,7 +201,9 @@ def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
     rows: list[tuple[str, ...]] = [HEADER]
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
         meta = job["metadata"]
-        rows.append(_row(job, by_job.get((meta.get("namespace", ""), meta["name"]), [])))
+        rows.append(
+            _row(job, by_job.get((meta.get("namespace", ""), meta["name"]), []), predict_pair)
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for r in rows:
@@ -197,7 +211,9 @@ def render_table(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _row(job: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[str, ...]:
+def _row(
+    job: dict[str, Any], pods: list[dict[str, Any]], predict_pair: PairPredictor | None = None
+) -> tuple[str, ...]:
     """One DLJob's row of the table, its pods' placements included."""
     st = job.get("status") or {}
     pred = st.get("predicted") or {}
@@ -211,8 +227,73 @@ def _row(job: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[str, ...]:
         f"{float(util):.0f}%" if isinstance(util, int | float) else "-",
         f"{int(mem)}" if isinstance(mem, int | float) else "-",
         ", ".join(_places(pods)) or "-",
+        _measured(job, predict_pair),
         _reason(st, moves)[:90],
     )
+
+
+def _measured(job: dict[str, Any], predict_pair: PairPredictor | None) -> str:
+    """The job's measured pair speed with the most weight (a progress reading first, then the
+    most samples): "0.62±0.01 progress by bert@16 (0.80)", the predicted speed in brackets."""
+    observed = (job.get("status") or {}).get("observed") or {}
+    pairs = observed.get("pairs") if isinstance(observed, dict) else None
+    valid = [
+        p
+        for p in (pairs if isinstance(pairs, list) else [])
+        if isinstance(p, dict) and isinstance(p.get("speed"), int | float)
+    ]
+    if not valid:
+        return "-"
+    p = max(valid, key=lambda p: (p.get("source") == c.PAIR_SOURCE_PROGRESS, p.get("samples", 0)))
+    text = f"{float(p['speed']):.2f}"
+    if isinstance(p.get("error"), int | float):
+        text += f"±{float(p['error']):.2f}"
+    other, gpu = str(p.get("other", "?")), str(p.get("gpuModel", ""))
+    text += f" {p.get('source') or c.PAIR_SOURCE_UTILISATION} by {other[:24]}"
+    predicted = predict_pair(job, other, gpu) if predict_pair is not None else None
+    return text + (f" ({predicted:.2f})" if predicted is not None else "")
+
+
+def _load_predictor() -> Predictor | None:
+    """The shipped predictor (for predicted pair speeds in the table); None if it cannot load."""
+    try:
+        from horus.predictor import load_default_predictor
+
+        return load_default_predictor()
+    except Exception:  # the table goes on without predictions
+        return None
+
+
+def pair_predictor(jobs: list[dict[str, Any]], predictor: Predictor) -> PairPredictor:
+    """Predicted pair speeds between the jobs' kinds (their inline profiles), as the operator
+    would predict them: ``predictor.pair_speed`` of the job's profile beside the neighbour
+    kind's, on that GPU model."""
+    from horus.api.dljob import InlineProfile, parse_dljob
+    from horus.predictor.schema import profile_from_dict
+    from horus.scheduler import job_kind
+
+    profiles: dict[str, GraphProfile] = {}
+    by_job: dict[str, GraphProfile] = {}
+    for job in jobs:
+        try:
+            src = parse_dljob(job).spec.profile
+            if isinstance(src, InlineProfile):
+                profile = profile_from_dict(src.to_document(), job["metadata"]["name"])
+                profiles.setdefault(job_kind(profile), profile)
+                by_job[job["metadata"]["name"]] = profile
+        except (HorusError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+
+    def predict(job: dict[str, Any], other: str, gpu: str) -> float | None:
+        mine, theirs = by_job.get(job["metadata"]["name"]), profiles.get(other)
+        if mine is None or theirs is None:
+            return None
+        try:
+            return float(predictor.pair_speed(mine, theirs, gpu))
+        except Exception:
+            return None
+
+    return predict
 
 
 def _places(pods: list[dict[str, Any]]) -> list[str]:

@@ -134,3 +134,44 @@ def test_decided_is_placed_finished_or_queued_with_a_reason() -> None:
     assert decided(_job("a", "Queued", "InsufficientGPUCore"))
     assert not decided(_job("a", "Queued")) and not decided(_job("a", "Pending"))
     assert not decided({"metadata": {"name": "new"}})
+
+
+def test_table_shows_the_measured_pair_speed_beside_the_predicted_one() -> None:
+    """Issue 26: the demo shows each job's measured pair speed (a progress reading first) next
+    to what the predictor expected of that pair."""
+    job = _job("resnet", "Running")
+    job["status"]["observed"] = {
+        "pairs": [
+            {"other": "bert@16", "gpuModel": "H100", "speed": 0.7, "samples": 9,
+             "error": 0.192, "source": "utilisation"},
+            {"other": "bert@16", "gpuModel": "A100", "speed": 0.62, "samples": 4,
+             "error": 0.013, "source": "progress"},
+        ]
+    }  # fmt: skip
+    seen: list[tuple[str, str]] = []
+
+    def predict(j: dict[str, Any], other: str, gpu: str) -> float:
+        seen.append((other, gpu))
+        return 0.8
+
+    line = next(x for x in render_table([job], [], predict).splitlines() if x.startswith("resnet"))
+    assert "0.62±0.01 progress by bert@16 (0.80)" in line and seen == [("bert@16", "A100")]
+    assert "MEASURED PAIR" in render_table([job], []).splitlines()[0]
+    assert " - " in next(
+        x for x in render_table([_job("new", "Running")], []).splitlines() if x.startswith("new")
+    )
+
+
+def test_pair_predictor_predicts_between_the_jobs_kinds() -> None:
+    import yaml
+
+    from horus.devcluster.demo_table import pair_predictor
+    from horus.predictor import load_default_predictor
+
+    root = Path(__file__).resolve().parents[3] / "examples"
+    jobs = [yaml.safe_load((root / f).read_text()) for f in ("resnet50-train.yaml", "lstm-lm.yaml")]
+    predict = pair_predictor(jobs, load_default_predictor())
+    other = "lstm-lm@" + str(jobs[1]["spec"]["profile"]["batchSize"])
+    speed = predict(jobs[0], other, "H100")
+    assert speed is not None and 0.0 < speed <= 1.0
+    assert predict(jobs[0], "nobody@1", "H100") is None
