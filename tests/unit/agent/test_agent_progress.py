@@ -241,3 +241,35 @@ def test_the_agent_measures_the_simulated_speed_from_progress(tmp_path: Path) ->
     assert model == "H100" and r.source == "progress" and r.speed == pytest.approx(truth, abs=0.01)
     # b never ran alone and no pod of its kind did: no progress speed, utilisation has none
     assert agent.feedback.readings(UID_B) == {}
+
+
+def test_a_hostile_progress_file_is_refused_once_and_utilisation_stays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job writes what it likes into its progress directory: a link to a host file, a FIFO,
+    garbage. The agent reads none of them, says so once, and goes on measuring utilisation."""
+    import logging
+    import os
+
+    key_file = write_public_keys(tmp_path / "keys.pem", KEY)
+    root = tmp_path / "progress"
+    settings = sim_agent_settings(NODE, key_file)
+    settings = type(settings)(**{**settings.__dict__, "progress_root": root})
+    api = Apiserver()
+    agent = Agent(settings, AgentApi(api), predictor=lambda: None)
+    where = Path(progress_mount(root, UID_A).host_path)
+    secret = tmp_path / "shadow"
+    secret.write_text(json.dumps({"format": "horus-progress/1"}))
+    (where / "progress.json").symlink_to(secret)
+    api.pods = [plain_pod("a", UID_A, "resnet50-bs64.yaml", 80.0)]
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            snap = agent.cycle()
+    said = [r.getMessage() for r in caplog.records if "progress file refused" in r.getMessage()]
+    assert len(said) == 1 and "symbolic link" in said[0]
+    assert snap.samples[0].pods[UID_A].utilization is not None  # utilisation still measured
+    assert agent.feedback.pairs.solo[UID_A].n == 3
+    (where / "progress.json").unlink()
+    os.mkfifo(where / "progress.json")
+    agent.cycle()  # a FIFO: refused without blocking the cycle
+    assert not agent.feedback.progress.reporting(UID_A)
