@@ -1,0 +1,133 @@
+"""A placement decision as ResourceClaims (issue 25 item 3, DRA path): the pure half.
+
+On the DRA path the operator keeps deciding (prediction, interference, queue, gangs) and
+recording the decision in the DLJob status first, as on the device-plugin path; it then
+expresses each replica's share as one ResourceClaim and lets the kube-scheduler allocate it,
+so the kube-scheduler stays the only allocator and capacity holds against every claim,
+whoever made it. This module builds those objects from the signed placement records:
+
+* :func:`replica_claim` — claim ``<pod>-gpu`` of class ``gpu.horus.io``: one request for the
+  replica's GPUs (``count`` = its number of GPUs), a CEL selector naming exactly the chosen
+  GPUs by UUID (so the kube-scheduler can allocate nothing else), and the share as capacity
+  requests (``cores`` percent, ``memory`` MiB) — the units the driver's ResourceSlice offers
+  (``docs/dra.md``). Owned by the DLJob, like its pods;
+* :func:`use_claim` — the replica's pod made to use it: the claim in ``resourceClaims``, the
+  first container's ``resources.claims``, the device-plugin resources and Horus' own
+  ``schedulerName`` removed (the kube-scheduler allocates the claim and binds the pod).
+
+Not wired into the commit path yet (``docs/dra.md``, "Not yet"): creating claims, watching
+for one the kube-scheduler cannot allocate (another claim took the capacity first) and
+re-placing that job are the next step.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from horus.common import constants as c
+from horus.common.errors import ValidationError
+from horus.operator.podspec import assignment_of, pod_name
+
+__all__ = ["CLAIM_REQUEST", "claim_name", "replica_claim", "use_claim"]
+
+#: The request name in every replica claim, and the pod's claim entry name.
+CLAIM_REQUEST = "gpu"
+
+
+def claim_name(job: str, replica: int) -> str:
+    """The deterministic claim of replica ``replica`` of DLJob ``job``."""
+    return f"{pod_name(job, replica)}-{CLAIM_REQUEST}"
+
+
+def _selector(uuids: Sequence[str]) -> str:
+    attr = f'device.attributes["{c.DRA_DRIVER_NAME}"].{c.DRA_ATTR_UUID}'
+    if len(uuids) == 1:
+        return f"{attr} == {json.dumps(uuids[0])}"
+    return f"{attr} in [{', '.join(json.dumps(u) for u in uuids)}]"
+
+
+def replica_claim(
+    dljob: Mapping[str, Any], replica: int, records: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The ResourceClaim of one replica placed as ``records`` say (one record per GPU)."""
+    meta = dljob.get("metadata") or {}
+    job, namespace = str(meta.get("name", "")), str(meta.get("namespace", "default"))
+    assignment = assignment_of(job, replica, records)
+    gpus = assignment.all_gpus
+    shares = {(g.core_percent, g.memory_mib) for g in gpus}
+    if len(shares) != 1:
+        # one request carries one capacity request for all its devices
+        raise ValidationError(
+            f"DLJob {namespace}/{job} replica {replica}: its GPUs have different shares "
+            f"{sorted(shares)}; a claim gives every GPU of a replica the same share"
+        )
+    cores, memory_mib = shares.pop()
+    return {
+        "apiVersion": f"{c.RESOURCE_API_GROUP}/{c.RESOURCE_API_VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": claim_name(job, replica),
+            "namespace": namespace,
+            "labels": {c.LABEL_DLJOB_NAME: job, c.LABEL_REPLICA_INDEX: str(replica)},
+            "ownerReferences": [
+                {
+                    "apiVersion": c.API_GROUP_VERSION,
+                    "kind": c.DLJOB_KIND,
+                    "name": job,
+                    "uid": str(meta.get("uid", "")),
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": CLAIM_REQUEST,
+                        "exactly": {
+                            "deviceClassName": c.DRA_DEVICE_CLASS,
+                            "allocationMode": "ExactCount",
+                            "count": len(gpus),
+                            "selectors": [
+                                {"cel": {"expression": _selector([g.gpu_uuid for g in gpus])}}
+                            ],
+                            "capacity": {
+                                "requests": {
+                                    c.DRA_CAPACITY_CORES: str(cores),
+                                    c.DRA_CAPACITY_MEMORY: f"{memory_mib}Mi",
+                                }
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def use_claim(pod: Mapping[str, Any], claim: str) -> dict[str, Any]:
+    """``pod`` (from :func:`horus.operator.podspec.pod_manifest`) using claim ``claim``
+    instead of the device plugin's resources; the kube-scheduler schedules it."""
+    out = copy.deepcopy(dict(pod))
+    spec = out.setdefault("spec", {})
+    spec.pop("schedulerName", None)
+    entries = [e for e in spec.get("resourceClaims") or [] if e.get("name") != CLAIM_REQUEST]
+    spec["resourceClaims"] = [*entries, {"name": CLAIM_REQUEST, "resourceClaimName": claim}]
+    containers = spec.get("containers") or []
+    if containers:
+        res = containers[0].setdefault("resources", {})
+        for kind in ("requests", "limits"):
+            values = res.get(kind) or {}
+            for resource in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY):
+                values.pop(resource, None)
+            if values:
+                res[kind] = values
+            else:
+                res.pop(kind, None)
+        claims = [e for e in res.get("claims") or [] if e.get("name") != CLAIM_REQUEST]
+        res["claims"] = [*claims, {"name": CLAIM_REQUEST}]
+    return out
