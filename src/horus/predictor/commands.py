@@ -16,6 +16,7 @@ from typing import Any
 from horus.common.errors import ValidationError
 from horus.common.flags import count, integer, seconds
 from horus.predictor.interface import PAIR_TEACH_HINT, pair_extrapolated
+from horus.predictor.pairfeatures import PAIR_BASES
 
 #: Largest file ``horus predict`` reads: a DLJob with its profile ConfigMap (itself <= 1 MiB).
 MAX_MANIFEST_BYTES = 4 << 20
@@ -148,6 +149,14 @@ def _add_train(psub: Any) -> None:
         action="store_true",
         help="keep --extra-rows/--extra-pair-rows rows whose backend column says simulated "
         "(the agent on simulated nodes writes them; by default they are dropped)",
+    )
+    train.add_argument(
+        "--pair-base",
+        choices=PAIR_BASES,
+        default="contention_bound",
+        help="contention_bound (default): the pair head learns corrections on top of "
+        "min(1, 100/(u_a+u_b)) from the jobs' isolated utilisation, applied only on GPU models "
+        "it has pairs from (elsewhere the bound alone); none: it predicts the speed itself",
     )
     train.set_defaults(handler=_train)
 
@@ -403,6 +412,7 @@ def _train(args: argparse.Namespace) -> int:
         extra_rows=args.extra_rows,
         extra_pair_rows=args.extra_pair_rows,
         keep_simulated=args.keep_simulated,
+        pair_base=args.pair_base,
     )
     path = args.output or DEFAULT_ARTIFACT
     digest = save_artifact(artifact, path)

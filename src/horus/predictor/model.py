@@ -35,7 +35,13 @@ from horus.common.errors import ValidationError
 from horus.predictor.dataset import feature_columns, raw_matrix, row_values
 from horus.predictor.gpus import GpuSpec, gpu_spec
 from horus.predictor.interface import GraphProfile, ResourcePrediction
-from horus.predictor.pairfeatures import pair_columns, pair_row
+from horus.predictor.pairfeatures import (
+    PAIR_BASES,
+    contention_bound,
+    pair_columns,
+    pair_row,
+    row_bound,
+)
 from horus.predictor.schema import REQUIRED_FEATURES, SCHEMA_VERSION
 from horus.predictor.tables import DATA_DIR
 from horus.predictor.trees import JointEnsembles, TreeEnsemble
@@ -106,6 +112,15 @@ class HorusPredictor:
         self.util = Head.from_json(artifact["util"])
         self.memory = Head.from_json(artifact["memory"])  # predicts ln(MiB)
         self.pair = Head.from_json(artifact["pair"])
+        #: What the pair head predicts: the speed (``none``) or corrections on top of the
+        #: contention bound, applied on the GPU models it learned pairs from
+        #: (``contention_bound``; :func:`horus.predictor.train.train_artifact`).
+        self.pair_base = str(artifact.get("pair_base", "none"))
+        if self.pair_base not in PAIR_BASES:
+            raise ValidationError(
+                f"predictor artifact: pair_base {self.pair_base!r} is not one of "
+                f"{', '.join(PAIR_BASES)}"
+            )
         self.quantile = float(artifact.get("quantile", 0.9))
         self.ranges: dict[str, tuple[float, float]] = {
             k: (float(v[0]), float(v[1])) for k, v in artifact["ranges"].items()
@@ -274,8 +289,19 @@ class HorusPredictor:
         a, spec = self._pair_inputs([p for p, _ in pairs], gpu)
         b, _ = self._pair_inputs([q for _, q in pairs], gpu)
         cols = pair_columns(a, b, spec)
-        speeds = np.clip(self.pair.predict_columns(cols), 0.05, 1.0)
+        if self.pair_base == "none":
+            raw = self.pair.predict_columns(cols)
+        else:
+            raw = contention_bound(cols["a_pred_util"], cols["b_pred_util"])
+            if self._corrects(spec):
+                raw = raw + self.pair.predict_columns(cols)
+        speeds = np.clip(raw, 0.05, 1.0)
         return [float(s) for s in speeds]
+
+    def _corrects(self, spec: GpuSpec) -> bool:
+        """Whether the head's corrections apply on ``spec``'s model (learned from its pairs)."""
+        known = self.card.get("pair_gpus")
+        return isinstance(known, list) and spec.name in known
 
     def pair_gpu_known(self, gpu: str) -> bool | None:
         """Whether the pair head learned from pairs measured on ``gpu``'s model (None: the
@@ -295,7 +321,14 @@ class HorusPredictor:
             if hit is not None:
                 return hit
         a, b = self._row(job, gpu, ka), self._row(other, gpu, kb)
-        speed = self.pair.predict_row(pair_row(a, b, self._spec(gpu)))
+        spec = self._spec(gpu)
+        row = pair_row(a, b, spec)
+        if self.pair_base == "none":
+            speed = self.pair.predict_row(row)
+        else:
+            speed = row_bound(row)
+            if self._corrects(spec):
+                speed += self.pair.predict_row(row)
         speed = 0.05 if speed < 0.05 else 1.0 if speed > 1.0 else speed
         if key is not None:
             _put(self._pair_cache, key, speed)

@@ -53,6 +53,27 @@ PAIR_TERMS: dict[str, str] = {
 }
 
 
+#: The pair head's base: ``none`` (it predicts the speed itself, artifacts before issue 26)
+#: or ``contention_bound`` (it predicts a correction on top of :func:`contention_bound`).
+PAIR_BASES = ("none", "contention_bound")
+
+
+def contention_bound(util_a: np.ndarray, util_b: np.ndarray) -> np.ndarray:
+    """``min(1, 100 / (u_a + u_b))``: the speed two jobs keep if their summed solo
+    utilisation (%) is all the GPU has to give, shared in proportion. With measured solo
+    utilisation it scores 85.8 % "slowed below 0.85×" accuracy and MAE 0.064 on Lucid's
+    pairs without any training (``benchmarks/predictor.py``), so the learned head only
+    corrects it."""
+    total = np.maximum(np.asarray(util_a, dtype=np.float64) + util_b, 1e-9)
+    return np.asarray(np.minimum(1.0, 100.0 / total), dtype=np.float64)
+
+
+def row_bound(row: Mapping[str, float]) -> float:
+    """:func:`contention_bound` of one :func:`pair_row` (its jobs' isolated utilisation)."""
+    total = max(row["a_pred_util"] + row["b_pred_util"], 1e-9)
+    return min(1.0, 100.0 / total)
+
+
 def pair_feature_names() -> list[str]:
     names = [f"a_{k}" for k in PAIR_BASE] + [f"b_{k}" for k in PAIR_BASE]
     return [*names, *PAIR_TERMS, "gpu_fp32_tflops", "gpu_mem_bw_gbs", "gpu_mem_gib"]

@@ -45,7 +45,7 @@ from horus.predictor.dataset import (
 )
 from horus.predictor.gpus import DATASET_GPUS, GpuSpec, gpu_spec
 from horus.predictor.model import ARTIFACT_FORMAT, RANGE_FEATURES, Head, artifact_digest
-from horus.predictor.pairfeatures import PAIR_FEATURES, pair_row
+from horus.predictor.pairfeatures import PAIR_BASES, PAIR_FEATURES, pair_row, row_bound
 from horus.predictor.tables import DATA_DIR
 from horus.predictor.trees import TreeEnsemble
 from horus.predictor.userdata import (
@@ -277,14 +277,26 @@ def train_artifact(
     data_dir: Path = DATA_DIR,
     n_estimators: int | None = None,
     keep_simulated: bool = False,
+    pair_base: str = "contention_bound",
 ) -> dict[str, Any]:
     """Train every head and return the artifact (a JSON-serialisable dict).
+
+    ``pair_base``: ``contention_bound`` (default since issue 26) fits the pair head to the
+    residual over :func:`horus.predictor.pairfeatures.contention_bound` of the jobs'
+    isolated utilisation, and the predictor adds those corrections only on GPU models the
+    head learned pairs from (elsewhere the bound alone: corrections learned on K80/P100/V100
+    made Lucid's RTX 3090 pairs worse, 0.064 → 0.203 MAE, ``benchmarks/predictor.py``);
+    ``none``: the head predicts the speed itself (artifacts before issue 26).
 
     ``extra_rows`` / ``extra_pair_rows``: one observed-rows file or several (one per node, as
     each node's agent writes its own); their rows from simulated GPUs are dropped unless
     ``keep_simulated``. ``n_estimators`` overrides the ensemble size (tests use
     a small one to stay fast).
     """
+    if pair_base not in PAIR_BASES:
+        raise ValidationError(
+            f"pair_base must be one of {', '.join(PAIR_BASES)}, got {pair_base!r}"
+        )
     _OVERRIDES.clear()
     if n_estimators is not None:
         _OVERRIDES["n_estimators"] = n_estimators
@@ -296,6 +308,7 @@ def train_artifact(
             _paths(extra_pair_rows),
             data_dir,
             keep_simulated,
+            pair_base,
         )
     finally:
         _OVERRIDES.clear()
@@ -314,6 +327,7 @@ def _train_artifact(
     extra_pair_rows: tuple[Path, ...],
     data_dir: Path,
     keep_simulated: bool,
+    pair_base: str = "contention_bound",
 ) -> dict[str, Any]:
     tables = [load_gpumemnet(data_dir)]
     sources = ["GPUMemNet (CC BY 4.0)", "Gavel (MIT)"]
@@ -348,10 +362,15 @@ def _train_artifact(
         prow, py, pgroups = prow + orows, np.concatenate([py, oy]), pgroups + og
         pair_gpus.update(p.gpu.name for p in observed_pairs)
     px = _x(prow, PAIR_FEATURES)
-    oof = oof_pair(px, py, pgroups, seed)
-    metrics["pair_heldout_mae"] = float(np.mean(np.abs(oof - py)))
+    base = (
+        np.array([row_bound(r) for r in prow])
+        if pair_base == "contention_bound"
+        else np.zeros(len(py))
+    )
+    oof = oof_pair(px, py - base, pgroups, seed) + base
+    metrics["pair_heldout_mae"] = float(np.mean(np.abs(np.clip(oof, 0.05, 1.0) - py)))
     metrics["pair_rows"] = len(py)
-    pair_est = fit_pair(px, py, seed)
+    pair_est = fit_pair(px, py - base, seed)
     pair = Head(tuple(PAIR_FEATURES), TreeEnsemble.from_sklearn(pair_est), 0.0)
 
     artifact: dict[str, Any] = {
@@ -360,6 +379,7 @@ def _train_artifact(
         "util": util.to_json(),
         "memory": mem.to_json(),
         "pair": pair.to_json(),
+        "pair_base": pair_base,
         "ranges": _ranges(table.rows),
         "card": {
             "trained_on": sources,

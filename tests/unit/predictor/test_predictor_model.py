@@ -252,6 +252,40 @@ def test_extra_pair_rows_teach_the_pair_head(tmp_path: Path) -> None:
     assert not pair_extrapolated(taught, "A100")
 
 
+def test_pair_head_corrects_the_contention_bound_where_it_learned(tmp_path: Path) -> None:
+    """Issue 26: the pair head is a correction on top of min(1, 100/(u_a+u_b)); on a GPU it
+    has no pairs from the prediction is the bound alone, on one it has, bound + correction,
+    and the fast path agrees with the batched one."""
+    import numpy as np
+
+    from horus.predictor.pairfeatures import contention_bound
+    from horus.predictor.train import save_artifact, train_artifact
+
+    d = small_tables(tmp_path)
+    save_artifact(train_artifact(data_dir=d, n_estimators=15), tmp_path / "m.json")
+    p = load_predictor(tmp_path / "m.json")
+    assert p.pair_base == "contention_bound"
+    a = job_type("gavel", "ResNet-50 (batch size 64)").profile
+    b = job_type("gavel", "Transformer (batch size 64)").profile
+    ua, ub = p.predict(a, "A100").util_mean, p.predict(b, "A100").util_mean
+    bound = float(contention_bound(np.array([ua]), np.array([ub]))[0])
+    assert not p.pair_gpu_known("A100")
+    assert p.pair_speed(a, b, "A100") == pytest.approx(min(1.0, max(0.05, bound)), abs=1e-9)
+    assert p.pair_speeds([(a, b)], "A100")[0] == p.pair_speed(a, b, "A100")
+    # V100: the head learned Gavel's pairs there, so its correction is added
+    uv, wv = p.predict(a, "V100").util_mean, p.predict(b, "V100").util_mean
+    bound_v = min(1.0, 100.0 / (uv + wv))
+    assert p.pair_gpu_known("V100")
+    assert p.pair_speed(a, b, "V100") != pytest.approx(bound_v, abs=1e-6)
+    assert p.pair_speeds([(a, b)], "V100")[0] == p.pair_speed(a, b, "V100")
+    # the old form still loads and predicts the speed itself
+    old = train_artifact(data_dir=d, n_estimators=15, pair_base="none")
+    save_artifact(old, tmp_path / "old.json")
+    assert load_predictor(tmp_path / "old.json").pair_base == "none"
+    with pytest.raises(ValidationError, match="pair_base"):
+        train_artifact(data_dir=d, n_estimators=15, pair_base="bogus")
+
+
 def test_pair_extrapolated_trusts_predictors_without_a_record() -> None:
     class NoRecord:  # a stand-in predictor, or an artifact from before pair_gpus
         def pair_gpu_known(self, gpu: str) -> bool | None:
