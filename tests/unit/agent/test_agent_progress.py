@@ -273,3 +273,44 @@ def test_a_hostile_progress_file_is_refused_once_and_utilisation_stays(
     os.mkfifo(where / "progress.json")
     agent.cycle()  # a FIFO: refused without blocking the cycle
     assert not agent.feedback.progress.reporting(UID_A)
+
+
+def test_gang_windows_are_attributed_only_where_one_replica_shares(tmp_path: Path) -> None:
+    """A gang runs at its slowest replica's pace: its replicas are solo only when none shares,
+    a pair is attributed only to the one replica that shares (with exactly one pod), and a gang
+    with a replica this agent does not see is not attributed at all."""
+    from agent_helpers import pod as info
+
+    from horus.agent.backend import GpuSample, NodeSample, PodSample
+    from horus.agent.exporter import Snapshot
+    from horus.predictor.interface import GraphProfile
+
+    key_file = write_public_keys(tmp_path / "keys.pem", KEY)
+    agent = Agent(sim_agent_settings(NODE, key_file), AgentApi(Apiserver()), predictor=lambda: None)
+    replicas = {"gang": 2, "far": 3}
+    agent._replica_count = lambda p: replicas.get(p.job or "", 1)  # type: ignore[method-assign]
+    agent._profile = lambda p: GraphProfile(p.name, 8, {})  # type: ignore[method-assign]
+
+    def contexts(*pods: Any) -> dict[str, Context | None]:
+        snap = Snapshot(pods={p.uid: p for p in pods})
+        sample = NodeSample(
+            NODE,
+            "simulated",
+            [GpuSample(i, f"GPU-{i}", "H100", 0.5, 0.0, 1.0) for i in range(4)],
+            {p.uid: PodSample(0.0, 0.5) for p in pods},
+        )
+        return agent._contexts(sample, snap)
+
+    g0, g1 = info("g0", gpu=0, job="gang"), info("g1", gpu=1, job="gang")
+    x, y = info("x", gpu=1), info("y", gpu=0)
+    alone = contexts(g0, g1)
+    assert alone[g0.uid] == Context("H100", 50) and alone[g1.uid] == Context("H100", 50)
+    one = contexts(g0, g1, x)  # x shares g1's GPU
+    assert one[g1.uid] == Context("H100", 50, x.uid, "x@8")
+    assert one[g0.uid] is None  # slowed through its sibling: neither solo nor that pair
+    # x itself shares with exactly one pod: its window is x beside g1's kind
+    assert one[x.uid] == Context("H100", 50, g1.uid, "g1@8")
+    both = contexts(g0, g1, x, y)  # two replicas share: nothing attributable
+    assert both[g0.uid] is None and both[g1.uid] is None
+    far = info("f0", gpu=2, job="far")  # 3 replicas, one visible
+    assert contexts(far)[far.uid] is None
