@@ -32,6 +32,8 @@ _HELP = {
     "enforcement": "mps (hand out CUDA MPS limits) or none",
     "mps_pipe_dir": "host directory of the MPS control daemon's pipes",
     "mps_shm_dir": "host directory mounted as /dev/shm into MPS clients (the daemon's /dev/shm)",
+    "progress_root": "host directory of the per-pod progress directories (default "
+    "/run/horus/progress; empty: none; docs/agent.md)",
     "pass_device_specs": "also hand out /dev/nvidia* device nodes (true/false)",
     "gpu_access": "how the GPU is granted: envvar, volume-mounts or cdi (docs/agent.md)",
     "cdi_kind": "CDI kind of the node's GPUs, for gpu_access=cdi (default nvidia.com/gpu)",
