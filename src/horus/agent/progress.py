@@ -12,8 +12,9 @@ ends, the job wrote in between, the run is the same and no counter went back.
 
 Why medians of windows: a training job's rate is not steady — evaluation it did not mark, a
 checkpoint, a data-loader stall, a batch-size change. A window with no progress at all is a
-pause and is dropped; a job that stops writing for ``stale_seconds`` restarts its windows (the
-hang is not read as a slowdown); what remains is summarised by the median, which a few odd
+pause and is dropped; a job that stops writing for ``stale_seconds`` (or three times its usual
+gap between writes, whichever is longer) restarts its windows (the hang is not read as a
+slowdown); what remains is summarised by the median, which a few odd
 windows do not move. Samples rather than steps make a batch-size change harmless.
 
 **Speed** of a pod next to kind K on GPU model M = median rate next to K / median rate alone.
@@ -43,6 +44,8 @@ MIN_WINDOWS = 3
 MAX_WINDOWS = 120
 #: A job that wrote nothing for this long was paused or hung: its next window starts afresh.
 STALE_SECONDS = 30.0
+#: The longest gap between a job's writes taken as normal (steps of minutes), seconds.
+MAX_GAP = 300.0
 #: Shorter windows (a job writing once a second, read every few) wait for the next read.
 MIN_WINDOW_SECONDS = 1.0
 #: Faster is not a training job's progress (a garbage file that passed validation).
@@ -96,6 +99,7 @@ class _Pod:
     last: ProgressRecord | None = None
     last_context: Context | None = None
     stale_t: float | None = None  # the monotonic time of the record a pause was seen on
+    gap: float = 0.0  # typical seconds between new records (a job with long steps writes rarely)
     unit: str | None = None  # "samples" or "steps"
     solo: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_WINDOWS))
     shared: dict[PairKey, deque[float]] = field(default_factory=dict)
@@ -188,9 +192,15 @@ class ProgressSpeeds:
             p.last = None
             return no("no progress written for a while (paused or hung)", keep_base=True)
         if prev is None or prev.run != record.run:
+            if prev is None and p.stale_t is not None and record.t > p.stale_t:
+                # not hung, perhaps only slow to write: learn that (a real hang teaches a gap
+                # too, at most MAX_GAP, so one later hang may land in a window: the median)
+                p.gap = min(MAX_GAP, record.t - p.stale_t)
             return no("first read of this run")
         if record.t == prev.t:
-            if wall_now - record.wall > self.stale_seconds:
+            # silent for longer than it usually is between writes (a job whose steps take a
+            # minute writes once a minute): paused or hung
+            if wall_now - record.wall > max(self.stale_seconds, 3.0 * p.gap):
                 p.last, p.stale_t = None, record.t
                 return no("no progress written for a while (paused or hung)", keep_base=True)
             return no("no new write since the last read", keep_base=True)
@@ -201,6 +211,8 @@ class ProgressSpeeds:
             or record.paused < prev.paused
         ):
             return no("a counter went back within one run")
+        gap = min(MAX_GAP, record.t - prev.t)
+        p.gap = gap if p.gap == 0.0 else 0.7 * p.gap + 0.3 * gap
         if context is None or prev_ctx != context:
             return no("the GPU's neighbours changed, or cannot be attributed")
         if record.phase == "done" or prev.phase == "done":

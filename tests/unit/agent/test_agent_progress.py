@@ -314,3 +314,16 @@ def test_gang_windows_are_attributed_only_where_one_replica_shares(tmp_path: Pat
     assert both[g0.uid] is None and both[g1.uid] is None
     far = info("f0", gpu=2, job="far")  # 3 replicas, one visible
     assert contexts(far)[far.uid] is None
+
+
+def test_a_job_with_long_steps_is_not_taken_for_a_hung_one() -> None:
+    """A step of 40 s means a write every 40 s: longer than the 30 s stale rule, yet no hang."""
+    ps = ProgressSpeeds(min_windows=3, stale_seconds=30)
+    now = time.time()
+    rates = []
+    for k in range(16):  # agent reads every 10 s, the job writes every 40 s
+        t_job = 40.0 * (k // 4)
+        r = rec(t_job, int(t_job * 10), wall=now + t_job)
+        rates.append(ps.observe("a", r, SOLO, "k", now + 10.0 * k + 1))
+    # the first silence looks like a hang; from then on the 40 s gap is known
+    assert [x for x in rates if x is not None] == [10.0, 10.0]
