@@ -158,18 +158,24 @@ class NvmlBackend:
                 pods_on_gpu.setdefault(index, set()).add(uid)
                 if proc.used_bytes is not None:
                     mem[uid] = mem.get(uid, 0.0) + proc.used_bytes
-            try:
+            per_pod: dict[str, float] = {}
+            with contextlib.suppress(Exception):  # unsupported, or no sample since the last call
                 samples, self._last_seen[index] = process_util_samples(
                     nv, handle, self._last_seen.get(index, 0)
                 )
-                for uid, u in pod_sm_util(samples, pid_pod).items():
-                    util_by_gpu.setdefault(uid, []).append(u)
-            except Exception:
-                # Not supported (or no samples since the last call): a pod alone on its GPU
-                # gets the GPU's utilisation; shared GPUs leave per-pod util unknown.
-                only = pods_on_gpu.get(index, set())
-                if len(only) == 1:
-                    util_by_gpu.setdefault(next(iter(only)), []).append(gpu_util)
+                per_pod = pod_sm_util(samples, pid_pod)
+            on_gpu = pods_on_gpu.get(index, set())
+            if per_pod:
+                # NVML lists only processes that used the GPU in a sample period: a pod beside
+                # one that did, with no sample of its own, was idle
+                per_pod = {uid: per_pod.get(uid, 0.0) for uid in on_gpu}
+            elif len(on_gpu) == 1:
+                # No sample for any pod here: unsupported, or MPS, where NVML attributes the
+                # samples to the MPS server, not its clients (measured on an H200, issue 26).
+                # A pod alone gets the GPU's utilisation; shared GPUs leave it unknown.
+                per_pod = {next(iter(on_gpu)): gpu_util}
+            for uid, u in per_pod.items():
+                util_by_gpu.setdefault(uid, []).append(u)
         # A pod on several GPUs: its mean over them (a pod's utilisation is 0..1 of a GPU).
         util = {uid: sum(v) / len(v) for uid, v in util_by_gpu.items()}
         samples_out = {

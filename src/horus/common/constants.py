@@ -245,8 +245,10 @@ OBSERVED_PAIR_SOURCES: Final = (PAIR_SOURCE_PROGRESS, PAIR_SOURCE_UTILISATION)
 #: The typical error of a pair speed read from utilisation, below which the agent never
 #: reports one: the proxy's mean absolute error on Lucid's 1,388 measured pairs when the pair's
 #: utilisation is split in proportion to u·s (benchmarks/pair_signal.py, docs/agent.md). Its
-#: sampling error alone says nothing of that bias; until a GPU measures the agent's own
-#: readings, this is the best figure there is (not a tuning constant).
+#: sampling error alone says nothing of that bias. The agent's own reading on a real GPU (H200,
+#: time-slicing, 8 readings, benchmarks/results/gpu-pair-signal.json) was off by 0.147 on
+#: average once clipped to ≤ 1 as published (0.418 unclipped): the larger, better-sampled
+#: figure stays (not a tuning constant).
 UTILISATION_PAIR_ERROR: Final = 0.192
 #: spec.migration.policy: whether Horus may move or preempt a running job.
 MIGRATION_NEVER: Final = "Never"

@@ -189,3 +189,47 @@ def test_pod_sm_util_ignores_other_processes_and_caps_at_one() -> None:
     assert pod_sm_util(samples, {1: "a", 2: "a"}) == {"a": 1.0}  # 80 % + 60 %, capped
     assert pod_sm_util(samples, {3: "b"}) == {"b": pytest.approx(0.99)}
     assert pod_sm_util([], {1: "a"}) == {}
+
+
+class MpsNvml(RecordedNvml):
+    """Under MPS NVML gives per-process samples to the MPS server only (PID 900, no pod), none
+    to its clients (measured on an H200, driver 580.159.04: benchmarks/results/
+    gpu-pair-signal.json)."""
+
+    def __init__(self, clients: tuple[int, ...]) -> None:
+        super().__init__()
+        self.clients = clients
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        return [SimpleNamespace(pid=900, usedGpuMemory=2**25)]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h: int) -> list[Any]:
+        return [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in self.clients]
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, ts: int) -> list[Any]:
+        return _cycle(ts + 1, 24, {900: [70]})
+
+
+def test_under_mps_a_pod_alone_gets_the_gpus_utilisation_and_a_pair_none(tmp_path: Path) -> None:
+    for pid, uid in ((101, POD_A), (201, POD_B)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
+    base = pod("a")
+    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    alone = NvmlBackend(proc_root=tmp_path, nvml=MpsNvml((101,))).sample(NodeView("n", []), pods)
+    assert alone.pods[POD_A].utilization == 0.7  # the GPU's (FakeNvml: 70 %)
+    pair = NvmlBackend(proc_root=tmp_path, nvml=MpsNvml((101, 201))).sample(NodeView("n", []), pods)
+    assert pair.pods[POD_A].utilization is None and pair.pods[POD_B].utilization is None
+
+
+def test_a_pod_without_a_sample_beside_one_with_samples_was_idle(tmp_path: Path) -> None:
+    for pid, uid in ((101, POD_A), (201, POD_B)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
+    base = pod("a")
+    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    nv = RecordedNvml()
+    nv.first = [e for e in nv.first if e.pid != 201]  # B used no SM time in the window
+    s = NvmlBackend(proc_root=tmp_path, nvml=nv).sample(NodeView("n", []), pods)
+    # PID 102 is no pod here: A is its PID 101 alone (40 %)
+    assert s.pods[POD_A].utilization == pytest.approx(0.40) and s.pods[POD_B].utilization == 0.0
