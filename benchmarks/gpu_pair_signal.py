@@ -106,6 +106,11 @@ def job_main(kind: str, control: Path, progress: Path) -> None:
             return nn.functional.cross_entropy(model(x), y)
 
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    reporter = None
+    if os.environ.get("HORUS_PROGRESS_DIR"):  # --chain: the job reports as Horus asks jobs to
+        from horus.progress.report import ProgressReporter
+
+        reporter = ProgressReporter(min_interval=1.0)
     steps = 0
     last_write = 0.0
     pause_s = 0.0
@@ -150,6 +155,8 @@ def job_main(kind: str, control: Path, progress: Path) -> None:
         opt.step()
         loss.item()  # a training loop's logging sync: the step is done when this returns
         steps += 1
+        if reporter is not None:
+            reporter.step(samples=batch)
         if pause_s:
             time.sleep(pause_s)
         if time.monotonic() - last_write > 0.2:
@@ -277,13 +284,20 @@ class Job:
         raise RuntimeError(f"{self.kind}: no progress file")
 
 
-def start_jobs(work: Path, env: dict[str, str], label: str) -> dict[str, Job]:
+def start_jobs(
+    work: Path, env: dict[str, str], label: str, names: tuple[str, ...] = tuple(JOBS)
+) -> dict[str, Job]:
     jobs = {}
-    for name, kind in JOBS.items():
+    for name in names:
+        kind = JOBS[name]
         control, progress = work / f"{label}-{name}.ctl", work / f"{label}-{name}.progress"
         control.write_text("pause")
+        job_env = dict(env)
+        if env.get("HORUS_PROGRESS_DIR"):
+            job_env["HORUS_PROGRESS_DIR"] = str(work / f"{label}-{name}.d")
+            Path(job_env["HORUS_PROGRESS_DIR"]).mkdir()
         proc = subprocess.Popen(
-            [sys.executable, __file__, "--job", kind, str(control), str(progress)], env=env
+            [sys.executable, __file__, "--job", kind, str(control), str(progress)], env=job_env
         )
         jobs[name] = Job(name, proc, control, progress)
     deadline = time.monotonic() + 180
@@ -333,6 +347,161 @@ def run_phase(
             **aggregate(sampler.cycles, j.proc.pid, t0, t1),
         }
     return out
+
+
+def run_chain_mode(
+    mode: str,
+    work: Path,
+    nv: Any,
+    handle: Any,
+    gpu: str,
+    cycle: float,
+    solo_s: float,
+    pair_s: float,
+) -> dict[str, Any]:
+    """The agent's own code on a real GPU: jobs report through ``horus.progress``; every
+    ``cycle`` the agent's reader and ``horus.agent.progress.ProgressSpeeds`` read them (with the
+    context the agent takes from its pod list: alone, or next to the one other pod), NVML
+    through ``horus.common.nvml.process_util_samples``/``mean_sm_util``. The truth is each job's
+    own step counter over the same phases."""
+    from horus.agent.progress import Context, ProgressSpeeds
+    from horus.common.nvml import mean_sm_util, process_util_samples
+    from horus.progress.reader import read_progress
+
+    env = dict(mode_env(mode, work), HORUS_PROGRESS_DIR="1")
+    names = ("big", "small", "io")
+    if mode.startswith("mps"):
+        mps_control(env, None)
+        time.sleep(1)
+    speeds = ProgressSpeeds()
+    since = 0
+    with contextlib.suppress(Exception):
+        _, since = process_util_samples(nv, handle, 0)
+    result: dict[str, Any] = {"mode": mode, "chain": True}
+    try:
+        jobs = start_jobs(work, env, f"chain-{mode}", names)
+        try:
+
+            def phase(run: tuple[str, ...], seconds: float) -> dict[str, Any]:
+                nonlocal since
+                for n in run:
+                    jobs[n].set("run")
+                t_start = time.monotonic()
+                time.sleep(cycle)  # the ramp: a cycle, as the agent's first read sees it
+                for n in run:  # first read of the phase: the window's base
+                    speeds.observe(
+                        n,
+                        read_progress(jobs[n].progress.with_suffix(".d")),
+                        None,
+                        JOBS[n],
+                        time.time(),
+                    )
+                with contextlib.suppress(Exception):
+                    _, since = process_util_samples(nv, handle, since)
+                start = {n: jobs[n].read() for n in run}
+                utils: dict[str, list[float]] = {n: [] for n in run}
+                first: dict[str, float] = {}
+                while time.monotonic() - t_start < seconds:
+                    time.sleep(cycle)
+                    try:
+                        smp, since = process_util_samples(nv, handle, since)
+                        per_pid = mean_sm_util(smp)
+                    except Exception:
+                        per_pid = {}
+                    for n in run:
+                        other = [o for o in run if o != n]
+                        ctx = (
+                            Context(gpu, 100, other[0], JOBS[other[0]])
+                            if other
+                            else Context(gpu, 100)
+                        )
+                        rec = read_progress(jobs[n].progress.with_suffix(".d"))
+                        speeds.observe(n, rec, ctx, JOBS[n], time.time())
+                        utils[n].append(
+                            per_pid.get(jobs[n].proc.pid, 0.0) / 100.0 if per_pid else float("nan")
+                        )
+                        if other and n not in first and (JOBS[other[0]], gpu) in speeds.speeds(n):
+                            first[n] = time.monotonic() - t_start
+                end = {n: jobs[n].read() for n in run}
+                for n in run:
+                    jobs[n].set("pause")
+                time.sleep(0.5)
+                out = {}
+                for n in run:
+                    (s0, m0), (s1, m1) = start[n], end[n]
+                    u = [x for x in utils[n] if x == x]
+                    out[n] = {
+                        "rate": (s1 - s0) / (m1 - m0) if m1 > m0 else 0.0,
+                        "util": statistics.mean(u) if u else None,
+                        "first_reading_s": first.get(n),
+                    }
+                return out
+
+            solo = {n: phase((n,), solo_s)[n] for n in names}
+            pairs = []
+            for a, b in (("big", "small"), ("big", "io"), ("small", "io")):
+                ph = phase((a, b), pair_s)
+                rec: dict[str, Any] = {"pair": f"{a}+{b}", "jobs": {}}
+                for me, other in ((a, b), (b, a)):
+                    true = ph[me]["rate"] / solo[me]["rate"] if solo[me]["rate"] else None
+                    reading = speeds.speeds(me).get((JOBS[other], gpu))
+                    u_solo, u_pair = solo[me]["util"], ph[me]["util"]
+                    rec["jobs"][me] = {
+                        "true_speed": true,
+                        "progress_speed": reading.speed if reading else None,
+                        "progress_error": reading.error if reading else None,
+                        "progress_windows": reading.samples if reading else 0,
+                        "first_reading_s": ph[me]["first_reading_s"],
+                        "util_ratio": u_pair / u_solo if u_solo and u_pair is not None else None,
+                        "solo": solo[me],
+                        "shared": ph[me],
+                    }
+                pairs.append(rec)
+            result["pairs"] = pairs
+        finally:
+            stop_jobs(jobs)
+    finally:
+        if mode.startswith("mps"):
+            with contextlib.suppress(Exception):
+                mps_control(env, "quit")
+            time.sleep(1)
+    return result
+
+
+def summarise_chain(modes: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        f"{'mode':9} {'pair':10} {'job':5} {'true':>6} {'progress±err':>14} {'util ratio':>10} {'1st read s':>10}"
+    ]
+    errs: dict[str, list[float]] = {}
+    for m in modes:
+        if "error" in m:
+            lines.append(f"{m['mode']} failed: {m['error']}")
+            continue
+        for p in m.get("pairs", []):
+            for job, r in p["jobs"].items():
+                fr = r["first_reading_s"]
+                t, ps, pe, u = (
+                    r["true_speed"],
+                    r["progress_speed"],
+                    r["progress_error"],
+                    r["util_ratio"],
+                )
+                prog = f"{ps:.3f}±{pe:.3f}" if ps is not None else "-"
+                lines.append(
+                    f"{m['mode']:9} {p['pair']:10} {job:5} {t:6.3f} {prog:>14} "
+                    f"{(f'{u:.3f}' if u is not None else '-'):>10} "
+                    f"{(f'{fr:.1f}' if fr else '-'):>10}"
+                )
+                if ps is not None and t is not None:
+                    errs.setdefault(f"{m['mode']} progress", []).append(ps - t)
+                if u is not None and t is not None:
+                    errs.setdefault(f"{m['mode']} utilisation", []).append(u - t)
+    for key, es in errs.items():
+        lines.append(
+            f"{key:22} bias {statistics.mean(es):+.3f}  MAE {statistics.mean(abs(e) for e in es):.3f}  "
+            f"max |e| {max(abs(e) for e in es):.3f}  n={len(es)}"
+        )
+    return lines
 
 
 def mode_env(mode: str, work: Path) -> dict[str, str]:
@@ -463,6 +632,11 @@ def main() -> int:
     ap.add_argument("--pair-seconds", type=float, default=20.0)
     ap.add_argument("--modes", default="timeslice,mps,mps50")
     ap.add_argument("--rescore", type=Path, help="score a results file again (no GPU needed)")
+    ap.add_argument(
+        "--chain",
+        action="store_true",
+        help="the agent's own progress and NVML code on the GPU (writes *-chain.json)",
+    )
     args = ap.parse_args()
     if args.rescore:
         result = json.loads(args.rescore.read_text())
@@ -492,6 +666,33 @@ def main() -> int:
         "compute_mode": int(pynvml.nvmlDeviceGetComputeMode(handle)),
     }
     print(json.dumps(info), flush=True)
+    if args.chain:
+        out = args.out.with_name(args.out.stem + "-chain.json")
+        chain: list[dict[str, Any]] = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for mode in args.modes.split(","):
+                t = time.monotonic()
+                try:
+                    chain.append(
+                        run_chain_mode(
+                            mode,
+                            Path(tmp),
+                            pynvml,
+                            handle,
+                            info["gpu"],
+                            args.cycle,
+                            args.solo_seconds,
+                            args.pair_seconds,
+                        )
+                    )
+                except Exception as exc:
+                    chain.append({"mode": mode, "error": f"{type(exc).__name__}: {exc}"})
+                print(f"mode {mode}: {time.monotonic() - t:.0f} s", flush=True)
+                print("\n".join(summarise_chain(chain[-1:])), flush=True)
+                out.write_text(json.dumps({"info": info, "modes": chain}, indent=1) + "\n")
+        print("\n".join(summarise_chain(chain)))
+        print(f"wrote {out}")
+        return 0
     sampler = Sampler(pynvml, handle, args.cycle)
     sampler.start()
     modes = []
