@@ -27,7 +27,19 @@ Run on a machine with a GPU, PyTorch and nvidia-ml-py (the device tool's machine
 
     python3 benchmarks/gpu_pair_signal.py --out benchmarks/results/gpu-pair-signal.json
 
-On a machine without a GPU it says so and exits 2 (nothing to measure). Figures go to
+``--chain`` runs the agent's own code on the GPU instead: the jobs report through
+``horus.progress.ProgressReporter``; every cycle ``horus.progress.reader.read_progress`` and
+``horus.agent.progress.ProgressSpeeds`` read them (given the context the agent takes from its pod
+list) and NVML is read through ``horus.common.nvml.process_util_samples``/``mean_sm_util``; it
+prints each pair's progress reading (± its error) and utilisation ratio beside the true speed
+(``results/gpu-pair-signal-chain.json``)::
+
+    python3 benchmarks/gpu_pair_signal.py --chain --cycle 3 --solo-seconds 15 \
+        --pair-seconds 18 --modes timeslice,mps
+
+On a machine without a GPU it says so and exits 2 (nothing to measure); ``--rescore FILE``
+re-analyses a results file anywhere. ``HORUS_BENCH_DEVICE=cpu`` with a stand-in ``pynvml`` on
+``PYTHONPATH`` dry-runs the harness (tiny models, meaningless figures). Figures go to
 docs/agent.md.
 """
 
