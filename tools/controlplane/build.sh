@@ -6,6 +6,7 @@
 #   horus-pause                    their pod sandbox program (cmd/horus-pause, no dependencies)
 #   kwok                                                              sigs.k8s.io/kwok/cmd/kwok
 #   helm                                                              helm.sh/helm/v3/cmd/helm
+#   containerd, containerd-shim-runc-v2, ctr   the real nodes' runtime   github.com/containerd/containerd/v2
 # etcd comes from Debian's etcd-server package (see docs/decisions.md).
 # Cache: ${HORUS_CACHE_DIR:-~/.cache/horus}/bin/k8s-<version>/ ; a binary already there is reused,
 # so only the first build on a machine pays. Progress goes to stderr, the folder to stdout.
@@ -22,7 +23,7 @@ k8s_version=$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v1\./ {print $2; exit}' "$h
 minor=${BASH_REMATCH[1]}
 
 cache=${HORUS_CACHE_DIR:-$HOME/.cache/horus}
-out="$cache/bin/k8s-$k8s_version-kwok-$KWOK_VERSION-helm-$HELM_VERSION"
+out="$cache/bin/k8s-$k8s_version-kwok-$KWOK_VERSION-helm-$HELM_VERSION-containerd-$CONTAINERD_VERSION"
 mkdir -p "$out"
 
 ldflags="-s -w"
@@ -33,7 +34,7 @@ done
 
 need_go() {
   command -v go >/dev/null 2>&1 || fail "find Go toolchain" \
-    "no 'go' on PATH, and $out lacks $1. Install Go >= 1.24 (Debian: apt-get install golang-go) and retry."
+    "no 'go' on PATH, and $out lacks $1. Install Go >= 1.26 (Kubernetes 1.37's go.mod asks for it) and retry."
 }
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
@@ -63,5 +64,21 @@ for spec in "kwok sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "helm helm.sh/helm/v3
     || { rm -rf "$tmp"; fail "go install $2" "see the output above"; }
   mv "$tmp/$1" "$out/$1"; rm -rf "$tmp"
   echo "$flags" > "$out/$1.ldflags"
+done
+# containerd for the real nodes, from its own module as the kubelet comes from Kubernetes': CDI
+# on by default (the DRA driver's device specs), config version 3. Tags and version stamp as
+# containerd's Makefile sets them; CGO off leaves out only the cgo snapshotters (btrfs,
+# devmapper, zfs), which realnodes.py disables anyway; the shim gets Makefile's no_grpc tag.
+ctrd_pkg=github.com/containerd/containerd/v2
+ctrd_flags="-s -w -X $ctrd_pkg/version.Version=$CONTAINERD_VERSION -X $ctrd_pkg/version.Package=$ctrd_pkg"
+for spec in "containerd urfave_cli_no_docs" "containerd-shim-runc-v2 urfave_cli_no_docs,no_grpc" "ctr urfave_cli_no_docs"; do
+  set -- $spec
+  [[ -x $out/$1 ]] && continue
+  need_go "$1"
+  echo "build.sh: go install $ctrd_pkg/cmd/$1@$CONTAINERD_VERSION ..." >&2
+  tmp=$(mktemp -d)
+  GOBIN=$tmp GOFLAGS= go install -trimpath -tags "$2" -ldflags "$ctrd_flags" "$ctrd_pkg/cmd/$1@$CONTAINERD_VERSION" \
+    || { rm -rf "$tmp"; fail "go install $ctrd_pkg/cmd/$1@$CONTAINERD_VERSION" "see the output above"; }
+  mv "$tmp/$1" "$out/$1"; rm -rf "$tmp"
 done
 echo "$out"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything Horus' demo and tests need, idempotently, on a fresh Debian machine:
 #   - Debian packages: etcd-server (the control plane's store), prometheus (metrics tests);
-#     for real kubelet nodes (horus dev cluster add-nodes --real): containerd, runc,
+#     for real kubelet nodes (horus dev cluster add-nodes --real): runc,
 #     containernetworking-plugins, iptables; mmdebstrap builds the images' Debian base
 #   - a virtualenv in .venv with horus[dev,profile] (editable)
-#   - the control-plane binaries (tools/controlplane/build.sh; cached in ~/.cache/horus)
+#   - the control-plane binaries, the kubelet and the real nodes' containerd 2.x, built from
+#     their Go modules (tools/controlplane/build.sh; cached in ~/.cache/horus)
 # Re-running costs seconds once everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,8 +19,8 @@ missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] || missing+=(golang-go)
-# Real nodes: one containerd + runc + CNI bridge per kubelet (src/horus/devcluster/realnodes.py).
-command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+# Real nodes: one containerd + runc + CNI bridge per kubelet (src/horus/devcluster/realnodes.py);
+# containerd itself is built by build.sh (Debian bookworm's 1.6 has no CDI).
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
@@ -46,7 +47,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   touch "$stamp"
 fi
 
-step "control-plane binaries (first build measured at 23-30 min on 2 cores; cached afterwards)"
+step "control-plane binaries, kubelet, containerd (first build: see README 'First build'; cached afterwards)"
 bin_dir=$(bash tools/controlplane/build.sh) || exit 1
 echo "$bin_dir" > .venv/.horus-bin-dir
 step "ready: binaries in $bin_dir"

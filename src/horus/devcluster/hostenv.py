@@ -41,7 +41,8 @@ REGISTRY = Path(os.environ.get("HORUS_DEV_HOST_REGISTRY", "/run/horus-dev"))
 #: --root-dir says) and the pod log directories; containerd 1.6 hard-codes /var/run/netns
 #: (CRI network namespaces), the shims' socket directory (/run/containerd/s) and libcni's
 #: cache (/var/lib/cni); the device plugin hands out the MPS pipe directory as a host path
-#: (its default, and the chart's node.mps.root under /run/horus).
+#: (its default, and the chart's node.mps.root under /run/horus); /run/cdi (= /var/run/cdi)
+#: is where the node's containerd reads CDI specs and its DRA driver writes them.
 PRIVATE_MOUNTS = (
     "/var/lib/kubelet",
     "/var/log/pods",
@@ -51,6 +52,7 @@ PRIVATE_MOUNTS = (
     "/var/lib/cni",
     "/tmp/nvidia-mps",
     "/run/horus",
+    "/run/cdi",
 )
 
 #: Written by the kubelet's container manager at start (pkg/kubelet/cm, setupKernelTunables).

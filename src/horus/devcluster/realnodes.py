@@ -75,11 +75,17 @@ NODES_DIR = "nodes"
 #: The service IP of ``kubernetes`` (first address of the cluster's service range).
 APISERVER_SERVICE_IP = certs.SERVICE_IP
 CNI_BIN_DIR = "/usr/lib/cni"
+#: Where a node's containerd reads CDI specs (the path a DRA driver writes by default). Inside
+#: the node's mount namespace it is the node's own folder: ``/run/cdi`` (``/var/run`` is a link
+#: to ``/run``) is one of :data:`horus.devcluster.hostenv.PRIVATE_MOUNTS`, bound from
+#: ``<node>/mounts/run-cdi`` (:meth:`RealNodes.cdi_dir`).
+CDI_SPEC_DIR = "/var/run/cdi"
+#: containerd 2.x, its runc shim and ctr, built from containerd's Go module beside the kubelet
+#: (tools/controlplane/build.sh): Debian bookworm's containerd 1.6 has no CDI.
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 #: What a real node needs on the host, and the Debian package that brings it.
 HOST_TOOLS = {
-    "containerd": "containerd",
     "runc": "runc",
-    "ctr": "containerd",
     "iptables": "iptables",
     "ip": "iproute2",
     "unshare": "util-linux",
@@ -218,8 +224,18 @@ def _run(argv: list[str], what: str, check: bool = True) -> subprocess.Completed
     return proc
 
 
-def check_host() -> None:
-    """Root, the tools and the CNI plugins a real node needs; the error names the fix."""
+def _prefer_bin_dir(bin_dir: Path) -> None:
+    """Put ``bin_dir`` first on this process's PATH: the ``ctr`` that imports images
+    (:mod:`horus.devcluster.images`) is then the one built with the nodes' containerd, not a
+    Debian one that may also be installed."""
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    if parts[:1] != [str(bin_dir)]:
+        os.environ["PATH"] = os.pathsep.join([str(bin_dir), *(p for p in parts if p)])
+
+
+def check_host(bin_dir: Path | None = None) -> None:
+    """Root, the tools and the CNI plugins a real node needs, and containerd's binaries in
+    ``bin_dir``; the error names the fix."""
     if os.geteuid() != 0:
         raise ClusterError(
             "real nodes need root (they start containerd and kubelets, create bridges, cgroups "
@@ -235,6 +251,13 @@ def check_host() -> None:
         raise ClusterError(
             f"real nodes need Debian packages {', '.join(missing)}: run tools/dev/setup.sh "
             f"(or apt-get install -y {' '.join(missing)})"
+        )
+    lacking = [b for b in CONTAINERD_BINARIES if bin_dir and not (bin_dir / b).is_file()]
+    if lacking:
+        raise ClusterError(
+            f"{bin_dir} lacks {', '.join(lacking)} (containerd 2.x for real nodes): run "
+            "tools/controlplane/build.sh (tools/dev/setup.sh runs it), or point HORUS_BIN_DIR "
+            "at a folder it built"
         )
 
 
@@ -351,56 +374,74 @@ def _remove_dnat(state: RealNodesState) -> None:
 
 
 def containerd_config(node: RealNode, sandbox_image: str) -> str:
-    """containerd 1.6's config (version 2) for one node; every path under its folder."""
+    """containerd 2.x's config (version 4, containerd v2.4's own) for one node; every path
+    under its folder.
+
+    CDI is on (containerd 2's default) and reads specs only from :data:`CDI_SPEC_DIR`, which
+    inside the node's mount namespace is the node's own folder (``mounts/run-cdi``, a
+    :data:`~horus.devcluster.hostenv.PRIVATE_MOUNTS` entry): a DRA driver of this node, as a
+    host process in the namespace or as a DaemonSet pod with that hostPath, writes its specs
+    where this node's containerd — and no other node's — reads them. The host's /etc/cdi is
+    not read: a spec there would apply to every node. NRI is off: its socket
+    (/var/run/nri/nri.sock) is one per host, and several containerds share this one.
+    """
     d = Path(node.directory)
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""\
-# Written by horus dev cluster add-nodes --real for node {node.name}.
-version = 2
+# Written by horus dev cluster add-nodes --real for node {node.name} (containerd 2.x).
+version = 4
 root = "{d / "containerd" / "root"}"
 state = "{d / "containerd" / "state"}"
 disabled_plugins = [
   "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
+  "io.containerd.nri.v1.nri",
 ]
-
-[grpc]
-  address = "{node.socket}"
-
-[ttrpc]
-  address = "{node.socket}.ttrpc"
 
 [debug]
   level = "warn"
 
+[plugins."io.containerd.server.v1.grpc"]
+  address = "{node.socket}"
+
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "{node.socket}.ttrpc"
+
 [plugins."io.containerd.internal.v1.opt"]
   path = "{d / "containerd" / "opt"}"
 
-[{cri}]
-  sandbox_image = "{sandbox_image}"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{sandbox_image}"
+
+[plugins."io.containerd.cri.v1.runtime"]
   # This VM lacks CAP_SYS_RESOURCE: without it every sandbox fails with
   # "can't get final child's PID from pipe" (runc may not lower oom_score_adj).
   restrict_oom_score_adj = true
   disable_apparmor = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
+  cdi_spec_dirs = ["{CDI_SPEC_DIR}"]
 
-[{cri}.containerd]
-  snapshotter = "overlayfs"
+[plugins."io.containerd.cri.v1.runtime".containerd]
   default_runtime_name = "runc"
 
-[{cri}.containerd.runtimes.runc]
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 
-[{cri}.containerd.runtimes.runc.options]
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
   Root = "{d / "runc"}"
   SystemdCgroup = false
 
-[{cri}.cni]
-  bin_dir = "{CNI_BIN_DIR}"
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["{CNI_BIN_DIR}"]
   conf_dir = "{d / "cni" / "net.d"}"
   max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 """
 
 
@@ -517,9 +558,10 @@ class RealNodes:
     def add(self, spec: RealNodeSpec, wait: float = 180.0) -> list[str]:
         """Start ``spec.count`` new real nodes and wait until they are Ready (and, with the
         host device plugin, until their GPUs are allocatable)."""
-        check_host()
         cstate = self._cluster()
         bin_dir = Path(cstate.bin_dir)
+        check_host(bin_dir)
+        _prefer_bin_dir(bin_dir)
         if not (bin_dir / "kubelet").is_file():
             raise ClusterError(
                 f"{bin_dir} has no kubelet: run tools/controlplane/build.sh (it builds the "
@@ -636,7 +678,14 @@ class RealNodes:
             f'mount --bind "{d / "mounts" / m.strip("/").replace("/", "-")}" "{m}"\n'
             for m in hostenv.PRIVATE_MOUNTS
         )
-        script = f'set -e\n{binds}exec containerd --config "{d / "containerd.toml"}"\n'
+        # containerd 2.x from the binaries folder; that folder first on its PATH, so the runc
+        # shim it starts for each pod is the one built with it (containerd looks the shim up
+        # on PATH before its own folder, and Debian's 1.6 shim may be in /usr/bin).
+        bin_dir = Path(cstate.bin_dir)
+        script = (
+            f"set -e\n{binds}"
+            f'PATH="{bin_dir}:$PATH" exec "{bin_dir / "containerd"}" --config "{d / "containerd.toml"}"\n'
+        )
         containerd = spawn(
             "containerd",
             [
@@ -794,6 +843,12 @@ class RealNodes:
         """The node's containerd socket (``ctr --address``)."""
         return self._node(name)[1].socket
 
+    def cdi_dir(self, name: str) -> Path:
+        """The node's CDI spec folder as this host sees it: inside the node's mount namespace
+        it is :data:`CDI_SPEC_DIR`, the one folder its containerd reads CDI specs from."""
+        _, node = self._node(name)
+        return Path(node.directory) / "mounts" / "run-cdi"
+
     def device_plugin_dir(self, name: str) -> Path:
         """Where the node's kubelet sees /var/lib/kubelet/device-plugins (its private bind)."""
         _, node = self._node(name)
@@ -810,6 +865,7 @@ class RealNodes:
         """Import built images into every node, and remember them for nodes added later."""
         from horus.devcluster import images
 
+        _prefer_bin_dir(Path(self._cluster().bin_dir))
         state = self.state()
         if state is None:
             raise ClusterError(

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from horus.common.errors import ValidationError
+from horus.devcluster.hostenv import PRIVATE_MOUNTS
 from horus.devcluster.realnodes import (
+    CDI_SPEC_DIR,
     RealNode,
     RealNodeSpec,
     cni_config,
@@ -52,11 +57,53 @@ def test_bad_specs_name_the_flag(kwargs: dict[str, object], message: str) -> Non
 
 def test_containerd_config_keeps_everything_under_the_node(tmp_path: Path) -> None:
     text = containerd_config(node(tmp_path), "horus.local/horus-pause:abc")
-    assert 'address = "/run/horus-dev/sockets/200-0/containerd.sock"' in text
-    assert "restrict_oom_score_adj = true" in text  # no CAP_SYS_RESOURCE on this VM
-    assert 'sandbox_image = "horus.local/horus-pause:abc"' in text
+    conf = tomllib.loads(text)
+    assert conf["version"] == 4  # containerd 2.4's own format
+    plugins = conf["plugins"]
+    sock = "/run/horus-dev/sockets/200-0/containerd.sock"
+    assert plugins["io.containerd.server.v1.grpc"]["address"] == sock
+    assert plugins["io.containerd.server.v1.ttrpc"]["address"] == sock + ".ttrpc"
+    runtime = plugins["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE on this VM
+    # CDI specs only from the node's private /var/run/cdi, never the host's /etc/cdi
+    assert runtime["cdi_spec_dirs"] == [CDI_SPEC_DIR] == ["/var/run/cdi"]
+    assert "/run/cdi" in PRIVATE_MOUNTS
+    assert runtime["containerd"]["runtimes"]["runc"]["options"]["Root"] == str(
+        tmp_path / "n" / "runc"
+    )
+    images = plugins["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == "horus.local/horus-pause:abc"
+    assert "io.containerd.nri.v1.nri" in conf["disabled_plugins"]  # one NRI socket per host
     for key in ("root", "state"):
-        assert f'{key} = "{tmp_path / "n" / "containerd"}' in text
+        assert conf[key] == str(tmp_path / "n" / "containerd" / key)
+
+
+def test_containerd_2_reads_the_config_as_written(tmp_path: Path) -> None:
+    """The built containerd (tools/controlplane/build.sh) parses the file and its effective
+    configuration has our values: a key in the wrong place would be ignored silently."""
+    bin_dir = os.environ.get("HORUS_BIN_DIR")
+    binary = Path(bin_dir) / "containerd" if bin_dir else None
+    if binary is None or not binary.is_file():
+        pytest.skip("no containerd in HORUS_BIN_DIR (tools/controlplane/build.sh builds it)")
+    conf = tmp_path / "containerd.toml"
+    conf.write_text(containerd_config(node(tmp_path), "horus.local/horus-pause:abc"))
+    out = subprocess.run(
+        [str(binary), "--config", str(conf), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    dumped = tomllib.loads(out)
+    runtime = dumped["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["cdi_spec_dirs"] == ["/var/run/cdi"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["cni"]["conf_dir"] == str(tmp_path / "n" / "cni" / "net.d")
+    assert dumped["plugins"]["io.containerd.server.v1.grpc"]["address"] == (
+        "/run/horus-dev/sockets/200-0/containerd.sock"
+    )
+    images = dumped["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == "horus.local/horus-pause:abc"
 
 
 def test_cni_uses_the_node_bridge_without_touching_host_forwarding(tmp_path: Path) -> None:

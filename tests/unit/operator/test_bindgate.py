@@ -11,7 +11,7 @@ from typing import Any
 from horus.common import constants as c
 from horus.operator.bindgate import BindGate, horus_requests
 
-REAL = {"metadata": {"name": "real"}, "status": {"nodeInfo": {"kubeletVersion": "v1.34.4"}}}
+REAL = {"metadata": {"name": "real"}, "status": {"nodeInfo": {"kubeletVersion": "v1.37.2"}}}
 KWOK = {
     "metadata": {
         "name": "kwok",

@@ -487,7 +487,7 @@ def test_bind_waits_while_a_twin_awaits_its_allocate_on_a_real_kubelet() -> None
     """A real kubelet's Allocate names no pod: while a pod with the same request waits for
     its GPU on the node, a second one is not bound there (the scheduler retries)."""
     real = node("r1", gpus=2)
-    real["status"]["nodeInfo"] = {"kubeletVersion": "v1.34.4"}
+    real["status"]["nodeInfo"] = {"kubeletVersion": "v1.37.2"}
     twin = plain_pod("twin", core=30, memory=8000, node="r1")
     twin["metadata"]["annotations"][c.ANNOTATION_GPU_ASSIGNMENT] = json.dumps(
         assignment("r1", 0, 30, 8000).to_json()
