@@ -123,6 +123,7 @@ def _claim_and_pod(name: str, node: str, cores: str, memory: str) -> list[dict[s
             "metadata": {"name": name, "namespace": "default"},
             "spec": {
                 "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 2,
                 "nodeSelector": {"kubernetes.io/hostname": node},
                 "containers": [container],
                 "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
