@@ -352,6 +352,9 @@ def test_agent_measures_pair_speeds_into_the_dljob_status(
         pairs = obj["status"]["observed"]["pairs"]
         assert [(p["other"], p["gpuModel"]) for p in pairs] == [(job_kind(profiles["pb"]), "H100")]
         assert pairs[0]["samples"] >= 3
+        # no progress from these pods: utilisation, with at least its measured error (issue
+        # 26), and the apiserver's CRD schema keeps both fields
+        assert pairs[0]["source"] == "utilisation" and pairs[0]["error"] >= 0.192
         expected = load_default_predictor().pair_speed(profiles["pa"], profiles["pb"], "H100")
         assert abs(pairs[0]["speed"] - expected) < 0.1, (pairs, expected)
         observed = parse_dljob(obj).status.observed
