@@ -14,20 +14,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from realnode_support import GPU_MEMORY_MIB, apply, share_line, wait_for
+from realnode_support import GPU_MEMORY_MIB, apply, running, share_line, wait_for
 
 from horus.api.resources import parse_quantity
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
 from horus.devcluster.images import IMAGES, reference
 
+#: Every pod (and its claim, same name) this module makes.
+POD_NAMES = ("dra-twin-a", "dra-twin-b", "dra-after-restart")
 GRANT_FIELDS = (
     "enforcement",
     "gpu_access",
@@ -77,6 +78,7 @@ def dra_drivers(rc: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         wait_for("the DRA drivers' ResourceSlices", published, 60, lambda: _logs(folder))
         yield folder
     finally:
+        _delete(rc, *POD_NAMES)  # before the drivers stop, so the kubelet can unprepare
         for proc in procs:  # only the processes this fixture started
             proc.terminate()
         for proc in procs:
@@ -166,9 +168,50 @@ def test_a_pod_with_a_claim_runs_with_exactly_its_consumed_capacity(
             if env.get(c.ENV_ENFORCEMENT) == "mps":
                 assert env[c.ENV_MPS_ACTIVE_THREAD_PERCENTAGE] == "30"
                 assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory_mib}M"
-        time.sleep(1)
         print(json.dumps({n: rc.kube.json("get", "resourceclaim", n)["status"] for n in twins}))
+    except BaseException:
+        _delete(rc, *twins)
+        raise
+
+
+def _delete(rc: RealCluster, *names: str) -> None:
+    for name in names:
+        rc.kube.kubectl("delete", "pod", name, "--grace-period=0", "--force", check=False)
+        rc.kube.kubectl("delete", "resourceclaim", name, check=False)
+
+
+def test_a_kubelet_restart_keeps_prepared_claims_and_prepares_new_ones(
+    rc: RealCluster, dra_drivers: Path
+) -> None:
+    """The kubelet restarts; the twins keep running with the same containers, and the
+    restarted kubelet finds the driver again (its plugin watcher walks plugins_registry):
+    a new pod with a claim starts with its share."""
+    node = rc.nodes[0]
+    twins = ("dra-twin-a", "dra-twin-b")
+    try:
+        before = {n: rc.kube.json("get", "pod", n) for n in twins}
+        assert all(running(p) for p in before.values()), "the twins are not running"
+        rc.real.restart_kubelet(node)
+        for doc in _claim_and_pod("dra-after-restart", node, "20", "2048Mi"):
+            apply(rc, doc)
+        line = wait_for(
+            "the new pod's share line after the kubelet restart",
+            lambda: share_line(rc, "dra-after-restart"),
+            240,
+            lambda: (
+                _logs(dra_drivers)
+                + rc.kube.kubectl("describe", "pod", "dra-after-restart", check=False).stdout[
+                    -3000:
+                ]
+            ),
+        )
+        assert line["env"][c.ENV_GPU_CORE_PERCENT] == "20"
+        assert line["env"][c.ENV_GPU_MEMORY_MIB] == "2048"
+        for name, old in before.items():
+            new = rc.kube.json("get", "pod", name)
+            old_c = old["status"]["containerStatuses"][0]
+            new_c = new["status"]["containerStatuses"][0]
+            assert running(new), name
+            assert new_c["containerID"] == old_c["containerID"] and new_c["restartCount"] == 0
     finally:
-        for name in twins:
-            rc.kube.kubectl("delete", "pod", name, "--grace-period=0", "--force", check=False)
-            rc.kube.kubectl("delete", "resourceclaim", name, check=False)
+        _delete(rc, *twins, "dra-after-restart")
