@@ -5,6 +5,7 @@ and malformed assignments. The kubelet side is the spec-written peer in devicepl
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -88,6 +89,11 @@ def test_allocate_for_a_signed_assignment(dp_env: DpEnv, plugin: RunningPlugin) 
             assert response.mounts[0].container_path == c.MPS_PIPE_DIRECTORY_DEFAULT
         pod = dp_env.core.read_namespaced_pod("good", dp_env.namespace)
         assert envs[c.ENV_POD_UID] == pod.metadata.uid
+        # its own progress directory (issue 26), made on the node and keyed by its UID
+        progress = [m for m in core.mounts if m.container_path == "/var/run/horus/progress"]
+        assert len(progress) == 1 and envs["HORUS_PROGRESS_DIR"] == "/var/run/horus/progress"
+        assert progress[0].host_path.endswith(f"/progress/{pod.metadata.uid}")
+        assert os.path.isdir(progress[0].host_path) and not progress[0].read_only
         marks = json.loads(pod.metadata.annotations[c.ANNOTATION_GPU_ALLOCATED])
         assert set(marks) == {CORE, MEM}
         assert events_for(dp_env, "good", timeout=0.5) == []
