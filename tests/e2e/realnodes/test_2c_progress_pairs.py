@@ -60,6 +60,13 @@ def test_two_jobs_share_a_gpu_and_progress_reads_the_true_speed(
     rc: RealCluster, prometheus: str
 ) -> None:
     names = ("prog-a1", "prog-a2", "prog-b")
+    # both GPUs free: earlier tests' replicas gone (deleted with --wait=false)
+    wait_for(
+        "the pods of earlier DLJobs gone",
+        lambda: not rc.kube.json("get", "pods", "-A", "-l", c.LABEL_DLJOB_NAME)["items"],
+        180,
+        diagnose(rc),
+    )
     try:
         for name in names[:2]:
             apply(rc, workload_job(name, 1, 50, 8192, ARGS))
