@@ -240,12 +240,40 @@ def test_the_node_identity_writes_only_its_own_nodes_slices(
     assert refused.returncode != 0 and "horus-node-own-resourceslices" in refused.stderr, (
         refused.stderr
     )
-    # and no pod write is needed on this path; a tenant cannot write a claim's allocation
+
+
+def test_a_tenant_with_edit_cannot_change_an_allocation(
+    dra_env: DraEnv, driver: RunningDriver
+) -> None:
+    """The allocation Prepare reads is in the claim's status: a namespace editor (Kubernetes'
+    edit role) may make claims but not write their status, so it cannot change what the
+    driver hands out; the attempt is refused."""
+    ns = dra_env.namespace
+    dra_env.kubectl("create", "serviceaccount", "tenant", "-n", ns)
+    dra_env.kubectl(
+        "create", "rolebinding", "tenant-edit", "--clusterrole=edit",
+        f"--serviceaccount={ns}:tenant", "-n", ns,
+    )  # fmt: skip
+    token = dra_env.kubectl("create", "token", "tenant", "-n", ns).stdout.strip()
+    claim_and_pod(dra_env, "tenant-claim", 0, "10", "1024Mi")
+    result = allocated(dra_env, "tenant-claim")["status"]["allocation"]["devices"]["results"][0]
+    forged = json.loads(json.dumps(result))
+    forged["consumedCapacity"] = {"cores": "100", "memory": f"{GPU_MIB}Mi"}
+    patch = {"status": {"allocation": {"devices": {"results": [forged]}}}}
+    refused = dra_env.kubectl(
+        f"--token={token}", "patch", "resourceclaim", "tenant-claim", "-n", ns,
+        "--subresource=status", "--type=merge", "-p", json.dumps(patch), check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), refused.stderr
+    after = dra_env.get("resourceclaim", "tenant-claim")["status"]["allocation"]
+    assert consumed(after["devices"]["results"][0]) == (10, 1024)
+    # ("resourceclaims/status" would name a claim called status: the subresource is a flag)
     can = dra_env.kubectl(
-        "auth", "can-i", "update", "resourceclaims/status", "-n", dra_env.namespace,
-        f"--as=system:serviceaccount:{dra_env.namespace}:default", check=False,
+        f"--token={token}", "auth", "can-i", "update", "resourceclaims", "--subresource=status",
+        "-n", ns, check=False,
     )  # fmt: skip
     assert can.stdout.strip() == "no"
+    remove(dra_env, "tenant-claim")
 
 
 def test_prepared_claims_survive_a_driver_restart(dra_env: DraEnv, driver: RunningDriver) -> None:
