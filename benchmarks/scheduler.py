@@ -186,17 +186,54 @@ def _targets(name: str, summary: dict[str, object]) -> list[str]:
     return lines
 
 
+def _merge(args: argparse.Namespace, runs: list[str]) -> dict[str, object]:
+    """``--merge``: the summary over the per-seed files ``--seeds`` seeds wrote, possibly from
+    separate processes; on philly (the same trace for every seed) a seed's missing seed-free
+    runs are seed 0's."""
+    out: dict[str, object] = {}
+    for name, _, gpus in _specs(args):
+        docs = []
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            path = RESULTS / f"scheduler-policies-{name}{args.suffix}-seed{seed}.json"
+            docs.append(json.loads(path.read_text()))
+        first = docs[0]["policies"]
+        for doc in docs[1:]:
+            pol = doc["policies"]
+            for run in runs:
+                if run not in pol and name.startswith("philly") and _seed_free(run):
+                    pol[run] = first[run]
+                    doc.setdefault("reused_from_seed_0", []).append(run)
+        summary = _summary(docs, runs)
+        print(f"\n== {name}: over {len(docs)} seeds (merged)")
+        for line in _targets(name, summary):
+            print(line)
+        doc = {
+            "trace": name,
+            "gpus": gpus,
+            "target_load": args.load,
+            "seeds": len(docs),
+            "summary": summary,
+            "per_seed": docs,
+            "command": " ".join(sys.argv),
+        }
+        write_json(RESULTS / f"scheduler-policies-{name}{args.suffix}.json", doc)
+        out[name] = doc
+    return out
+
+
 def policies(args: argparse.Namespace) -> dict[str, object]:
     """Every run on every trace for ``--seeds`` seeds (seed s: the measurement noise, and the
     synthetic and alibaba traces' own seeds + s); per-seed tables, then the summary over
     seeds with the issue's targets."""
     out: dict[str, object] = {}
     runs = _runs(args, POLICIES)
+    if args.merge:
+        return _merge(args, runs)
     for name, _, gpus in _specs(args):
         per_seed: list[dict[str, object]] = []
         reused: dict[str, SimResult] = {}
         t0 = time.perf_counter()
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             spec = next(s for n, s, _ in _specs(args, seed) if n == name)
             loaded = _load(name, spec, gpus, args)
             if loaded is None:
@@ -238,6 +275,11 @@ def policies(args: argparse.Namespace) -> dict[str, object]:
                         "reused_from_seed_0": sorted(r for r in reused if seed and r in runs),
                     },
                 )
+            )
+            # each seed on its own too, so seeds run in separate processes can be merged
+            # (--merge) and a long run keeps what it finished
+            write_json(
+                RESULTS / f"scheduler-policies-{name}{args.suffix}-seed{seed}.json", per_seed[-1]
             )
             if seed == 0:
                 plot(results, RESULTS / f"scheduler-{name}{args.suffix}")
@@ -597,6 +639,12 @@ def main() -> int:
     p.add_argument("--traces", default="philly,philly-512gpus,alibaba,synthetic")
     p.add_argument(
         "--seeds", type=int, default=3, help="policies step: seeds (measurement noise, traces)"
+    )
+    p.add_argument("--first-seed", type=int, default=0, help="policies step: first seed")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="policies step: only merge the per-seed files of --seeds seeds into the summary",
     )
     p.add_argument(
         "--policies", default=None, help="runs (comma-separated) instead of the step's default"
