@@ -29,8 +29,9 @@ COMPARED_RUNS = (
 )
 _RUNS_HELP = (
     "a policy (exclusive, binpack, spread, horus-original, oracle), horus (the whole system: "
-    "prediction + the agent's measurements + migration + preemption) or horus-predict-only, "
-    "optionally with features +observed, +observed-exact, +migrate, +preempt "
+    "prediction + the agent's measurements from the jobs' progress + migration + preemption) "
+    "or horus-predict-only, optionally with features +observed (progress), +observed-split, "
+    "+observed-overlap (the utilisation ratio), +observed-exact, +migrate, +preempt "
     "(docs/scheduler.md, 'Run names')"
 )
 
