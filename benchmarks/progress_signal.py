@@ -8,7 +8,7 @@ train.py``, real processes) reports progress into its own progress directory (ma
 gives it (the SIMULATION ONLY ``simulated-speed.json``), the workload's steps slow by it, and the
 agent reads the progress back and turns it into a pair speed (``horus.agent.progress``) beside
 its utilisation estimate (``horus.agent.feedback.PairSpeeds``). The apiserver is an in-memory
-stand-in serving the pods; ``tests/e2e/realnodes/test_2c_progress_pairs.py`` runs the same chain
+stand-in serving the pods; ``tests/e2e/realnodes/test_1e_progress_pairs.py`` runs the same chain
 on real kubelet nodes through the cluster (status.observed, placement).
 
 Per pair: job A runs alone on its GPU for ``--solo`` seconds, then B joins for ``--shared``
