@@ -4,14 +4,16 @@ of this package (``horus.devcluster.chart.start``: control plane, nodes, images,
 It is its own cluster, not the session's kwok one, so its real nodes never receive the other
 tests' pods, and it is stopped when this package's last test ends (package scope): the
 integration tests that run later check the host is left as it was. Each node has one
-simulated GPU, so a two-replica job whose replicas cannot share a GPU lands on both nodes.
+simulated GPU of 81,559 MiB (a real H100's memory, not a multiple of the gpu-memory unit), so a
+two-replica job whose replicas cannot share a GPU lands on both nodes.
 
 The tests run in file order and share state on purpose, to pay for the cluster once: the chart
 is checked first (with the optional Horus scheduler Deployment on), then its day-2 operations
 (scheduler, key rotation, PodDisruptionBudget), a ``helm upgrade`` to a changed CRD and the
 no-leader alert in the real Prometheus, jobs, node events (kubelet restart, drain,
 node removal) later, uninstall last.
-Real nodes need root and Debian's containerd, runc and CNI plugins (tools/dev/setup.sh); the
+Real nodes need root, the containerd 2.x that tools/controlplane/build.sh builds (on PATH, as
+tools/dev/test.sh puts it), and Debian's runc and CNI plugins (tools/dev/setup.sh); the
 package is skipped with that reason elsewhere.
 """
 
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from chart_support import write_fast_alert_rules
-from realnode_support import scrape_targets
+from realnode_support import GPU_MEMORY_MIB, scrape_targets
 
 from horus.api.signing import KeyRing, SigningKey, parse_public_keys
 from horus.common import constants as c
@@ -58,7 +60,17 @@ def rc() -> Iterator[RealCluster]:
     folder = Path(tempfile.mkdtemp(prefix="horus-real-")) / "c"
     timings: list[str] = []
     # with the optional Horus scheduler Deployment (test_1b), from the project-built image
-    values = {"scheduler": {"enabled": True}}
+    values = {
+        "scheduler": {"enabled": True},
+        "node": {
+            "devicePlugin": {
+                "extraArgs": [
+                    *("--sim-gpu-count", str(GPUS_PER_NODE)),
+                    *("--sim-gpu-memory-mib", str(GPU_MEMORY_MIB)),
+                ]
+            }
+        },
+    }
     cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
     print("real-node cluster: " + "; ".join(timings))
     try:

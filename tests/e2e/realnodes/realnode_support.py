@@ -13,6 +13,9 @@ from horus.devcluster.chart import RealCluster
 
 #: The two-replica job test_2 starts and the later tests restart, drain and lose nodes under.
 JOB = "two-nodes"
+#: Memory of each node's simulated GPU: what a real H100 80GB reports, not a multiple of the
+#: 256 MiB gpu-memory unit, so the unit rounding is tested as on real hardware (issue 25).
+GPU_MEMORY_MIB = 81559
 
 
 def wait_for(

@@ -4,7 +4,7 @@ agents by pod IP."""
 
 from __future__ import annotations
 
-from realnode_support import diagnose, query, wait_for
+from realnode_support import GPU_MEMORY_MIB, diagnose, query, wait_for
 
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
@@ -39,7 +39,8 @@ def test_device_plugin_of_the_daemonset_serves_each_kubelet(rc: RealCluster) -> 
         node = rc.kube.json("get", "node", name)
         alloc = node["status"]["allocatable"]
         assert alloc[c.RESOURCE_GPU_CORE] == "100"
-        assert int(alloc[c.RESOURCE_GPU_MEMORY]) == 81920 // c.DEFAULT_GPU_MEMORY_UNIT_MIB
+        # whole units only: 318 IDs for 81,559 MiB (a partial last unit is not offered)
+        assert int(alloc[c.RESOURCE_GPU_MEMORY]) == GPU_MEMORY_MIB // c.DEFAULT_GPU_MEMORY_UNIT_MIB
         assert c.ANNOTATION_GPU_INVENTORY in node["metadata"]["annotations"]
         # the kubelet's view: the plugin's sockets in the node's own device-plugin folder
         sockets = rc.real.device_plugin_dir(name)

@@ -197,15 +197,21 @@ def test_a_replayed_pod_of_a_deleted_job_is_refused_by_the_kubelet(rc: RealClust
         rc.kube.kubectl("delete", "pod", name, "--wait=false", check=False)
 
 
-def test_twins_on_one_node_each_get_their_own_assignment(rc: RealCluster) -> None:
-    """Two pods with identical requests on one node at once (two one-replica jobs with the
-    same share, applied together): the kubelet names no pod in Allocate, so the operator binds
-    the second only after the first was allocated (horus.operator.bindgate); each container
-    must still print its own pod and GPU share."""
+@pytest.mark.parametrize(
+    "memories", [(1024, 1024), (2048, 1024)], ids=["same-share", "equal-core-other-memory"]
+)
+def test_twins_on_one_node_each_get_their_own_assignment(
+    rc: RealCluster, memories: tuple[int, int]
+) -> None:
+    """Two pods on one node at once with the same core % — and the same memory, or not (issue
+    25, "Twins": the kubelet's gpu-core Allocate could pick either) — two one-replica jobs
+    applied together: the kubelet names no pod in Allocate and calls it per resource, so the
+    operator binds the second only after the first was allocated (horus.operator.bindgate);
+    each container must print its own pod and exactly its own share."""
     names = ["twin-a", "twin-b"]
     docs = []
-    for name in names:
-        doc = workload_job(name, 1, 15, 1024, ["--steps", "0", "--step-sleep", "0.1"])
+    for name, memory in zip(names, memories, strict=True):
+        doc = workload_job(name, 1, 15, memory, ["--steps", "0", "--step-sleep", "0.1"])
         doc["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": rc.nodes[0]}
         docs.append(doc)
     apply(rc, {"apiVersion": "v1", "kind": "List", "items": docs})
@@ -233,6 +239,14 @@ def test_twins_on_one_node_each_get_their_own_assignment(rc: RealCluster) -> Non
             assert out["env"][c.ENV_POD_NAME] == meta["name"]
             assert out["env"][c.ENV_POD_UID] == meta["uid"]
             assert out["env"][c.ENV_GPU_UUID] == a.gpu_uuid
+            # its own job's share, in every variable that carries it
+            job = meta["labels"][c.LABEL_DLJOB_NAME]
+            memory = memories[names.index(job)]
+            assert (a.core_percent, a.memory_mib) == (15, memory)
+            assert out["env"][c.ENV_GPU_CORE_PERCENT] == "15"
+            assert out["env"][c.ENV_GPU_MEMORY_MIB] == str(memory)
+            assert out["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "15"
+            assert out["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory}M"
             assert pod["spec"]["nodeName"] == rc.nodes[0]
     finally:
         for name in names:

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import time
 
-from realnode_support import JOB, apply, diagnose, pods_of, running, share_line, wait_for
+from realnode_support import (
+    GPU_MEMORY_MIB,
+    JOB,
+    apply,
+    diagnose,
+    pods_of,
+    running,
+    share_line,
+    wait_for,
+)
 
 from deviceplugin_peer import assignment_annotations, pod_manifest
 from horus.api.assignment import decode_assignment
@@ -87,7 +96,7 @@ def test_kubelet_restart_keeps_running_shares(rc: RealCluster, assignment_key: K
         image=reference(IMAGES["workload"].repository), imagePullPolicy="Never"
     )
     free_core = 100 - a.core_percent
-    free_units = 81920 // unit - memory_units(a.memory_mib, unit)
+    free_units = GPU_MEMORY_MIB // unit - memory_units(a.memory_mib, unit)
     expected = (
         f"{c.RESOURCE_GPU_CORE}. Requested: 60, Available: {free_core}",
         f"{c.RESOURCE_GPU_MEMORY}. Requested: {memory_units(want_mib, unit)}, "
