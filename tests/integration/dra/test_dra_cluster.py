@@ -140,7 +140,8 @@ def test_two_claims_share_a_gpu_each_prepared_with_its_own_consumed_capacity(
     assert not (dra_env.get("resourceclaim", "over").get("status") or {}).get("allocation")
     pod = dra_env.get("pod", "over")
     reasons = json.dumps(pod["status"].get("conditions", []))
-    assert "Unschedulable" in reasons, reasons
+    # the kube-scheduler's own reason, as a tenant sees it on the pod
+    assert "Unschedulable" in reasons and "cannot allocate all claims" in reasons, reasons
     refs = [(dra_env.namespace, n, claims[n]["metadata"]["uid"]) for n in ("twin-a", "twin-b")]
     out = driver.kubelet.prepare(*refs).claims
     for _ns, name, uid in refs:
