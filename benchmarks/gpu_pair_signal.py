@@ -56,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -382,15 +383,12 @@ def run_chain_mode(
 
     env = dict(mode_env(mode, work), HORUS_PROGRESS_DIR="1")
     names = ("big", "small", "io")
-    if mode.startswith("mps"):
-        mps_control(env, None)
-        time.sleep(1)
     speeds = ProgressSpeeds()
     since = 0
     with contextlib.suppress(Exception):
         _, since = process_util_samples(nv, handle, 0)
     result: dict[str, Any] = {"mode": mode, "chain": True}
-    try:
+    with mps_daemon(mode, env):
         jobs = start_jobs(work, env, f"chain-{mode}", names)
         try:
 
@@ -472,11 +470,6 @@ def run_chain_mode(
             result["pairs"] = pairs
         finally:
             stop_jobs(jobs)
-    finally:
-        if mode.startswith("mps"):
-            with contextlib.suppress(Exception):
-                mps_control(env, "quit")
-            time.sleep(1)
     return result
 
 
@@ -526,6 +519,22 @@ def mode_env(mode: str, work: Path) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def mps_daemon(mode: str, env: dict[str, str]) -> Iterator[None]:
+    """An MPS control daemon for the MPS modes (jobs started inside are its clients)."""
+    if not mode.startswith("mps"):
+        yield
+        return
+    mps_control(env, None)
+    time.sleep(1)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            mps_control(env, "quit")
+        time.sleep(1)
+
+
 def mps_control(env: dict[str, str], command: str | None) -> str:
     exe = shutil.which("nvidia-cuda-mps-control")
     if exe is None:
@@ -548,10 +557,7 @@ def run_mode(
 ) -> dict[str, Any]:
     env = mode_env(mode, work)
     result: dict[str, Any] = {"mode": mode}
-    if mode.startswith("mps"):
-        mps_control(env, None)
-        time.sleep(1)
-    try:
+    with mps_daemon(mode, env):
         jobs = start_jobs(work, env, mode)
         try:
             result["pids"] = {k: j.proc.pid for k, j in jobs.items()}
@@ -565,11 +571,6 @@ def run_mode(
             result["pairs"] = pairs
         finally:
             stop_jobs(jobs)
-    finally:
-        if mode.startswith("mps"):
-            with contextlib.suppress(Exception):
-                mps_control(env, "quit")
-            time.sleep(1)
     return result
 
 
