@@ -31,11 +31,20 @@ def _values(rc: RealCluster) -> dict[str, Any]:
     return values
 
 
-def _driver_logs(rc: RealCluster) -> str:
-    logs = rc.kube.kubectl(
-        "logs", "-n", NAMESPACE, "ds/horus-node", "-c", "dra-driver", "--tail=30", check=False
-    )
-    return logs.stdout + logs.stderr
+def _driver_logs(rc: RealCluster, node: str | None = None) -> str:
+    """The dra-driver container's log on ``node`` (each node's own pod; ds/ picks one)."""
+    pods = rc.kube.json(
+        "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=node",
+        f"--field-selector=spec.nodeName={node or rc.nodes[1]}",
+    )["items"]  # fmt: skip
+    out = []
+    for pod in pods:
+        logs = rc.kube.kubectl(
+            "logs", "-n", NAMESPACE, pod["metadata"]["name"], "-c", "dra-driver", "--tail=30",
+            check=False,
+        )  # fmt: skip
+        out.append(logs.stdout + logs.stderr)
+    return "\n".join(out)
 
 
 def _delete_slices(rc: RealCluster) -> None:
@@ -122,7 +131,7 @@ def test_the_charts_dra_driver_prepares_claims_with_the_node_identity(rc: RealCl
         assert env[c.ENV_GPU_CORE_PERCENT] == "25"
         assert env[c.ENV_GPU_MEMORY_MIB] == "4096"
         assert env[c.ENV_CLAIM_UID] == claim["metadata"]["uid"]
-        assert "prepared claim" in _driver_logs(rc)
+        assert f"prepared claim default/{POD}" in _driver_logs(rc, node)
     finally:
         rc.kube.kubectl("delete", "pod", POD, "--grace-period=0", "--force", check=False)
         rc.kube.kubectl("delete", "resourceclaim", POD, check=False)
