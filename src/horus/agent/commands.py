@@ -9,19 +9,17 @@ variable ``HORUS_AGENT_<FIELD>``; precedence is CLI > environment > ``--config``
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import signal
 import threading
-import typing
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from horus.agent.settings import SECTION, AgentSettings
 from horus.common.constants import NODE_NAME_ENV
-from horus.common.settings import env_var_name, load_settings
+from horus.common.settings import add_settings_flags, cli_values, env_var_name, load_settings
 
 log = logging.getLogger("horus.agent")
 
@@ -39,20 +37,7 @@ def register(sub: Any) -> None:
         ),
     )
     run.add_argument("--config", type=Path, default=None, help="YAML file with an 'agent:' section")
-    hints = typing.get_type_hints(AgentSettings)
-    for f in dataclasses.fields(AgentSettings):
-        flag = "--" + f.name.replace("_", "-")
-        typ = hints[f.name]
-        choices = None
-        if typing.get_origin(typ) is typing.Literal:
-            choices = list(typing.get_args(typ))
-        run.add_argument(
-            flag,
-            dest=f.name,
-            default=None,
-            choices=choices,
-            help=f"(env {env_var_name(SECTION, f.name)}; default {f.default!r})",
-        )
+    add_settings_flags(run, AgentSettings, SECTION)
     run.set_defaults(handler=_run)
 
 
@@ -60,7 +45,7 @@ def settings_from_args(
     args: argparse.Namespace, env: dict[str, str] | None = None
 ) -> AgentSettings:
     environ = dict(os.environ if env is None else env)
-    cli = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(AgentSettings)}
+    cli = cli_values(args, AgentSettings)
     if cli.get("node_name") is None and env_var_name(SECTION, "node_name") not in environ:
         node = environ.get(NODE_NAME_ENV)
         if node and not cli.get("nodes") and not cli.get("node_selector"):

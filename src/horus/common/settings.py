@@ -20,6 +20,7 @@ with the bounded readers of :mod:`horus.common.documents` (size, UTF-8, nesting,
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -233,3 +234,33 @@ def load_settings(
         raise
     except (TypeError, ValueError, ValidationError) as exc:
         raise ConfigError(f"invalid {section} settings: {exc}") from None
+
+
+def add_settings_flags(
+    parser: argparse.ArgumentParser,
+    cls: type[Any],
+    section: str,
+    helps: Mapping[str, str] | None = None,
+) -> None:
+    """One ``--some-field`` flag per field of the settings dataclass ``cls`` (default None, so
+    an absent flag leaves the value to the environment, the file, then the default; a
+    ``Literal`` field lists its choices). Every role's ``run`` command declares its flags here,
+    so the CLI > env > file rule reads the same everywhere."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        choices = list(typing.get_args(typ)) if typing.get_origin(typ) is typing.Literal else None
+        text = (helps or {}).get(f.name)
+        where = f"env {env_var_name(section, f.name)}; default {f.default!r}"
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            default=None,
+            choices=choices,
+            help=f"{text} ({where})" if text else f"({where})",
+        )
+
+
+def cli_values(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
+    """The values :func:`add_settings_flags` parsed, keyed by field (None: not given)."""
+    return {f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)}

@@ -9,7 +9,6 @@ has an environment variable (``HORUS_DEVICEPLUGIN_<FIELD>``) and a config-file k
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import signal
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common.errors import ConfigError
+from horus.common.settings import add_settings_flags, cli_values
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _HELP = {
 
 
 def register(sub: Any) -> None:
-    from horus.deviceplugin.settings import DevicePluginSettings
+    from horus.deviceplugin.settings import SECTION, DevicePluginSettings
 
     role = sub.add_parser("deviceplugin", help="the kubelet device plugin")
     rsub = role.add_subparsers(dest="deviceplugin_command", metavar="ACTION", required=True)
@@ -62,10 +62,7 @@ def register(sub: Any) -> None:
         "HORUS_DEVICEPLUGIN_<FLAG> and the config file's deviceplugin section.",
     )
     run.add_argument("--config", type=Path, default=None, help="YAML config file")
-    for f in dataclasses.fields(DevicePluginSettings):
-        run.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=_HELP.get(f.name)
-        )
+    add_settings_flags(run, DevicePluginSettings, SECTION, _HELP)
     run.set_defaults(handler=_run)
 
 
@@ -73,10 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     from horus.deviceplugin import settings as settings_mod
     from horus.deviceplugin.app import run_plugin
 
-    cli = {
-        f.name: getattr(args, f.name, None)
-        for f in dataclasses.fields(settings_mod.DevicePluginSettings)
-    }
+    cli = cli_values(args, settings_mod.DevicePluginSettings)
     settings = settings_mod.load(cli=cli, config_file=args.config)
     if not settings.node_name:
         raise ConfigError(

@@ -9,7 +9,6 @@ runs, so ``horus --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import signal
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common.errors import ConfigError
+from horus.common.settings import add_settings_flags, cli_values
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _HELP = {
 
 
 def register(sub: Any) -> None:
-    from horus.dra.settings import DraSettings
+    from horus.dra.settings import SECTION, DraSettings
 
     role = sub.add_parser("dra", help="the DRA kubelet plugin (driver gpu.horus.io)")
     rsub = role.add_subparsers(dest="dra_command", metavar="ACTION", required=True)
@@ -61,10 +61,7 @@ def register(sub: Any) -> None:
         "claim). Every flag also reads HORUS_DRA_<FLAG> and the config file's dra section.",
     )
     run.add_argument("--config", type=Path, default=None, help="YAML config file")
-    for f in dataclasses.fields(DraSettings):
-        run.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=_HELP.get(f.name)
-        )
+    add_settings_flags(run, DraSettings, SECTION, _HELP)
     run.set_defaults(handler=_run)
 
 
@@ -72,9 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     from horus.dra import settings as settings_mod
     from horus.dra.app import run_driver
 
-    cli = {
-        f.name: getattr(args, f.name, None) for f in dataclasses.fields(settings_mod.DraSettings)
-    }
+    cli = cli_values(args, settings_mod.DraSettings)
     settings = settings_mod.load(cli=cli, config_file=args.config)
     if not settings.node_name:
         raise ConfigError(
