@@ -233,3 +233,26 @@ def test_a_pod_without_a_sample_beside_one_with_samples_was_idle(tmp_path: Path)
     s = NvmlBackend(proc_root=tmp_path, nvml=nv).sample(NodeView("n", []), pods)
     # PID 102 is no pod here: A is its PID 101 alone (40 %)
     assert s.pods[POD_A].utilization == pytest.approx(0.40) and s.pods[POD_B].utilization == 0.0
+
+
+def test_samples_recorded_on_a_real_gpu_are_averaged_not_summed() -> None:
+    """The per-process samples ``benchmarks/gpu_pair_signal.py`` recorded from a real H200
+    (driver 580.159.04, ``benchmarks/results/gpu-pair-signal-raw.json``), read as one agent
+    read over a whole phase would see them: several samples per process. The agent's reading
+    is their mean, which the old sum exceeded — it put a busy job far above 100 %."""
+    import json
+
+    from horus.common.nvml import ProcessUtilSample, mean_sm_util
+
+    raw_file = Path(__file__).resolve().parents[3] / "benchmarks/results/gpu-pair-signal-raw.json"
+    raw = json.loads(raw_file.read_text())["raw"]  # [agent time, pid, sm %, driver timestamp]
+    samples = [ProcessUtilSample(int(pid), int(ts), float(sm)) for _, pid, sm, ts in raw]
+    per_pid: dict[int, list[float]] = {}
+    for s in samples:
+        per_pid.setdefault(s.pid, []).append(s.sm_util)
+    busy = max(per_pid, key=lambda p: sum(per_pid[p]))  # the transformer run alone, then paired
+    assert len(per_pid[busy]) > 5 and sum(per_pid[busy]) > 100  # the old sum: over 100 %
+    means = mean_sm_util(samples)
+    for pid, values in per_pid.items():
+        assert means[pid] == pytest.approx(sum(values) / len(values))
+        assert 0 <= means[pid] <= 100
