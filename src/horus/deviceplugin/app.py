@@ -20,48 +20,9 @@ from horus.deviceplugin.kube import KubeApi, NodeApi
 from horus.deviceplugin.manager import PluginManager
 from horus.deviceplugin.server import ResourcePlugin
 from horus.deviceplugin.settings import DevicePluginSettings
-from horus.node.gpus import GpuDiscoveryError, GpuInventory, open_backend
+from horus.node.gpus import GpuInventory, discover_until_found
 
 log = logging.getLogger(__name__)
-
-
-def discover(
-    settings: DevicePluginSettings, stop: threading.Event
-) -> tuple[GpuInventory, list[GpuDevice]] | None:
-    """The backend and its GPUs, waiting and retrying on failure (None once ``stop`` is set)."""
-    logged = False
-    while not stop.is_set():
-        try:
-            backend = open_backend(
-                settings.backend,
-                settings.node_name,
-                settings.sim_gpu_count,
-                settings.sim_gpu_model,
-                settings.sim_gpu_memory_mib,
-                settings.sim_health_file,
-            )
-            gpus = backend.discover()
-            if settings.backend == "simulated":
-                log.warning(
-                    "SIMULATED GPUs (backend=simulated): %d x %s %d MiB stand in for NVML; "
-                    "nothing reported here was measured",
-                    len(gpus),
-                    settings.sim_gpu_model,
-                    settings.sim_gpu_memory_mib,
-                )
-            return backend, gpus
-        except GpuDiscoveryError as exc:
-            if settings.fail_on_init_error:
-                raise
-            if not logged:
-                log.error(
-                    "%s. Not exiting (fail_on_init_error=false): retrying every %gs",
-                    exc,
-                    settings.retry_interval_s,
-                )
-                logged = True
-            stop.wait(settings.retry_interval_s)
-    return None
 
 
 def build(
@@ -124,7 +85,9 @@ def run_plugin(
     settings: DevicePluginSettings, stop: threading.Event, api: NodeApi | None = None
 ) -> int:
     """Run the device plugin until ``stop`` is set; returns the process exit status."""
-    found = discover(settings, stop)  # first: a node without GPUs waits here, API or not
+    found = discover_until_found(
+        settings, stop
+    )  # first: a node without GPUs waits here, API or not
     if found is None:
         return 0
     backend, gpus = found

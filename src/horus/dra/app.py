@@ -26,44 +26,10 @@ from horus.dra.kube import DraApi, KubeDraApi
 from horus.dra.server import PluginServers
 from horus.dra.settings import DraSettings
 from horus.dra.slices import SlicePublisher
-from horus.node.gpus import GpuDiscoveryError, GpuInventory, open_backend
+from horus.node.gpus import GpuInventory, discover_until_found
 from horus.node.grant import GrantPolicy
 
 log = logging.getLogger(__name__)
-
-
-def discover(
-    settings: DraSettings, stop: threading.Event
-) -> tuple[GpuInventory, list[GpuDevice]] | None:
-    """The backend and its GPUs, waiting and retrying on failure (None once ``stop`` is set)."""
-    logged = False
-    while not stop.is_set():
-        try:
-            backend = open_backend(
-                settings.backend,
-                settings.node_name,
-                settings.sim_gpu_count,
-                settings.sim_gpu_model,
-                settings.sim_gpu_memory_mib,
-                settings.sim_health_file,
-            )
-            gpus = backend.discover()
-            if settings.backend == "simulated":
-                log.warning(
-                    "SIMULATED GPUs (backend=simulated): %d x %s %d MiB stand in for NVML",
-                    len(gpus),
-                    settings.sim_gpu_model,
-                    settings.sim_gpu_memory_mib,
-                )
-            return backend, gpus
-        except GpuDiscoveryError as exc:
-            if settings.fail_on_init_error:
-                raise
-            if not logged:
-                log.error("%s. Retrying every %gs", exc, settings.retry_interval_s)
-                logged = True
-            stop.wait(settings.retry_interval_s)
-    return None
 
 
 def grant_policy(settings: DraSettings) -> GrantPolicy:
@@ -156,7 +122,7 @@ class DraPlugin:
 
 def run_driver(settings: DraSettings, stop: threading.Event, api: DraApi | None = None) -> int:
     """Run the DRA driver until ``stop`` is set; returns the process exit status."""
-    found = discover(settings, stop)
+    found = discover_until_found(settings, stop)
     if found is None:
         return 0
     backend, gpus = found

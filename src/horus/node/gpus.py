@@ -18,6 +18,7 @@ message that says why and what to do; the caller decides whether that is fatal (
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -238,3 +239,65 @@ def open_backend(
     if kind == "nvml":
         return NvmlGpus()
     raise GpuDiscoveryError(f"unknown GPU backend {kind!r}; use nvml or simulated")
+
+
+class DiscoverySettings(Protocol):
+    """The settings fields GPU discovery reads (the device plugin's and the DRA driver's)."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def node_name(self) -> str: ...
+    @property
+    def sim_gpu_count(self) -> int: ...
+    @property
+    def sim_gpu_model(self) -> str: ...
+    @property
+    def sim_gpu_memory_mib(self) -> int: ...
+    @property
+    def sim_health_file(self) -> Path | None: ...
+    @property
+    def fail_on_init_error(self) -> bool: ...
+    @property
+    def retry_interval_s(self) -> float: ...
+
+
+def discover_until_found(
+    settings: DiscoverySettings, stop: threading.Event
+) -> tuple[GpuInventory, list[GpuDevice]] | None:
+    """The backend and its GPUs, waiting and retrying on failure (None once ``stop`` is set):
+    a node whose driver is not there yet waits instead of crash-looping, unless
+    ``fail_on_init_error`` asks for the exit. One loop for both node roles."""
+    logged = False
+    while not stop.is_set():
+        try:
+            backend = open_backend(
+                settings.backend,
+                settings.node_name,
+                settings.sim_gpu_count,
+                settings.sim_gpu_model,
+                settings.sim_gpu_memory_mib,
+                settings.sim_health_file,
+            )
+            gpus = backend.discover()
+            if settings.backend == "simulated":
+                log.warning(
+                    "SIMULATED GPUs (backend=simulated): %d x %s %d MiB stand in for NVML; "
+                    "nothing reported here was measured",
+                    len(gpus),
+                    settings.sim_gpu_model,
+                    settings.sim_gpu_memory_mib,
+                )
+            return backend, gpus
+        except GpuDiscoveryError as exc:
+            if settings.fail_on_init_error:
+                raise
+            if not logged:
+                log.error(
+                    "%s. Not exiting (fail_on_init_error=false): retrying every %gs",
+                    exc,
+                    settings.retry_interval_s,
+                )
+                logged = True
+            stop.wait(settings.retry_interval_s)
+    return None

@@ -20,10 +20,11 @@ from dp_fakes import KEY, FakeNodeApi
 from deviceplugin_peer import FakeKubelet, assignment_annotations, pod_manifest
 from horus.api.inventory import decode_inventory, simulated_gpu_uuid
 from horus.common import constants as c
-from horus.deviceplugin.app import build, discover
+from horus.deviceplugin.app import build
 from horus.deviceplugin.manager import PluginManager
 from horus.deviceplugin.settings import DevicePluginSettings
 from horus.node.gpus import GpuDiscoveryError, SimulatedGpus, open_backend
+from horus.node.gpus import discover_until_found as discover
 from signing_keys import OTHER
 
 NODE = "gpu-node-0007"

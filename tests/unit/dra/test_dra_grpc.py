@@ -18,9 +18,10 @@ from dra_fakes import FakeDraApi
 from dra_peer import POD_UID, FakeKubelet, allocated_claim, result
 from horus.api.inventory import simulated_gpu_uuid
 from horus.common import constants as c
-from horus.dra.app import DraPlugin, discover
+from horus.dra.app import DraPlugin
 from horus.dra.settings import DraSettings, load
 from horus.kube.errors import ApiError
+from horus.node.gpus import discover_until_found as discover
 from horus.progress.mount import CONTAINER_DIR
 from horus.progress.report import ENV_DIR
 
