@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
 from pathlib import Path
 from typing import Any
 
-from horus.common.errors import ConfigError
 from horus.common.settings import add_settings_flags, cli_values
+from horus.node.role import run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +69,4 @@ def _run(args: argparse.Namespace) -> int:
 
     cli = cli_values(args, settings_mod.DraSettings)
     settings = settings_mod.load(cli=cli, config_file=args.config)
-    if not settings.node_name:
-        raise ConfigError(
-            "the node name is unknown: pass --node-name or set NODE_NAME (a DaemonSet sets it "
-            "from the downward API, spec.nodeName)"
-        )
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    return run_driver(settings, stop)
+    return run_until_signalled(settings.node_name, lambda stop: run_driver(settings, stop))
