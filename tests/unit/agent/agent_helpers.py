@@ -9,8 +9,9 @@ from typing import Any
 from horus.agent.pods import PodInfo
 from horus.agent.settings import AgentSettings
 from horus.api.assignment import GpuAssignment, PredictedUsage, encode_assignment
-from horus.api.inventory import GpuDevice, simulated_gpu_uuid
+from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.common import constants as c
+from kube_fakes import RawResponse
 from signing_keys import KEY, sign_pod, write_public_keys
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -90,3 +91,30 @@ def sim_agent_settings(node: str, key_file: Path) -> AgentSettings:
         metrics_port=0,
         feedback_interval_seconds=3600,
     )
+
+
+class NodeApiserver:
+    """Serves one kwok node with two simulated H100s and a pod list the test changes between
+    cycles (an ApiClient's ``param_serialize``/``call_api``, as the agent uses them)."""
+
+    def __init__(self, node: str) -> None:
+        self.node_name = node
+        self.pods: list[dict[str, Any]] = []
+        gpus = [GpuDevice(i, simulated_gpu_uuid(node, i), "H100", 81920) for i in range(2)]
+        ann = {
+            c.KWOK_NODE_ANNOTATION: c.KWOK_NODE_ANNOTATION_VALUE,
+            c.ANNOTATION_GPU_INVENTORY: encode_inventory(gpus),
+        }
+        self.node = json.dumps({"metadata": {"name": node, "annotations": ann}}).encode()
+
+    def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
+        return (method, path, kw.get("query_params"), kw.get("body"))
+
+    def call_api(self, method: str, path: str, *_: Any, **__: Any) -> RawResponse:
+        if method != "GET":
+            return RawResponse(200, b"{}")
+        if path == "/api/v1/pods":
+            return RawResponse(200, json.dumps({"items": self.pods}).encode())
+        if path == f"/api/v1/nodes/{self.node_name}":
+            return RawResponse(200, self.node)
+        return RawResponse(404, b"not found")

@@ -5,49 +5,21 @@ seam."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import KEY, assignment, pod_obj, sim_agent_settings
+from agent_helpers import KEY, NodeApiserver, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
 from horus.agent.kube import AgentApi
-from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.api.signing import KeyRing
 from horus.common import constants as c
-from kube_fakes import RawResponse
 from signing_keys import OTHER, sign_pod, write_public_keys
 
 NODE = "n1"
 NEW = OTHER
-
-
-class Apiserver:
-    """Serves this node and a pod list the test changes between cycles."""
-
-    def __init__(self) -> None:
-        self.pods: list[dict[str, Any]] = []
-        gpus = [GpuDevice(i, simulated_gpu_uuid(NODE, i), "H100", 81920) for i in range(2)]
-        ann = {
-            c.KWOK_NODE_ANNOTATION: c.KWOK_NODE_ANNOTATION_VALUE,
-            c.ANNOTATION_GPU_INVENTORY: encode_inventory(gpus),
-        }
-        self.node = json.dumps({"metadata": {"name": NODE, "annotations": ann}}).encode()
-
-    def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
-        return (method, path, kw.get("query_params"), kw.get("body"))
-
-    def call_api(self, method: str, path: str, *_: Any, **__: Any) -> RawResponse:
-        if method != "GET":
-            return RawResponse(200, b"{}")
-        if path == "/api/v1/pods":
-            return RawResponse(200, json.dumps({"items": self.pods}).encode())
-        if path == f"/api/v1/nodes/{NODE}":
-            return RawResponse(200, self.node)
-        return RawResponse(404, b"not found")
 
 
 def signed_pod(name: str, key: KeyRing, gpu: int) -> dict[str, Any]:
@@ -58,7 +30,7 @@ def test_a_rotated_key_is_used_from_the_next_cycle(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     key_file = write_public_keys(tmp_path / "keys.pem", KEY)
-    api = Apiserver()
+    api = NodeApiserver(NODE)
     api.pods = [signed_pod("before", KEY, 0), signed_pod("after", NEW, 1)]
     settings = sim_agent_settings(NODE, key_file)
     agent = Agent(settings, AgentApi(api), predictor=lambda: None)
@@ -90,7 +62,7 @@ def test_an_edited_assignment_is_enforced_as_it_verified(tmp_path: Path) -> None
     signature). The agent holds only public keys; it keeps enforcing and reporting the share
     that verified, never the one claimed now, and never leaves the pod unpoliced."""
     key_file = write_public_keys(tmp_path / "keys.pem", KEY)
-    api = Apiserver()
+    api = NodeApiserver(NODE)
     pod = signed_pod("p", KEY, 0)
     api.pods = [pod]
     agent = Agent(sim_agent_settings(NODE, key_file), AgentApi(api), predictor=lambda: None)
@@ -109,7 +81,7 @@ def test_the_agent_starts_before_the_keys_are_published(tmp_path: Path) -> None:
     """First install: the node pods may start before the operator published its key (the
     ConfigMap is mounted optional). The agent runs, verifies nothing, and picks the keys up."""
     key_file = tmp_path / "keys.pem"
-    api = Apiserver()
+    api = NodeApiserver(NODE)
     api.pods = [signed_pod("p", KEY, 0)]
     agent = Agent(sim_agent_settings(NODE, key_file), AgentApi(api), predictor=lambda: None)
     assert agent.cycle().pods == {}

@@ -10,18 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import KEY, ROOT, assignment, pod_obj, sim_agent_settings
+from agent_helpers import KEY, ROOT, NodeApiserver, assignment, pod_obj, sim_agent_settings
 
 from horus.agent.agent import Agent
 from horus.agent.feedback import Feedback
 from horus.agent.kube import AgentApi
 from horus.agent.progress import Context, ProgressSpeeds, median_and_error
-from horus.api.inventory import GpuDevice, encode_inventory, simulated_gpu_uuid
 from horus.common import constants as c
 from horus.progress.mount import progress_mount
 from horus.progress.reader import ProgressRecord
 from horus.progress.report import ProgressReporter, simulated_speed
-from kube_fakes import RawResponse
 from signing_keys import sign_pod, write_public_keys
 
 SOLO = Context("H100", 50)
@@ -160,29 +158,6 @@ UID_A = "3f1c2b4a-1111-4222-8333-944455556666"
 UID_B = "7a2d0c1e-2222-4333-8444-a55566667777"
 
 
-class Apiserver:
-    def __init__(self) -> None:
-        self.pods: list[dict[str, Any]] = []
-        gpus = [GpuDevice(i, simulated_gpu_uuid(NODE, i), "H100", 81920) for i in range(2)]
-        ann = {
-            c.KWOK_NODE_ANNOTATION: c.KWOK_NODE_ANNOTATION_VALUE,
-            c.ANNOTATION_GPU_INVENTORY: encode_inventory(gpus),
-        }
-        self.node = json.dumps({"metadata": {"name": NODE, "annotations": ann}}).encode()
-
-    def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
-        return (method, path, kw.get("query_params"), kw.get("body"))
-
-    def call_api(self, method: str, path: str, *_: Any, **__: Any) -> RawResponse:
-        if method != "GET":
-            return RawResponse(200, b"{}")
-        if path == "/api/v1/pods":
-            return RawResponse(200, json.dumps({"items": self.pods}).encode())
-        if path == f"/api/v1/nodes/{NODE}":
-            return RawResponse(200, self.node)
-        return RawResponse(404, b"not found")
-
-
 def plain_pod(name: str, uid: str, profile: str, util: float) -> dict[str, Any]:
     from horus.api.assignment import PredictedUsage
 
@@ -220,7 +195,7 @@ def test_the_agent_measures_the_simulated_speed_from_progress(tmp_path: Path) ->
     root = tmp_path / "progress"
     settings = sim_agent_settings(NODE, key_file)
     settings = type(settings)(**{**settings.__dict__, "progress_root": root, "noise": 0.0})
-    api = Apiserver()
+    api = NodeApiserver(NODE)
     agent = Agent(settings, AgentApi(api), predictor=lambda: None)
     a = SimulatedJob(progress_mount(root, UID_A).host_path)
     b = SimulatedJob(progress_mount(root, UID_B).host_path)
@@ -255,7 +230,7 @@ def test_a_hostile_progress_file_is_refused_once_and_utilisation_stays(
     root = tmp_path / "progress"
     settings = sim_agent_settings(NODE, key_file)
     settings = type(settings)(**{**settings.__dict__, "progress_root": root})
-    api = Apiserver()
+    api = NodeApiserver(NODE)
     agent = Agent(settings, AgentApi(api), predictor=lambda: None)
     where = Path(progress_mount(root, UID_A).host_path)
     secret = tmp_path / "shadow"
@@ -286,7 +261,9 @@ def test_gang_windows_are_attributed_only_where_one_replica_shares(tmp_path: Pat
     from horus.predictor.interface import GraphProfile
 
     key_file = write_public_keys(tmp_path / "keys.pem", KEY)
-    agent = Agent(sim_agent_settings(NODE, key_file), AgentApi(Apiserver()), predictor=lambda: None)
+    agent = Agent(
+        sim_agent_settings(NODE, key_file), AgentApi(NodeApiserver(NODE)), predictor=lambda: None
+    )
     replicas = {"gang": 2, "far": 3}
     agent._replica_count = lambda p: replicas.get(p.job or "", 1)  # type: ignore[method-assign]
     agent._profile = lambda p: GraphProfile(p.name, 8, {})  # type: ignore[method-assign]
