@@ -6,7 +6,7 @@ name spelled twice would be a protocol bug waiting to happen. Anything that appe
 imported everywhere else. The values follow ``shared/DESIGN.md``.
 """
 
-from typing import Final
+from typing import Final, Literal
 
 # --- Custom resource -------------------------------------------------------------------------
 API_GROUP: Final = "horus.io"
@@ -206,6 +206,17 @@ ENV_CLAIM_NAME: Final = "HORUS_CLAIM_NAME"
 ENV_CLAIM_UID: Final = "HORUS_CLAIM_UID"
 ENV_SHARE_ID: Final = "HORUS_SHARE_ID"  # the allocation result's shareID
 EVENT_COMPONENT_DRA_DRIVER: Final = "horus-dra-driver"
+
+# --- Which path carries a share to the GPU (issue 25 item 4) -------------------------------------
+# Setting ``placement_path`` of the operator, the extender and the agent (one chart value,
+# gpuSharing.path, sets all three): ``dra`` — one ResourceClaim per share, allocated by the
+# kube-scheduler, prepared by the DRA driver; ``deviceplugin`` — extended resources
+# (horus.io/gpu-core, horus.io/gpu-memory) and the device plugin's Allocate.
+PLACEMENT_PATH_DRA: Final = "dra"
+PLACEMENT_PATH_DEVICE_PLUGIN: Final = "deviceplugin"
+PLACEMENT_PATHS: Final = (PLACEMENT_PATH_DRA, PLACEMENT_PATH_DEVICE_PLUGIN)
+#: The settings' field type (flags list the choices; anything else is a ConfigError).
+PlacementPath = Literal["dra", "deviceplugin"]
 
 # --- DLJob spec and status values (the CRD in manifests/crds and horus.api.dljob agree) -------
 DLJOB_PHASE_PENDING: Final = "Pending"  # accepted, not yet validated/predicted

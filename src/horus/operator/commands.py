@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from horus.common.constants import PLACEMENT_PATHS
+
 
 def register(sub: Any) -> None:
     role = sub.add_parser("operator", help="the kopf operator and scheduler extender")
@@ -79,6 +81,12 @@ def _register_run(rsub: Any) -> None:
         default=None,
         help="seconds a placed job may take to start before its GPU share is given back (300)",
     )
+    run.add_argument(
+        "--placement-path",
+        choices=PLACEMENT_PATHS,
+        default=None,
+        help="dra: one ResourceClaim per replica; deviceplugin: extended resources (deviceplugin)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -109,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         "progress_deadline",
         "correction_period",
         "restart_seconds",
+        "placement_path",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
@@ -182,6 +191,12 @@ def _register_extender(rsub: Any) -> None:
         help="check the --predictor file for a new model this often; 0: never (30)",
     )
     ext.add_argument("--cache-seconds", type=float, default=None, help="filter→prioritize reuse")
+    ext.add_argument(
+        "--placement-path",
+        choices=PLACEMENT_PATHS,
+        default=None,
+        help="the path that carries a share to the GPU, as the operator's (deviceplugin)",
+    )
     ext.set_defaults(handler=_extender)
 
 
@@ -202,5 +217,6 @@ def _extender(args: argparse.Namespace) -> int:
         "predictor": args.predictor,
         "predictor_reload_seconds": args.predictor_reload_seconds,
         "cache_seconds": args.cache_seconds,
+        "placement_path": args.placement_path,
     }
     return run_extender(cli, args.config)

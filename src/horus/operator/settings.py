@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from horus.common.constants import HORUS_NAMESPACE
+from horus.common.constants import HORUS_NAMESPACE, PLACEMENT_PATH_DEVICE_PLUGIN, PlacementPath
 from horus.common.settings import check_range, check_seconds
 from horus.scheduler import POLICY_NAMES
 
@@ -75,6 +75,11 @@ class OperatorSettings:
     #: Seconds a moved or preempted job needs to run again (pod start, process and framework
     #: start, loading its checkpoint), added to its checkpoint grace period as its move cost.
     restart_seconds: float = 60.0
+    #: Which path carries a placement to the GPU: ``dra`` — one ResourceClaim per replica,
+    #: allocated by the kube-scheduler (the only allocator) and prepared by the DRA driver;
+    #: ``deviceplugin`` — the operator binds pods that ask for horus.io extended resources.
+    #: The chart sets it from ``gpuSharing.path`` (docs/dra.md "Which path").
+    placement_path: PlacementPath = PLACEMENT_PATH_DEVICE_PLUGIN
 
     def __post_init__(self) -> None:
         check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")

@@ -76,6 +76,9 @@ class ExtenderSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     #: After writing an assignment, re-read the cluster and back off if another placer raced.
     verify_binds: bool = True
+    #: Which path carries a share to the GPU (as the operator's ``placement_path``; the chart
+    #: sets both from ``gpuSharing.path``): ``dra`` or ``deviceplugin``.
+    placement_path: c.PlacementPath = c.PLACEMENT_PATH_DEVICE_PLUGIN
 
     @property
     def tls_files(self) -> tuple[Path, Path, Path] | None:
