@@ -146,6 +146,23 @@ class JobApi(Protocol):
 
     def list_priority_classes(self) -> list[dict[str, Any]]: ...
 
+    # --- the DRA path (issue 25): one ResourceClaim per replica -----------------------------
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim (``resource.k8s.io/v1``), Horus' and tenants' alike."""
+        ...
+
+    def create_resource_claim(
+        self, namespace: str, manifest: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The created claim; None when one of that name exists (``PodRejected`` on 4xx)."""
+        ...
+
+    def read_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> None:
+        """Delete; ``uid``: only the claim with this UID (a precondition, as for pods)."""
+        ...
+
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         """A ConfigMap's data (``ProfileUnavailable`` when missing or unreadable)."""
         ...
@@ -295,6 +312,61 @@ class KubeJobApi:
 
         api = client.SchedulingV1Api(self.core.api_client)
         return read_items(api.list_priority_class(_preload_content=False))
+
+    def _resource(self) -> Any:
+        from kubernetes import client
+
+        return client.ResourceV1Api(self.core.api_client)
+
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        return read_items(
+            self._resource().list_resource_claim_for_all_namespaces(_preload_content=False)
+        )
+
+    def create_resource_claim(
+        self, namespace: str, manifest: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self._resource().create_namespaced_resource_claim(
+                namespace, dict(manifest), _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                raise PodRejected(exc.status, api_message(exc)) from None
+            raise
+        return read_object(resp)
+
+    def read_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self._resource().read_namespaced_resource_claim(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return read_object(resp)
+
+    def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        extra = {"body": {"preconditions": {"uid": uid}}} if uid else {}
+        try:
+            discard(
+                self._resource().delete_namespaced_resource_claim(
+                    name, namespace, _preload_content=False, **extra
+                )
+            )
+        except ApiException as exc:
+            # 409 with a uid: the name now holds another claim, which is not ours to delete.
+            if exc.status != 404 and not (uid and exc.status == 409):
+                raise
 
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         from kubernetes.client.exceptions import ApiException

@@ -44,6 +44,9 @@ class FakeJobApi:
         self.dljobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        #: ResourceClaims (the DRA path); their ``status.allocation`` is written by tests, as
+        #: the kube-scheduler would (:meth:`allocate`)
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         #: PriorityClass name → value (``globalDefault`` in :attr:`default_class`)
         self.priority_classes: dict[str, int] = {}
@@ -194,6 +197,72 @@ class FakeJobApi:
             }
             for n, v in self.priority_classes.items()
         ]
+
+    # --- ResourceClaims (the DRA path) ---------------------------------------------------
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(list(self.claims.values()))
+
+    def create_resource_claim(
+        self, namespace: str, manifest: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        with self.lock:
+            name = str(manifest["metadata"]["name"])
+            if (namespace, name) in self.claims:
+                return None
+            claim = copy.deepcopy(dict(manifest))
+            claim["metadata"]["namespace"] = namespace
+            claim["metadata"]["uid"] = f"claim-uid-{name}-{next(self._rv)}"
+            claim["metadata"]["resourceVersion"] = str(next(self._rv))
+            claim["status"] = {}
+            self.claims[(namespace, name)] = claim
+            return copy.deepcopy(claim)
+
+    def read_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            claim = self.claims.get((namespace, name))
+            return copy.deepcopy(claim) if claim is not None else None
+
+    def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> None:
+        with self.lock:
+            claim = self.claims.get((namespace, name))
+            if claim is not None and uid and claim["metadata"].get("uid") != uid:
+                return  # the UID precondition: 409, nothing deleted
+            self.claims.pop((namespace, name), None)
+
+    def allocate(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        index: int,
+        cores: int,
+        mib: int,
+        pod: str | None = None,
+    ) -> None:
+        """What the kube-scheduler writes when it allocates a claim (one device), and binds
+        the pod ``pod`` that uses it."""
+        with self.lock:
+            claim = self.claims[(namespace, name)]
+            claim["status"] = {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "gpu",
+                                "driver": "gpu.horus.io",
+                                "pool": node,
+                                "device": f"gpu-{index}",
+                                "shareID": f"share-{name}",
+                                "consumedCapacity": {"cores": str(cores), "memory": f"{mib}Mi"},
+                            }
+                        ]
+                    }
+                },
+                "reservedFor": [{"resource": "pods", "name": pod or "", "uid": ""}],
+            }
+            if pod is not None and (namespace, pod) in self.pods:
+                self.pods[(namespace, pod)]["spec"]["nodeName"] = node
 
     def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
         data = self.configmaps.get((namespace, name))
