@@ -26,6 +26,8 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.bindgate import BindGate
+from horus.operator.claimcommit import REASON_OVERTAKEN, ClaimPath
+from horus.operator.claims import use_claim
 from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
@@ -73,8 +75,12 @@ class Committer:
         node_units: Callable[[], Mapping[str, int]],
         replica_pool: ThreadPoolExecutor,
         progress_deadline: float,
+        claim_path: ClaimPath | None = None,
     ) -> None:
         self.api = api
+        #: The DRA path (``placement_path: dra``): claims and pods for the kube-scheduler
+        #: instead of Bindings (:mod:`horus.operator.claimcommit`); None: the device plugin's.
+        self.claim_path = claim_path
         self.writer = writer
         self.is_leader = is_leader
         self.node_units = node_units
@@ -118,6 +124,10 @@ class Committer:
     def follow(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         """Finish the job's pods from its record, give up past the deadline, sync its phase."""
         if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
+            overtaken = self.claim_path.overtaken.get(ctx.key) if self.claim_path else None
+            if self.claim_path is not None and overtaken is not None:
+                self.claim_path.replace(ctx, REASON_OVERTAKEN, overtaken, report)
+                return
             error: Exception | None = None
             try:
                 self.ensure_pods(ctx, report)
@@ -183,7 +193,9 @@ class Committer:
             f"replica pod(s) {', '.join(map(str, unbound[:8]))} not created and bound "
             f"{waited:.0f} s after placement (progress deadline {self.progress_deadline:.0f} s)"
         )
-        if not ctx.pods:
+        if self.claim_path is not None:  # the kube-scheduler did not schedule it: place again
+            self.claim_path.replace(ctx, "ProgressDeadlineExceeded", why, report)
+        elif not ctx.pods:
             self._requeue(ctx, "ProgressDeadlineExceeded", why, report)
         else:
             self.writer.fail(ctx, "ProgressDeadlineExceeded", why, report)
@@ -219,25 +231,14 @@ class Committer:
         """One replica: create its pod (if missing), then bind it to its recorded node."""
         if not self.is_leader():
             return
+        if self.claim_path is not None:
+            self._ensure_claimed(ctx, replica, recs, report)
+            return
         pod = ctx.pods.get(replica) or self._create(ctx, replica, recs, report)
-        if pod is None:
+        if pod is None or not self._is_recorded(ctx, replica, recs, pod):
             return
         name, node = pod_name(ctx.name, replica), str(recs[0]["node"])
         bound = (pod.get("spec") or {}).get("nodeName")
-        found = _not_the_recorded_pod(pod, ctx.namespace, ctx.uid, recs, bound, node)
-        if found is not None:
-            why, ours = found
-            ctx.pods.pop(replica, None)
-            if not ours:  # never adopted, never deleted: the job waits for the name
-                raise PodNameTaken(ctx.namespace, name)
-            # An older DLJob's pod, or this job's pod on the GPUs a move leaves: it goes (with
-            # its grace period: a movable job writes its checkpoint), and the next pass makes
-            # the recorded one once the name is free.
-            meta = pod.get("metadata") or {}
-            if not meta.get("deletionTimestamp"):
-                log.info("pod %s/%s %s; deleting it to redo", ctx.namespace, name, why)
-                self.api.delete_pod(ctx.namespace, name, str(meta.get("uid") or ""))
-            return
         if bound == node or not self.is_leader():  # lost the lease: the next leader binds
             return
         if self.gate is not None and not self.gate.claim(node, pod):
@@ -249,14 +250,59 @@ class Committer:
             report.count("pods_bound")
         pod.setdefault("spec", {})["nodeName"] = node
 
-    def _create(
+    def _is_recorded(
+        self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], pod: dict[str, Any]
+    ) -> bool:
+        """Whether ``pod`` is the one the record describes; if not, it goes (if ours) or the
+        job waits for its name (:class:`PodNameTaken`)."""
+        name, node = pod_name(ctx.name, replica), str(recs[0]["node"])
+        bound = (pod.get("spec") or {}).get("nodeName")
+        found = _not_the_recorded_pod(pod, ctx.namespace, ctx.uid, recs, bound, node)
+        if found is None:
+            return True
+        why, ours = found
+        ctx.pods.pop(replica, None)
+        if not ours:  # never adopted, never deleted: the job waits for the name
+            raise PodNameTaken(ctx.namespace, name)
+        # An older DLJob's pod, or this job's pod on the GPUs a move leaves: it goes (with
+        # its grace period: a movable job writes its checkpoint), and the next pass makes
+        # the recorded one once the name is free.
+        meta = pod.get("metadata") or {}
+        if not meta.get("deletionTimestamp"):
+            log.info("pod %s/%s %s; deleting it to redo", ctx.namespace, name, why)
+            self.api.delete_pod(ctx.namespace, name, str(meta.get("uid") or ""))
+        return False
+
+    def _ensure_claimed(
         self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], report: PassReport
+    ) -> None:
+        """The DRA path's replica (:mod:`horus.operator.claimcommit`): an older pod under the
+        name goes first (it may hold the older claim), then the claim, then the pod that
+        uses it; the kube-scheduler allocates the claim and binds the pod."""
+        assert self.claim_path is not None
+        pod = ctx.pods.get(replica)
+        if pod is not None and not self._is_recorded(ctx, replica, recs, pod):
+            return
+        claim = self.claim_path.ensure_claim(ctx, replica, recs, report)
+        if claim is None or pod is not None or not self.is_leader():
+            return
+        self._create(ctx, replica, recs, report, claim)
+
+    def _create(
+        self,
+        ctx: JobCtx,
+        replica: int,
+        recs: list[dict[str, Any]],
+        report: PassReport,
+        claim: str | None = None,
     ) -> dict[str, Any] | None:
         unit = self.node_units().get(str(recs[0]["node"]), 1)
         predicted = ctx.status.get("predicted")
         manifest = pod_manifest(
             ctx.obj, replica, recs, unit, predicted if isinstance(predicted, dict) else None
         )
+        if claim is not None:  # the DRA path: the claim instead of extended resources
+            manifest = use_claim(manifest, claim)
         pod = self.api.create_pod(ctx.namespace, manifest)
         if pod is not None:
             report.count("pods_created")

@@ -19,6 +19,16 @@ scheduling pass starts from it:
   A DLJob pod whose job has live placements is *not* counted again (dedup by job); plain
   pods are keyed by pod.
 
+  (c) on the DRA path (issue 25), every allocated ResourceClaim of the ``gpu.horus.io``
+      driver — the kube-scheduler's allocation (``status.allocation``, which tenants cannot
+      write: device, ``consumedCapacity``) — unless it is the claim of a DLJob whose record
+      was counted in (a). So claims Horus did not make (a tenant's, a plain pod's template
+      claim) count. A claim that does not fit beside the records overtook a decision whose
+      own claim was not allocated yet: that DLJob's record is taken out of the state (its
+      allocated claims count instead) and named in :attr:`LiveState.overtaken`, so the
+      operator re-places the job — the kube-scheduler never over-commits, Horus must not
+      either.
+
   A pod whose signature does not verify (any more) but that the node's device plugin has
   allocated (``horus.io/gpu-allocated``, which only the node identity may write) is still
   counted, with the share it claims: it verified when it was allocated, its containers hold
@@ -46,7 +56,8 @@ from horus.api.dljob import (
     parse_dljob_status,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
-from horus.api.podassignment import read_pod_assignment
+from horus.api.podassignment import controller_dljob_uid, read_pod_assignment
+from horus.api.resources import parse_quantity
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import timestamp
@@ -76,6 +87,8 @@ __all__ = [
     "Resident",
     "build_cluster_state",
     "build_live_state",
+    "claim_job_name",
+    "claim_shares",
     "dljob_job_name",
     "dljob_record_trusted",
     "graph_profile",
@@ -129,6 +142,9 @@ class LiveState:
     #: ``Scheduler.observe_pair``; error is the reading's own (None: an agent from before
     #: issue 26).
     observed_pairs: list[tuple[str, str, str, float, float | None]] = field(default_factory=list)
+    #: DLJobs (``ns/name``) whose recorded decision an allocated claim overtook (DRA path):
+    #: why, one sentence naming the claim and the GPU. Their record is not in :attr:`state`.
+    overtaken: dict[str, str] = field(default_factory=dict)
 
     def profiles(self) -> dict[str, JobRequest]:
         """Resident requests by kind (hand each to ``Scheduler.remember`` for pair speeds)."""
@@ -146,8 +162,11 @@ def build_live_state(
     profiles: Mapping[str, GraphProfile] | None = None,
     keys: KeyRing | None = None,
     distrusted: Collection[str] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
 ) -> LiveState:
     """Build the live cluster state (see the module docstring for the rules).
+
+    ``claims``: the cluster's ResourceClaims on the DRA path (rule (c)); none elsewhere.
 
     ``distrusted``: DLJobs (``ns/name``) whose record the caller does not trust although it
     is signed (a rollback): counted from their pods, as an unsigned record is.
@@ -170,7 +189,156 @@ def build_live_state(
     recorded = _add_dljob_records(live, dljobs, predictor, known, keys, distrusted)
     for jname, members in _pod_groups(live, pods, recorded, keys).items():
         _add_pod_group(live, jname, members, predictor, known)
+    if claims:
+        uids = {
+            dljob_job_name(
+                str(meta_of(o).get("namespace", "default")), str(meta_of(o).get("name"))
+            ): str(meta_of(o).get("uid", ""))
+            for o in dljobs
+        }
+        _add_claims(live, claims, {j: uids.get(j, "") for j in recorded})
     return live
+
+
+# --- (c) ResourceClaims: the kube-scheduler's allocations ------------------------------------
+
+
+def claim_job_name(namespace: str, name: str) -> str:
+    """The scheduler's name for a ResourceClaim counted on its own (never a DLJob's name)."""
+    return f"claim:{namespace}/{name}"
+
+
+def claim_shares(state: ClusterState, claim: Mapping[str, Any]) -> list[GpuShare]:
+    """The GPU shares an allocated claim holds: each result of the ``gpu.horus.io`` driver on
+    a GPU the state has, with what it consumed (the whole GPU when it records nothing).
+    Empty for a claim not allocated (it holds nothing yet) or only on other drivers' devices.
+    ``ValidationError`` for an allocation that cannot be read."""
+    where = f"ResourceClaim {key_of(claim)}"
+    alloc = (claim.get("status") or {}).get("allocation")
+    results = (
+        ((alloc or {}).get("devices") or {}).get("results") if isinstance(alloc, dict) else None
+    )
+    out: list[GpuShare] = []
+    for i, res in enumerate(results if isinstance(results, list) else []):
+        if not isinstance(res, Mapping) or res.get("driver") != c.DRA_DRIVER_NAME:
+            continue
+        node, device = str(res.get("pool") or ""), str(res.get("device") or "")
+        index = device.removeprefix(c.DRA_DEVICE_PREFIX)
+        if node not in state.node_set:
+            continue  # a node that offers nothing: nothing can be over-committed there
+        if not index.isdigit() or len(index) > 4:
+            raise ValidationError(f"{where}: result {i} names device {device[:64]!r}")
+        g = state.gpu_id(node, int(index))
+        consumed = res.get("consumedCapacity")
+        consumed = consumed if isinstance(consumed, Mapping) else {}
+        cores, memory = (
+            consumed.get(name, consumed.get(f"{c.DRA_DRIVER_NAME}/{name}"))
+            for name in (c.DRA_CAPACITY_CORES, c.DRA_CAPACITY_MEMORY)
+        )
+        core = (
+            c.GPU_CORE_UNITS_PER_GPU
+            if cores is None
+            else parse_quantity(cores, f"{where} result {i} cores")
+        )
+        mib = (
+            int(state.mem_total[g])
+            if memory is None
+            else -(-parse_quantity(memory, f"{where} result {i} memory") // c.MIB)
+        )
+        out.append(GpuShare(node, int(index), state.gpu_uuid[g], core, mib))
+    return out
+
+
+def _claim_owner(claim: Mapping[str, Any]) -> str:
+    """``ns/name`` of the DLJob a claim's controller ownerReference names, or ""."""
+    meta = meta_of(claim)
+    if not controller_dljob_uid(meta):
+        return ""
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return dljob_job_name(str(meta.get("namespace", "default")), str(ref.get("name")))
+    return ""
+
+
+def _add_claims(
+    live: LiveState, claims: Iterable[Mapping[str, Any]], recorded: Mapping[str, str]
+) -> None:
+    """(c): allocated claims not already counted by their DLJob's record (module docstring)."""
+    own: dict[str, list[tuple[str, list[GpuShare]]]] = {}  # recorded job → its allocated claims
+    foreign: list[tuple[str, list[GpuShare]]] = []
+    for claim in claims:
+        try:
+            shares = claim_shares(live.state, claim)
+        except ValidationError as exc:
+            live.problems.append(f"{exc}; not counted")
+            continue
+        owner = _claim_owner(claim)
+        if owner and owner in recorded and controller_dljob_uid(meta_of(claim)) == recorded[owner]:
+            if shares:
+                own.setdefault(owner, []).append((key_of(claim), shares))
+            continue
+        if shares:
+            foreign.append((key_of(claim), shares))
+    for name, shares in foreign:
+        _add_claim(live, name, shares, own)
+
+
+def _add_claim(
+    live: LiveState,
+    name: str,
+    shares: list[GpuShare],
+    own: Mapping[str, list[tuple[str, list[GpuShare]]]],
+) -> None:
+    """Count one allocated claim; while it does not fit, a recorded DLJob on its GPUs whose
+    claim there is not allocated yet was overtaken: its record goes out of the state."""
+    ns, _, cname = name.partition("/")
+    prediction = assumed_prediction(shares)
+    request = JobRequest(
+        name=claim_job_name(ns, cname),
+        profile=unknown_profile(UNKNOWN_KIND),
+        replicas=1,
+        gpus_per_replica=len(shares),
+        core_percent=shares[0].core_percent,
+        memory_mib=shares[0].memory_mib,
+        prediction=prediction,
+        kind=UNKNOWN_KIND,
+    )
+    uuids = {s.gpu_uuid for s in shares}
+    while True:
+        try:
+            live.state.add_job(request, shares, prediction)
+        except ValidationError as exc:
+            victim = _overtaken_record(live, uuids, own)
+            if victim is None:
+                live.problems.append(f"ResourceClaim {name}: share not counted: {exc}")
+                return
+            where = ", ".join(sorted(f"{s.node}/gpu-{s.gpu_index}" for s in shares))
+            live.overtaken[victim] = (
+                f"ResourceClaim {name}, allocated by the kube-scheduler on {where}, took the "
+                "capacity this job's decision was given before its own claim was allocated"
+            )
+            live.state.release(victim)
+            live.residents.pop(victim, None)
+            for oname, oshares in own.get(victim, []):  # what it holds already still counts
+                _add_claim(live, oname, oshares, own)
+            continue
+        live.residents[request.name] = Resident(
+            request.name, "claims", request, tuple(shares), prediction
+        )
+        return
+
+
+def _overtaken_record(
+    live: LiveState, uuids: Collection[str], own: Mapping[str, list[tuple[str, list[GpuShare]]]]
+) -> str | None:
+    """A DLJob record on one of ``uuids`` whose claim on that GPU is not allocated."""
+    for jname, resident in sorted(live.residents.items()):
+        if resident.source != "dljob-status" or jname.endswith(MOVING_SUFFIX):
+            continue
+        held = {s.gpu_uuid for _, shares in own.get(jname, []) for s in shares}
+        if any(s.gpu_uuid in uuids and s.gpu_uuid not in held for s in resident.shares):
+            return jname
+    return None
 
 
 def _gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> LiveState:

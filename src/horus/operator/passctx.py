@@ -106,6 +106,11 @@ class PassReport:
     pairs_observed: int = 0
     #: passes that placed nothing for want of a signing key (reconcile._hold)
     held: int = 0
+    #: the DRA path: ResourceClaims created and deleted, decisions re-placed because the
+    #: kube-scheduler could not honour them (horus.operator.claimcommit)
+    claims_created: int = 0
+    claims_deleted: int = 0
+    replaced: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)

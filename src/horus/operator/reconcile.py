@@ -53,6 +53,12 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator.admission import Admission, Verdict
 from horus.operator.bindgate import BindGate
+from horus.operator.claimcommit import (
+    REASON_CLAIM_NAME_TAKEN,
+    ClaimNameTaken,
+    ClaimPath,
+    claim_owner_uid,
+)
 from horus.operator.commit import Committer
 from horus.operator.correction import Corrector
 from horus.operator.jobapi import (
@@ -108,6 +114,8 @@ class _Snapshot:
     pods: list[dict[str, Any]]
     dljobs: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
+    #: ResourceClaims, on the DRA path only (``placement_path: dra``)
+    claims: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -141,6 +149,7 @@ class Reconciler:
         correction: tuple[MigrationSettings, PreemptionSettings] | None = None,
         correction_period: float = 30.0,
         restart_seconds: float = 60.0,
+        placement_path: str = c.PLACEMENT_PATH_DEVICE_PLUGIN,
     ) -> None:
         #: a :class:`JobApi`, or a ``kubernetes.client.ApiClient`` to make a KubeJobApi of
         self.api: JobApi = api if hasattr(api, "list_dljobs") else KubeJobApi(api)
@@ -166,6 +175,10 @@ class Reconciler:
         self.corrector = Corrector(
             self.api, self.writer, migration, preemption, correction_period, restart_seconds
         )
+        #: The DRA path (issue 25): replicas as ResourceClaims the kube-scheduler allocates.
+        self.claim_path = (
+            ClaimPath(self.api, self.writer) if placement_path == c.PLACEMENT_PATH_DRA else None
+        )
         self.committer = Committer(
             self.api,
             self.writer,
@@ -173,6 +186,7 @@ class Reconciler:
             lambda: self.node_units,
             self.replica_pool,
             progress_deadline,
+            self.claim_path,
         )
 
     # --- setup ---------------------------------------------------------------------------
@@ -206,6 +220,8 @@ class Reconciler:
         t0 = time.monotonic()
         report = PassReport()
         snap = _Snapshot(self.api.list_pods(), self.api.list_dljobs(), self.api.list_nodes())
+        if self.claim_path is not None:
+            snap.claims = self.api.list_resource_claims()
         self.node_units = _node_units(snap.nodes)
         self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
@@ -224,6 +240,7 @@ class Reconciler:
             if x.status.get("placements") and x.phase not in TERMINAL_PHASES
         ]
         self._cleanup(every, snap.pods, report)
+        self._cleanup_claims(every, snap.claims, report)
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
         t_admit = time.monotonic()
@@ -409,6 +426,33 @@ class Reconciler:
                 except Exception as exc:
                     log.warning("cannot delete pod %s/%s: %s", ns, name, exc)
 
+    def _cleanup_claims(
+        self, ctxs: Mapping[str, JobCtx], claims: list[dict[str, Any]], report: PassReport
+    ) -> None:
+        """The DRA path's :meth:`_cleanup`: delete claims Horus made for a DLJob (controller
+        ownerReference) that is gone, failed or back in the queue without placements (a
+        re-placement or preemption a crash interrupted). A claim that is not a DLJob's is
+        never deleted here. The garbage collector would delete a gone job's claims too; this
+        does not wait for it."""
+        if self.claim_path is None or not self.is_leader():
+            return
+        jobs = {(x.namespace, x.uid): x for x in ctxs.values()}
+        for claim in claims:
+            meta = claim.get("metadata") or {}
+            owner = claim_owner_uid(claim)
+            if not owner or meta.get("deletionTimestamp"):
+                continue
+            ns, name = str(meta.get("namespace")), str(meta.get("name"))
+            ctx = jobs.get((ns, owner))
+            if ctx is not None and not _must_stop(ctx):
+                continue
+            try:
+                self.api.delete_resource_claim(ns, name, str(meta.get("uid") or ""))
+                log.info("deleted claim %s/%s (its DLJob is gone, failed or queued)", ns, name)
+                report.count("claims_deleted")
+            except Exception as exc:
+                log.warning("cannot delete claim %s/%s: %s", ns, name, exc)
+
     def _live_state(
         self, snap: _Snapshot, ctxs: Mapping[str, JobCtx], report: PassReport
     ) -> LiveState:
@@ -419,8 +463,17 @@ class Reconciler:
         every = {dljob_job_name(*_ns_name(o)) for o in snap.dljobs}
         distrusted = every - set(ctxs)  # unsigned or rolled-back records: pods count instead
         live = build_live_state(
-            snap.nodes, snap.pods, snap.dljobs, self.predictor, profiles, self.keys(), distrusted
+            snap.nodes,
+            snap.pods,
+            snap.dljobs,
+            self.predictor,
+            profiles,
+            self.keys(),
+            distrusted,
+            snap.claims,
         )
+        if self.claim_path is not None:
+            self.claim_path.set_pass(snap.claims, live.overtaken)
         report.problems.extend(live.problems)
         report.pairs_observed = self.session.observe(live)
         return live
@@ -535,6 +588,15 @@ class Reconciler:
             if ctx.taken:  # placed, it would hold a GPU for a pod it cannot create
                 why = taken_message(ctx.namespace, ctx.taken)
                 self._refuse(ctx, REASON_POD_NAME_TAKEN, why, queue, report)
+                continue
+            claims_taken = (
+                self.claim_path.taken(ctx, ctx.job.spec.replicas)
+                if self.claim_path is not None and ctx.job is not None
+                else []
+            )
+            if claims_taken:
+                why = str(ClaimNameTaken(ctx.namespace, ", ".join(claims_taken)))
+                self._refuse(ctx, REASON_CLAIM_NAME_TAKEN, why, queue, report)
                 continue
             try:
                 req = job_request(ctx, self.admission.profile(ctx))

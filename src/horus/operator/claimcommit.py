@@ -1,0 +1,234 @@
+"""The commit path on DRA (issue 25 item 3): a recorded decision as ResourceClaims and pods.
+
+The order of one placement stays the one :mod:`horus.operator.reconcile` explains — the signed
+record in the DLJob status first, so the share is committed and counted before anything
+else exists — and then, per replica:
+
+1. its ResourceClaim (:func:`horus.operator.claims.replica_claim`: the chosen GPUs by UUID, the
+   share as capacity requests; deterministic name ``<pod>-gpu``, ``AlreadyExists`` means a
+   previous attempt made it). A claim under that name that asks for something else is an older
+   decision's (a move, an older DLJob of the same name) and is deleted with a UID
+   precondition; one Horus did not make for this job is neither used nor deleted — the job
+   waits for the name, as for a pod name (:class:`ClaimNameTaken`);
+2. its pod using the claim (:func:`horus.operator.claims.use_claim`), for the kube-scheduler.
+
+No Binding: the kube-scheduler allocates the claim — it is the only allocator, so capacity
+holds against every claim whoever made it — and binds the pod where the claim's device is.
+A decision the kube-scheduler can no longer honour (another claim took the capacity first:
+:attr:`horus.operator.livestate.LiveState.overtaken`, or nothing was scheduled within the
+progress deadline) is re-placed (:meth:`ClaimPath.replace`): back to the queue with its
+share given back, its pods and claims deleted (UID preconditions), never Failed — the
+kube-scheduler refused to over-commit, so the job itself is fine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from horus.api.podassignment import controller_dljob_uid
+from horus.api.resources import parse_quantity
+from horus.common.clock import now_rfc3339
+from horus.common.errors import ValidationError
+from horus.operator import transitions as tr
+from horus.operator.claims import CLAIM_REQUEST, claim_name, replica_claim
+from horus.operator.jobapi import JobApi, PodRejected
+from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.podspec import owner_uid
+from horus.operator.writer import StatusWriter
+
+__all__ = [
+    "REASON_CLAIM_NAME_TAKEN",
+    "REASON_OVERTAKEN",
+    "ClaimNameTaken",
+    "ClaimPath",
+    "claim_matches",
+    "claim_owner_uid",
+]
+
+log = logging.getLogger(__name__)
+
+#: The condition reason of a job one of whose claim names a claim Horus did not make holds.
+REASON_CLAIM_NAME_TAKEN = "ClaimNameTaken"
+#: The condition reason of a job re-placed because its claim was overtaken.
+REASON_OVERTAKEN = "ClaimOvertaken"
+
+
+class ClaimNameTaken(PodRejected):
+    """A replica's claim name is held by a ResourceClaim Horus did not make for this job and
+    that asks for something else: neither used nor deleted; the job waits for the name."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(
+            409,
+            f"ResourceClaim {namespace}/{name} exists but Horus did not create it for this "
+            "DLJob and it asks for other devices or shares than the job's record; Horus "
+            "neither uses nor deletes it: the job waits, holding no GPU, until the name is free",
+        )
+
+    @property
+    def wait_reason(self) -> str | None:
+        return REASON_CLAIM_NAME_TAKEN
+
+
+def _request(claim: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = claim.get("spec") or {}
+    requests = (spec.get("devices") or {}).get("requests") if isinstance(spec, dict) else None
+    if not isinstance(requests, list) or len(requests) != 1 or not isinstance(requests[0], dict):
+        return {}
+    req = requests[0]
+    exactly = req.get("exactly")
+    return exactly if req.get("name") == CLAIM_REQUEST and isinstance(exactly, dict) else {}
+
+
+def claim_matches(claim: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Whether an existing claim asks for exactly what ``want`` (a :func:`replica_claim`)
+    asks: the same class, count, selectors and capacity — quantities compared by value, as
+    the apiserver rewrites them canonically (``16384Mi`` comes back as ``16Gi``). A claim's
+    spec cannot change once created, so this holds for the claim's life."""
+    got, need = _request(claim), _request(want)
+    if not got or not need:
+        return False
+    for key in ("deviceClassName", "count", "selectors"):
+        if got.get(key) != need.get(key):
+            return False
+    if got.get("allocationMode", "ExactCount") != need.get("allocationMode", "ExactCount"):
+        return False
+    if any(got.get(k) for k in ("adminAccess", "tolerations")):
+        return False
+    try:
+        have = {
+            k: parse_quantity(v, k)
+            for k, v in ((got.get("capacity") or {}).get("requests") or {}).items()
+        }
+        needed = {
+            k: parse_quantity(v, k)
+            for k, v in ((need.get("capacity") or {}).get("requests") or {}).items()
+        }
+    except (ValidationError, AttributeError):
+        return False
+    devices = ((claim.get("spec") or {}).get("devices")) or {}
+    return have == needed and not devices.get("constraints") and not devices.get("config")
+
+
+class ClaimPath:
+    """The replica step and the re-placement of the DRA path (module docstring). Each pass
+    sets :attr:`claims` (its listing) and :attr:`overtaken` (from the live state)."""
+
+    def __init__(self, api: JobApi, writer: StatusWriter) -> None:
+        self.api = api
+        self.writer = writer
+        #: (namespace, name) → ResourceClaim, from the pass's listing
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        #: DLJob ``ns/name`` → why its decision was overtaken
+        self.overtaken: Mapping[str, str] = {}
+
+    def set_pass(self, claims: Iterable[Mapping[str, Any]], overtaken: Mapping[str, str]) -> None:
+        index: dict[tuple[str, str], dict[str, Any]] = {}
+        for claim in claims:
+            meta = claim.get("metadata") or {}
+            index[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = dict(claim)
+        self.claims, self.overtaken = index, dict(overtaken)
+
+    # --- one replica ---------------------------------------------------------------------
+    def ensure_claim(
+        self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], report: PassReport
+    ) -> str | None:
+        """The replica's claim as its record asks, created if missing; its name, or None
+        while an older one under the name is going (the next pass goes on)."""
+        want = replica_claim(ctx.obj, replica, recs)
+        name = claim_name(ctx.name, replica)
+        claim = self.claims.get((ctx.namespace, name))
+        if claim is None:
+            claim = self.api.create_resource_claim(ctx.namespace, want)
+            if claim is not None:
+                report.count("claims_created")
+            else:  # AlreadyExists: a previous attempt (or someone else) made it
+                claim = self.api.read_resource_claim(ctx.namespace, name)
+            if claim is None:
+                return None  # deleted meanwhile: the next pass makes it
+            self.claims[(ctx.namespace, name)] = claim
+        meta = claim.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None  # an older decision's claim still going (its pod is stopping)
+        if claim_matches(claim, want):
+            return name  # whoever made it, it asks for exactly the recorded share
+        if controller_dljob_uid(meta) and _controller_name(meta) == ctx.name:
+            # this job's claim of an earlier decision (a move), or an older DLJob's of the same
+            # name: it goes once its pod has (the pod step deletes that pod first)
+            log.info(
+                "claim %s/%s asks for another share than the record; deleting it",
+                ctx.namespace,
+                name,
+            )
+            self.api.delete_resource_claim(ctx.namespace, name, str(meta.get("uid") or ""))
+            report.count("claims_deleted")
+            return None
+        raise ClaimNameTaken(ctx.namespace, name)
+
+    # --- re-placement --------------------------------------------------------------------
+    def replace(self, ctx: JobCtx, reason: str, why: str, report: PassReport) -> None:
+        """Give the decision's share back and queue the job again; delete its pods and
+        claims (UID preconditions). Status first: claims that stay allocated until deleted
+        are counted from the claims (:mod:`horus.operator.livestate` rule (c)), so nothing is
+        over-committed in between; a crash after the write leaves pods and claims that the
+        next pass's cleanup deletes (the job is queued without placements)."""
+        message = f"re-placed: {why}"
+        self.writer.write(
+            ctx,
+            tr.requeued(ctx.status, reason, message, now_rfc3339()),
+            report,
+            (reason, f"{message}; its GPU share is given back and it is placed again", True),
+        )
+        report.count("replaced")
+        self.writer.metrics.decisions.labels(outcome="replaced").inc()
+        for pod in [*ctx.pods.values(), *ctx.leaving]:
+            meta = pod.get("metadata") or {}
+            if owner_uid(pod) == ctx.uid and not meta.get("deletionTimestamp"):
+                self.api.delete_pod(
+                    ctx.namespace, str(meta.get("name")), str(meta.get("uid") or "")
+                )
+        for claim in self.claims_of(ctx):
+            meta = claim.get("metadata") or {}
+            self.api.delete_resource_claim(
+                ctx.namespace, str(meta.get("name")), str(meta.get("uid") or "")
+            )
+            report.count("claims_deleted")
+
+    def taken(self, ctx: JobCtx, replicas: int) -> list[str]:
+        """The job's claim names (one per replica) that a claim Horus did not make for a
+        DLJob of this name holds: the job waits for them, holding no GPU, as for a pod name
+        (placed, it would hold a share for a claim it cannot make)."""
+        out = []
+        for replica in range(replicas):
+            name = claim_name(ctx.name, replica)
+            claim = self.claims.get((ctx.namespace, name))
+            meta = (claim or {}).get("metadata") or {}
+            if claim is not None and not (
+                controller_dljob_uid(meta) and _controller_name(meta) == ctx.name
+            ):
+                out.append(name)
+        return out
+
+    def claims_of(self, ctx: JobCtx) -> list[dict[str, Any]]:
+        """The claims Horus made for this DLJob (its controller ownerReference), not going."""
+        return [
+            claim
+            for (ns, _), claim in self.claims.items()
+            if ns == ctx.namespace
+            and controller_dljob_uid(claim.get("metadata") or {}) == ctx.uid
+            and not (claim.get("metadata") or {}).get("deletionTimestamp")
+        ]
+
+
+def _controller_name(meta: Mapping[str, Any]) -> str:
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return str(ref.get("name") or "")
+    return ""
+
+
+def claim_owner_uid(claim: Mapping[str, Any]) -> str:
+    """The DLJob UID a claim names as its controller ("" for any other claim)."""
+    return controller_dljob_uid(claim.get("metadata") or {})

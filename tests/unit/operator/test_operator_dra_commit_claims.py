@@ -1,0 +1,262 @@
+"""The DRA path's commit (issue 25 item 3) in whole reconcile passes on the in-memory API:
+record first, then one ResourceClaim per replica and a pod using it, no Binding; live state
+from allocated claims (tenants' too); a decision another claim overtook is re-placed, never
+over-committed and never Failed. The same passes run on a real apiserver and kube-scheduler
+in tests/integration/dra/test_operator_claims.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fakeapi import FakeJobApi
+from opfixtures import KEY, dljob, node
+
+from horus.api.inventory import simulated_gpu_uuid
+from horus.common import constants as c
+from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, claim_matches
+from horus.operator.claims import claim_name, replica_claim
+from horus.operator.livestate import build_live_state, claim_job_name, claim_shares
+from horus.operator.podspec import placement_record
+from horus.operator.reconcile import Reconciler
+from horus.predictor import load_default_predictor
+
+PREDICTOR = load_default_predictor()
+GPU_MIB = 81920
+
+
+@pytest.fixture
+def api() -> FakeJobApi:
+    return FakeJobApi([node("n1", gpus=2, memory=GPU_MIB), node("n2", gpus=2, memory=GPU_MIB)])
+
+
+@pytest.fixture
+def rec(api: FakeJobApi) -> Iterator[Reconciler]:
+    r = Reconciler(
+        api, PREDICTOR, KEY, workers=4, progress_deadline=30.0, placement_path=c.PLACEMENT_PATH_DRA
+    )
+    yield r
+    r.close()
+
+
+def job(name: str, replicas: int = 1, core: int = 50, mem: int = 20000) -> dict[str, Any]:
+    return dljob(
+        name, replicas=replicas, gpu={"mode": "explicit", "corePercent": core, "memoryMiB": mem}
+    )
+
+
+def status(api: FakeJobApi, name: str) -> dict[str, Any]:
+    out: dict[str, Any] = api.job(name).get("status") or {}
+    return out
+
+
+def allocate_as_recorded(api: FakeJobApi, name: str) -> None:
+    """What the kube-scheduler does with a claim pinned to one GPU that has room."""
+    for rec in status(api, name)["placements"]:
+        pod = rec["pod"]
+        api.allocate(
+            "default",
+            f"{pod}-gpu",
+            rec["node"],
+            rec["gpuIndex"],
+            rec["corePercent"],
+            rec["memoryMiB"],
+            pod,
+        )
+
+
+def tenant_claim(api: FakeJobApi, name: str, node: str, index: int, cores: int, mib: int) -> None:
+    """A claim a tenant made directly (no Horus owner), allocated by the kube-scheduler."""
+    api.create_resource_claim(
+        "default",
+        {"metadata": {"name": name}, "spec": {"devices": {"requests": [{"name": "gpu"}]}}},
+    )
+    api.allocate("default", name, node, index, cores, mib)
+
+
+def test_the_decision_is_recorded_then_claims_and_pods_for_the_kube_scheduler(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    api.add_dljob(job("train", replicas=2))
+    report = rec.run_pass()
+    assert (report.placed, report.pods_created, report.pods_bound) == (1, 2, 0)
+    st = status(api, "train")
+    assert st["phase"] == c.DLJOB_PHASE_SCHEDULED and len(st["placements"]) == 2
+    for r in st["placements"]:
+        claim = api.claims[("default", f"{r['pod']}-gpu")]
+        # exactly the recorded GPU and share, owned by the DLJob
+        assert claim_matches(claim, replica_claim(api.job("train"), r["replica"], [r]))
+        exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
+        assert r["gpuUUID"] in exactly["selectors"][0]["cel"]["expression"]
+        assert exactly["capacity"]["requests"] == {"cores": "50", "memory": "20000Mi"}
+        assert claim["metadata"]["ownerReferences"][0]["uid"] == "uid-train"
+        pod = api.pods[("default", r["pod"])]
+        assert "schedulerName" not in pod["spec"]  # the kube-scheduler's
+        assert not pod["spec"].get("nodeName")  # Horus binds nothing on this path
+        assert pod["spec"]["resourceClaims"] == [
+            {"name": "gpu", "resourceClaimName": f"{r['pod']}-gpu"}
+        ]
+        limits = pod["spec"]["containers"][0]["resources"]
+        assert c.RESOURCE_GPU_CORE not in str(limits)
+    again = rec.run_pass()  # idempotent: nothing new, nothing placed twice
+    assert (again.placed, again.pods_created, again.status_writes) == (0, 0, 0)
+    assert len(api.claims) == 2 and len(api.pods) == 2
+    # the kube-scheduler allocates each claim where it is pinned and binds its pod
+    allocate_as_recorded(api, "train")
+    api.run_bound_pods()
+    rec.run_pass()
+    assert status(api, "train")["phase"] == c.DLJOB_PHASE_RUNNING
+
+
+def test_a_tenant_claim_counts_so_horus_never_places_past_it(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    # the tenant holds 80 % of every GPU but one: a 60 % job can go only to n2/gpu-1
+    for n, i in (("n1", 0), ("n1", 1), ("n2", 0)):
+        tenant_claim(api, f"t-{n}-{i}", n, i, 80, 1000)
+    api.add_dljob(job("a", core=60))
+    rec.run_pass()
+    (placed,) = status(api, "a")["placements"]
+    assert (placed["node"], placed["gpuIndex"]) == ("n2", 1)
+    live = build_live_state(
+        api.list_nodes(), [], api.list_dljobs(), claims=api.list_resource_claims()
+    )
+    assert claim_job_name("default", "t-n1-0") in live.residents
+    api.add_dljob(job("b", core=60))  # no GPU has 60 % left: queued, not over-committed
+    rec.run_pass()
+    assert status(api, "b")["phase"] == c.DLJOB_PHASE_QUEUED
+    assert not status(api, "b").get("placements")
+
+
+def test_a_decision_overtaken_by_another_claim_is_re_placed_never_failed(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    api.add_dljob(job("gang", replicas=2, core=60))
+    rec.run_pass()
+    first = {(r["node"], r["gpuIndex"]) for r in status(api, "gang")["placements"]}
+    r0, r1 = sorted(status(api, "gang")["placements"], key=lambda r: r["replica"])
+    # replica 0's claim is allocated; before replica 1's is, a tenant's claim takes its GPU
+    api.allocate("default", "gang-0-gpu", r0["node"], r0["gpuIndex"], 60, 20000, "gang-0")
+    tenant_claim(api, "grab", r1["node"], r1["gpuIndex"], 70, 1000)
+    report = rec.run_pass()
+    assert report.replaced == 1
+    st = status(api, "gang")
+    assert st["phase"] == c.DLJOB_PHASE_QUEUED and st["reason"] == "ClaimOvertaken"
+    assert "grab" in st["message"]
+    assert not api.claims.keys() - {("default", "grab")}  # both replicas' claims gone
+    assert not api.pods  # and their pods (UID preconditions)
+    rec.run_pass()
+    st = status(api, "gang")
+    assert st["phase"] == c.DLJOB_PHASE_SCHEDULED  # placed again, the whole gang
+    again = {(r["node"], r["gpuIndex"]) for r in st["placements"]}
+    assert (r1["node"], r1["gpuIndex"]) not in again  # not on the GPU the tenant holds
+    assert len(again) == 2 and again != first
+    assert "Failed" not in {status(api, "gang").get("phase")}
+
+
+def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> None:
+    """The live state itself: the overtaken record goes out of the state, the allocated
+    claims (the job's own included) stay; no GPU is over 100 %."""
+    api = FakeJobApi([node("n1", gpus=1, memory=GPU_MIB)])
+    records = [placement_record(0, "j-0", "n1", _Gpu("n1", 0, 60, 1000))]
+    obj = dljob(
+        "j",
+        placements=[{k: v for k, v in r.items() if k != "replica"} for r in records],
+        phase="Scheduled",
+    )
+    api.add_dljob(obj)
+    api.create_resource_claim("default", replica_claim(obj, 0, records))
+    tenant_claim(api, "grab", "n1", 0, 70, 1000)
+    live = build_live_state(
+        api.list_nodes(), [], api.list_dljobs(), keys=KEY, claims=api.list_resource_claims()
+    )
+    assert set(live.overtaken) == {"default/j"}
+    view = live.state.views()[0]
+    assert view.core_used_percent == 70 and view.jobs == (claim_job_name("default", "grab"),)
+    # once the job's own claim is allocated, a later tenant claim cannot overtake it
+    api2 = FakeJobApi([node("n1", gpus=1, memory=GPU_MIB)])
+    api2.add_dljob(obj)
+    api2.create_resource_claim("default", replica_claim(obj, 0, records))
+    api2.allocate("default", "j-0-gpu", "n1", 0, 60, 1000)
+    live = build_live_state(
+        api2.list_nodes(), [], api2.list_dljobs(), keys=KEY, claims=api2.list_resource_claims()
+    )
+    assert not live.overtaken and live.state.views()[0].core_used_percent == 60
+
+
+def test_claim_shares_reads_canonical_quantities_and_whole_devices() -> None:
+    live = build_live_state([node("n1", gpus=2, memory=GPU_MIB)], [], [])
+    claim: dict[str, Any] = {
+        "metadata": {"name": "c", "namespace": "x"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"driver": c.DRA_DRIVER_NAME, "pool": "n1", "device": "gpu-1",
+                         "consumedCapacity": {"cores": "40", "memory": "16Gi"}},
+                        {"driver": c.DRA_DRIVER_NAME, "pool": "n1", "device": "gpu-0"},
+                        {"driver": "other.example.com", "pool": "n1", "device": "gpu-0"},
+                    ]
+                }
+            }
+        },
+    }  # fmt: skip
+    shares = claim_shares(live.state, claim)
+    assert [(s.gpu_index, s.core_percent, s.memory_mib) for s in shares] == [
+        (1, 40, 16384),
+        (0, 100, GPU_MIB),
+    ]
+    assert shares[0].gpu_uuid == simulated_gpu_uuid("n1", 1)
+    assert claim_shares(live.state, {"metadata": {"name": "pending"}, "status": {}}) == []
+
+
+def test_a_claim_name_held_by_someone_else_is_neither_used_nor_deleted(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    # a tenant made the claim name in advance, asking for any GPU whole
+    api.create_resource_claim(
+        "default",
+        {
+            "metadata": {"name": claim_name("w", 0)},
+            "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        },
+    )
+    api.add_dljob(job("w"))
+    rec.run_pass()
+    rec.run_pass()
+    assert ("default", "w-0-gpu") in api.claims  # not deleted
+    assert not api.pods  # no pod uses it
+    st = status(api, "w")
+    assert st["phase"] == c.DLJOB_PHASE_QUEUED and st["reason"] == REASON_CLAIM_NAME_TAKEN
+    assert not st.get("placements")  # it holds no GPU while it waits
+
+
+def test_nothing_scheduled_within_the_deadline_is_re_placed_not_failed(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    api.add_dljob(job("slow", replicas=2))
+    rec.run_pass()
+    obj = api.job("slow")
+    obj["status"]["scheduledTime"] = "2020-01-01T00:00:00Z"  # long ago (unsigned field)
+    rec.run_pass()
+    st = status(api, "slow")
+    assert st["phase"] == c.DLJOB_PHASE_QUEUED and st["reason"] == "ProgressDeadlineExceeded"
+    assert not api.pods and not api.claims
+
+
+def test_claims_of_a_job_back_in_the_queue_or_gone_are_deleted(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    api.add_dljob(job("p"))
+    rec.run_pass()
+    assert api.claims
+    del api.dljobs[("default", "p")]  # the DLJob is deleted: its claims go
+    rec.run_pass()
+    assert not api.claims
+
+
+class _Gpu:
+    def __init__(self, node_name: str, index: int, core: int, mib: int) -> None:
+        self.gpu_uuid = simulated_gpu_uuid(node_name, index)
+        self.gpu_index, self.core_percent, self.memory_mib = index, core, mib
