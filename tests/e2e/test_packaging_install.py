@@ -100,7 +100,9 @@ def test_kustomize_and_chart_make_the_same_objects(helm, cluster):
     """Also: `helm template` needs no --kube-version (helm is built with the offline
     Kubernetes version a released helm has) and, offline, renders no assignment key."""
     kust = _docs(cluster.kubectl("kustomize", str(ROOT / "manifests")).stdout)
-    chart = _docs(helm("template", "horus", str(CHART), *NS, *REG).stdout)
+    # the manifests are the device-plugin path (manifests/operator/config.yaml)
+    path = ("--set", "gpuSharing.path=devicePlugin")
+    chart = _docs(helm("template", "horus", str(CHART), *NS, *REG, *path).stdout)
     key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
     k, c = {key(d): d for d in kust}, {key(d): d for d in chart}
     # the chart cannot template its own namespace (helm --create-namespace makes it)

@@ -157,3 +157,18 @@ read (helm template, --dry-run=client, Argo CD). */}}
 {{- $n -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Which path carries a GPU share to the container (issue 25; docs/dra.md, "Which path"):
+"dra" or "deviceplugin", from gpuSharing.path. auto is dra when the cluster serves
+resource.k8s.io/v1 (.Capabilities.APIVersions: the apiserver's discovery on install/upgrade,
+helm's built-in list under `helm template`) and its version is 1.36 or later, where
+DRAConsumableCapacity — many claims sharing one device by amounts of its capacities — is on by
+default; else deviceplugin. A cluster that turned the feature gate off sets devicePlugin. */}}
+{{- define "horus.placementPath" -}}
+{{- $path := .Values.gpuSharing.path -}}
+{{- if eq $path "dra" -}}dra
+{{- else if eq $path "devicePlugin" -}}deviceplugin
+{{- else if and (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}dra
+{{- else -}}deviceplugin
+{{- end -}}
+{{- end -}}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.agent.backend import BackendUnavailable, NodeSample, NodeView, UsageSampler
+from horus.agent.claims import ClaimedPod, ClaimShares
 from horus.agent.exporter import Snapshot, make_registry
 from horus.agent.feedback import (
     PAIR_FILE_COLUMNS,
@@ -125,6 +126,10 @@ class Agent:
         self._nodes_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._replicas: dict[tuple[str, str], tuple[float, int | None]] = {}
         self._sim_speed_written: dict[str, float] = {}
+        #: the dra path: shares from the claims reserved for the node's pods (agent/claims.py)
+        self.dra = settings.placement_path == c.PLACEMENT_PATH_DRA
+        self.claims = ClaimShares(kube, self.skips)
+        self._reported_joined: set[str] = set()
         self._progress_cleaned = time.monotonic()
 
     # --- backends --------------------------------------------------------------------------
@@ -447,7 +452,10 @@ class Agent:
         if backend is None:
             return None
         inventory = []
-        if backend_name == c.BACKEND_SIMULATED:
+        if self.dra:
+            if backend_name == c.BACKEND_SIMULATED:
+                inventory = self.claims.gpus(name)  # what the node's DRA driver published
+        elif backend_name == c.BACKEND_SIMULATED:
             text = (node.get("metadata", {}).get("annotations") or {}).get(
                 c.ANNOTATION_GPU_INVENTORY
             )
@@ -464,8 +472,17 @@ class Agent:
                 self.skips.warn(f"node:{name}:{text}", f"skipping simulated node {name}: {exc}")
                 return None
         pods: list[PodInfo] = []
-        self._reload_key()
-        for obj in self.kube.pods_on(name):
+        objects = self.kube.pods_on(name)
+        if self.dra:
+            for claimed in self.claims.pods(name, objects):
+                if claimed.joined:
+                    self._joined_claim(claimed)
+                pods.append(claimed.info)
+                snap.pods[claimed.info.uid] = claimed.info
+            objects = []  # on this path annotations carry no share
+        else:
+            self._reload_key()
+        for obj in objects:
             try:
                 info = parse_pod(obj, self.skips, self.key, self.verified)
             except Exception as exc:  # one malformed object never stops the node's cycle
@@ -495,6 +512,28 @@ class Agent:
             for p in pods:
                 self._profile(p)
         return backend.sample(NodeView(name, inventory), pods, profiles)
+
+    def _joined_claim(self, claimed: ClaimedPod) -> None:
+        """A pod that joined a claim the kubelet had prepared for another pod: the two use one
+        share, each limited to all of it by MPS (docs/dra.md, "Limits"). Reported once; with
+        the watchdog in ``evict`` mode the pod that joined is deleted (its UID precondition
+        spares a new pod of the same name), the one the claim was prepared for keeps it."""
+        pod, share = claimed.info, claimed.share
+        first = next(iter(share.others), ("", "", ""))
+        message = (
+            f"pod {pod.key} uses claim {share.share.ref}, which was prepared for pod "
+            f"{first[0]}/{first[1]}: one share is one pod's"
+        )
+        key = f"joined:{pod.uid}"
+        if self.settings.watchdog == "evict":
+            if self.kube.delete_pod(pod):
+                self.skips.warn(key, message + "; deleted it")
+                self.kube.event(pod, c.EVENT_REASON_SHARED_CLAIM, message + "; deleted")
+            return
+        if self.settings.watchdog == "report" and key not in self._reported_joined:
+            self._reported_joined.add(key)
+            self.kube.event(pod, c.EVENT_REASON_SHARED_CLAIM, message)
+        self.skips.warn(key, message)
 
     # --- feedback --------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The agent's few Kubernetes calls: list pods and nodes, read a node, DLJob or ConfigMap,
-delete a pod (the memory watchdog), write an Event, merge-patch ``status.observed``.
+"""The agent's few Kubernetes calls: list pods and nodes, read a node, DLJob or ConfigMap (and
+on the dra path a ResourceClaim and the node's ResourceSlices), delete a pod (the memory watchdog), write an Event, merge-patch ``status.observed``.
 
 The agent lists its node's pods every few seconds, so every call is a raw JSON request
 (:class:`horus.kube.rest.RestClient`: the generated client's models would cost more CPU than
@@ -22,6 +22,7 @@ from horus.kube.rest import RestClient
 
 log = logging.getLogger("horus.agent.kube")
 
+_RESOURCE = f"/apis/{c.RESOURCE_API_GROUP}/{c.RESOURCE_API_VERSION}"
 _DLJOBS = f"/apis/{c.API_GROUP}/{c.API_VERSION}/namespaces/{{namespace}}/{c.DLJOB_PLURAL}"
 
 
@@ -49,6 +50,17 @@ class AgentApi(RestClient):
 
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+
+    # --- the dra path (horus.agent.claims) -------------------------------------------------
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get(f"{_RESOURCE}/namespaces/{namespace}/resourceclaims/{name}")
+
+    def resourceslices_on(self, node: str) -> list[dict[str, Any]]:
+        """This node's slices (field selector ``spec.nodeName``; the reader checks it too)."""
+        return self.list(
+            f"{_RESOURCE}/resourceslices", [("fieldSelector", f"spec.nodeName={node}")]
+        )
 
     # --- writes ----------------------------------------------------------------------------
 

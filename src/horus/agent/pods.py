@@ -178,8 +178,26 @@ def parse_pod(
     assignment = _assignment(obj, skips, key, verified)
     if assignment is None:
         return None
+    return pod_info(obj, assignment, skips)
+
+
+def running_pod(obj: Mapping[str, Any]) -> bool:
+    """A Running pod, not being deleted (whatever it asks for)."""
+    meta = obj.get("metadata")
+    status = obj.get("status")
+    if not isinstance(meta, Mapping) or not isinstance(status, Mapping):
+        return False
+    return status.get("phase") == "Running" and not meta.get("deletionTimestamp")
+
+
+def pod_info(obj: Mapping[str, Any], assignment: GpuAssignment, skips: SkipLog) -> PodInfo:
+    """The :class:`PodInfo` of a running pod whose share is ``assignment`` (read from its
+    signed annotation on the device-plugin path, from its ResourceClaim on the dra path);
+    the optional annotations (prediction, simulated memory, profile) are read here."""
     meta = obj["metadata"]
-    annotations = meta["annotations"]
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        annotations = {}
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     uid = str(meta.get("uid", ""))
     where = f"pod {namespace}/{name}"

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from horus.common.constants import MPS_LOG_DIRECTORY_DEFAULT, MPS_PIPE_DIRECTORY_DEFAULT
+from horus.common.constants import (
+    MPS_LOG_DIRECTORY_DEFAULT,
+    MPS_PIPE_DIRECTORY_DEFAULT,
+    PLACEMENT_PATH_DEVICE_PLUGIN,
+    PlacementPath,
+)
 from horus.common.errors import ConfigError
 from horus.common.settings import check_range, check_seconds
 from horus.progress.mount import DEFAULT_HOST_ROOT
@@ -39,6 +44,11 @@ class AgentSettings:
     """Comma-separated simulated nodes one agent serves (kwok demo/CI only)."""
     node_selector: str = ""
     """Label selector of simulated nodes one agent serves, e.g. ``type=kwok`` (demo/CI only)."""
+    placement_path: PlacementPath = PLACEMENT_PATH_DEVICE_PLUGIN
+    """Where the shares on the node are read from (the chart sets it from ``gpuSharing.path``):
+    ``deviceplugin`` — each pod's signed ``horus.io/gpu-assignment``; ``dra`` — the
+    ResourceClaims reserved for the node's pods, as the kube-scheduler allocated them (their
+    ``status``, which no tenant can write; docs/agent.md "Where shares come from")."""
     backend: Backend = "auto"
     """``nvml`` (physical GPUs), ``simulated`` (kwok nodes) or ``auto``: NVML when it loads,
     else simulated for kwok nodes."""

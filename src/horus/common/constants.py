@@ -294,6 +294,8 @@ BACKEND_NVML: Final = "nvml"
 BACKEND_SIMULATED: Final = "simulated"
 EVENT_REASON_GPU_MEMORY_OVER_SHARE: Final = "GPUMemoryOverShare"  # watchdog mode report
 EVENT_REASON_GPU_MEMORY_EVICTED: Final = "GPUMemoryEvicted"  # watchdog mode evict
+# dra path: a pod joined a ResourceClaim prepared for another pod (agent/claims.py)
+EVENT_REASON_SHARED_CLAIM: Final = "HorusSharedClaim"
 EVENT_COMPONENT_AGENT: Final = "horus-agent"
 # MPS: where the control daemon's pipes live (the device plugin hands the same path to pods)
 MPS_PIPE_DIRECTORY_DEFAULT: Final = "/tmp/nvidia-mps"

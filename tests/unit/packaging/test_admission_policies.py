@@ -37,10 +37,24 @@ def _manifest_policies() -> dict[str, dict[str, Any]]:
     return out
 
 
+def _device_plugin_rbac() -> str:
+    """The chart's rbac.yaml as on the device-plugin path (gpuSharing.path, the path of the
+    manifests): its dra-path branch of the node role left out (tests/unit/packaging/
+    test_chart_path.py renders both with helm)."""
+    text = CHART_RBAC.read_text()
+    text = re.sub(
+        r"\n\s*\{\{- if eq \(include \"horus.placementPath\" \.\) \"dra\" \}\}.*?\{\{- else \}\}",
+        "",
+        text,
+        flags=re.S,
+    )
+    return re.sub(r"\n\s*\{\{- end \}\}", "", text, count=1)
+
+
 def _chart_policies() -> dict[str, dict[str, Any]]:
     """The chart's rbac.yaml with its two template expressions put as the default install has
     them (the chart refuses any namespace but horus-system)."""
-    text = CHART_RBAC.read_text()
+    text = _device_plugin_rbac()
     text = text.replace("{{ .Release.Namespace }}", c.HORUS_NAMESPACE)
     text = re.sub(r"\n\s*\{\{- include \"horus.labels\" \. \| nindent 4 \}\}", "", text)
     text = re.sub(r"\{\{-? include \"horus.checkNamespace\" \. \}\}", "", text)
@@ -175,7 +189,7 @@ def test_the_node_agent_keeps_every_status_field_but_observed() -> None:
 
 
 def test_chart_and_manifests_grant_the_node_and_people_the_same() -> None:
-    text = CHART_RBAC.read_text().replace("{{ .Release.Namespace }}", c.HORUS_NAMESPACE)
+    text = _device_plugin_rbac().replace("{{ .Release.Namespace }}", c.HORUS_NAMESPACE)
     text = re.sub(r"\{\{-? include [^}]*\}\}", "", text)
     chart = {d["metadata"]["name"]: d for d in _docs(text) if d["kind"] == "ClusterRole"}
     for f in ("node.yaml", "users.yaml"):

@@ -1,4 +1,5 @@
-"""What the kube-scheduler allocated to one ResourceClaim on this node, read and checked.
+"""What the kube-scheduler allocated to one ResourceClaim on a node, read and checked: by the DRA
+driver at Prepare and by the agent on the dra path (both node roles; ``horus.node``).
 
 ``NodePrepareResources`` names a claim (namespace, name, UID) and nothing else; what the claim
 may have is in its ``status.allocation``, which only the scheduler (and admins) can write —
@@ -239,3 +240,162 @@ def read_share(
     if len({d.gpu.index for d in ours}) != len(ours):
         raise ClaimRefused(f"claim {ref}: one GPU is allocated twice to the same claim")
     return ClaimShare(ref, tuple(ours), _one_pod(ref, claim))
+
+
+# --- what the agent reads on the dra path -----------------------------------------------------
+
+#: The most devices one node's slices may list that are read (a node has at most a few dozen
+#: GPUs; a slice of the apiserver's own limit is 128 devices).
+MAX_SLICE_DEVICES = 1024
+#: The most claims of one pod that are read (the apiserver allows 128 per pod).
+MAX_POD_CLAIMS = 128
+
+
+def _attr(device: Mapping[str, Any], name: str, kind: str) -> Any:
+    attrs = device.get("attributes")
+    if not isinstance(attrs, Mapping):
+        return None
+    for key in (name, f"{c.DRA_DRIVER_NAME}/{name}"):
+        value = attrs.get(key)
+        if isinstance(value, Mapping) and kind in value:
+            return value[kind]
+    return None
+
+
+def slice_gpus(slices: Sequence[Mapping[str, Any]], node: str) -> list[GpuDevice]:
+    """The GPUs the Horus DRA driver published for ``node`` (its ResourceSlices as listed),
+    as :class:`GpuDevice` — what the agent samples on the dra path and checks claims against.
+
+    Only slices of driver ``gpu.horus.io`` whose ``spec.nodeName`` is ``node`` count: the
+    node identity may write no other node's slice (``horus-node-own-resourceslices``) and a
+    tenant none at all. A device that does not read as one GPU (no UUID, index not matching its
+    name, memory out of range) is left out rather than guessed; a device with the
+    ``gpu.horus.io/unhealthy`` taint is Unhealthy."""
+    out: dict[int, GpuDevice] = {}
+    seen = 0
+    for item in slices:
+        spec = item.get("spec") if isinstance(item, Mapping) else None
+        if not isinstance(spec, Mapping):
+            continue
+        if _str(spec.get("driver")) != c.DRA_DRIVER_NAME or _str(spec.get("nodeName")) != node:
+            continue
+        devices = spec.get("devices")
+        for device in devices if isinstance(devices, list) else []:
+            seen += 1
+            if seen > MAX_SLICE_DEVICES or not isinstance(device, Mapping):
+                break
+            m = _DEVICE.fullmatch(_str(device.get("name")))
+            index, uuid = (
+                _attr(device, c.DRA_ATTR_INDEX, "int"),
+                _attr(device, c.DRA_ATTR_UUID, "string"),
+            )
+            memory = _attr(device, c.DRA_ATTR_MEMORY_MIB, "int")
+            model = _attr(device, c.DRA_ATTR_MODEL, "string") or "unknown"
+            if m is None or not isinstance(index, int) or int(m.group(1)) != index:
+                continue
+            if not isinstance(memory, int) or not 0 < memory <= c.MAX_GPU_MEMORY_MIB:
+                continue
+            taints = device.get("taints")
+            unhealthy = isinstance(taints, list) and any(
+                isinstance(t, Mapping) and t.get("key") == c.DRA_TAINT_UNHEALTHY for t in taints
+            )
+            try:
+                out[index] = GpuDevice(
+                    index,
+                    _str(uuid),
+                    _str(model)[:128],
+                    memory,
+                    c.GPU_UNHEALTHY if unhealthy else c.GPU_HEALTHY,
+                )
+            except ValidationError:
+                continue
+    return [out[i] for i in sorted(out)]
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the ResourceClaims a pod uses: ``spec.resourceClaims[].resourceClaimName``
+    and, for claims made from a template, ``status.resourceClaimStatuses[].resourceClaimName``.
+
+    These names only say where to look: a claim counts for the pod only when its own status
+    says it is reserved for this pod's UID (:func:`pod_share`), which neither the pod's owner
+    nor the node can write."""
+    names: list[str] = []
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    for entries in (
+        spec.get("resourceClaims") if isinstance(spec, Mapping) else None,
+        status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None,
+    ):
+        for entry in (entries if isinstance(entries, list) else [])[:MAX_POD_CLAIMS]:
+            name = _str(entry.get("resourceClaimName")) if isinstance(entry, Mapping) else ""
+            if name and len(name) <= MAX_NAME and _NAME.fullmatch(name) and name not in names:
+                names.append(name)
+    return names
+
+
+@dataclass(frozen=True)
+class PodShare:
+    """What one claim reserved for a pod gives it on this node."""
+
+    share: ClaimShare
+    #: Pods the claim is reserved for besides this one ((namespace, name, uid), in the order
+    #: of ``reservedFor``); non-empty: the claim is shared (docs/dra.md, "Limits").
+    others: tuple[tuple[str, str, str], ...] = ()
+    #: Whether this pod is the first in ``reservedFor``: the pod the claim was allocated and
+    #: prepared for. Pods after it joined a claim the kubelet had prepared already.
+    first: bool = True
+
+
+def reserved_pods(claim: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(namespace, name, uid) of each pod in ``status.reservedFor``, in its order."""
+    status = claim.get("status") or {}
+    reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
+    namespace = _str((claim.get("metadata") or {}).get("namespace"))
+    out = []
+    for entry in (reserved if isinstance(reserved, list) else [])[:256]:
+        if not isinstance(entry, Mapping):
+            continue
+        if _str(entry.get("resource")) == "pods" and not _str(entry.get("apiGroup")):
+            out.append((namespace, _str(entry.get("name")), _str(entry.get("uid"))))
+    return out
+
+
+def pod_share(
+    pod_uid: str, claim: Mapping[str, Any] | None, node: str, gpus: Sequence[GpuDevice]
+) -> PodShare | None:
+    """The share a claim holds for the pod ``pod_uid`` on ``node``; None when the claim is not
+    (or no longer) reserved for that pod, or holds no Horus GPU. A claim reserved for the pod
+    whose allocation does not check (:func:`read_share`) raises :class:`ClaimRefused`.
+
+    A claim reserved for several pods is read as one share and the other pods returned in
+    ``others``, so the caller can tell the pod the claim was prepared for from the ones that
+    joined it afterwards."""
+    if claim is None:
+        return None
+    meta = claim.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return None
+    pods = reserved_pods(claim)
+    if not pod_uid or pod_uid not in {uid for _, _, uid in pods}:
+        return None
+    ref = ClaimRef(_str(meta.get("namespace")), _str(meta.get("name")), _str(meta.get("uid")))
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list) or not any(
+        isinstance(r, Mapping) and r.get("driver") == c.DRA_DRIVER_NAME for r in results
+    ):
+        return None  # not a Horus GPU share (another driver's claim)
+    # read as if reserved for this pod alone: read_share refuses shared claims at Prepare
+    alone = dict(claim)
+    alone["status"] = {
+        **(status if isinstance(status, Mapping) else {}),
+        "reservedFor": [
+            e
+            for e in (status.get("reservedFor") or [])
+            if isinstance(e, Mapping) and _str(e.get("uid")) == pod_uid
+        ][:1],
+    }
+    share = read_share(ref, alone, node, gpus)
+    return PodShare(share, tuple(p for p in pods if p[2] != pod_uid), pods[0][2] == pod_uid)

@@ -1,0 +1,137 @@
+"""One chart value, ``gpuSharing.path``, picks the path a GPU share takes (issue 25 item 4):
+the node DaemonSet runs the DRA driver or the device plugin — never both, which would be two
+allocators of one GPU — and the operator, the extender and the agent read the same choice
+(``placement_path``). ``auto`` is dra where the cluster serves ``resource.k8s.io/v1`` on
+Kubernetes >= 1.36 (consumable capacity on by default); the node identity on the dra path may
+write no pod and no Node (only the watchdog's delete of a pod on its own node remains).
+
+Rendered with the pinned helm (``helm template``; ``--kube-version``/``--api-versions`` stand
+in for what the apiserver's discovery tells helm at install)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from horus.agent.settings import AgentSettings
+from horus.common.settings import load_settings
+from horus.operator.extender.settings import ExtenderSettings
+from horus.operator.settings import OperatorSettings
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "charts" / "horus"
+
+
+def _helm() -> str:
+    folder = os.environ.get("HORUS_BIN_DIR", "")
+    helm = Path(folder) / "helm" if folder else None
+    if helm is None or not helm.is_file():
+        pytest.skip("helm of the pinned version not found (HORUS_BIN_DIR)")
+    return str(helm)
+
+
+def render(*args: str, chart: Path = CHART) -> dict[tuple[str, str], dict[str, Any]]:
+    out = subprocess.run(
+        [_helm(), "template", "horus", str(chart), "-n", "horus-system",
+         "--set", "images.registry=registry.example.com/horus", *args],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def containers(objs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    spec = objs[("DaemonSet", "horus-node")]["spec"]["template"]["spec"]
+    return [c["name"] for c in spec["containers"]]
+
+
+def config(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    text = objs[("ConfigMap", "horus-config")]["data"]["config.yaml"]
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
+
+
+def node_rules(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, set[str]]:
+    rules = objs[("ClusterRole", "horus-node")]["rules"]
+    out: dict[str, set[str]] = {}
+    for rule in rules:
+        for res in rule["resources"]:
+            out.setdefault(res, set()).update(rule["verbs"])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ([], "dra"),  # helm's own list: 1.37 with resource.k8s.io/v1
+        (["--set", "gpuSharing.path=devicePlugin"], "deviceplugin"),
+        (["--set", "gpuSharing.path=dra"], "dra"),
+        (["--set", "gpuSharing.path=auto", "--kube-version", "1.37.2"], "dra"),
+    ],
+    ids=["auto-offline", "devicePlugin", "dra", "auto-1.37"],
+)
+def test_one_value_picks_the_path_for_every_role(
+    args: list[str], path: str, tmp_path: Path
+) -> None:
+    objs = render(*args)
+    cfg = config(objs)
+    assert {cfg[r]["placement_path"] for r in ("operator", "extender", "agent")} == {path}
+    # each role's own settings class reads it (a misspelled key would fail here)
+    file = tmp_path / "config.yaml"
+    file.write_text(objs[("ConfigMap", "horus-config")]["data"]["config.yaml"])
+    env = {"HORUS_AGENT_NODE_NAME": "n1"}
+    loaded = (
+        load_settings(OperatorSettings, "operator", env=env, config_file=file).placement_path,
+        load_settings(ExtenderSettings, "extender", env=env, config_file=file).placement_path,
+        load_settings(AgentSettings, "agent", env=env, config_file=file).placement_path,
+    )
+    assert loaded == (path, path, path)
+    if path == "dra":
+        assert containers(objs) == ["agent", "dra-driver"]
+        assert "dra" in cfg and cfg["dra"]["cdi_dir"] == "/var/run/cdi"
+        assert node_rules(objs)["pods"] == {"get", "list", "delete"}
+        assert node_rules(objs)["nodes"] == {"get"}
+        volumes = objs[("DaemonSet", "horus-node")]["spec"]["template"]["spec"]["volumes"]
+        assert "device-plugins" not in {v["name"] for v in volumes}
+    else:
+        assert containers(objs) == ["device-plugin", "agent"]
+        assert "dra" not in cfg
+        assert node_rules(objs)["pods"] == {"get", "list", "patch", "delete"}
+    # the DeviceClass ships either way (a tenant's claim names it; harmless without slices)
+    assert ("DeviceClass", "gpu.horus.io") in objs
+
+
+def test_auto_needs_the_resource_api_and_its_version() -> None:
+    """The rule, checked on a copy of the chart whose kubeVersion admits older clusters
+    (the shipped one admits only what is tested: 1.37)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "horus"
+        shutil.copytree(CHART, copy)
+        meta = yaml.safe_load((copy / "Chart.yaml").read_text())
+        meta["kubeVersion"] = ">=1.30.0-0"
+        (copy / "Chart.yaml").write_text(yaml.safe_dump(meta))
+        old = render("--kube-version", "1.35.4", chart=copy)
+        assert config(old)["agent"]["placement_path"] == "deviceplugin"
+        assert containers(old) == ["device-plugin", "agent"]
+        assert (
+            config(render("--kube-version", "1.36.0", chart=copy))["agent"]["placement_path"]
+            == "dra"
+        )
+
+
+def test_a_path_the_chart_does_not_know_is_refused() -> None:
+    proc = subprocess.run(
+        [_helm(), "template", "horus", str(CHART), "-n", "horus-system",
+         "--set", "images.registry=r.example", "--set", "gpuSharing.path=both"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "/gpuSharing/path" in proc.stderr and "devicePlugin" in proc.stderr
