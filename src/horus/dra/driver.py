@@ -21,8 +21,8 @@ from horus.api.inventory import GpuDevice
 from horus.common import constants as c
 from horus.dra import cdi
 from horus.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
-from horus.node.claims import ClaimRef, ClaimRefused, ClaimShare, read_share
 from horus.dra.kube import DraApi
+from horus.node.claims import ClaimRef, ClaimRefused, ClaimShare, read_share
 from horus.node.grant import Consumer, ContainerGrant, GrantPolicy, build_grant
 
 log = logging.getLogger(__name__)

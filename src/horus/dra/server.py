@@ -32,9 +32,9 @@ from horus.dra.api import dra_v1_pb2_grpc as _dra_grpc
 from horus.dra.api import pluginregistration_v1_pb2 as reg_pb
 from horus.dra.api import pluginregistration_v1_pb2_grpc as _reg_grpc
 from horus.dra.checkpoint import PreparedDevice
-from horus.node.claims import ClaimRefused, check_claim_ref
 from horus.dra.driver import Driver
 from horus.kube.errors import ApiError
+from horus.node.claims import ClaimRefused, check_claim_ref
 
 log = logging.getLogger(__name__)
 dra_grpc: Any = _dra_grpc  # generated without annotations
