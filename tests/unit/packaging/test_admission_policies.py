@@ -39,16 +39,15 @@ def _manifest_policies() -> dict[str, dict[str, Any]]:
 
 def _device_plugin_rbac() -> str:
     """The chart's rbac.yaml as on the device-plugin path (gpuSharing.path, the path of the
-    manifests): its dra-path branch of the node role left out (tests/unit/packaging/
-    test_chart_path.py renders both with helm)."""
+    manifests): each dra-path branch left out, each else branch kept
+    (tests/unit/packaging/test_chart_path.py renders both paths with helm)."""
     text = CHART_RBAC.read_text()
-    text = re.sub(
-        r"\n\s*\{\{- if eq \(include \"horus.placementPath\" \.\) \"dra\" \}\}.*?\{\{- else \}\}",
-        "",
-        text,
-        flags=re.S,
+    block = re.compile(
+        r"\n\s*\{\{- if eq \(include \"horus.placementPath\" \.\) \"dra\" \}\}.*?"
+        r"(?:\{\{- else \}\}(.*?))?\n\s*\{\{- end \}\}",
+        re.S,
     )
-    return re.sub(r"\n\s*\{\{- end \}\}", "", text, count=1)
+    return block.sub(lambda m: m.group(1) or "", text)
 
 
 def _chart_policies() -> dict[str, dict[str, Any]]:

@@ -56,8 +56,10 @@ def config(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
     return doc
 
 
-def node_rules(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, set[str]]:
-    rules = objs[("ClusterRole", "horus-node")]["rules"]
+def node_rules(
+    objs: dict[tuple[str, str], dict[str, Any]], role: str = "horus-node"
+) -> dict[str, set[str]]:
+    rules = objs[("ClusterRole", role)]["rules"]
     out: dict[str, set[str]] = {}
     for rule in rules:
         for res in rule["resources"]:
@@ -98,10 +100,17 @@ def test_one_value_picks_the_path_for_every_role(
         assert node_rules(objs)["nodes"] == {"get"}
         volumes = objs[("DaemonSet", "horus-node")]["spec"]["template"]["spec"]["volumes"]
         assert "device-plugins" not in {v["name"] for v in volumes}
+        # the operator makes and removes claims, reads every claim and slice, and never
+        # writes an allocation (status is the kube-scheduler's)
+        op = node_rules(objs, "horus-operator")
+        assert op["resourceclaims"] == {"get", "list", "watch", "create", "delete"}
+        assert op["resourceslices"] == {"get", "list", "watch"}
+        assert "resourceclaims/status" not in op
     else:
         assert containers(objs) == ["device-plugin", "agent"]
         assert "dra" not in cfg
         assert node_rules(objs)["pods"] == {"get", "list", "patch", "delete"}
+        assert "resourceclaims" not in node_rules(objs, "horus-operator")
     # the DeviceClass ships either way (a tenant's claim names it; harmless without slices)
     assert ("DeviceClass", "gpu.horus.io") in objs
 
