@@ -1,0 +1,319 @@
+"""The operator's commit path on DRA (issue 25 item 3) on a real apiserver and kube-scheduler.
+
+A reconcile pass (``Reconciler(placement_path="dra")``, in-process, the real
+:class:`~horus.operator.jobapi.KubeJobApi`) places DLJobs on a kwok node whose two GPUs of
+81,559 MiB the real DRA driver publishes (fixtures ``dra_env``/``driver``): the record in the
+DLJob status first, then one ResourceClaim per replica and a pod using it; the stock
+kube-scheduler allocates each claim and binds each pod. The API is scoped to the test's
+namespace and node (:class:`Scoped`), so other tests' jobs and nodes in the session cluster
+are never touched.
+
+The race a real cluster has — a tenant's claim allocated between Horus' decision and the
+allocation of Horus' own claim — is made to happen at a fixed point (:attr:`Scoped.before_claim`
+runs before Horus creates its claim); everything after it is the real kube-scheduler's and
+the operator's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from dra_cluster_support import GPU_MIB, ROOT, DraEnv, RunningDriver
+from test_dra_cluster import consumed, wait_for
+
+from horus.api.inventory import simulated_gpu_uuid
+from horus.common import constants as c
+from horus.operator.jobapi import KubeJobApi
+from horus.operator.reconcile import Reconciler
+from horus.predictor import load_default_predictor
+from signing_keys import KEY
+
+PREDICTOR = load_default_predictor()
+
+
+class Scoped(KubeJobApi):
+    """The real API, seeing only the test's namespace and node."""
+
+    def __init__(self, api_client: Any, namespace: str, node: str) -> None:
+        super().__init__(api_client)
+        self.namespace, self.node = namespace, node
+        #: called with (namespace, claim manifest) before Horus creates a claim, once
+        self.before_claim: Callable[[str, dict[str, Any]], None] | None = None
+
+    def _mine(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [o for o in items if (o.get("metadata") or {}).get("namespace") == self.namespace]
+
+    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
+        return self._mine(super().list_pods(active_only))
+
+    def list_dljobs(self) -> list[dict[str, Any]]:
+        return self._mine(super().list_dljobs())
+
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        return self._mine(super().list_resource_claims())
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [n for n in super().list_nodes() if n["metadata"]["name"] == self.node]
+
+    def create_resource_claim(self, namespace: str, manifest: Any) -> dict[str, Any] | None:
+        hook, self.before_claim = self.before_claim, None
+        if hook is not None:
+            hook(namespace, dict(manifest))
+        return super().create_resource_claim(namespace, manifest)
+
+
+@pytest.fixture(scope="module")
+def crd(dra_env: DraEnv) -> None:
+    dra_env.cluster.apply_crds(
+        ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml", c.DLJOB_CRD_NAME
+    )
+
+
+@pytest.fixture
+def placer(
+    dra_env: DraEnv, driver: RunningDriver, crd: None
+) -> Iterator[tuple[Scoped, Reconciler]]:
+    api = Scoped(dra_env.cluster.api_client(), dra_env.namespace, dra_env.node)
+    rec = Reconciler(
+        api,
+        PREDICTOR,
+        KEY,
+        workers=4,
+        correction_period=0,
+        placement_path=c.PLACEMENT_PATH_DRA,
+    )
+    wait_for("the driver's slice", dra_env.slices, 60)
+    try:
+        yield api, rec
+    finally:
+        dra_env.kubectl(
+            "delete", "dljobs", "--all", "-n", dra_env.namespace, "--wait=false", check=False
+        )
+        rec.run_pass()  # its claims and pods go with the jobs
+        rec.close()
+        dra_env.kubectl(
+            "delete",
+            "pods",
+            "--all",
+            "-n",
+            dra_env.namespace,
+            "--grace-period=0",
+            "--force",
+            check=False,
+        )
+        dra_env.kubectl(
+            "delete", "resourceclaims", "--all", "-n", dra_env.namespace, "--wait=true", check=False
+        )
+
+
+def dljob(namespace: str, name: str, replicas: int, core: int, mib: int) -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / "examples" / "profiles" / "resnet50-bs64.yaml").read_text())
+    return {
+        "apiVersion": c.API_GROUP_VERSION,
+        "kind": c.DLJOB_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "profile": {
+                k: doc[k] for k in ("model", "batchSize", "features", "family") if k in doc
+            },
+            "gpu": {"mode": "explicit", "corePercent": core, "memoryMiB": mib},
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            },
+        },
+    }
+
+
+def status(env: DraEnv, name: str) -> dict[str, Any]:
+    out: dict[str, Any] = env.get("dljob", name).get("status") or {}
+    return out
+
+
+def passes_until(rec: Reconciler, what: str, probe: Callable[[], Any], timeout: float = 90) -> Any:
+    def step() -> Any:
+        rec.run_pass()
+        return probe()
+
+    return wait_for(what, step, timeout)
+
+
+def claims(env: DraEnv) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(
+        env.kubectl("get", "resourceclaims", "-n", env.namespace, "-o", "json").stdout
+    )["items"]
+    return items
+
+
+def gpu_load(env: DraEnv) -> dict[str, tuple[int, int]]:
+    """device → (cores, MiB) consumed by every allocated claim: the kube-scheduler's books."""
+    load: dict[str, tuple[int, int]] = {}
+    for claim in claims(env):
+        for res in (
+            ((claim.get("status") or {}).get("allocation") or {})
+            .get("devices", {})
+            .get("results", [])
+        ):
+            cores, mib = consumed(res)
+            have = load.get(res["device"], (0, 0))
+            load[res["device"]] = (have[0] + cores, have[1] + mib)
+    return load
+
+
+def assert_never_over(env: DraEnv) -> None:
+    for device, (cores, mib) in gpu_load(env).items():
+        assert cores <= 100 and mib <= GPU_MIB, f"{device} over-committed: {cores} %, {mib} MiB"
+
+
+def test_a_gang_is_recorded_then_each_claim_is_allocated_on_exactly_its_recorded_gpu(
+    dra_env: DraEnv, placer: tuple[Scoped, Reconciler]
+) -> None:
+    _, rec = placer
+    # 60 % each: the two replicas cannot share a GPU, so the gang takes both
+    dra_env.apply(dljob(dra_env.namespace, "gang", replicas=2, core=60, mib=30000))
+    passes_until(rec, "gang scheduled", lambda: status(dra_env, "gang").get("placements"))
+    records = {r["replica"]: r for r in status(dra_env, "gang")["placements"]}
+    assert {r["gpuIndex"] for r in records.values()} == {0, 1}
+
+    def allocated_all() -> list[dict[str, Any]] | None:
+        got = [cl for cl in claims(dra_env) if (cl.get("status") or {}).get("allocation")]
+        return got if len(got) == 2 else None
+
+    for claim in wait_for("both claims allocated", allocated_all, 60):
+        replica = int(claim["metadata"]["labels"][c.LABEL_REPLICA_INDEX])
+        rec_ = records[replica]
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        # the kube-scheduler allocated exactly the recorded GPU, with exactly the share
+        assert (result["pool"], result["device"]) == (rec_["node"], f"gpu-{rec_['gpuIndex']}")
+        assert consumed(result) == (60, 30000)
+        assert rec_["gpuUUID"] == simulated_gpu_uuid(dra_env.node, rec_["gpuIndex"])
+        assert claim["status"]["reservedFor"][0]["name"] == rec_["pod"]
+        pod = dra_env.get("pod", rec_["pod"])
+        assert pod["spec"]["nodeName"] == dra_env.node  # bound by the kube-scheduler
+        assert pod["spec"].get("schedulerName") == "default-scheduler"
+    passes_until(rec, "gang Running", lambda: status(dra_env, "gang").get("phase") == "Running")
+    # a third 60 % replica fits nowhere: queued with the core's reason, nothing over-committed
+    dra_env.apply(dljob(dra_env.namespace, "third", replicas=1, core=60, mib=1000))
+    passes_until(rec, "third queued", lambda: status(dra_env, "third").get("phase") == "Queued")
+    assert not status(dra_env, "third").get("placements")
+    assert_never_over(dra_env)
+
+
+def test_a_decision_a_tenant_claim_overtook_is_re_placed_never_over_committed_or_failed(
+    dra_env: DraEnv, placer: tuple[Scoped, Reconciler]
+) -> None:
+    api, rec = placer
+    taken: dict[str, str] = {}
+
+    def tenant_first(namespace: str, manifest: dict[str, Any]) -> None:
+        """A tenant's claim (no Horus owner) for 70 % of the GPU Horus just chose, with its
+        pod, allocated by the kube-scheduler before Horus' claim exists."""
+        selector = manifest["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+        taken["selector"] = selector[0]["cel"]["expression"]
+        dra_env.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "tenant", "namespace": namespace},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": c.DRA_DEVICE_CLASS,
+                                    "selectors": selector,
+                                    "capacity": {"requests": {"cores": "70", "memory": "1000Mi"}},
+                                },
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+        dra_env.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "tenant", "namespace": namespace},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox",
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "tenant"}],
+                },
+            }
+        )
+        wait_for(
+            "the tenant's claim allocated",
+            lambda: (dra_env.get("resourceclaim", "tenant").get("status") or {}).get("allocation"),
+            60,
+        )
+
+    api.before_claim = tenant_first
+    dra_env.apply(dljob(dra_env.namespace, "late", replicas=1, core=50, mib=8000))
+    passes_until(rec, "late scheduled", lambda: status(dra_env, "late").get("placements"))
+    first = status(dra_env, "late")["placements"][0]
+    tenant = dra_env.get("resourceclaim", "tenant")["status"]["allocation"]["devices"]["results"][0]
+    assert tenant["device"] == f"gpu-{first['gpuIndex']}"  # the tenant took Horus' GPU first
+
+    def unschedulable() -> str | None:
+        pod = dra_env.get("pod", "late-0")
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return str(cond.get("message"))
+        return None
+
+    # the kube-scheduler refuses to over-commit: Horus' claim stays unallocated, with its reason
+    why = wait_for("late-0 unschedulable", unschedulable, 60)
+    assert "cannot allocate all claims" in why
+    assert not (dra_env.get("resourceclaim", "late-0-gpu").get("status") or {}).get("allocation")
+    assert_never_over(dra_env)
+    phases: list[str] = []
+
+    def re_placed_and_allocated() -> bool:
+        st = status(dra_env, "late")
+        phases.append(str(st.get("phase")))
+        placed = st.get("placements") or []
+        if not placed or placed[0]["gpuIndex"] == first["gpuIndex"]:
+            return False
+        claim = dra_env.kubectl(
+            "get", "resourceclaim", "late-0-gpu", "-n", dra_env.namespace, "-o", "json", check=False
+        )
+        if claim.returncode:
+            return False
+        alloc = (json.loads(claim.stdout).get("status") or {}).get("allocation")
+        return (
+            bool(alloc)
+            and alloc["devices"]["results"][0]["device"] == f"gpu-{placed[0]['gpuIndex']}"
+        )
+
+    passes_until(rec, "late re-placed on the other GPU and allocated", re_placed_and_allocated, 120)
+    assert "Failed" not in phases
+    rec.writer.drain()
+    events = dra_env.kubectl(
+        "get",
+        "events",
+        "-n",
+        dra_env.namespace,
+        "--field-selector",
+        "involvedObject.name=late",
+        "-o",
+        "json",
+    ).stdout
+    assert "ClaimOvertaken" in events  # it was re-placed because the claim was overtaken
+    passes_until(rec, "late Running", lambda: status(dra_env, "late").get("phase") == "Running")
+    assert_never_over(dra_env)
+    assert gpu_load(dra_env)[f"gpu-{first['gpuIndex']}"][0] == 70  # the tenant's, untouched
