@@ -260,3 +260,85 @@ class _Gpu:
     def __init__(self, node_name: str, index: int, core: int, mib: int) -> None:
         self.gpu_uuid = simulated_gpu_uuid(node_name, index)
         self.gpu_index, self.core_percent, self.memory_mib = index, core, mib
+
+
+def _ctx(rec: Reconciler, api: FakeJobApi, name: str) -> Any:
+    from horus.operator.reconcile import _Snapshot
+
+    snap = _Snapshot(api.list_pods(), api.list_dljobs(), api.list_nodes())
+    return rec._contexts(snap)[f"default/{name}"]
+
+
+def _placement(job_key: str, node_name: str, index: int, core: int, mib: int) -> Any:
+    from horus.predictor.interface import ResourcePrediction
+    from horus.scheduler import GpuShare, Placement, ReplicaPlacement
+
+    share = GpuShare(node_name, index, simulated_gpu_uuid(node_name, index), core, mib)
+    return Placement(
+        job=job_key,
+        replicas=(ReplicaPlacement(0, node_name, (share,)),),
+        prediction=ResourcePrediction(50.0, 60.0, float(mib), float(mib)),
+        policy="horus",
+        predicted_speed=1.0,
+        predicted_gain=0.4,
+    )
+
+
+def test_a_move_on_dra_replaces_the_claim_after_the_old_pod(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    from horus.operator.moves import start_move
+    from horus.operator.passctx import PassReport
+
+    api.graceful = True  # pods stop within their grace period, as kubelets do
+    api.add_dljob(job("m"))
+    rec.run_pass()
+    allocate_as_recorded(api, "m")
+    api.run_bound_pods()
+    rec.run_pass()
+    old = dict(status(api, "m")["placements"][0])
+    target = ("n2", 1) if old["node"] == "n1" else ("n1", 1)
+    start_move(
+        _ctx(rec, api, "m"),
+        _placement("default/m", *target, 50, 20000),
+        "test",
+        api,
+        rec.writer,
+        PassReport(),
+    )
+    rec.run_pass()  # the old pod is stopping: its claim goes, no new pod yet
+    assert ("default", "m-0-gpu") not in api.claims
+    api.finish_deletions()
+    rec.run_pass()  # the name is free: the claim of the new decision, then its pod
+    claim = api.claims[("default", "m-0-gpu")]
+    expr = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"]
+    assert simulated_gpu_uuid(*target) in expr
+    assert ("default", "m-0") in api.pods and not api.pods[("default", "m-0")]["spec"].get(
+        "nodeName"
+    )
+    api.allocate("default", "m-0-gpu", target[0], target[1], 50, 20000, "m-0")
+    api.run_bound_pods()
+    rec.run_pass()
+    rec.run_pass()
+    st = status(api, "m")
+    assert st["phase"] == c.DLJOB_PHASE_RUNNING and not st.get("migration")
+
+
+def test_a_preempted_job_on_dra_gives_its_claims_back(api: FakeJobApi, rec: Reconciler) -> None:
+    from horus.operator.moves import preempt
+    from horus.operator.passctx import PassReport
+
+    api.add_dljob(job("low"))
+    rec.run_pass()
+    allocate_as_recorded(api, "low")
+    api.run_bound_pods()
+    rec.run_pass()
+    preempt(_ctx(rec, api, "low"), "default/high", api, rec.writer, PassReport())
+    assert status(api, "low")["phase"] == c.DLJOB_PHASE_QUEUED
+    assert ("default", "low-0-gpu") in api.claims  # allocated until deleted: still counted
+    live = build_live_state(
+        api.list_nodes(), [], api.list_dljobs(), keys=KEY, claims=api.list_resource_claims()
+    )
+    assert claim_job_name("default", "low-0-gpu") in live.residents
+    report = rec.run_pass()  # its claim goes (and the job is placed again, with a new claim)
+    assert report.claims_deleted >= 1
