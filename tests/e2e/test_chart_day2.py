@@ -37,13 +37,7 @@ from horus.devcluster.cluster import write_kubeconfig
 from horus.devcluster.nodes import NodeSpec, add_nodes
 
 NS = ["-n", NAMESPACE]
-# the device-plugin path: this cluster's nodes are kwok (no kubelet for a DRA driver)
-REG = (
-    "--set",
-    "images.registry=registry.example.com/horus",
-    "--set",
-    "gpuSharing.path=devicePlugin",
-)
+REG = ("--set", "images.registry=registry.example.com/horus")
 KEY = "secret/horus-signing-key"
 CRD = "crd/dljobs.horus.io"
 

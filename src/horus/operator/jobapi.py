@@ -151,6 +151,11 @@ class JobApi(Protocol):
         """Every ResourceClaim (``resource.k8s.io/v1``), Horus' and tenants' alike."""
         ...
 
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        """Every ResourceSlice: on the DRA path the GPUs come from the Horus driver's slices
+        (no device plugin writes the node inventory annotation there)."""
+        ...
+
     def create_resource_claim(
         self, namespace: str, manifest: Mapping[str, Any]
     ) -> dict[str, Any] | None:
@@ -322,6 +327,9 @@ class KubeJobApi:
         return read_items(
             self._resource().list_resource_claim_for_all_namespaces(_preload_content=False)
         )
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        return read_items(self._resource().list_resource_slice(_preload_content=False))
 
     def create_resource_claim(
         self, namespace: str, manifest: Mapping[str, Any]

@@ -5,7 +5,8 @@ instant, a second replica may take over, and the scheduler extender places plain
 our back. The only truth that survives all of that is what the apiserver holds, so every
 scheduling pass starts from it:
 
-* **GPUs** — nodes carrying ``horus.io/gpu-inventory``; a node that is NotReady,
+* **GPUs** — nodes carrying ``horus.io/gpu-inventory`` (on the DRA path: the GPUs the Horus
+  driver's ResourceSlice of the node publishes); a node that is NotReady,
   unschedulable or being deleted contributes no GPUs, and Unhealthy GPUs are kept but marked
   unhealthy (the scheduler never places on them, yet shares already there are still counted).
 * **Shares already committed**, from two sources, de-duplicated:
@@ -62,6 +63,7 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import timestamp
 from horus.common.errors import HorusError, ValidationError
+from horus.node.claims import slice_gpus
 from horus.operator.records import (
     annotations_of,
     assumed_prediction,
@@ -96,6 +98,7 @@ __all__ = [
     "pod_assignment_trusted",
     "pod_job_name",
     "resource_prediction",
+    "slices_by_node",
 ]
 
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
@@ -163,10 +166,14 @@ def build_live_state(
     keys: KeyRing | None = None,
     distrusted: Collection[str] = (),
     claims: Iterable[Mapping[str, Any]] = (),
+    slices: Iterable[Mapping[str, Any]] | None = None,
 ) -> LiveState:
     """Build the live cluster state (see the module docstring for the rules).
 
     ``claims``: the cluster's ResourceClaims on the DRA path (rule (c)); none elsewhere.
+    ``slices``: on the DRA path, the ResourceSlices the GPUs are read from (the Horus
+    driver's, one per node: :func:`horus.node.claims.slice_gpus`) instead of the node
+    inventory annotation, which only the device plugin writes; None elsewhere.
 
     ``distrusted``: DLJobs (``ns/name``) whose record the caller does not trust although it
     is signed (a rollback): counted from their pods, as an unsigned record is.
@@ -184,7 +191,7 @@ def build_live_state(
     Records that cannot be counted are listed in :attr:`LiveState.problems`, never raised:
     one bad object must not stop the whole cluster from being scheduled.
     """
-    live = _gpu_nodes(nodes)
+    live = _gpu_nodes(nodes, slices)
     known = dict(profiles or {})
     recorded = _add_dljob_records(live, dljobs, predictor, known, keys, distrusted)
     for jname, members in _pod_groups(live, pods, recorded, keys).items():
@@ -341,13 +348,37 @@ def _overtaken_record(
     return None
 
 
-def _gpu_nodes(nodes: Iterable[Mapping[str, Any]]) -> LiveState:
-    """The GPUs of the nodes that may receive work (see :func:`node_exclusion`)."""
+def slices_by_node(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The Horus driver's ResourceSlices grouped by ``spec.nodeName`` (one pass over them)."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for item in slices:
+        spec = item.get("spec") if isinstance(item, Mapping) else None
+        if isinstance(spec, Mapping) and spec.get("driver") == c.DRA_DRIVER_NAME:
+            out.setdefault(str(spec.get("nodeName") or ""), []).append(item)
+    return out
+
+
+def _gpu_nodes(
+    nodes: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]] | None = None
+) -> LiveState:
+    """The GPUs of the nodes that may receive work (see :func:`node_exclusion`): from the
+    inventory annotation, or on the DRA path from the node's ResourceSlices."""
     live_nodes: dict[str, list[GpuDevice]] = {}
     excluded: dict[str, str] = {}
     problems: list[str] = []
+    grouped = slices_by_node(slices) if slices is not None else None
     for node in nodes:
         name = str(meta_of(node).get("name", ""))
+        if grouped is not None:
+            gpus = slice_gpus(grouped.get(name, []), name) if name else []
+            if not gpus:
+                continue
+            why = node_exclusion(node)
+            if why is not None:
+                excluded[name] = why
+            else:
+                live_nodes[name] = gpus
+            continue
         text = annotations_of(node).get(c.ANNOTATION_GPU_INVENTORY)
         if not name or text is None:
             continue

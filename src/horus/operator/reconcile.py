@@ -50,6 +50,7 @@ from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.kube.errors import Conflict
+from horus.node.claims import slice_gpus
 from horus.operator import status as st
 from horus.operator.admission import Admission, Verdict
 from horus.operator.bindgate import BindGate
@@ -75,6 +76,7 @@ from horus.operator.livestate import (
     build_live_state,
     dljob_job_name,
     dljob_record_trusted,
+    slices_by_node,
 )
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.passctx import JobCtx, PassReport
@@ -114,8 +116,9 @@ class _Snapshot:
     pods: list[dict[str, Any]]
     dljobs: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
-    #: ResourceClaims, on the DRA path only (``placement_path: dra``)
+    #: ResourceClaims and ResourceSlices, on the DRA path only (``placement_path: dra``)
     claims: list[dict[str, Any]] = field(default_factory=list)
+    slices: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -222,6 +225,7 @@ class Reconciler:
         snap = _Snapshot(self.api.list_pods(), self.api.list_dljobs(), self.api.list_nodes())
         if self.claim_path is not None:
             snap.claims = self.api.list_resource_claims()
+            snap.slices = self.api.list_resource_slices()
         self.node_units = _node_units(snap.nodes)
         self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
@@ -244,7 +248,7 @@ class Reconciler:
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
         t_admit = time.monotonic()
-        self._admit_new(ctxs, live.state, snap.nodes, report, restores)
+        self._admit_new(ctxs, live.state, snap, report, restores)
         report.timings["admit"] = time.monotonic() - t_admit
         queue = self._place_queue(ctxs, live.state, snap.nodes, report)
         t_commit = time.monotonic()
@@ -471,6 +475,7 @@ class Reconciler:
             self.keys(),
             distrusted,
             snap.claims,
+            snap.slices,
         )
         if self.claim_path is not None:
             self.claim_path.set_pass(snap.claims, live.overtaken)
@@ -483,13 +488,13 @@ class Reconciler:
         self,
         ctxs: Mapping[str, JobCtx],
         state: ClusterState,
-        nodes: list[dict[str, Any]],
+        snap: _Snapshot,
         report: PassReport,
         restores: list[Future[None]],
     ) -> None:
         """New jobs: validate, resolve the priority, predict once, dry-run (in parallel: each
         is its own write)."""
-        model, max_gpu_mib = _main_model(state), _max_gpu_memory(nodes)
+        model, max_gpu_mib = _main_model(state), _max_gpu_memory(snap.nodes, snap.slices)
         new = [
             ctx
             for ctx in ctxs.values()
@@ -792,9 +797,17 @@ def _main_model(state: ClusterState) -> str:
     return Counter(state.gpu_model).most_common(1)[0][0]
 
 
-def _max_gpu_memory(nodes: list[dict[str, Any]]) -> int | None:
-    """The largest GPU of any inventory node (Ready or not); None when there is none."""
+def _max_gpu_memory(
+    nodes: list[dict[str, Any]], slices: list[dict[str, Any]] | None = None
+) -> int | None:
+    """The largest GPU of any inventory node (Ready or not) — on the DRA path, of any node's
+    ResourceSlice; None when there is none."""
     best: int | None = None
+    if slices is not None:
+        for name, items in slices_by_node(slices).items():
+            for gpu in slice_gpus(items, name):
+                best = max(best or 0, gpu.memory_mib)
+        return best
     for node in nodes:
         text = ((node.get("metadata") or {}).get("annotations") or {}).get(
             c.ANNOTATION_GPU_INVENTORY

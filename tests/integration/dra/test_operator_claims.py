@@ -68,6 +68,9 @@ class Scoped(KubeJobApi):
 
 @pytest.fixture(scope="module")
 def crd(dra_env: DraEnv) -> None:
+    # as on the DRA path: no device plugin, so no inventory annotation — the GPUs the
+    # operator places on are the ones the driver's ResourceSlice publishes
+    dra_env.kubectl("annotate", "node", dra_env.node, f"{c.ANNOTATION_GPU_INVENTORY}-")
     dra_env.cluster.apply_crds(
         ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml", c.DLJOB_CRD_NAME
     )

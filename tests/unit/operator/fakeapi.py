@@ -47,6 +47,8 @@ class FakeJobApi:
         #: ResourceClaims (the DRA path); their ``status.allocation`` is written by tests, as
         #: the kube-scheduler would (:meth:`allocate`)
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        #: ResourceSlices (the DRA path's GPU inventory)
+        self.slices: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         #: PriorityClass name → value (``globalDefault`` in :attr:`default_class`)
         self.priority_classes: dict[str, int] = {}
@@ -202,6 +204,10 @@ class FakeJobApi:
     def list_resource_claims(self) -> list[dict[str, Any]]:
         with self.lock:
             return copy.deepcopy(list(self.claims.values()))
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return copy.deepcopy(self.slices)
 
     def create_resource_claim(
         self, namespace: str, manifest: Mapping[str, Any]

@@ -13,8 +13,9 @@ import pytest
 from fakeapi import FakeJobApi
 from opfixtures import KEY, dljob, node
 
-from horus.api.inventory import simulated_gpu_uuid
+from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common import constants as c
+from horus.dra.slices import build_slice_spec
 from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, claim_matches
 from horus.operator.claims import claim_name, replica_claim
 from horus.operator.livestate import build_live_state, claim_job_name, claim_shares
@@ -26,9 +27,28 @@ PREDICTOR = load_default_predictor()
 GPU_MIB = 81920
 
 
+def dra_node(name: str, gpus: int = 2) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A node as on the DRA path — no inventory annotation (no device plugin writes it) —
+    and the ResourceSlice the Horus DRA driver publishes for it (its own builder)."""
+    obj = node(name, gpus=gpus, memory=GPU_MIB)
+    obj["metadata"]["annotations"] = {}
+    devices = [
+        GpuDevice(i, simulated_gpu_uuid(name, i), "H100", GPU_MIB, c.GPU_HEALTHY)
+        for i in range(gpus)
+    ]
+    return obj, {"metadata": {"name": f"{name}-slice"}, "spec": build_slice_spec(name, devices, 1)}
+
+
+def dra_api(*names: str, gpus: int = 2) -> FakeJobApi:
+    pairs = [dra_node(n, gpus) for n in names]
+    api = FakeJobApi([n for n, _ in pairs])
+    api.slices = [s for _, s in pairs]
+    return api
+
+
 @pytest.fixture
 def api() -> FakeJobApi:
-    return FakeJobApi([node("n1", gpus=2, memory=GPU_MIB), node("n2", gpus=2, memory=GPU_MIB)])
+    return dra_api("n1", "n2")
 
 
 @pytest.fixture
@@ -120,7 +140,11 @@ def test_a_tenant_claim_counts_so_horus_never_places_past_it(
     (placed,) = status(api, "a")["placements"]
     assert (placed["node"], placed["gpuIndex"]) == ("n2", 1)
     live = build_live_state(
-        api.list_nodes(), [], api.list_dljobs(), claims=api.list_resource_claims()
+        api.list_nodes(),
+        [],
+        api.list_dljobs(),
+        claims=api.list_resource_claims(),
+        slices=api.slices,
     )
     assert claim_job_name("default", "t-n1-0") in live.residents
     api.add_dljob(job("b", core=60))  # no GPU has 60 % left: queued, not over-committed
@@ -158,7 +182,7 @@ def test_a_decision_overtaken_by_another_claim_is_re_placed_never_failed(
 def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> None:
     """The live state itself: the overtaken record goes out of the state, the allocated
     claims (the job's own included) stay; no GPU is over 100 %."""
-    api = FakeJobApi([node("n1", gpus=1, memory=GPU_MIB)])
+    api = dra_api("n1", gpus=1)
     records = [placement_record(0, "j-0", "n1", _Gpu("n1", 0, 60, 1000))]
     obj = dljob(
         "j",
@@ -169,24 +193,35 @@ def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> No
     api.create_resource_claim("default", replica_claim(obj, 0, records))
     tenant_claim(api, "grab", "n1", 0, 70, 1000)
     live = build_live_state(
-        api.list_nodes(), [], api.list_dljobs(), keys=KEY, claims=api.list_resource_claims()
+        api.list_nodes(),
+        [],
+        api.list_dljobs(),
+        keys=KEY,
+        claims=api.list_resource_claims(),
+        slices=api.slices,
     )
     assert set(live.overtaken) == {"default/j"}
     view = live.state.views()[0]
     assert view.core_used_percent == 70 and view.jobs == (claim_job_name("default", "grab"),)
     # once the job's own claim is allocated, a later tenant claim cannot overtake it
-    api2 = FakeJobApi([node("n1", gpus=1, memory=GPU_MIB)])
+    api2 = dra_api("n1", gpus=1)
     api2.add_dljob(obj)
     api2.create_resource_claim("default", replica_claim(obj, 0, records))
     api2.allocate("default", "j-0-gpu", "n1", 0, 60, 1000)
     live = build_live_state(
-        api2.list_nodes(), [], api2.list_dljobs(), keys=KEY, claims=api2.list_resource_claims()
+        api2.list_nodes(),
+        [],
+        api2.list_dljobs(),
+        keys=KEY,
+        claims=api2.list_resource_claims(),
+        slices=api2.slices,
     )
     assert not live.overtaken and live.state.views()[0].core_used_percent == 60
 
 
 def test_claim_shares_reads_canonical_quantities_and_whole_devices() -> None:
-    live = build_live_state([node("n1", gpus=2, memory=GPU_MIB)], [], [])
+    n1, slice_ = dra_node("n1")
+    live = build_live_state([n1], [], [], slices=[slice_])
     claim: dict[str, Any] = {
         "metadata": {"name": "c", "namespace": "x"},
         "status": {
@@ -337,8 +372,38 @@ def test_a_preempted_job_on_dra_gives_its_claims_back(api: FakeJobApi, rec: Reco
     assert status(api, "low")["phase"] == c.DLJOB_PHASE_QUEUED
     assert ("default", "low-0-gpu") in api.claims  # allocated until deleted: still counted
     live = build_live_state(
-        api.list_nodes(), [], api.list_dljobs(), keys=KEY, claims=api.list_resource_claims()
+        api.list_nodes(),
+        [],
+        api.list_dljobs(),
+        keys=KEY,
+        claims=api.list_resource_claims(),
+        slices=api.slices,
     )
     assert claim_job_name("default", "low-0-gpu") in live.residents
     report = rec.run_pass()  # its claim goes (and the job is placed again, with a new claim)
     assert report.claims_deleted >= 1
+
+
+def test_on_dra_the_gpus_come_from_the_drivers_slices_not_an_annotation() -> None:
+    api = dra_api("n1", gpus=1)
+    foreign = dra_node("n2", gpus=1)
+    api.nodes.append(foreign[0])
+    api.slices.append({**foreign[1], "spec": {**foreign[1]["spec"], "driver": "other.example"}})
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        api.add_dljob(job("fits"))
+        api.add_dljob(job("huge", mem=GPU_MIB + 1))  # more than any GPU a slice offers
+        r.run_pass()
+        (placed,) = status(api, "fits")["placements"]  # only n1: n2's slice is not Horus'
+        assert (placed["node"], placed["gpuUUID"]) == ("n1", simulated_gpu_uuid("n1", 0))
+        assert status(api, "huge")["phase"] == c.DLJOB_PHASE_FAILED
+    finally:
+        r.close()
+    # the device-plugin path on the same objects sees no GPU at all (no annotation)
+    dp = Reconciler(api, PREDICTOR, KEY, workers=2)
+    try:
+        api.add_dljob(job("dp"))
+        dp.run_pass()
+        assert status(api, "dp").get("reason") == "NoGPUNodes"
+    finally:
+        dp.close()
