@@ -531,6 +531,8 @@ class Agent:
                 self.kube.event(pod, c.EVENT_REASON_SHARED_CLAIM, message + "; deleted")
             return
         if self.settings.watchdog == "report" and key not in self._reported_joined:
+            if len(self._reported_joined) > 10_000:  # pods come and go: bounded, like SkipLog
+                self._reported_joined.clear()
             self._reported_joined.add(key)
             self.kube.event(pod, c.EVENT_REASON_SHARED_CLAIM, message)
         self.skips.warn(key, message)
