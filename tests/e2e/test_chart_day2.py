@@ -37,7 +37,13 @@ from horus.devcluster.cluster import write_kubeconfig
 from horus.devcluster.nodes import NodeSpec, add_nodes
 
 NS = ["-n", NAMESPACE]
-REG = ("--set", "images.registry=registry.example.com/horus")
+# the device-plugin path: this cluster's nodes are kwok (no kubelet for a DRA driver)
+REG = (
+    "--set",
+    "images.registry=registry.example.com/horus",
+    "--set",
+    "gpuSharing.path=devicePlugin",
+)
 KEY = "secret/horus-signing-key"
 CRD = "crd/dljobs.horus.io"
 

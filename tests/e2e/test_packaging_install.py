@@ -453,7 +453,10 @@ def test_kustomize_apply_rbac_and_delete(cluster):
 def test_helm_install_rbac_and_uninstall(helm, cluster):
     wait_namespace_gone(cluster)
     adopt_crd(cluster)
-    helm("install", "horus", str(CHART), *NS, "--create-namespace", *REG, "--wait=false")
+    # the MATRIX is the device-plugin path's, as the manifests' (on dra the node identity has
+    # no pod or node patch: tests/unit/packaging/test_chart_path.py, realnodes/test_2f)
+    path = ("--set", "gpuSharing.path=devicePlugin")
+    helm("install", "horus", str(CHART), *NS, "--create-namespace", *REG, *path, "--wait=false")
     try:
         assert helm("status", "horus", *NS).stdout.count("STATUS: deployed") == 1
         got = cluster.kubectl("get", "deploy,ds,svc,secret,cm", *NS, "-o", "name").stdout.split()

@@ -60,6 +60,8 @@ def real_node_values(
             "backend": "simulated",
             "nodeSelector": {c.LABEL_DEV_NODE: c.DEV_NODE_REAL},
             "devicePlugin": {"extraArgs": ["--sim-gpu-count", str(gpus_per_node)]},
+            # gpuSharing.path picks one of the two (auto: dra on this 1.37 cluster)
+            "draDriver": {"extraArgs": ["--sim-gpu-count", str(gpus_per_node)]},
             "agent": {"extraArgs": ["--enforcement", "none", "--interval-seconds", "2"]},
         },
     }
@@ -151,28 +153,48 @@ def install(
     wait_nodes_have_gpus(kube, timeout=60)
 
 
+def dra_path(kube: KubeCli) -> bool:
+    """Whether the installed chart is on the dra path (gpuSharing.path): its node DaemonSet
+    runs the DRA driver, not the device plugin."""
+    ds = kube.json("get", "daemonset", "horus-node", "-n", NAMESPACE)
+    return any(x["name"] == "dra-driver" for x in ds["spec"]["template"]["spec"]["containers"])
+
+
 def wait_nodes_have_gpus(kube: KubeCli, timeout: float = 60.0) -> None:
-    """Every real node's allocatable has Horus GPUs (the DaemonSet's plugin registered)."""
+    """Every real node offers Horus GPUs: on the device-plugin path its allocatable has
+    ``horus.io/gpu-core`` (the plugin registered), on the dra path the Horus DRA driver
+    published its ResourceSlice with at least one GPU."""
+    dra = dra_path(kube)
+    container = "dra-driver" if dra else "device-plugin"
     deadline = time.monotonic() + timeout
     missing: list[str] = []
     while time.monotonic() < deadline:
         nodes = kube.json("get", "nodes", "-l", f"{c.LABEL_DEV_NODE}={c.DEV_NODE_REAL}")["items"]
-        missing = [
-            n["metadata"]["name"]
-            for n in nodes
-            if int((n["status"].get("allocatable") or {}).get(c.RESOURCE_GPU_CORE, "0")) <= 0
-        ]
+        if dra:
+            offered = {
+                s["spec"].get("nodeName")
+                for s in kube.json("get", "resourceslices")["items"]
+                if s["spec"].get("driver") == c.DRA_DRIVER_NAME and s["spec"].get("devices")
+            }
+        else:
+            offered = {
+                n["metadata"]["name"]
+                for n in nodes
+                if int((n["status"].get("allocatable") or {}).get(c.RESOURCE_GPU_CORE, "0")) > 0
+            }
+        missing = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"] not in offered]
         if nodes and not missing:
             return
         time.sleep(0.5)
     pods = kube.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False).stdout
     logs = kube.kubectl(
-        "logs", "-n", NAMESPACE, "ds/horus-node", "-c", "device-plugin", "--tail=20", check=False
+        "logs", "-n", NAMESPACE, "ds/horus-node", "-c", container, "--tail=20", check=False
     )
+    what = "a ResourceSlice of " + c.DRA_DRIVER_NAME if dra else c.RESOURCE_GPU_CORE
     raise ClusterError(
-        f"real node(s) {', '.join(missing) or '(none)'} have no {c.RESOURCE_GPU_CORE} after "
-        f"{timeout:.0f}s: is the chart's device plugin running?\n{pods}\n"
-        f"kubectl -n {NAMESPACE} logs ds/horus-node -c device-plugin:\n"
+        f"real node(s) {', '.join(missing) or '(none)'} have no {what} after "
+        f"{timeout:.0f}s: is the chart's {container} running?\n{pods}\n"
+        f"kubectl -n {NAMESPACE} logs ds/horus-node -c {container}:\n"
         f"{logs.stdout}{logs.stderr}"
     )
 

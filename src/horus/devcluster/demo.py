@@ -50,6 +50,7 @@ real-node rewrite; ``demo_table`` the live table and its stop rule; ``report`` t
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -60,7 +61,7 @@ from horus.common.errors import ClusterError
 from horus.devcluster.cluster import LocalCluster
 from horus.devcluster.demo_startup import NAMESPACE, preflight, start_kwok, start_real
 from horus.devcluster.demo_state import REPORT_FILE, DemoOptions, DemoState, kubectl
-from horus.devcluster.demo_table import list_jobs, moved_jobs, wait_placed, watch
+from horus.devcluster.demo_table import CLAIM_COLUMNS, list_jobs, moved_jobs, wait_placed, watch
 from horus.devcluster.demo_workload import LATE, UNPLACEABLE, WAITING, short, workload
 from horus.devcluster.processes import ManagedProcess
 
@@ -136,6 +137,7 @@ class Demo:
         prom_t0 = time.time()
         self._submit(state, procs)
         watch(state, self.options, self.out, prom_t0, procs)
+        self._claims(state)
         moves = self._report(state, prom_t0)
         self.say("")
         self.say(f"demo ready in {time.monotonic() - t0:.0f}s. Explore it:")
@@ -154,6 +156,31 @@ class Demo:
         for path in late:
             kubectl(state, "apply", "-f", str(path))
             self.say(f"    kubectl apply -f {short(path)}")
+
+    def _on_dra(self, state: DemoState) -> bool:
+        """Whether Horus runs on the dra path here (the chart's node DaemonSet runs the DRA
+        driver: gpuSharing.path, auto on the real-node cluster's 1.37); the kwok demo runs no
+        DaemonSet."""
+        out = kubectl(
+            state, "get", "daemonset", "horus-node", "-n", NAMESPACE, "-o", "json", check=False
+        )
+        if out.returncode != 0:
+            return False
+        spec = json.loads(out.stdout)["spec"]["template"]["spec"]
+        return any(x["name"] == "dra-driver" for x in spec["containers"])
+
+    def _claims(self, state: DemoState) -> None:
+        """On the dra path: each replica's share as the kube-scheduler allocated it."""
+        if not self._on_dra(state):
+            return
+        self.step("each replica's ResourceClaim, allocated by the kube-scheduler")
+        self.say("    kubectl get resourceclaims -A -l horus.io/dljob -o custom-columns=...")
+        out = kubectl(
+            state, "get", "resourceclaims", "-A", "-l", "horus.io/dljob",
+            "-o", f"custom-columns={CLAIM_COLUMNS}", check=False,
+        )  # fmt: skip
+        for line in (out.stdout or out.stderr).splitlines():
+            self.say(f"    {line}")
 
     def _report(self, state: DemoState, prom_t0: float) -> list[tuple[float, str]]:
         """Draw the PNG report (recorded in the state); returns the moves it marks."""
@@ -187,6 +214,12 @@ class Demo:
             )
             self.say(f"  kubectl logs {LATE}-0 | grep resumed   # where it resumed after its move")
             self.say(f"  kubectl -n {NAMESPACE} get pods -o wide   # operator x2, node DaemonSet")
+            if self._on_dra(state):
+                self.say(
+                    "  kubectl get resourceclaims -A   # one claim per replica (dra path); "
+                    "its share:"
+                )
+                self.say(f"  kubectl get resourceclaims -A -o custom-columns={CLAIM_COLUMNS}")
         self.say(f"  Prometheus: {state.prometheus_url}  (try horus_gpu_utilization_ratio)")
         self.say(f"  report:     {self.directory / REPORT_FILE}")
         self.say(f"  logs:       {self.directory / 'logs'}")

@@ -59,6 +59,9 @@ AGENT_ARGS = ("--interval-seconds", "2", "--feedback-interval-seconds", "10")
 #: watchdog evicts (enforcement mps) but the local agent is told ``--enforcement none``
 #: since there is no MPS daemon on a laptop.
 HELM_VALUES = (
+    # kwok nodes have no kubelet for a DRA driver: their GPUs are extended resources the dev
+    # cluster writes, so the kwok demo is the device-plugin path (the real-node one: auto, dra)
+    "gpuSharing.path=devicePlugin",
     "operator.enabled=false",
     "node.enabled=false",
     "node.backend=simulated",

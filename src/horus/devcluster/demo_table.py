@@ -89,7 +89,7 @@ def watch(
         check_running(procs)
         jobs = list_jobs(state)
         predict = pair_predictor(jobs, predictor) if predictor is not None else None
-        table = render_table(jobs, _pods(state), predict)
+        table = render_table(jobs, _pods(state), predict, _claims(state))
         header = (
             f"Horus demo — {len(jobs)} DLJobs, t={time.time() - prom_t0:4.0f}s "
             f"(refresh {opts.refresh_seconds:.0f}s, Prometheus {state.prometheus_url})"
@@ -124,6 +124,19 @@ def _pods(state: DemoState) -> list[dict[str, Any]]:
     ).stdout
     pods: list[dict[str, Any]] = json.loads(listing or '{"items": []}')["items"]
     return pods
+
+
+def _claims(state: DemoState) -> list[dict[str, Any]]:
+    """The DLJobs' ResourceClaims on the dra path (none on the other path, or when the
+    listing fails)."""
+    listing = kubectl(
+        state, "get", "resourceclaims", "-A", "-l", c.LABEL_DLJOB_NAME, "-o", "json", check=False
+    ).stdout
+    try:
+        claims: list[dict[str, Any]] = json.loads(listing or '{"items": []}')["items"]
+    except (ValueError, KeyError):
+        return []
+    return claims
 
 
 def evictions_seen(state: DemoState) -> bool:
@@ -188,6 +201,7 @@ def render_table(
     jobs: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     predict_pair: PairPredictor | None = None,
+    claims: list[dict[str, Any]] | None = None,
 ) -> str:
     """One row per DLJob: phase, moves, where its replicas run (node/GPU, share), prediction,
     the pair speed the node agents measured (beside the predicted one, from ``predict_pair``)
@@ -198,12 +212,15 @@ def render_table(
         job = (meta.get("labels") or {}).get(c.LABEL_DLJOB_NAME)
         if job:
             by_job.setdefault((meta.get("namespace", ""), job), []).append(pod)
+    by_name = {
+        (cl["metadata"].get("namespace", ""), cl["metadata"].get("name", "")): cl
+        for cl in claims or []
+    }
     rows: list[tuple[str, ...]] = [HEADER]
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
         meta = job["metadata"]
-        rows.append(
-            _row(job, by_job.get((meta.get("namespace", ""), meta["name"]), []), predict_pair)
-        )
+        job_pods = by_job.get((meta.get("namespace", ""), meta["name"]), [])
+        rows.append(_row(job, job_pods, predict_pair, by_name))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for r in rows:
@@ -212,7 +229,10 @@ def render_table(
 
 
 def _row(
-    job: dict[str, Any], pods: list[dict[str, Any]], predict_pair: PairPredictor | None = None
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    predict_pair: PairPredictor | None = None,
+    claims: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> tuple[str, ...]:
     """One DLJob's row of the table, its pods' placements included."""
     st = job.get("status") or {}
@@ -226,7 +246,7 @@ def _row(
         str(int(moves.get("count") or 0)),
         f"{float(util):.0f}%" if isinstance(util, int | float) else "-",
         f"{int(mem)}" if isinstance(mem, int | float) else "-",
-        ", ".join(_places(pods)) or "-",
+        ", ".join(_places(pods, claims)) or "-",
         _measured(job, predict_pair),
         _reason(st, moves)[:90],
     )
@@ -296,12 +316,54 @@ def pair_predictor(jobs: list[dict[str, Any]], predictor: Predictor) -> PairPred
     return predict
 
 
-def _places(pods: list[dict[str, Any]]) -> list[str]:
-    """ "node/gpu core% memMiB" of each GPU the (not deleted) pods were assigned."""
+#: ``kubectl get resourceclaims`` columns that show each claim's share as the kube-scheduler
+#: allocated it (the dra path; a built-in type has no printer columns of its own).
+CLAIM_COLUMNS = (
+    "NAMESPACE:.metadata.namespace,CLAIM:.metadata.name,"
+    "POD:.status.reservedFor[0].name,NODE:.status.allocation.devices.results[0].pool,"
+    "GPU:.status.allocation.devices.results[0].device,"
+    "CORES:.status.allocation.devices.results[0].consumedCapacity.cores,"
+    "MEMORY:.status.allocation.devices.results[0].consumedCapacity.memory"
+)
+
+
+def claim_places(claim: dict[str, Any]) -> list[str]:
+    """ "node/gpu core% memMiB" of each Horus GPU a claim was allocated (the dra path)."""
+    from horus.api.resources import parse_quantity
+    from horus.common.errors import ValidationError
+
+    alloc = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    places = []
+    for r in alloc.get("results") or []:
+        if not isinstance(r, dict) or r.get("driver") != c.DRA_DRIVER_NAME:
+            continue
+        consumed = r.get("consumedCapacity") or {}
+        try:
+            cores = parse_quantity(consumed.get(c.DRA_CAPACITY_CORES, "100"), "cores")
+            mem = parse_quantity(consumed.get(c.DRA_CAPACITY_MEMORY, "0"), "memory") // c.MIB
+        except ValidationError:
+            continue
+        node = str(r.get("pool", "?")).replace("gpu-node-", "n")
+        gpu = str(r.get("device", "?")).removeprefix(c.DRA_DEVICE_PREFIX)
+        places.append(f"{node}/{gpu} {cores}% {mem or 'all'}")
+    return places
+
+
+def _places(
+    pods: list[dict[str, Any]], claims: dict[tuple[str, str], dict[str, Any]] | None = None
+) -> list[str]:
+    """ "node/gpu core% memMiB" of each GPU the (not deleted) pods were assigned: their signed
+    assignment (device-plugin path) or their claims' allocation (dra path)."""
     places = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
         text = (pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_GPU_ASSIGNMENT)
-        if not text or pod["metadata"].get("deletionTimestamp"):
+        if not text:
+            ns = pod["metadata"].get("namespace", "")
+            for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+                claim = (claims or {}).get((ns, str(ref.get("resourceClaimName", ""))))
+                places += claim_places(claim) if claim else []
             continue
         try:
             a = decode_assignment(text)
