@@ -1,14 +1,16 @@
-"""The operator process: kopf watches, one leader-elected reconcile loop, metrics.
+"""The operator process: one watch-fed view, one leader-elected reconcile loop, metrics.
 
-kopf is used only as the watch/event framework. Its ``@kopf.on.event`` handlers for DLJobs,
-Horus-placed pods, GPU nodes and PriorityClasses do nothing but *nudge* the loop (an
-:class:`asyncio.Event`), and only when something that matters to scheduling changed (a phase, a
+The watches are the :class:`~horus.operator.view.ClusterView`'s (the Kubernetes client's watch,
+list once and resume, relist only on expiry): the reconcile pass reads its snapshot from that
+copy instead of LISTing the cluster, and its change handler *nudges* the loop (an
+:class:`asyncio.Event`) only when something that matters to scheduling changed (a phase, a
 binding, readiness, the GPU inventory, a class's value) — so our own status writes do not cause
-endless passes. No finalizers, no kopf progress annotations, no kopf events are written: every
-write comes from :class:`~horus.operator.reconcile.Reconciler`, which rebuilds its view from
-the API on every pass, and only while this replica holds the ``horus-operator`` Lease
-(:class:`~horus.operator.lease.LeaseElector`). With two replicas, one writes; kill it and the
-other takes over within the lease duration.
+endless passes. kopf runs the process (startup, cleanup, signals, login) with its resource
+scanning off: its own watches re-LIST every time they end, which the view does not. No
+finalizers, no kopf progress annotations, no kopf events are written: every write comes from
+:class:`~horus.operator.reconcile.Reconciler`, and only while this replica holds the
+``horus-operator`` Lease (:class:`~horus.operator.lease.LeaseElector`). With two replicas, one
+writes; kill it and the other takes over within the lease duration.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ class Controller:
     #: A reloaded model waiting for the current pass to end before it is used.
     _next_predictor: Predictor | None = None
     _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: The watch-fed copy of the cluster the passes read (started by :meth:`start`).
+    view: Any = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def __post_init__(self) -> None:
         if not self.identity:
@@ -98,10 +103,13 @@ class Controller:
         from kubernetes import client
 
         from horus.operator.assignment_key import AssignmentKeySource
+        from horus.operator.jobapi import KubeJobApi
         from horus.operator.reconcile import Reconciler
+        from horus.operator.view import ClusterView
 
         s = self.settings
         self.nudge = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         # One connection pool for every thread that talks to the apiserver: the commit
         # chains and their replicas (2 × workers), the event posters (workers / 4), the
         # Lease thread and the pass's own lists. Smaller, and urllib3 would open and drop
@@ -129,8 +137,15 @@ class Controller:
             self.identity,
             s.lease_duration,
         )
-        self.reconciler = Reconciler(
+        self.view = ClusterView(
             api,
+            on_change=self._changed,
+            claims=s.placement_path == c.PLACEMENT_PATH_DRA,
+        )
+        if not await asyncio.to_thread(self.view.start, 120.0):
+            log.warning("the cluster view is not synced yet; passes wait for it")
+        self.reconciler = Reconciler(
+            KubeJobApi(api, self.view),
             predictor,
             key,
             policy=s.policy,
@@ -186,6 +201,18 @@ class Controller:
             await asyncio.to_thread(self.elector.release)
         if self.reconciler is not None:
             self.reconciler.close()
+        if self.view is not None:
+            self.view.stop()
+
+    def _changed(self, kind: str, key: str, old: Any, new: Any) -> None:
+        """An object in the view changed (an informer thread): nudge the loop when it is one
+        whose change matters to placement."""
+        fingerprint = change_fingerprint(kind, new if new is not None else old)
+        if not isinstance(fingerprint, tuple) or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(
+            self.poke, f"{kind}/{key}", None if new is None else fingerprint
+        )
 
     async def _lease_loop(self) -> None:
         assert self.elector is not None and self.nudge is not None
@@ -351,19 +378,48 @@ def connection_info() -> Any:
     )
 
 
+def change_fingerprint(kind: str, body: Any) -> tuple[Any, ...] | None:
+    """What of a changed object matters to placement (a change of it nudges the loop), or
+    None for an object whose changes never do (a pod Horus neither made nor placed, a node
+    without a GPU inventory)."""
+    if kind == "dljobs":
+        return _job_fingerprint(body)
+    if kind == "pods":
+        meta = body.get("metadata") or {}
+        if c.LABEL_DLJOB_NAME in (meta.get("labels") or {}) or c.ANNOTATION_GPU_ASSIGNMENT in (
+            meta.get("annotations") or {}
+        ):
+            return _pod_fingerprint(body)
+        return None
+    if kind == "nodes":
+        if c.ANNOTATION_GPU_INVENTORY not in (
+            (body.get("metadata") or {}).get("annotations") or {}
+        ):
+            return None
+        return _node_fingerprint(body)
+    if kind == "priorityclasses":
+        # A job waiting for its class (PriorityClassNotFound) is admitted once it exists.
+        return (body.get("value"), body.get("globalDefault"))
+    if kind == "resourceslices":
+        return (str((body.get("metadata") or {}).get("resourceVersion")),)
+    if kind == "resourceclaims":
+        return (
+            bool((body.get("status") or {}).get("allocation")),
+            bool((body.get("metadata") or {}).get("deletionTimestamp")),
+        )
+    return None
+
+
 def build_registry(ctl: Controller) -> Any:
-    """A kopf registry whose handlers only nudge ``ctl``'s reconcile loop."""
+    """A kopf registry that runs ``ctl`` (its watches are the view's, not kopf's)."""
     import kopf
 
     registry = kopf.OperatorRegistry()
 
-    def _key(kind: str, body: Any) -> str:
-        meta = body.get("metadata") or {}
-        return f"{kind}/{meta.get('namespace', '')}/{meta.get('name')}"
-
     @kopf.on.startup(registry=registry)
     async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # all Events come from the reconciler
+        settings.scanning.disabled = True  # no kopf watches: the view keeps the cluster
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 30
@@ -376,45 +432,6 @@ def build_registry(ctl: Controller) -> Any:
     @kopf.on.login(registry=registry)
     def _login(**_: Any) -> Any:
         return connection_info()
-
-    @kopf.on.event(c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL, registry=registry)
-    def _dljob(type: str | None, body: Any, **_: Any) -> None:
-        key = _key("dljob", body)
-        ctl.poke(key, None if type == "DELETED" else _job_fingerprint(body))
-
-    @kopf.on.event("", "v1", "pods", labels={c.LABEL_DLJOB_NAME: kopf.PRESENT}, registry=registry)
-    def _job_pod(type: str | None, body: Any, **_: Any) -> None:
-        key = _key("pod", body)
-        ctl.poke(key, None if type == "DELETED" else _pod_fingerprint(body))
-
-    @kopf.on.event(
-        "",
-        "v1",
-        "pods",
-        annotations={c.ANNOTATION_GPU_ASSIGNMENT: kopf.PRESENT},
-        labels={c.LABEL_DLJOB_NAME: kopf.ABSENT},
-        registry=registry,
-    )
-    def _plain_pod(type: str | None, body: Any, **_: Any) -> None:
-        key = _key("pod", body)
-        ctl.poke(key, None if type == "DELETED" else _pod_fingerprint(body))
-
-    @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
-    def _priority_class(type: str | None, body: Any, **_: Any) -> None:
-        # A job waiting for its class (PriorityClassNotFound) is admitted once it exists.
-        key = _key("priorityclass", body)
-        ctl.poke(key, None if type == "DELETED" else (body.get("value"), body.get("globalDefault")))
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    def _node(type: str | None, body: Any, **_: Any) -> None:
-        if (
-            c.ANNOTATION_GPU_INVENTORY
-            not in ((body.get("metadata") or {}).get("annotations") or {})
-            and type != "DELETED"
-        ):
-            return
-        key = _key("node", body)
-        ctl.poke(key, None if type == "DELETED" else _node_fingerprint(body))
 
     return registry
 

@@ -17,13 +17,16 @@ retry).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from horus.api.raw import discard, read_items, read_object
 from horus.common import constants as c
 from horus.common.errors import HorusError
 from horus.kube.errors import Conflict, api_message
 from horus.kube.events import post_event
+
+if TYPE_CHECKING:
+    from horus.operator.view import ClusterView
 
 __all__ = [
     "REASON_POD_NAME_TAKEN",
@@ -36,6 +39,17 @@ __all__ = [
 ]
 
 _ACTIVE = "status.phase!=Succeeded,status.phase!=Failed"
+#: How long a pass waits for the view's first LISTs before it fails (and is retried).
+_SYNC_WAIT_S = 60.0
+
+
+def _bound(pod: dict[str, Any], node: str, annotations: Mapping[str, str] | None) -> dict[str, Any]:
+    """``pod`` as a Binding to ``node`` leaves it (the view's assumed copy, until the watch
+    delivers the real one)."""
+    meta = dict(pod.get("metadata") or {})
+    if annotations:
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    return {**pod, "metadata": meta, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
 
 
 class PodRejected(HorusError):
@@ -176,27 +190,45 @@ class JobApi(Protocol):
 
 
 class KubeJobApi:
-    """:class:`JobApi` on the real apiserver (a ``kubernetes.client.ApiClient``)."""
+    """:class:`JobApi` on the real apiserver (a ``kubernetes.client.ApiClient``).
 
-    def __init__(self, api_client: Any) -> None:
+    With a :class:`~horus.operator.view.ClusterView` the lists are read from its watch-fed
+    copy (no LIST per pass), and every write's answer goes into the copy at once, so the next
+    pass sees this operator's own writes even before their watch events arrive."""
+
+    def __init__(self, api_client: Any, view: ClusterView | None = None) -> None:
         from kubernetes import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self.view = view
 
     @classmethod
     def from_clients(cls, core_v1: Any, custom: Any) -> KubeJobApi:
         """Over given ``CoreV1Api``/``CustomObjectsApi`` objects (tests fake the transport)."""
         api = cls.__new__(cls)
-        api.core, api.custom = core_v1, custom
+        api.core, api.custom, api.view = core_v1, custom, None
         return api
 
+    def _synced_view(self) -> ClusterView | None:
+        """The view, once its first LISTs are in (a pass on an empty copy would see free GPUs
+        that are not); None without one."""
+        view = self.view
+        if view is not None and not view.wait_synced(_SYNC_WAIT_S):
+            raise HorusError("the watch-fed view has not finished its first LIST yet")
+        return view
+
     def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
-        """Every pod (``active_only``: not Succeeded or Failed)."""
+        """Every pod (``active_only``: not Succeeded or Failed); from the view, pods that do
+        not matter to Horus come as their identity only (``horus.operator.view``)."""
+        if (view := self._synced_view()) is not None:
+            return view.active_pods() if active_only else view.pods.items()
         selector = {"field_selector": _ACTIVE} if active_only else {}
         return read_items(self.core.list_pod_for_all_namespaces(_preload_content=False, **selector))
 
     def list_dljobs(self) -> list[dict[str, Any]]:
+        if (view := self._synced_view()) is not None:
+            return view.dljobs.items()
         return read_items(
             self.custom.list_cluster_custom_object(
                 c.API_GROUP, c.API_VERSION, c.DLJOB_PLURAL, _preload_content=False
@@ -204,6 +236,8 @@ class KubeJobApi:
         )
 
     def list_nodes(self) -> list[dict[str, Any]]:
+        if (view := self._synced_view()) is not None:
+            return view.nodes.items()
         return read_items(self.core.list_node(_preload_content=False))
 
     def patch_dljob_status(
@@ -228,7 +262,10 @@ class KubeJobApi:
                     "retrying next pass"
                 ) from None
             raise
-        return read_object(resp)
+        out = read_object(resp)
+        if self.view is not None:
+            self.view.dljobs.observe(out)
+        return out
 
     def create_pod(
         self, namespace: str, manifest: Mapping[str, Any], dry_run: bool = False
@@ -248,7 +285,10 @@ class KubeJobApi:
             raise
         except (ValueError, TypeError) as exc:  # the client could not even encode it
             raise PodRejected(400, f"not a valid pod: {exc}") from None
-        return read_object(resp)
+        out = read_object(resp)
+        if self.view is not None and not dry_run:
+            self.view.pods.observe(out)
+        return out
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -296,6 +336,8 @@ class KubeJobApi:
             if exc.status == 404:
                 raise Conflict(f"pod {namespace}/{name} vanished before binding") from None
             raise
+        if self.view is not None:
+            self.view.pods.assume(f"{namespace}/{name}", lambda pod: _bound(pod, node, annotations))
         return True
 
     def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
@@ -315,6 +357,8 @@ class KubeJobApi:
     def list_priority_classes(self) -> list[dict[str, Any]]:
         from kubernetes import client
 
+        if (view := self._synced_view()) is not None:
+            return view.priority_classes.items()
         api = client.SchedulingV1Api(self.core.api_client)
         return read_items(api.list_priority_class(_preload_content=False))
 
@@ -324,11 +368,17 @@ class KubeJobApi:
         return client.ResourceV1Api(self.core.api_client)
 
     def list_resource_claims(self) -> list[dict[str, Any]]:
+        view = self._synced_view()
+        if view is not None and view.claims is not None:
+            return view.claims.items()
         return read_items(
             self._resource().list_resource_claim_for_all_namespaces(_preload_content=False)
         )
 
     def list_resource_slices(self) -> list[dict[str, Any]]:
+        view = self._synced_view()
+        if view is not None and view.slices is not None:
+            return view.slices.items()
         return read_items(self._resource().list_resource_slice(_preload_content=False))
 
     def create_resource_claim(
@@ -346,7 +396,10 @@ class KubeJobApi:
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                 raise PodRejected(exc.status, api_message(exc)) from None
             raise
-        return read_object(resp)
+        out = read_object(resp)
+        if self.view is not None and self.view.claims is not None:
+            self.view.claims.observe(out)
+        return out
 
     def read_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException

@@ -80,6 +80,12 @@ class FakeSource:
             copy.deepcopy(self.dljobs),
         )
 
+    def fresh_objects(self) -> LiveObjects:
+        return self.list_objects()
+
+    def generation(self) -> object:
+        return None  # no copy: every answer is rebuilt from list_objects
+
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         pod = self.pods.get((namespace, name))
         return copy.deepcopy(pod) if pod is not None else None

@@ -103,6 +103,12 @@ class Extender:
         self._warned_unmanaged = False
         self._cache_lock = threading.Lock()
         self._cache: dict[tuple[str, ...], tuple[float, dict[str, NodeVerdict]]] = {}
+        #: The live state of the source's last generation, with each node's memory unit:
+        #: rebuilt only when the watch-fed copy changed, not per request (see _live).
+        self._state_lock = threading.Lock()
+        self._state: tuple[object, LiveState, dict[str, int]] | None = None
+        #: The live state the session last took residents and measured pairs from.
+        self._observed: LiveState | None = None
 
     def set_predictor(self, predictor: Predictor) -> None:
         """Place with ``predictor`` from the next request on (a reloaded artifact); filter
@@ -110,6 +116,9 @@ class Extender:
         with self._cache_lock, self._session_lock:
             self.session.set_predictor(predictor)
             self._cache.clear()
+            self._observed = None  # the new session has seen no residents yet
+        with self._state_lock:
+            self._state = None  # residents were sized with the old model
 
     @property
     def predictor(self) -> Predictor:
@@ -125,8 +134,28 @@ class Extender:
     def _live(
         self, exclude: str, objs: LiveObjects | None = None
     ) -> tuple[LiveState, dict[str, int]]:
-        """The live state without ``exclude``'s own share, and each node's MiB per memory unit."""
-        objs = objs if objs is not None else self.source.list_objects()
+        """The live state without ``exclude``'s own share, and each node's MiB per memory unit.
+
+        Without ``objs`` it comes from the source's copy, built once per generation of that
+        copy and shared by every request until it changes (``evaluate`` only reads it); a pod
+        that is itself a resident (a retried bind) gets a build of its own."""
+        if objs is not None:
+            return self._live_of(exclude, objs)
+        generation = self.source.generation()
+        if generation is None:
+            return self._live_of(exclude, self.source.list_objects())
+        with self._state_lock:
+            cached = self._state
+            if cached is None or cached[0] != generation:
+                # Read after the generation: a change in between only makes the next
+                # request rebuild once more, never serve an older copy under a newer tag.
+                live, units = self._live_of("", self.source.list_objects())
+                cached = self._state = (generation, live, units)
+        if exclude in cached[1].residents:
+            return self._live_of(exclude, self.source.list_objects())
+        return cached[1], cached[2]
+
+    def _live_of(self, exclude: str, objs: LiveObjects) -> tuple[LiveState, dict[str, int]]:
         live = self._build(objs)
         if exclude in live.residents:  # the pod's own earlier assignment (a retried bind)
             live.state.release(exclude)
@@ -260,7 +289,9 @@ class Extender:
         """The core's per-node answer, with the session's rules and this cluster's residents
         and measured pairs."""
         with self._session_lock:
-            self.session.observe(live)
+            if live is not self._observed:  # a shared live state is taken in once
+                self.session.observe(live)
+                self._observed = live
             self.session.remember(job)
             return self.session.scheduler.evaluate(live.state, job, nodes)
 
@@ -378,7 +409,7 @@ class Extender:
         # Written. Another placer (the operator, a second extender) may have chosen the same
         # GPU at the same moment: re-read and make sure our share is the one counted.
         if self.verify_binds:
-            check = self._build(self.source.list_objects())
+            check = self._build(self.source.fresh_objects())
             if job.name not in check.residents:
                 self._rollback(ns, name)
                 raise ValidationError(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from horus.common import constants as c
 from horus.common.settings import load_settings
 from horus.kube.client import api_client
 from horus.operator.assignment_key import AssignmentKeySource
@@ -23,6 +24,7 @@ from horus.operator.extender.http import ExtenderServer
 from horus.operator.extender.settings import ExtenderSettings
 from horus.operator.extender.source import KubeClusterSource
 from horus.operator.extender.tls import TlsSource
+from horus.operator.view import ClusterView
 from horus.scheduler import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,17 @@ def build_extender(
     )
     # Re-read every 30 s: a rotated key is used without a restart (docs/operator.md).
     keys = AssignmentKeySource(client.CoreV1Api(api_client), settings.key_file)
+    # One watch-fed copy of nodes, pods and DLJobs: filter and prioritize read it instead of
+    # LISTing the cluster per request (horus.operator.view).
+    view = ClusterView(
+        api_client,
+        claims=settings.placement_path == c.PLACEMENT_PATH_DRA,
+        priority_classes=False,
+    )
+    if not view.start(120.0):
+        log.warning("the cluster view is not synced yet; requests wait for it")
     return Extender(
-        KubeClusterSource(api_client),
+        KubeClusterSource(api_client, view),
         predictor,
         key=keys,
         policy=settings.policy,
@@ -108,4 +119,7 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
     if reload is not None:
         reload.stop()
     server.close()
+    view = getattr(extender.source, "view", None)
+    if view is not None:
+        view.stop()
     return 0

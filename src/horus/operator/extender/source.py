@@ -9,12 +9,25 @@ from horus.api.raw import discard, read_object
 from horus.kube.errors import Conflict
 from horus.operator.jobapi import KubeJobApi
 from horus.operator.livestate import LiveObjects
+from horus.operator.view import ClusterView
 
 
 class ClusterSource(Protocol):
     """What the extender reads from and writes to the apiserver."""
 
-    def list_objects(self) -> LiveObjects: ...
+    def list_objects(self) -> LiveObjects:
+        """The cluster now (from a watch-fed copy where there is one)."""
+        ...
+
+    def fresh_objects(self) -> LiveObjects:
+        """The cluster as the apiserver answers a LIST now: what a bind re-checks its own
+        write against (a copy may not have another placer's write of a moment ago yet)."""
+        ...
+
+    def generation(self) -> object:
+        """A value that changes whenever :meth:`list_objects` may answer differently (None:
+        not known — every answer is rebuilt)."""
+        ...
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -33,21 +46,37 @@ class ClusterSource(Protocol):
 
 class KubeClusterSource:
     """:class:`ClusterSource` over the operator's :class:`~horus.operator.jobapi.KubeJobApi`
-    (the same raw-JSON calls), plus the two writes only the extender makes."""
+    (the same raw-JSON calls), plus the two writes only the extender makes. With a
+    :class:`~horus.operator.view.ClusterView`, filter and prioritize read its watch-fed copy
+    (no LIST per request); a bind's re-check still LISTs (:meth:`fresh_objects`)."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, view: ClusterView | None = None) -> None:
         self.api_client = api_client
-        self.jobs = KubeJobApi(api_client)
+        self.view = view
+        self.jobs = KubeJobApi(api_client, view)
+        self._direct = KubeJobApi(api_client)
         # Any: raw JSON calls (_preload_content=False) return urllib3 responses, not models.
         self.core: Any = self.jobs.core
 
     def list_objects(self) -> LiveObjects:
+        if self.view is None:
+            return self.fresh_objects()
+        self.jobs.list_nodes()  # waits for the first LISTs
+        view = self.view
+        return LiveObjects(view.nodes.items(), view.active_pods(), view.dljobs.items())
+
+    def generation(self) -> object:
+        return None if self.view is None else self.view.generation
+
+    def fresh_objects(self) -> LiveObjects:
         from kubernetes.client.exceptions import ApiException
 
-        nodes = self.jobs.list_nodes()
-        pods = self.jobs.list_pods(active_only=True)
+        jobs = self._direct
+
+        nodes = jobs.list_nodes()
+        pods = jobs.list_pods(active_only=True)
         try:
-            dljobs = self.jobs.list_dljobs()
+            dljobs = jobs.list_dljobs()
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -77,7 +106,10 @@ class KubeClusterSource:
             if exc.status == 409:
                 raise Conflict(f"pod {namespace}/{name} changed meanwhile") from None
             raise
-        return read_object(resp)
+        out = read_object(resp)
+        if self.view is not None:
+            self.view.pods.observe(out)
+        return out
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """A Binding through the pod's ``binding`` subresource (with the uid it was asked for)."""

@@ -1,0 +1,107 @@
+"""The informer's bookkeeping (issue 27): what a relist, a watch event, our own write's answer
+and an assumed Binding do to the copy. The watch itself is the Kubernetes client's; the
+integration tests (tests/integration/operator/test_cluster_view.py) run it against a real
+apiserver, with an expiry and a restart."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from horus.kube.informer import Informer, newer
+
+pytestmark = pytest.mark.unit
+
+
+class _Resp:
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.data = json.dumps(body).encode()
+
+    def release_conn(self) -> None:
+        pass
+
+
+def _obj(name: str, rv: int, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}, **extra}
+
+
+class _Lister:
+    """A LIST answer the test sets (``version``: the list's resourceVersion)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.version = 1
+
+    def __call__(self, **_: Any) -> _Resp:
+        return _Resp({"metadata": {"resourceVersion": str(self.version)}, "items": self.items})
+
+
+def _informer() -> tuple[Informer, _Lister, list[tuple[str, bool]]]:
+    lister = _Lister()
+    seen: list[tuple[str, bool]] = []
+    inf = Informer("t", lister, on_change=lambda key, _o, new: seen.append((key, new is None)))
+    return inf, lister, seen
+
+
+def test_a_relist_reports_what_vanished_and_appeared_while_unwatched() -> None:
+    inf, lister, seen = _informer()
+    lister.items, lister.version = [_obj("a", 5), _obj("b", 6)], 6
+    inf.relist()
+    assert inf.synced and {o["metadata"]["name"] for o in inf.items()} == {"a", "b"}
+    seen.clear()
+    lister.items, lister.version = [_obj("b", 6), _obj("c", 9)], 9
+    inf.relist()
+    assert {o["metadata"]["name"] for o in inf.items()} == {"b", "c"}
+    assert sorted(seen) == [("ns/a", True), ("ns/c", False)]  # b unchanged: not reported
+    assert inf.resource_version == "9" and inf.counts.lists == 2
+
+
+def test_our_write_is_not_undone_by_an_older_event_or_list() -> None:
+    inf, lister, _ = _informer()
+    lister.items, lister.version = [_obj("a", 5, status={"phase": "Queued"})], 5
+    inf.relist()
+    inf.observe(_obj("a", 8, status={"phase": "Scheduled"}))  # our status write's answer
+    inf._apply({"type": "MODIFIED", "object": _obj("a", 7, status={"phase": "Queued"})})
+    assert inf.get("ns/a")["status"]["phase"] == "Scheduled"
+    # A list whose snapshot is older than our write keeps our write, even of a new object.
+    inf.observe(_obj("new", 10))
+    lister.items, lister.version = [_obj("a", 7, status={"phase": "Queued"})], 7
+    inf.relist()
+    assert inf.get("ns/a")["status"]["phase"] == "Scheduled"
+    assert inf.get("ns/new") is not None
+    # A newer list wins, and one without the object deletes it.
+    lister.items, lister.version = [_obj("a", 12, status={"phase": "Running"})], 12
+    inf.relist()
+    assert inf.get("ns/a")["status"]["phase"] == "Running" and inf.get("ns/new") is None
+
+
+def test_an_assumed_binding_stays_until_the_watch_brings_a_newer_version() -> None:
+    inf, lister, _ = _informer()
+    lister.items, lister.version = [_obj("p", 5, spec={})], 5
+    inf.relist()
+    inf.assume("ns/p", lambda pod: {**pod, "spec": {"nodeName": "n1"}})
+    assert inf.get("ns/p")["spec"]["nodeName"] == "n1"
+    # The same version again (a late event of the create) does not undo it.
+    inf._apply({"type": "MODIFIED", "object": _obj("p", 5, spec={})})
+    assert inf.get("ns/p")["spec"]["nodeName"] == "n1"
+    inf._apply({"type": "MODIFIED", "object": _obj("p", 6, spec={"nodeName": "n1"}, x=1)})
+    assert inf.get("ns/p")["x"] == 1
+    inf._apply({"type": "DELETED", "object": _obj("p", 7)})
+    assert inf.get("ns/p") is None
+    inf._apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}})
+    assert inf.resource_version == "20" and len(inf) == 0
+
+
+def test_the_projection_is_what_is_kept() -> None:
+    lister = _Lister()
+    lister.items = [_obj("a", 1, spec={"big": "x" * 1000})]
+    inf = Informer("t", lister, project=lambda o: {"metadata": o["metadata"]})
+    inf.relist()
+    assert inf.get("ns/a") == {"metadata": lister.items[0]["metadata"]}
+
+
+def test_versions_compare_as_etcd_revisions() -> None:
+    assert newer("10", "9") and newer("9", "9") and not newer("9", "10")
+    assert newer("x", "9") and newer("5", "")
