@@ -204,20 +204,71 @@ class Scheduler:
         usable one (same filters, margins, scores and reasons; a node the state does not
         know has no GPUs). Nothing is applied to ``state``.
 
-        The job's needs and the common filters are computed once for every GPU, the policy
-        refines and scores once; each node then costs a few vectorised masks.
+        The job's needs, the common filters, the policy's filter and its score are computed
+        once for every GPU (kube-scheduler's PreFilter). A one-GPU job (every plain pod)
+        then finds the nodes it fits in one vectorised step and takes each such node's best
+        GPU from its few scores. A node it does not fit needs the reason, which is a
+        function of that node's GPUs alone: it is worked out by the per-node replay of the
+        filters (what :meth:`evaluate_each` does for every node) once per distinct node —
+        nodes whose GPUs look alike to this job (same numbers in every array the filters
+        and the explanation read) get the same sentence, with their own GPU's name.
         """
         pre = self._prefilter(state, job)
-        # GPUs are numbered in node order, so node n's GPUs are bounds[n]:bounds[n + 1].
         bounds = np.searchsorted(state.node_of, np.arange(len(state.node_names) + 1))
+        names = list(nodes)
+        if job.gpu_count != 1 or not names:
+            return {name: self._decide_on(pre, bounds, name) for name in names}
+        refined = pre.refined() if pre.room.any() else pre.room
+        fits = refined & pre.finite() if refined.any() else refined
+        per_node = np.concatenate(([0], np.cumsum(fits, dtype=np.int64)))
+        has = per_node[bounds[1:]] > per_node[bounds[:-1]]
+        score = pre.score() if fits.any() else None
+        ctx = replace(pre.ctx, gains=None, admissible=None)  # as _decide's for one node
+        effects: dict[tuple[int, int], tuple[float, float]] = {}
+        looks = _NodeLooks(pre, refined if refined is not pre.room else None, fits)
         out: dict[str, Placement | Refusal] = {}
-        for name in nodes:
+        for name in names:
             n = state.node_index(name)
-            only = np.zeros(state.gpu_count, dtype=np.bool_)
-            if n >= 0:
-                only[bounds[n] : bounds[n + 1]] = True
-            out[name] = self._decide(pre, only, explain=True)
+            if n >= 0 and has[n] and score is not None:
+                lo = int(bounds[n])
+                idx = np.nonzero(fits[lo : int(bounds[n + 1])])[0] + lo
+                best = int(idx[int(np.argmax(score[idx]))])  # first (lowest GPU) among ties
+                out[name] = self._placement(state, job, [[best]], ctx, pre.preds, effects)
+            elif n < 0:
+                out[name] = self._decide_on(pre, bounds, name)
+            else:
+                lo, hi = int(bounds[n]), int(bounds[n + 1])
+                key = looks.key(lo, hi)
+                seen = looks.refusals.get(key)
+                if seen is None:
+                    refusal = self._decide_on(pre, bounds, name)
+                    assert isinstance(refusal, Refusal)  # no GPU of the node fits
+                    looks.refusals[key] = (name, refusal)
+                    out[name] = refusal
+                else:
+                    first, refusal = seen
+                    reason = refusal.reason.replace(f"{first}/gpu-", f"{name}/gpu-")
+                    out[name] = Refusal(refusal.job, reason, refusal.code)
         return out
+
+    def evaluate_each(
+        self, state: ClusterState, job: JobRequest, nodes: Iterable[str]
+    ) -> dict[str, Placement | Refusal]:
+        """:meth:`evaluate` by a full replay of the filters for every node (the reference
+        the vectorised answer is tested and benchmarked against)."""
+        pre = self._prefilter(state, job)
+        bounds = np.searchsorted(state.node_of, np.arange(len(state.node_names) + 1))
+        return {name: self._decide_on(pre, bounds, name) for name in nodes}
+
+    def _decide_on(self, pre: Prepared, bounds: IntArray, name: str) -> Placement | Refusal:
+        """:meth:`_decide` on node ``name``'s GPUs alone (GPUs are numbered in node order,
+        so node n's GPUs are ``bounds[n]:bounds[n + 1]``)."""
+        st = pre.state
+        n = st.node_index(name)
+        only = np.zeros(st.gpu_count, dtype=np.bool_)
+        if n >= 0:
+            only[bounds[n] : bounds[n + 1]] = True
+        return self._decide(pre, only, explain=True)
 
     def best_gains(
         self, state: ClusterState, job: JobRequest, exclude: BoolArray | None = None
@@ -361,7 +412,10 @@ class Scheduler:
         chosen: list[list[int]],
         ctx: ScoreContext,
         preds: list[ResourcePrediction],
+        effects: dict[tuple[int, int], tuple[float, float]] | None = None,
     ) -> Placement:
+        """``effects``: :meth:`predicted_effect` by (GPU model, residents' signature) for
+        one state and job, kept by a caller that builds many placements of it."""
         replicas = []
         speed, gain = 1.0, 0.0
         for r, gpus in enumerate(chosen):
@@ -377,7 +431,13 @@ class Scheduler:
                         memory_mib=mem,
                     )
                 )
-                s, gn = self.predicted_effect(st, job, g)
+                if effects is None:
+                    s, gn = self.predicted_effect(st, job, g)
+                else:
+                    look = (int(st.model_of[g]), int(st.sig_id[g]))
+                    if look not in effects:
+                        effects[look] = self.predicted_effect(st, job, g)
+                    s, gn = effects[look]
                 speed, gain = min(speed, s), gain + gn
             replicas.append(ReplicaPlacement(r, shares[0].node, tuple(shares)))
         pred = preds[int(st.model_of[chosen[0][0]])]
@@ -467,3 +527,28 @@ class Scheduler:
         """
         q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
         return QueuePass(self, state, q, now, explain).run(only)
+
+
+class _NodeLooks:
+    """What a node's GPUs look like to one job in one :meth:`Scheduler.evaluate` call: the
+    slices of every array the filters and the refusal's explanation read (state, needs,
+    verdicts, scores), as one key; and the refusal already worked out for each key."""
+
+    def __init__(self, pre: Prepared, refined: BoolArray | None, fits: BoolArray) -> None:
+        st, ctx = pre.state, pre.ctx
+        arrays = [
+            st.healthy, st.mem_total, st.mem_used, st.core_used, st.njobs, st.model_of,
+            st.sig_id, st.gpu_index, st.util_sum, ctx.mem_need, ctx.core_need,
+            ctx.util_need, pre.allowed, pre.usable, pre.mem_ok, pre.core_ok, pre.slots_ok,
+            pre.room, fits,
+        ]  # fmt: skip
+        if refined is not None:
+            arrays.append(refined)
+        for scored in (ctx.gains, ctx.admissible):
+            if scored is not None:
+                arrays.append(scored)
+        self.arrays = [np.ascontiguousarray(a) for a in arrays]
+        self.refusals: dict[bytes, tuple[str, Refusal]] = {}
+
+    def key(self, lo: int, hi: int) -> bytes:
+        return b"|".join(a[lo:hi].tobytes() for a in self.arrays)

@@ -208,3 +208,37 @@ def test_a_job_refused_on_its_nodes_does_not_refuse_a_twin_allowed_elsewhere() -
     result = sched.schedule(state, [pinned, free], explain=False)
     assert [p.job for p in result.placed] == ["free"]
     assert {s.node for s in result.placed[0].shares} == {"node-1"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    policy=st.sampled_from(POLICY_NAMES),
+    sizes=st.lists(
+        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
+        min_size=1,
+        max_size=6,
+    ),
+    sick=st.sampled_from([0, 0, 3, 5]),
+    running=st.lists(job_spec, max_size=32),
+    probes=st.lists(job_spec, min_size=1, max_size=4),
+)
+def test_the_vectorised_answer_is_the_per_node_replay(
+    policy: str,
+    sizes: list[tuple[str, int]],
+    sick: int,
+    running: list[Spec],
+    probes: list[Spec],
+) -> None:
+    """``evaluate`` (one vectorised step for one-GPU jobs, issue 27) answers exactly what the
+    full per-node replay of the filters answers, node by node, in the same order."""
+    state = _mixed_cluster(sizes, sick)
+    sched = Scheduler(policy, PRED, pair_speed=_measured if policy == "oracle" else None)
+    sched.schedule(state, [_request(f"run-{i}", s) for i, s in enumerate(running)])
+    nodes = ["no-such-node", *reversed(state.node_names)]
+    for i, spec in enumerate(probes):
+        probe = _request(f"probe-{i}", spec)
+        fast = sched.evaluate(state, probe, nodes)
+        slow = sched.evaluate_each(state, probe, nodes)
+        assert list(fast) == list(slow) == nodes
+        for node in nodes:
+            _same(fast[node], slow[node])
