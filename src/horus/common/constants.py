@@ -84,6 +84,16 @@ LABEL_GPU_NODE: Final = f"{API_GROUP}/gpu-node"  # "true" on nodes that carry Ho
 LABEL_GPU_MODEL: Final = f"{API_GROUP}/gpu-model"
 LABEL_DLJOB_NAME: Final = f"{API_GROUP}/dljob"
 LABEL_REPLICA_INDEX: Final = f"{API_GROUP}/replica-index"
+# --- A plain pod's horus.io/gpu-* requests on the DRA path (issue 25 item 3) ------------------
+# The admission policy (examples/dra/extended-resources-policy.yaml) moves the requests of the
+# pod's first container into these annotations (quantities as written) and makes the pod
+# reference claim CONVERTED_CLAIM_PREFIX + <admission request UID> as entry CONVERTED_CLAIM_ENTRY;
+# the operator chooses the GPU and creates that claim (label LABEL_CONVERTED_POD).
+ANNOTATION_GPU_CORE_REQUEST: Final = f"{API_GROUP}/gpu-core-request"
+ANNOTATION_GPU_MEMORY_REQUEST: Final = f"{API_GROUP}/gpu-memory-request"
+CONVERTED_CLAIM_ENTRY: Final = "horus-gpu"
+CONVERTED_CLAIM_PREFIX: Final = "horus-gpu-"
+LABEL_CONVERTED_POD: Final = f"{API_GROUP}/converted-pod"
 
 # --- kwok (simulated nodes for the local control plane and tests) -----------------------------
 KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"

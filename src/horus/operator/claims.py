@@ -31,7 +31,14 @@ from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.operator.podspec import assignment_of, pod_name
 
-__all__ = ["CLAIM_REQUEST", "claim_name", "replica_claim", "use_claim"]
+__all__ = [
+    "CLAIM_REQUEST",
+    "claim_name",
+    "pod_share_claim",
+    "replica_claim",
+    "share_claim",
+    "use_claim",
+]
 
 #: The request name in every replica claim, and the pod's claim entry name.
 CLAIM_REQUEST = "gpu"
@@ -65,23 +72,66 @@ def replica_claim(
             f"{sorted(shares)}; a claim gives every GPU of a replica the same share"
         )
     cores, memory_mib = shares.pop()
+    owner = {
+        "apiVersion": c.API_GROUP_VERSION,
+        "kind": c.DLJOB_KIND,
+        "name": job,
+        "uid": str(meta.get("uid", "")),
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+    labels = {c.LABEL_DLJOB_NAME: job, c.LABEL_REPLICA_INDEX: str(replica)}
+    return share_claim(
+        claim_name(job, replica),
+        namespace,
+        labels,
+        owner,
+        [g.gpu_uuid for g in gpus],
+        cores,
+        memory_mib,
+    )
+
+
+def pod_share_claim(
+    pod: Mapping[str, Any], name: str, gpu_uuid: str, cores: int, memory_mib: int
+) -> dict[str, Any]:
+    """The claim ``name`` a converted plain pod (``horus.io/gpu-*`` requests turned into a
+    claim reference at admission, ``examples/dra/extended-resources-policy.yaml``) gets once
+    Horus chose its GPU: pinned to it by UUID with the share, owned by the pod (the garbage
+    collector deletes it with the pod)."""
+    meta = pod.get("metadata") or {}
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
+    labels = {c.LABEL_CONVERTED_POD: str(meta.get("name", ""))[:63]}
+    namespace = str(meta.get("namespace", "default"))
+    return share_claim(name, namespace, labels, owner, [gpu_uuid], cores, memory_mib)
+
+
+def share_claim(
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    owner: Mapping[str, Any],
+    uuids: Sequence[str],
+    cores: int,
+    memory_mib: int,
+) -> dict[str, Any]:
+    """One request of class ``gpu.horus.io`` for exactly the GPUs ``uuids``, each with the
+    share ``cores`` % and ``memory_mib`` MiB."""
     return {
         "apiVersion": f"{c.RESOURCE_API_GROUP}/{c.RESOURCE_API_VERSION}",
         "kind": "ResourceClaim",
         "metadata": {
-            "name": claim_name(job, replica),
+            "name": name,
             "namespace": namespace,
-            "labels": {c.LABEL_DLJOB_NAME: job, c.LABEL_REPLICA_INDEX: str(replica)},
-            "ownerReferences": [
-                {
-                    "apiVersion": c.API_GROUP_VERSION,
-                    "kind": c.DLJOB_KIND,
-                    "name": job,
-                    "uid": str(meta.get("uid", "")),
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "labels": dict(labels),
+            "ownerReferences": [dict(owner)],
         },
         "spec": {
             "devices": {
@@ -91,10 +141,8 @@ def replica_claim(
                         "exactly": {
                             "deviceClassName": c.DRA_DEVICE_CLASS,
                             "allocationMode": "ExactCount",
-                            "count": len(gpus),
-                            "selectors": [
-                                {"cel": {"expression": _selector([g.gpu_uuid for g in gpus])}}
-                            ],
+                            "count": len(uuids),
+                            "selectors": [{"cel": {"expression": _selector(uuids)}}],
                             "capacity": {
                                 "requests": {
                                     c.DRA_CAPACITY_CORES: str(cores),

@@ -28,7 +28,12 @@ scheduling pass starts from it:
       own claim was not allocated yet: that DLJob's record is taken out of the state (its
       allocated claims count instead) and named in :attr:`LiveState.overtaken`, so the
       operator re-places the job — the kube-scheduler never over-commits, Horus must not
-      either.
+      either;
+  (d) on the DRA path, every claim Horus made for a plain pod's converted ``horus.io/gpu-*``
+      request (:mod:`horus.operator.convert`; label ``horus.io/converted-pod``) that is not
+      allocated yet: Horus' decision, pinned to one GPU with the share, counted like a record
+      (and, like one, named in :attr:`LiveState.overtaken` when an allocated claim takes its
+      capacity first).
 
   A pod whose signature does not verify (any more) but that the node's device plugin has
   allocated (``horus.io/gpu-allocated``, which only the node identity may write) is still
@@ -273,7 +278,12 @@ def _add_claims(
     """(c): allocated claims not already counted by their DLJob's record (module docstring)."""
     own: dict[str, list[tuple[str, list[GpuShare]]]] = {}  # recorded job → its allocated claims
     foreign: list[tuple[str, list[GpuShare]]] = []
+    by_uuid = {str(u): g for g, u in enumerate(live.state.gpu_uuid)}
     for claim in claims:
+        decided = _converted_decision(live.state, by_uuid, claim)
+        if decided is not None:
+            _add_converted(live, key_of(claim), decided)
+            continue
         try:
             shares = claim_shares(live.state, claim)
         except ValidationError as exc:
@@ -335,12 +345,63 @@ def _add_claim(
         return
 
 
+def _converted_decision(
+    state: ClusterState, by_uuid: Mapping[str, int], claim: Mapping[str, Any]
+) -> GpuShare | None:
+    """Rule (d): the share an unallocated claim Horus made for a converted pod pins (its one
+    request: one GPU by UUID, ``cores`` and ``memory``), or None for any other claim."""
+    meta = meta_of(claim)
+    if c.LABEL_CONVERTED_POD not in (meta.get("labels") or {}):
+        return None
+    if (claim.get("status") or {}).get("allocation") or meta.get("deletionTimestamp"):
+        return None
+    spec = claim.get("spec") or {}
+    requests = (spec.get("devices") or {}).get("requests") if isinstance(spec, Mapping) else None
+    if not isinstance(requests, list) or len(requests) != 1:
+        return None
+    exactly = requests[0].get("exactly") if isinstance(requests[0], Mapping) else None
+    if not isinstance(exactly, Mapping) or exactly.get("count", 1) != 1:
+        return None
+    selectors = exactly.get("selectors") or []
+    expr = (selectors[0].get("cel") or {}).get("expression") if len(selectors) == 1 else None
+    prefix = f'device.attributes["{c.DRA_DRIVER_NAME}"].{c.DRA_ATTR_UUID} == "'
+    if not isinstance(expr, str) or not expr.startswith(prefix) or not expr.endswith('"'):
+        return None
+    uuid = expr[len(prefix) : -1]
+    g = by_uuid.get(uuid)
+    if g is None:
+        return None  # a GPU the state does not offer: nothing to over-commit there
+    try:
+        caps = (exactly.get("capacity") or {}).get("requests") or {}
+        cores = parse_quantity(caps.get(c.DRA_CAPACITY_CORES, "100"), "cores")
+        mib = -(-parse_quantity(caps.get(c.DRA_CAPACITY_MEMORY, "0"), "memory") // c.MIB)
+    except ValidationError:
+        return None
+    node = state.node_names[int(state.node_of[g])]
+    return GpuShare(node, state.gpu_index[g], uuid, cores, mib or int(state.mem_total[g]))
+
+
+def _add_converted(live: LiveState, name: str, share: GpuShare) -> None:
+    ns, _, cname = name.partition("/")
+    prediction = assumed_prediction([share])
+    request = JobRequest(
+        name=claim_job_name(ns, cname),
+        profile=unknown_profile(UNKNOWN_KIND),
+        core_percent=share.core_percent,
+        memory_mib=share.memory_mib,
+        prediction=prediction,
+        kind=UNKNOWN_KIND,
+    )
+    _add(live, request, [share], prediction, "converted", (), f"ResourceClaim {name}")
+
+
 def _overtaken_record(
     live: LiveState, uuids: Collection[str], own: Mapping[str, list[tuple[str, list[GpuShare]]]]
 ) -> str | None:
-    """A DLJob record on one of ``uuids`` whose claim on that GPU is not allocated."""
+    """A DLJob record (or a converted pod's unallocated claim) on one of ``uuids`` whose claim
+    on that GPU is not allocated."""
     for jname, resident in sorted(live.residents.items()):
-        if resident.source != "dljob-status" or jname.endswith(MOVING_SUFFIX):
+        if resident.source not in ("dljob-status", "converted") or jname.endswith(MOVING_SUFFIX):
             continue
         held = {s.gpu_uuid for _, shares in own.get(jname, []) for s in shares}
         if any(s.gpu_uuid in uuids and s.gpu_uuid not in held for s in resident.shares):

@@ -60,7 +60,9 @@ from horus.operator.claimcommit import (
     ClaimPath,
     claim_owner_uid,
 )
+from horus.operator.claims import pod_share_claim
 from horus.operator.commit import Committer
+from horus.operator.convert import pending_conversions
 from horus.operator.correction import Corrector
 from horus.operator.jobapi import (
     REASON_POD_NAME_TAKEN,
@@ -251,6 +253,7 @@ class Reconciler:
         self._admit_new(ctxs, live.state, snap, report, restores)
         report.timings["admit"] = time.monotonic() - t_admit
         queue = self._place_queue(ctxs, live.state, snap.nodes, report)
+        self._convert_pods(snap, live, report)
         t_commit = time.monotonic()
         self._follow_placed(placed_before, ctxs, queue, report)
         report.timings["commit"] = time.monotonic() - t_commit
@@ -659,6 +662,53 @@ class Reconciler:
             self.pool.submit(self._guarded, refuse, ctx, self.writer, reason, message, report)
         )
         report.count("refused")
+
+    # --- plain pods' converted requests (the DRA path) ----------------------------------------
+    def _convert_pods(self, snap: _Snapshot, live: LiveState, report: PassReport) -> None:
+        """Plain pods whose ``horus.io/gpu-*`` requests the admission policy turned into a
+        claim reference (:mod:`horus.operator.convert`): an overtaken claim of theirs is
+        deleted (the pod still names it: decided again next pass); each pod waiting for its
+        claim gets one, pinned to the GPU the core chose on this pass's state (DLJobs placed
+        this pass included)."""
+        if self.claim_path is None or not self.is_leader():
+            return
+        for key in [k for k in live.overtaken if k.startswith("claim:")]:
+            ns, _, name = key.removeprefix("claim:").partition("/")
+            claim = self.claim_path.claims.pop((ns, name), None)
+            if claim is not None:
+                uid = str((claim.get("metadata") or {}).get("uid") or "")
+                log.info(
+                    "claim %s/%s: %s; deleting it to decide again", ns, name, live.overtaken[key]
+                )
+                self.api.delete_resource_claim(ns, name, uid)
+                report.count("claims_deleted")
+        pending = pending_conversions(snap.pods, self.claim_path.claims)
+        for conv in pending:
+            if conv.problem:
+                log.info("%s", conv.problem)
+        waiting = {conv.request.name: conv for conv in pending if conv.request is not None}
+        if not waiting or not live.state.gpu_count:
+            return
+        result = self.scheduler.schedule(
+            live.state, [conv.request for conv in waiting.values() if conv.request], now=time.time()
+        )
+        for placement in result.placed:
+            conv = waiting[placement.job]
+            share = placement.replicas[0].gpus[0]
+            manifest = pod_share_claim(
+                conv.pod, conv.claim, share.gpu_uuid, share.core_percent, share.memory_mib
+            )
+            ns = str((conv.pod.get("metadata") or {}).get("namespace", "default"))
+            try:
+                if self.api.create_resource_claim(ns, manifest) is not None:
+                    report.count("claims_created")
+                    log.info(
+                        "pod %s/%s: claim %s on %s/gpu-%d (%d%% core, %d MiB)",
+                        ns, (conv.pod.get("metadata") or {}).get("name"), conv.claim,
+                        share.node, share.gpu_index, share.core_percent, share.memory_mib,
+                    )  # fmt: skip
+            except Exception as exc:
+                log.warning("cannot create claim %s/%s: %s", ns, conv.claim, exc)
 
     # --- run-time correction ---------------------------------------------------------------
     def _correct(

@@ -407,3 +407,120 @@ def test_on_dra_the_gpus_come_from_the_drivers_slices_not_an_annotation() -> Non
         assert status(api, "dp").get("reason") == "NoGPUNodes"
     finally:
         dp.close()
+
+
+# --- plain pods' horus.io/gpu-* requests, converted at admission (horus.operator.convert) ---
+
+
+def converted_pod(
+    name: str, core: int, memory_units: int, claim: str | None = None
+) -> dict[str, Any]:
+    """A pod as examples/dra/extended-resources-policy.yaml leaves it: its requests moved into
+    annotations, a reference to claim horus-gpu-<admission UID> that does not exist yet."""
+    from opfixtures import ROOT
+
+    profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "annotations": {
+                c.ANNOTATION_GRAPH_PROFILE: profile,
+                c.ANNOTATION_GPU_CORE_REQUEST: str(core),
+                c.ANNOTATION_GPU_MEMORY_REQUEST: str(memory_units),
+            },
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"claims": [{"name": "horus-gpu"}]},
+                }
+            ],
+            "resourceClaims": [
+                {"name": "horus-gpu", "resourceClaimName": claim or f"horus-gpu-{name}-req"}
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def add_pod(api: FakeJobApi, pod: dict[str, Any]) -> None:
+    api.pods[("default", pod["metadata"]["name"])] = pod
+
+
+def pinned(claim: dict[str, Any]) -> str:
+    expr: str = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"][
+        "expression"
+    ]
+    return expr
+
+
+def test_a_converted_plain_pod_gets_a_claim_pinned_to_the_gpu_horus_chose(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    add_pod(api, converted_pod("plain", 30, 64))  # 64 units of 256 MiB, as on the DP path
+    report = rec.run_pass()
+    assert report.claims_created == 1
+    claim = api.claims[("default", "horus-gpu-plain-req")]
+    exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["capacity"]["requests"] == {"cores": "30", "memory": f"{64 * 256}Mi"}
+    assert claim["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "v1", "kind": "Pod", "name": "plain", "uid": "uid-plain",
+        "controller": False, "blockOwnerDeletion": False,
+    }  # fmt: skip
+    assert claim["metadata"]["labels"][c.LABEL_CONVERTED_POD] == "plain"
+    assert rec.run_pass().claims_created == 0  # made once
+
+
+def test_the_gpu_within_the_node_is_chosen_by_interference_not_first_fit() -> None:
+    api = dra_api("n1", gpus=2)
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        api.add_dljob(job("busy", core=40, mem=8000))
+        r.run_pass()
+        (busy,) = status(api, "busy")["placements"]
+        assert busy["gpuIndex"] == 0  # so a first fit in device order would share gpu-0
+        add_pod(api, converted_pod("plain", 30, 16))
+        r.run_pass()
+        claim = api.claims[("default", "horus-gpu-plain-req")]
+        other = simulated_gpu_uuid("n1", 1 - busy["gpuIndex"])
+        # the first fit (the GPU with the job, it has room) is not where the pod goes
+        assert other in pinned(claim)
+    finally:
+        r.close()
+
+
+def test_an_unallocated_converted_claim_counts_and_an_overtaken_one_is_decided_again() -> None:
+    api = dra_api("n1", gpus=2)
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        add_pod(api, converted_pod("a", 60, 16))
+        r.run_pass()
+        add_pod(api, converted_pod("b", 60, 16))
+        r.run_pass()  # a's claim, not allocated yet, holds its GPU: b goes to the other one
+        a, b = (pinned(api.claims[("default", f"horus-gpu-{n}-req")]) for n in "ab")
+        assert a != b
+        # a tenant's claim is allocated on a's GPU before a's claim: a's claim goes ...
+        index = 0 if simulated_gpu_uuid("n1", 0) in a else 1
+        tenant_claim(api, "grab", "n1", index, 50, 1000)
+        report = r.run_pass()
+        assert report.claims_deleted >= 1
+        # ... and is made again (same name: the pod names it) where it fits — nowhere now,
+        # since b holds the other GPU: the pod waits, nothing over-committed
+        assert ("default", "horus-gpu-a-req") not in api.claims
+        live = build_live_state(
+            api.list_nodes(), [], [], claims=api.list_resource_claims(), slices=api.slices
+        )
+        assert all(v.core_used_percent <= 100 for v in live.state.views())
+    finally:
+        r.close()
+
+
+def test_two_pods_naming_one_converted_claim_get_none(api: FakeJobApi, rec: Reconciler) -> None:
+    add_pod(api, converted_pod("x", 20, 4, claim="horus-gpu-same"))
+    add_pod(api, converted_pod("y", 20, 4, claim="horus-gpu-same"))
+    rec.run_pass()
+    assert ("default", "horus-gpu-same") not in api.claims
