@@ -60,16 +60,13 @@ def rc() -> Iterator[RealCluster]:
     folder = Path(tempfile.mkdtemp(prefix="horus-real-")) / "c"
     timings: list[str] = []
     # with the optional Horus scheduler Deployment (test_1b), from the project-built image
+    # on the device-plugin path: the tests up to test_2d are that path's; test_2e/test_2f
+    # upgrade the release to the dra path (the chart's default on 1.37) and back
+    sim = [*("--sim-gpu-count", str(GPUS_PER_NODE)), *("--sim-gpu-memory-mib", str(GPU_MEMORY_MIB))]
     values = {
         "scheduler": {"enabled": True},
-        "node": {
-            "devicePlugin": {
-                "extraArgs": [
-                    *("--sim-gpu-count", str(GPUS_PER_NODE)),
-                    *("--sim-gpu-memory-mib", str(GPU_MEMORY_MIB)),
-                ]
-            }
-        },
+        "gpuSharing": {"path": "devicePlugin"},
+        "node": {"devicePlugin": {"extraArgs": sim}, "draDriver": {"extraArgs": sim}},
     }
     cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
     print("real-node cluster: " + "; ".join(timings))

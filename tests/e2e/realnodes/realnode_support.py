@@ -123,3 +123,50 @@ def pods_of(rc: RealCluster, job: str, namespace: str = "default") -> list[dict[
 def running(pod: dict[str, Any]) -> bool:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
+
+
+def claim_and_pod(
+    name: str,
+    node: str,
+    cores: str | None,
+    memory: str | None,
+    namespace: str = "default",
+    steps: int = 0,
+) -> list[dict[str, Any]]:
+    """A ResourceClaim of the Horus DeviceClass asking ``cores``/``memory`` (None: leave the
+    capacity out, which takes all of it) and a pod of the example workload on ``node`` using
+    it, both named ``name``; the workload prints its share and (steps 0) stays up."""
+    from horus.common import constants as c
+    from horus.devcluster.images import IMAGES, reference
+
+    requests = {k: v for k, v in (("cores", cores), ("memory", memory)) if v is not None}
+    exactly: dict[str, Any] = {"deviceClassName": c.DRA_DEVICE_CLASS}
+    if requests:
+        exactly["capacity"] = {"requests": requests}
+    container = {
+        "name": "main",
+        "image": reference(IMAGES["workload"].repository),
+        "imagePullPolicy": "Never",
+        "args": ["--steps", str(steps), "--step-sleep", "0.5"],
+        "resources": {"claims": [{"name": "gpu"}]},
+    }
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 2,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [container],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            },
+        },
+    ]

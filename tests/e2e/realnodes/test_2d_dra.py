@@ -16,16 +16,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from realnode_support import GPU_MEMORY_MIB, apply, running, share_line, wait_for
+from realnode_support import GPU_MEMORY_MIB, apply, claim_and_pod, running, share_line, wait_for
 
 from horus.api.resources import parse_quantity
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
-from horus.devcluster.images import IMAGES, reference
 
 #: Every pod (and its claim, same name) this module makes.
 POD_NAMES = ("dra-twin-a", "dra-twin-b", "dra-after-restart")
@@ -92,55 +90,13 @@ def _logs(folder: Path) -> str:
     return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(folder.glob("*.log")))
 
 
-def _claim_and_pod(name: str, node: str, cores: str, memory: str) -> list[dict[str, Any]]:
-    container = {
-        "name": "main",
-        "image": reference(IMAGES["workload"].repository),
-        "imagePullPolicy": "Never",
-        "args": ["--steps", "0", "--step-sleep", "0.5"],
-        "resources": {"claims": [{"name": "gpu"}]},
-    }
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": c.DRA_DEVICE_CLASS,
-                                "capacity": {"requests": {"cores": cores, "memory": memory}},
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 2,
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [container],
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-            },
-        },
-    ]
-
-
 def test_a_pod_with_a_claim_runs_with_exactly_its_consumed_capacity(
     rc: RealCluster, dra_drivers: Path
 ) -> None:
     node = rc.nodes[0]
     twins = {"dra-twin-a": "16384Mi", "dra-twin-b": "8192Mi"}  # same cores, other memory
     for name, memory in twins.items():
-        for doc in _claim_and_pod(name, node, "30", memory):
+        for doc in claim_and_pod(name, node, "30", memory):
             apply(rc, doc)
     try:
         for name in twins:
@@ -192,7 +148,7 @@ def test_a_kubelet_restart_keeps_prepared_claims_and_prepares_new_ones(
         before = {n: rc.kube.json("get", "pod", n) for n in twins}
         assert all(running(p) for p in before.values()), "the twins are not running"
         rc.real.restart_kubelet(node)
-        for doc in _claim_and_pod("dra-after-restart", node, "20", "2048Mi"):
+        for doc in claim_and_pod("dra-after-restart", node, "20", "2048Mi"):
             apply(rc, doc)
         line = wait_for(
             "the new pod's share line after the kubelet restart",

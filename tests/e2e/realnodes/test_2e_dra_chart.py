@@ -1,10 +1,10 @@
-"""The chart's DRA driver (``node.draDriver.enabled``) on real nodes (issue 25): the driver as
+"""The chart's DRA driver (``gpuSharing.path: dra``) on real nodes (issue 25): the driver as
 a container of the node DaemonSet, with the node identity's own pod-bound token — so the
 shipped RBAC and admission policies (``horus-node-own-resourceslices``) are what let it
 publish — registers with each real kubelet, publishes its node's ResourceSlice, and a pod
 with a claim starts with exactly its claim's share, through containerd 2's CDI.
 
-The release is upgraded with the value on and put back as it was at the end (the later tests
+The release is upgraded to the dra path and put back as it was at the end (the later tests
 of the package see the chart as installed). Runs after test_2d_dra, whose host-process drivers
 are stopped by then (one driver per node: both would serve the same registration socket).
 """
@@ -15,7 +15,7 @@ import copy
 from typing import Any
 
 import yaml
-from realnode_support import GPU_MEMORY_MIB, apply, share_line, wait_for
+from realnode_support import apply, share_line, wait_for
 
 from horus.api.resources import parse_quantity
 from horus.common import constants as c
@@ -56,10 +56,7 @@ def _delete_slices(rc: RealCluster) -> None:
 def test_the_charts_dra_driver_prepares_claims_with_the_node_identity(rc: RealCluster) -> None:
     installed = _values(rc)
     on = copy.deepcopy(installed)
-    driver = on.setdefault("node", {}).setdefault("draDriver", {})
-    driver["enabled"] = True
-    # the same simulated GPUs as the device plugin's (the package's values)
-    driver["extraArgs"] = ["--sim-gpu-count", "1", "--sim-gpu-memory-mib", str(GPU_MEMORY_MIB)]
+    on["gpuSharing"] = {"path": "dra"}  # the driver's simulated GPUs: the package's values
     _delete_slices(rc)  # start from none: every slice below is the DaemonSet's
     install(rc.kube, on)
     node = rc.nodes[1]
@@ -135,5 +132,5 @@ def test_the_charts_dra_driver_prepares_claims_with_the_node_identity(rc: RealCl
     finally:
         rc.kube.kubectl("delete", "pod", POD, "--grace-period=0", "--force", check=False)
         rc.kube.kubectl("delete", "resourceclaim", POD, check=False)
-        install(rc.kube, installed)  # the chart as it was: the driver container goes away
+        install(rc.kube, installed)  # the chart as it was: the device plugin comes back
         _delete_slices(rc)  # a stopped driver leaves its slices (as Go drivers do)
