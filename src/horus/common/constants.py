@@ -87,7 +87,7 @@ LABEL_REPLICA_INDEX: Final = f"{API_GROUP}/replica-index"
 # --- A plain pod's horus.io/gpu-* requests on the DRA path (issue 25 item 3) ------------------
 # The admission policy (examples/dra/extended-resources-policy.yaml) moves the requests of the
 # pod's first container into these annotations (quantities as written) and makes the pod
-# reference claim CONVERTED_CLAIM_PREFIX + <admission request UID> as entry CONVERTED_CLAIM_ENTRY;
+# reference claim CONVERTED_CLAIM_PREFIX + <pod name> as entry CONVERTED_CLAIM_ENTRY;
 # the operator chooses the GPU and creates that claim (label LABEL_CONVERTED_POD).
 ANNOTATION_GPU_CORE_REQUEST: Final = f"{API_GROUP}/gpu-core-request"
 ANNOTATION_GPU_MEMORY_REQUEST: Final = f"{API_GROUP}/gpu-memory-request"

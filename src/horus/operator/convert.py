@@ -11,9 +11,10 @@ once it exists. So the conversion is in two halves:
    (no webhook server, no side effect) moves the first container's ``horus.io/gpu-core`` and
    ``horus.io/gpu-memory`` out of its resources into the annotations
    ``horus.io/gpu-core-request`` / ``horus.io/gpu-memory-request`` (as written), and makes the
-   pod use claim ``horus-gpu-<admission request UID>`` (entry ``horus-gpu``) — a name known at
-   admission even for a ``generateName`` pod. The kube-scheduler waits while that claim does
-   not exist;
+   pod use claim ``horus-gpu-<pod name>`` (entry ``horus-gpu``). The kube-scheduler waits
+   while that claim does not exist. Only pods named at creation: a ``generateName`` pod has
+   no name yet at admission and a policy's CEL sees nothing else unique (no request UID), so
+   such pods are not converted;
 2. **each operator pass** (this module) finds such pods, reads their request as the
    scheduler extender does (:func:`horus.operator.extender.demand.pod_demand`: the
    ``horus.io/graph-profile`` annotation, the amounts; ``horus.io/gpu-memory`` in the device

@@ -320,3 +320,123 @@ def test_a_decision_a_tenant_claim_overtook_is_re_placed_never_over_committed_or
     passes_until(rec, "late Running", lambda: status(dra_env, "late").get("phase") == "Running")
     assert_never_over(dra_env)
     assert gpu_load(dra_env)[f"gpu-{first['gpuIndex']}"][0] == 70  # the tenant's, untouched
+
+
+def test_a_plain_pods_horus_requests_become_a_claim_on_the_gpu_horus_chose(
+    dra_env: DraEnv, placer: tuple[Scoped, Reconciler]
+) -> None:
+    """The admission policy (examples/dra/extended-resources-policy.yaml, bound to this test's
+    namespace only) turns a plain pod's horus.io/gpu-* requests into a claim reference; the
+    operator pass chooses the GPU — not the first fit: the GPU a job already uses has room,
+    the pod goes to the other — and makes the claim, which the kube-scheduler allocates."""
+    _, rec = placer
+    versions = dra_env.kubectl("api-versions").stdout.split()
+    assert "admissionregistration.k8s.io/v1" in versions
+    docs = list(
+        yaml.safe_load_all(
+            (ROOT / "examples" / "dra" / "extended-resources-policy.yaml").read_text()
+        )
+    )
+    policy, binding = docs
+    binding["spec"]["matchResources"] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": dra_env.namespace}}
+    }
+    for doc in (policy, binding):
+        dra_env.apply(doc)
+    try:
+        dra_env.apply(dljob(dra_env.namespace, "busy", replicas=1, core=40, mib=8000))
+        passes_until(rec, "busy scheduled", lambda: status(dra_env, "busy").get("placements"))
+        busy = status(dra_env, "busy")["placements"][0]
+        wait_for(
+            "busy's claim allocated",
+            lambda: (dra_env.get("resourceclaim", "busy-0-gpu").get("status") or {}).get(
+                "allocation"
+            ),
+            60,
+        )
+        profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "plain",
+                "namespace": dra_env.namespace,
+                "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
+            },
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {
+                            "limits": {c.RESOURCE_GPU_CORE: "30", c.RESOURCE_GPU_MEMORY: "32"}
+                        },
+                    }
+                ],
+            },
+        }
+
+        # the policy may take a moment to be in force after it is created
+        def created() -> dict[str, Any] | None:
+            out = dra_env.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(pod))
+            made: dict[str, Any] = json.loads(out.stdout)
+            if made["spec"].get("resourceClaims"):
+                return made
+            dra_env.kubectl(
+                "delete",
+                "pod",
+                made["metadata"]["name"],
+                "-n",
+                dra_env.namespace,
+                "--grace-period=0",
+                "--force",
+            )
+            return None
+
+        made = wait_for("the policy converts the pod", created, 60)
+        name = made["metadata"]["name"]
+        (entry,) = made["spec"]["resourceClaims"]
+        assert entry == {"name": "horus-gpu", "resourceClaimName": "horus-gpu-plain"}
+        res = made["spec"]["containers"][0]["resources"]
+        assert c.RESOURCE_GPU_CORE not in json.dumps(res) and res["claims"] == [
+            {"name": "horus-gpu"}
+        ]
+        ann = made["metadata"]["annotations"]
+        assert (ann[c.ANNOTATION_GPU_CORE_REQUEST], ann[c.ANNOTATION_GPU_MEMORY_REQUEST]) == (
+            "30",
+            "32",
+        )
+        claim_name = entry["resourceClaimName"]
+
+        def allocated_claim() -> dict[str, Any] | None:
+            got = dra_env.kubectl(
+                "get",
+                "resourceclaim",
+                claim_name,
+                "-n",
+                dra_env.namespace,
+                "-o",
+                "json",
+                check=False,
+            )
+            if got.returncode:
+                return None
+            claim: dict[str, Any] = json.loads(got.stdout)
+            return claim if (claim.get("status") or {}).get("allocation") else None
+
+        claim = passes_until(rec, "the converted claim made and allocated", allocated_claim, 90)
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert busy["gpuIndex"] == 0  # a first fit in device order would share gpu-0 (room: 60 %)
+        assert result["device"] == "gpu-1"  # Horus chose the GPU without the job
+        assert consumed(result) == (30, 32 * 256)
+        assert claim["status"]["reservedFor"][0]["name"] == name
+        assert claim["metadata"]["ownerReferences"][0]["name"] == name
+        bound = wait_for(
+            "the pod bound", lambda: dra_env.get("pod", name)["spec"].get("nodeName"), 60
+        )
+        assert bound == dra_env.node
+        assert_never_over(dra_env)
+    finally:
+        for doc in (binding, policy):
+            dra_env.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], check=False)

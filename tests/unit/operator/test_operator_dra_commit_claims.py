@@ -416,7 +416,7 @@ def converted_pod(
     name: str, core: int, memory_units: int, claim: str | None = None
 ) -> dict[str, Any]:
     """A pod as examples/dra/extended-resources-policy.yaml leaves it: its requests moved into
-    annotations, a reference to claim horus-gpu-<admission UID> that does not exist yet."""
+    annotations, a reference to claim horus-gpu-<pod name> that does not exist yet."""
     from opfixtures import ROOT
 
     profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
