@@ -39,7 +39,7 @@ from typing import Any
 
 from horus.common import constants as c
 from horus.operator.extender.demand import pod_demand
-from horus.operator.livestate import TERMINAL_POD_PHASES
+from horus.operator.livestate import TERMINAL_POD_PHASES, converted_claim_name
 from horus.scheduler import JobRequest
 
 __all__ = ["Conversion", "converted_claim_name", "pending_conversions"]
@@ -58,17 +58,6 @@ class Conversion:
     claim: str
     request: JobRequest | None
     problem: str | None = None
-
-
-def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
-    """The claim the admission policy made ``pod`` use, or None for any other pod."""
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
-        if not isinstance(entry, Mapping) or entry.get("name") != c.CONVERTED_CLAIM_ENTRY:
-            continue
-        name = entry.get("resourceClaimName")
-        if isinstance(name, str) and name.startswith(c.CONVERTED_CLAIM_PREFIX):
-            return name
-    return None
 
 
 def _as_requested(pod: Mapping[str, Any]) -> dict[str, Any]:

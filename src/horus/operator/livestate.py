@@ -96,6 +96,7 @@ __all__ = [
     "build_live_state",
     "claim_job_name",
     "claim_shares",
+    "converted_claim_name",
     "dljob_job_name",
     "dljob_record_trusted",
     "graph_profile",
@@ -197,6 +198,7 @@ def build_live_state(
     one bad object must not stop the whole cluster from being scheduled.
     """
     live = _gpu_nodes(nodes, slices)
+    pods = list(pods)
     known = dict(profiles or {})
     recorded = _add_dljob_records(live, dljobs, predictor, known, keys, distrusted)
     for jname, members in _pod_groups(live, pods, recorded, keys).items():
@@ -208,7 +210,7 @@ def build_live_state(
             ): str(meta_of(o).get("uid", ""))
             for o in dljobs
         }
-        _add_claims(live, claims, {j: uids.get(j, "") for j in recorded})
+        _add_claims(live, claims, {j: uids.get(j, "") for j in recorded}, _waiting_pods(pods))
     return live
 
 
@@ -272,8 +274,37 @@ def _claim_owner(claim: Mapping[str, Any]) -> str:
     return ""
 
 
+def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
+    """The claim the admission policy made ``pod`` use for its ``horus.io/gpu-*`` requests
+    (:mod:`horus.operator.convert`), or None for any other pod."""
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if not isinstance(entry, Mapping) or entry.get("name") != c.CONVERTED_CLAIM_ENTRY:
+            continue
+        name = entry.get("resourceClaimName")
+        if isinstance(name, str) and name.startswith(c.CONVERTED_CLAIM_PREFIX):
+            return name
+    return None
+
+
+def _waiting_pods(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(namespace, converted claim) → UID of the one unbound, unfinished pod that names it."""
+    out: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        name = converted_claim_name(pod)
+        if name is None or (pod.get("spec") or {}).get("nodeName"):
+            continue
+        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        meta = meta_of(pod)
+        out[(str(meta.get("namespace", "default")), name)] = str(meta.get("uid") or "")
+    return out
+
+
 def _add_claims(
-    live: LiveState, claims: Iterable[Mapping[str, Any]], recorded: Mapping[str, str]
+    live: LiveState,
+    claims: Iterable[Mapping[str, Any]],
+    recorded: Mapping[str, str],
+    waiting: Mapping[tuple[str, str], str] | None = None,
 ) -> None:
     """(c): allocated claims not already counted by their DLJob's record (module docstring)."""
     own: dict[str, list[tuple[str, list[GpuShare]]]] = {}  # recorded job → its allocated claims
@@ -281,7 +312,7 @@ def _add_claims(
     by_uuid = {str(u): g for g, u in enumerate(live.state.gpu_uuid)}
     for claim in claims:
         decided = _converted_decision(live.state, by_uuid, claim)
-        if decided is not None:
+        if decided is not None and _for_waiting_pod(claim, waiting or {}):
             _add_converted(live, key_of(claim), decided)
             continue
         try:
@@ -343,6 +374,17 @@ def _add_claim(
             request.name, "claims", request, tuple(shares), prediction
         )
         return
+
+
+def _for_waiting_pod(claim: Mapping[str, Any], waiting: Mapping[tuple[str, str], str]) -> bool:
+    """Rule (d) counts a converted claim only while the pod that owns it waits for it (a label
+    anyone may write proves nothing: without its pod, such a claim holds nothing)."""
+    meta = meta_of(claim)
+    uid = waiting.get((str(meta.get("namespace", "default")), str(meta.get("name", ""))))
+    refs = meta.get("ownerReferences") or []
+    return bool(uid) and any(
+        isinstance(r, Mapping) and r.get("kind") == "Pod" and r.get("uid") == uid for r in refs
+    )
 
 
 def _converted_decision(

@@ -524,3 +524,33 @@ def test_two_pods_naming_one_converted_claim_get_none(api: FakeJobApi, rec: Reco
     add_pod(api, converted_pod("y", 20, 4, claim="horus-gpu-same"))
     rec.run_pass()
     assert ("default", "horus-gpu-same") not in api.claims
+
+
+def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> None:
+    """A tenant may write the converted-pod label on any claim: without the pod that owns it
+    and waits for it, an unallocated claim holds nothing and Horus does not count it."""
+    from horus.operator.claims import pod_share_claim
+
+    api = dra_api("n1", gpus=1)
+    uuid = simulated_gpu_uuid("n1", 0)
+    pod = converted_pod("p", 90, 4, claim="horus-gpu-p")
+    forged = pod_share_claim(pod, "horus-gpu-p", uuid, 90, 1024)
+    api.create_resource_claim("default", forged)
+
+    def used() -> int:
+        live = build_live_state(
+            api.list_nodes(),
+            api.list_pods(),
+            [],
+            claims=api.list_resource_claims(),
+            slices=api.slices,
+        )
+        return live.state.views()[0].core_used_percent
+
+    assert used() == 0  # no pod: a label proves nothing
+    add_pod(api, {**pod, "metadata": {**pod["metadata"], "uid": "someone-else"}})
+    assert used() == 0  # a pod of that name, but not the claim's owner
+    api.pods[("default", "p")] = pod
+    assert used() == 90  # the owner waits for it: Horus' decision, counted
+    api.pods[("default", "p")]["spec"]["nodeName"] = "n1"
+    assert used() == 0  # bound but not allocated: the pod does not wait for it any more
