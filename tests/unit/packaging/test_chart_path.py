@@ -106,11 +106,22 @@ def test_one_value_picks_the_path_for_every_role(
         assert op["resourceclaims"] == {"get", "list", "watch", "create", "delete"}
         assert op["resourceslices"] == {"get", "list", "watch"}
         assert "resourceclaims/status" not in op
+        # pods asking for horus.io/gpu-* are converted to a claim the operator pins (the
+        # policy as examples/dra/ ships it, so the two never drift)
+        example = {
+            d["kind"]: d
+            for d in yaml.safe_load_all(
+                (ROOT / "examples/dra/extended-resources-policy.yaml").read_text()
+            )
+        }
+        for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"):
+            assert objs[(kind, "horus-gpu-requests-to-claims")]["spec"] == example[kind]["spec"]
     else:
         assert containers(objs) == ["device-plugin", "agent"]
         assert "dra" not in cfg
         assert node_rules(objs)["pods"] == {"get", "list", "patch", "delete"}
         assert "resourceclaims" not in node_rules(objs, "horus-operator")
+        assert ("MutatingAdmissionPolicy", "horus-gpu-requests-to-claims") not in objs
     # the DeviceClass ships either way (a tenant's claim names it; harmless without slices)
     assert ("DeviceClass", "gpu.horus.io") in objs
 
