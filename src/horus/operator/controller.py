@@ -158,6 +158,7 @@ class Controller:
             correction=self.correction,
             correction_period=s.correction_period,
             restart_seconds=s.restart_seconds,
+            placement_path=s.placement_path,
         )
         self.metrics.set_predictor(predictor.version)
         self.metrics.serve(s.metrics_port, s.metrics_host)
@@ -389,6 +390,10 @@ def change_fingerprint(kind: str, body: Any) -> tuple[Any, ...] | None:
         if c.LABEL_DLJOB_NAME in (meta.get("labels") or {}) or c.ANNOTATION_GPU_ASSIGNMENT in (
             meta.get("annotations") or {}
         ):
+            return _pod_fingerprint(body)
+        from horus.operator.livestate import converted_claim_name
+
+        if converted_claim_name(body) is not None:  # DRA: a plain pod waiting for its claim
             return _pod_fingerprint(body)
         return None
     if kind == "nodes":

@@ -17,7 +17,11 @@ the operator's.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -440,3 +444,45 @@ def test_a_plain_pods_horus_requests_become_a_claim_on_the_gpu_horus_chose(
     finally:
         for doc in (binding, policy):
             dra_env.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], check=False)
+
+
+def test_the_operator_process_places_through_claims_with_placement_path_dra(
+    dra_env: DraEnv, crd: None, driver: RunningDriver, tmp_path: Path
+) -> None:
+    """The whole process (``python -m horus.operator --placement-path dra``: settings →
+    controller → the watch-fed view's claims and slices → the pass): a DLJob's claim is made
+    and allocated on its recorded GPU by the kube-scheduler and the job runs."""
+    wait_for("the driver's slice", dra_env.slices, 60)
+    log = tmp_path / "operator.log"
+    argv = [
+        sys.executable, "-m", "horus.operator",
+        "--kubeconfig", dra_env.cluster.kubeconfig,
+        "--lease-name", f"horus-operator-{uuid.uuid4().hex[:6]}",
+        "--resync-period", "2", "--metrics-port", "0", "--correction-period", "0",
+        "--placement-path", "dra",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        dra_env.apply(dljob(dra_env.namespace, "proc", replicas=1, core=25, mib=4096))
+
+        def running() -> bool:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            return status(dra_env, "proc").get("phase") == "Running"
+
+        wait_for("the operator's job Running", running, 120)
+        placed = status(dra_env, "proc")["placements"][0]
+        claim = dra_env.get("resourceclaim", "proc-0-gpu")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == f"gpu-{placed['gpuIndex']}" and consumed(result) == (25, 4096)
+        assert dra_env.get("pod", "proc-0")["spec"]["nodeName"] == dra_env.node
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        dra_env.kubectl(
+            "delete", "dljob", "proc", "-n", dra_env.namespace, "--wait=false", check=False
+        )
+        print(log.read_text(errors="replace")[-3000:])

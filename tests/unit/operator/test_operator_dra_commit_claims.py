@@ -554,3 +554,12 @@ def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> 
     assert used() == 90  # the owner waits for it: Horus' decision, counted
     api.pods[("default", "p")]["spec"]["nodeName"] = "n1"
     assert used() == 0  # bound but not allocated: the pod does not wait for it any more
+
+
+def test_a_converted_pod_nudges_a_pass_a_plain_one_does_not() -> None:
+    from horus.operator.controller import change_fingerprint
+
+    pod = converted_pod("p", 30, 4)
+    assert change_fingerprint("pods", pod) is not None
+    plain = {"metadata": {"name": "q", "namespace": "default"}, "spec": {"containers": []}}
+    assert change_fingerprint("pods", plain) is None
