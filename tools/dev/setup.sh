@@ -2,7 +2,8 @@
 # Installs everything Horus' demo and tests need, idempotently, on a fresh Debian machine:
 #   - Debian packages: etcd-server (the control plane's store), prometheus (metrics tests);
 #     for real kubelet nodes (horus dev cluster add-nodes --real): runc,
-#     containernetworking-plugins, iptables; mmdebstrap builds the images' Debian base
+#     containernetworking-plugins, iptables; buildah builds the images from their Dockerfiles,
+#     mmdebstrap their Debian base
 #   - a virtualenv in .venv with horus[dev,profile] (editable)
 #   - the control-plane binaries, the kubelet and the real nodes' containerd 2.x, built from
 #     their Go modules (tools/controlplane/build.sh; cached in ~/.cache/horus)
@@ -25,6 +26,7 @@ command -v runc >/dev/null 2>&1 || missing+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 if ((${#missing[@]})); then
   step "apt-get install ${missing[*]} (Debian packages the cluster, its real nodes and images need)"
   $SUDO apt-get update -qq || fail "apt-get update" "no access to Debian's package mirror?"

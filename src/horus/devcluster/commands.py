@@ -111,13 +111,14 @@ def _register_add_nodes(csub: Any) -> None:
 def _register_images(dev_sub: Any) -> None:
     images = dev_sub.add_parser(
         "images",
-        help="build Horus' container images from their Dockerfiles without a Docker engine",
+        help="build Horus' container images from their Dockerfiles with buildah (no Docker engine)",
         description=(
-            "Executes operator/Dockerfile, device-plugin/Dockerfile, "
-            "examples/workload/Dockerfile (and predictor/Dockerfile on request) as root: "
-            "Debian (mmdebstrap) stands in for the python:*-slim base, pip installs offline "
-            "from wheels downloaded on this host. Cached by content in "
-            "~/.cache/horus/images; an unchanged image is found in under a second."
+            "Builds operator/Dockerfile, device-plugin/Dockerfile, "
+            "examples/workload/Dockerfile (and predictor/Dockerfile, kube-scheduler, pause, "
+            "coredns on request) with buildah as root: Debian (mmdebstrap) is committed as "
+            "the python:*-slim base, since no registry is reached. buildah's step cache and "
+            "storage live in ~/.cache/horus/images; an unchanged image is found in about a "
+            "second."
         ),
     )
     isub = images.add_subparsers(dest="images_command", metavar="ACTION", required=True)

@@ -1,16 +1,32 @@
 """Horus' container images for the local cluster's real nodes: which ones, built how, loaded how.
 
-``horus dev images build`` builds the images of this checkout from their Dockerfiles (the one
-definition of what each holds; :mod:`horus.devcluster.imagebuild` executes them without a
-Docker engine) and records each as a *descriptor*: its reference, OCI config, manifest and
-layer files. ``horus dev cluster load-images`` streams an OCI archive of each into every real
-node's containerd (``ctr images import``), skipping nodes that already hold that manifest.
+``horus dev images build`` builds the images of this checkout from their Dockerfiles with
+**buildah** (Debian's ``buildah`` package; no daemon, no Docker engine): ``buildah bud
+--layers --pull=never --isolation chroot`` with its own storage in
+``${HORUS_CACHE_DIR:-~/.cache/horus}/images``. buildah executes the Dockerfiles as ``docker
+build`` does — ``.dockerignore``, multi-stage ``COPY --from``, ``RUN`` in a chroot — and
+``--layers`` caches every step by its parent, its instruction and the content it copies, so an
+unchanged image costs seconds and a changed source rebuilds from the first step it touches.
 
-The sandbox ("pause") image is not a Dockerfile: its only file is ``/pause``, the static
-``horus-pause`` program that ``tools/controlplane/build.sh`` builds with the kubelet. The
-Horus scheduler's kube-scheduler image is a Dockerfile whose build context is the folder of
-those binaries (``tools/controlplane/kube-scheduler/Dockerfile``), tagged with the Kubernetes
-version of the binary, as ``registry.k8s.io/kube-scheduler`` is.
+What buildah cannot do here is pull: this machine reaches no container registry. The one base
+the Dockerfiles name, ``python:<X.Y[.Z]>-slim-<suite>``, is therefore committed into buildah's
+storage under that very name from a Debian root that ``mmdebstrap --variant=minbase`` makes
+with ``python3`` (documentation, man pages and locales left out, as in the slim images); the
+suite must ship the tag's Python (bookworm 3.11, trixie 3.13), else the build stops and says
+so. ``RUN`` reaches the network as in ``docker build``; this host's CA bundle is bound over the
+image's, read-only and for the step only, so ``pip`` trusts what this host trusts (a proxy's
+CA, say) without the image keeping it.
+
+Each built image is pushed, uncompressed, into one OCI layout folder (``images/oci``; layers
+shared between images are stored once, and a push of an unchanged image copies nothing) and
+recorded as a *descriptor* (reference, manifest digest). ``horus dev cluster load-images``
+streams it as an OCI archive into every real node's containerd (``ctr images import``),
+skipping nodes that already hold that manifest.
+
+The sandbox ("pause"), kube-scheduler and CoreDNS images are Dockerfiles whose build context
+is the folder of control-plane binaries that ``tools/controlplane/build.sh`` builds
+(``tools/controlplane/{pause,kube-scheduler,coredns}/Dockerfile``), tagged with the version of
+the binary (the pause program: its content digest).
 """
 
 from __future__ import annotations
@@ -18,8 +34,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import re
+import shutil
 import subprocess
+import sys
 import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,40 +48,48 @@ from typing import Any
 
 from horus import __version__
 from horus.common.errors import ClusterError, ValidationError
-from horus.devcluster import dockerfile
 from horus.devcluster.binaries import ensure_binaries
-from horus.devcluster.imagebuild import (
-    Builder,
-    StageResult,
-    _sha,
-    cache_dir,
-    prune,
-)
-from horus.devcluster.layers import file_digest
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
-MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
-MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar"
 CTR_NAMESPACE = "k8s.io"  # the CRI's containerd namespace
+
+#: Debian suites that can stand in for python:<version>-slim-<suite>: their Python.
+SUITES = {"bookworm": "3.11", "trixie": "3.13"}
+BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3")
+#: What the slim images leave out too.
+DPKG_EXCLUDES = (
+    "/usr/share/doc/*",
+    "/usr/share/man/*",
+    "/usr/share/info/*",
+    "/usr/share/locale/*",
+    "/usr/share/lintian/*",
+)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MIRROR = os.environ.get("HORUS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+#: The host's CA bundle (Debian's path), bound read-only over the image's during RUN.
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class ImageDef:
     """One image of this repository: its Dockerfile (relative to the checkout) and name.
-    ``binaries``: its build context is the control-plane binaries folder
+    ``binary``: its build context is the control-plane binaries folder
     (:func:`horus.devcluster.binaries.ensure_binaries`), not the checkout, and its tag is
-    their Kubernetes version."""
+    that binary's version (:func:`binary_tag`)."""
 
     dockerfile: str
     repository: str
     about: str
-    binaries: bool = False
+    binary: str = ""
 
 
 #: The images ``horus dev images build`` knows. The chart's defaults name the first two
 #: (``images.operator``, ``images.node``); the workload image runs the DLJob examples; the
-#: kube-scheduler image is the Horus scheduler's (``images.kubeScheduler``) on real nodes.
+#: kube-scheduler image is the Horus scheduler's (``images.kubeScheduler``) on real nodes;
+#: the pause and CoreDNS images are every real node's pod sandbox and the cluster's DNS.
 IMAGES: dict[str, ImageDef] = {
     "operator": ImageDef("operator/Dockerfile", "horus-operator", "operator + extender"),
     "node": ImageDef("device-plugin/Dockerfile", "horus-device-plugin", "device plugin + agent"),
@@ -72,7 +101,19 @@ IMAGES: dict[str, ImageDef] = {
         "tools/controlplane/kube-scheduler/Dockerfile",
         "kube-scheduler",
         "the Horus scheduler's kube-scheduler (pinned Kubernetes build)",
-        binaries=True,
+        binary="kube-scheduler",
+    ),
+    "pause": ImageDef(
+        "tools/controlplane/pause/Dockerfile",
+        "horus-pause",
+        "the real nodes' pod sandbox (tools/controlplane/cmd/horus-pause)",
+        binary="horus-pause",
+    ),
+    "coredns": ImageDef(
+        "tools/controlplane/coredns/Dockerfile",
+        "coredns",
+        "the cluster's DNS (pinned CoreDNS build)",
+        binary="coredns",
     ),
 }
 #: What is built when no names are given (the predictor image pulls torch: GBs).
@@ -85,12 +126,10 @@ class BuiltImage:
 
     ref: str
     manifest_digest: str
-    config: str  # the config JSON, verbatim
-    layers: list[str]  # layer tar paths, base first
+    image_id: str
+    layout: str  # the OCI layout folder that holds its blobs
     descriptor: str = ""
-
-    def manifest(self) -> bytes:
-        return _manifest(self.config.encode(), [Path(p) for p in self.layers])
+    fingerprint: str = ""  # of its Dockerfile, bases and context (:func:`fingerprint`)
 
 
 #: The registry name of locally built images (``--set images.registry=horus.local`` for the
@@ -104,89 +143,132 @@ def reference(repository: str, tag: str = __version__) -> str:
     return f"{LOCAL_REGISTRY}/{repository}:{tag}"
 
 
-def _layer_digest(path: Path) -> str:
-    name = path.name.removesuffix(".tar")
-    return name if len(name) == 64 else file_digest(path)
+def cache_dir() -> Path:
+    root = os.environ.get("HORUS_CACHE_DIR") or str(Path.home() / ".cache" / "horus")
+    return Path(root) / "images"
 
 
-def _manifest(config: bytes, layers: list[Path]) -> bytes:
-    body = {
-        "schemaVersion": 2,
-        "mediaType": MEDIA_MANIFEST,
-        "config": {
-            "mediaType": MEDIA_CONFIG,
-            "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
-            "size": len(config),
-        },
-        "layers": [
-            {
-                "mediaType": MEDIA_LAYER,
-                "digest": "sha256:" + _layer_digest(p),
-                "size": p.stat().st_size,
-            }
-            for p in layers
-        ],
-    }
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+def _buildah(*args: str) -> list[str]:
+    """buildah with this cache's own storage (overlay: one copy of each layer on disk)."""
+    if shutil.which("buildah") is None:
+        raise ClusterError(
+            "building images needs buildah (Debian package buildah): run tools/dev/setup.sh "
+            "or apt-get install -y buildah"
+        )
+    store = cache_dir() / "storage"
+    return [
+        *("buildah", "--root", str(store / "root"), "--runroot", str(store / "run")),
+        *("--storage-driver", "overlay", *args),
+    ]
 
 
-def _config(result: StageResult, layers: list[Path]) -> bytes:
-    cfg: dict[str, Any] = {"Env": [f"{k}={v}" for k, v in result.env.items()]}
-    if result.entrypoint:
-        cfg["Entrypoint"] = result.entrypoint
-    if result.cmd:
-        cfg["Cmd"] = result.cmd
-    if result.user:
-        cfg["User"] = result.user
-    if result.workdir:
-        cfg["WorkingDir"] = result.workdir
-    if result.labels:
-        cfg["Labels"] = result.labels
-    if result.exposed:
-        cfg["ExposedPorts"] = {p: {} for p in result.exposed}
-    body = {
-        "created": "1970-01-01T00:00:00Z",
-        "architecture": "amd64",
-        "os": "linux",
-        "config": cfg,
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + _layer_digest(p) for p in layers]},
-        "history": [{"created_by": h} for h in result.history],
-    }
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _save(ref: str, key: str, config: bytes, layers: list[Path]) -> BuiltImage:
-    folder = cache_dir() / "descriptors"
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = _manifest(config, layers)
-    name = ref.rsplit("/", 1)[-1].replace(":", "-")
-    path = folder / f"{name}-{key[:16]}.json"
-    image = BuiltImage(
-        ref=ref,
-        manifest_digest="sha256:" + hashlib.sha256(manifest).hexdigest(),
-        config=config.decode(),
-        layers=[str(p) for p in layers],
-        descriptor=str(path),
-    )
-    path.write_text(json.dumps(asdict(image), indent=2))
-    return image
+def _run(argv: list[str], what: str, log: Log | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ClusterError(
+            f"{what} failed (exit {proc.returncode}): "
+            + (proc.stdout + proc.stderr).strip()[-3000:]
+        )
+    return proc.stdout
 
 
 def load_descriptor(path: Path) -> BuiltImage:
     try:
-        raw = json.loads(path.read_text())
-        image = BuiltImage(**raw)
+        image = BuiltImage(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError) as exc:
         raise ClusterError(
             f"image descriptor {path} is unreadable ({exc}); rebuild with 'horus dev images build'"
         ) from None
-    missing = [p for p in image.layers if not Path(p).is_file()]
-    if missing:
+    if not _blob(Path(image.layout), image.manifest_digest).is_file():
         raise ClusterError(
-            f"{image.ref}: layer {missing[0]} is gone from the cache; rebuild with "
+            f"{image.ref}: its manifest is gone from {image.layout}; rebuild with "
             "'horus dev images build'"
         )
     return image
+
+
+# --- the base image --------------------------------------------------------------------------
+
+
+def bases(dockerfile: Path) -> list[str]:
+    """The images a Dockerfile's ``FROM`` lines name, other than its own stages and scratch
+    (what buildah would pull: it must be in storage here)."""
+    found: list[str] = []
+    stages: set[str] = set()
+    for line in dockerfile.read_text().splitlines():
+        m = re.match(r"\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE)
+        if m is None:
+            continue
+        if m.group(1) not in stages and m.group(1) != "scratch" and m.group(1) not in found:
+            found.append(m.group(1))
+        if m.group(2):
+            stages.add(m.group(2))
+    return found
+
+
+def base_suite(name: str) -> str:
+    """The Debian suite that stands in for ``python:<X.Y[.Z]>-slim-<suite>``."""
+    m = re.fullmatch(r"(?:docker\.io/)?(?:library/)?python:(\d+\.\d+)(?:\.\d+)?-slim-(\w+)", name)
+    if m is None:
+        raise ValidationError(
+            f"FROM {name}: this machine pulls no images; the local build stands in Debian for "
+            "python:<X.Y>-slim-<suite> only (and builds FROM scratch or an earlier stage)"
+        )
+    version, suite = m.group(1), m.group(2)
+    if SUITES.get(suite) != version:
+        known = ", ".join(f"{s} ({v})" for s, v in SUITES.items())
+        raise ValidationError(
+            f"FROM {name}: Debian {suite} does not ship Python {version} (known: {known})"
+        )
+    return suite
+
+
+def _has_image(name: str) -> bool:
+    proc = subprocess.run(
+        _buildah("inspect", "--type", "image", name), capture_output=True, text=True
+    )
+    return proc.returncode == 0
+
+
+def ensure_base(name: str, log: Log) -> None:
+    """Commit the Debian stand-in for ``name`` into buildah's storage (first time only)."""
+    if _has_image(name):
+        return
+    suite = base_suite(name)
+    if shutil.which("mmdebstrap") is None:
+        raise ClusterError(
+            "building images needs mmdebstrap (Debian package mmdebstrap): run "
+            "tools/dev/setup.sh or apt-get install -y mmdebstrap"
+        )
+    work = cache_dir() / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    tar = work / f"{suite}-base.tar"
+    log(f"images: Debian {suite} base for {name} (mmdebstrap; first time only, about 2 min)")
+    argv = [
+        *("mmdebstrap", "--variant=minbase", "--mode=root", "--format=tar", "--quiet"),
+        "--include=" + ",".join(BASE_PACKAGES),
+        *(f"--dpkgopt=path-exclude={p}" for p in DPKG_EXCLUDES),
+        "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+        '--aptopt=Acquire::Retries "3"',
+        *(suite, str(tar), MIRROR),
+    ]
+    try:
+        _run(argv, f"mmdebstrap {suite} (it needs the Debian mirror {MIRROR}, HORUS_DEBIAN_MIRROR)")
+        container = _run(_buildah("from", "--quiet", "scratch"), "buildah from scratch").strip()
+        try:
+            _run(_buildah("add", "--quiet", container, str(tar), "/"), "buildah add")
+            _run(
+                _buildah(
+                    *("config", "--env", f"PATH={DEFAULT_PATH}", "--env", "LANG=C.UTF-8"),
+                    *("--cmd", "python3", container),
+                ),
+                "buildah config",
+            )
+            _run(_buildah("commit", "--quiet", container, name), f"buildah commit {name}")
+        finally:
+            subprocess.run(_buildah("rm", container), capture_output=True)
+    finally:
+        tar.unlink(missing_ok=True)
 
 
 # --- building --------------------------------------------------------------------------------
@@ -195,129 +277,228 @@ def load_descriptor(path: Path) -> BuiltImage:
 def build(
     root: Path,
     names: list[str],
-    log: Callable[[str], None] | None = None,
+    log: Log | None = None,
     bin_dir: Path | None = None,
 ) -> list[BuiltImage]:
-    """Build (or find in the cache) the named images of the checkout at ``root``; images
-    built from the control-plane binaries take them from ``bin_dir`` (default: where
+    """Build (or find in buildah's cache) the named images of the checkout at ``root``;
+    images built from the control-plane binaries take them from ``bin_dir`` (default: where
     ``tools/controlplane/build.sh`` puts them, building them the first time)."""
+    say: Log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     unknown = [n for n in names if n not in IMAGES]
     if unknown:
         raise ValidationError(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(IMAGES)}")
-    builders: dict[Path, Builder] = {}
     out = []
     for name in names:
         spec = IMAGES[name]
-        tag = __version__
-        context = root
-        if spec.binaries:
+        tag, context = __version__, root
+        if spec.binary:
             context = bin_dir or ensure_binaries()
-            tag = kubernetes_version(context)
-        builder = builders.get(context) or builders.setdefault(context, Builder(context, log=log))
-        df = dockerfile.parse(root / spec.dockerfile)
-        key = builder.stage_key(df, df.stages[-1])
-        # The final stage's key covers every instruction, so metadata changes rebuild too.
-        ref = reference(spec.repository, tag)
-        found = _cached(ref, key)
-        if found is not None:
-            out.append(found)
-            continue
-        result = builder.build(df)
-        layers = [builder.layers / f"{d}.tar" for d in result.layers]
-        out.append(_save(ref, key, _config(result, layers), layers))
-    _prune(out, set().union(*(b.stages_used() for b in builders.values())))
+            tag = binary_tag(context, spec.binary)
+        out.append(
+            _build_one(root / spec.dockerfile, context, reference(spec.repository, tag), say)
+        )
+    _prune()
     return out
+
+
+def fingerprint(dockerfile: Path, context: Path, base_ids: list[str]) -> str:
+    """What the image is made of as far as this host can see it cheaply: the Dockerfile's
+    bytes, its bases' image IDs, and every path of the context with its size, mtime, mode and
+    inode. Only paths that ``.dockerignore`` leaves out by a literal name (``.git``,
+    ``**/__pycache__``) are skipped, so the fingerprint changes whenever anything buildah
+    could copy changes; then buildah decides what to rebuild. It spares an unchanged image
+    buildah's check of ``COPY --from``, which hashes the whole copied tree (~10 s for the
+    operator's virtualenv)."""
+    top, anywhere = _literal_ignores(context)
+    h = hashlib.sha256(dockerfile.read_bytes())
+    h.update("\0".join(base_ids).encode())
+    for dirpath, dirnames, filenames in os.walk(context):
+        rel = os.path.relpath(dirpath, context)
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in anywhere and not (rel == "." and d in top)
+        )
+        for name in sorted(filenames):
+            if name in anywhere or (rel == "." and name in top):
+                continue
+            st = os.lstat(os.path.join(dirpath, name))
+            h.update(
+                f"{rel}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0{st.st_ino}\n".encode()
+            )
+    return h.hexdigest()
+
+
+def _literal_ignores(context: Path) -> tuple[set[str], set[str]]:
+    """(top-level names, names at any depth) that ``.dockerignore`` excludes literally; none
+    when it re-includes anything (``!``), as the fingerprint then cannot tell."""
+    path = context / ".dockerignore"
+    if not path.is_file():
+        return set(), set()
+    lines = [ln.strip() for ln in path.read_text().splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    if any(ln.startswith("!") for ln in lines):
+        return set(), set()
+    plain = re.compile(r"[^*?\[\]/\\]+")
+    top = {ln.strip("/") for ln in lines if plain.fullmatch(ln.strip("/"))}
+    anywhere = {ln[3:] for ln in lines if ln.startswith("**/") and plain.fullmatch(ln[3:])}
+    return top, anywhere
+
+
+def _base_ids(dockerfile: Path, log: Log) -> list[str]:
+    ids = []
+    for base in bases(dockerfile):
+        ensure_base(base, log)
+        ids.append(_run(_buildah("images", "--quiet", "--no-trunc", base), "buildah images"))
+    return ids
+
+
+def _build_one(dockerfile: Path, context: Path, ref: str, log: Log) -> BuiltImage:
+    folder = cache_dir()
+    descriptor = folder / "descriptors" / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".json")
+    key = fingerprint(dockerfile, context, _base_ids(dockerfile, log))
+    known = _read_descriptor(descriptor)
+    if known is not None and known.fingerprint == key and _has_image(ref):
+        return known
+    (folder / "work").mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=folder / "work", suffix=".iid")
+    os.close(fd)
+    iidfile = Path(name)
+    argv = _buildah(
+        *("bud", "--layers", "--pull=never", "--isolation", "chroot", "--quiet"),
+        *("--iidfile", str(iidfile), "--file", str(dockerfile), "--tag", ref),
+    )
+    if CA_BUNDLE.is_file():
+        argv += ["--volume", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
+    shown = dockerfile.relative_to(context) if dockerfile.is_relative_to(context) else dockerfile
+    log(f"images: buildah bud {shown} -> {ref}")
+    try:
+        _run([*argv, str(context)], f"buildah bud {shown}")
+        image_id = iidfile.read_text().strip().removeprefix("sha256:")
+    finally:
+        iidfile.unlink(missing_ok=True)
+    if known is not None and known.image_id == image_id:
+        image = BuiltImage(ref, known.manifest_digest, image_id, known.layout, str(descriptor), key)
+        descriptor.write_text(json.dumps(asdict(image), indent=2))
+        return image  # buildah found every step cached: pushed before, nothing to copy
+    layout = folder / "oci"
+    _run(
+        _buildah("push", "--quiet", "--disable-compression", ref, f"oci:{layout}:{ref}"),
+        f"buildah push {ref}",
+    )
+    digest = _manifest_digest(layout, ref)
+    image = BuiltImage(ref, digest, image_id, str(layout), str(descriptor), key)
+    descriptor.parent.mkdir(parents=True, exist_ok=True)
+    descriptor.write_text(json.dumps(asdict(image), indent=2))
+    return image
+
+
+def _read_descriptor(path: Path) -> BuiltImage | None:
+    if not path.is_file():
+        return None
+    try:
+        return load_descriptor(path)
+    except ClusterError:
+        return None
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    return layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+
+def _manifest_digest(layout: Path, ref: str) -> str:
+    index = json.loads((layout / "index.json").read_text())
+    for entry in index.get("manifests", []):
+        if (entry.get("annotations") or {}).get("org.opencontainers.image.ref.name") == ref:
+            return str(entry["digest"])
+    raise ClusterError(f"buildah push wrote no manifest named {ref} into {layout}")
+
+
+def _prune() -> None:
+    """Drop what no named image of the OCI layout uses: a push under a name already there
+    leaves the old manifest in the index without its name. Without this the layout only
+    grows. buildah's own storage is not pruned: ``buildah rmi --prune`` counts a multi-stage
+    build's first stage as dangling (no tagged image stands on it) and would drop its step
+    cache; ``buildah --root <cache>/images/storage/root rmi --all`` empties it by hand."""
+    for legacy in ("layers", "stages", "bases", "wheels"):  # the hand-written builder's cache
+        shutil.rmtree(cache_dir() / legacy, ignore_errors=True)
+    layout = cache_dir() / "oci"
+    if not (layout / "index.json").is_file():
+        return
+    index = json.loads((layout / "index.json").read_text())
+    named = [
+        e
+        for e in index.get("manifests", [])
+        if (e.get("annotations") or {}).get("org.opencontainers.image.ref.name")
+        and _blob(layout, e["digest"]).is_file()
+    ]
+    keep: set[str] = set()
+    for entry in named:
+        keep.add(entry["digest"].removeprefix("sha256:"))
+        manifest = json.loads(_blob(layout, entry["digest"]).read_text())
+        keep.add(manifest["config"]["digest"].removeprefix("sha256:"))
+        keep.update(d["digest"].removeprefix("sha256:") for d in manifest["layers"])
+    tmp = layout / "index.json.tmp"
+    tmp.write_text(json.dumps({**index, "manifests": named}))
+    tmp.replace(layout / "index.json")
+    for blob in (layout / "blobs" / "sha256").iterdir():
+        if blob.name not in keep:
+            blob.unlink(missing_ok=True)
+
+
+def binary_tag(bin_dir: Path, binary: str) -> str:
+    """The tag of an image made of one control-plane binary: the Kubernetes version for
+    kube-scheduler, the CoreDNS version, the first 12 hex digits of the pause program."""
+    if binary == "kube-scheduler":
+        return kubernetes_version(bin_dir)
+    if binary == "coredns":
+        return coredns_version(bin_dir)
+    path = bin_dir / binary
+    if not path.is_file():
+        raise ClusterError(
+            f"{bin_dir} has no {binary}: run tools/controlplane/build.sh (it builds the pod "
+            "sandbox program with the kubelet), then retry"
+        )
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def _version_output(binary: Path, flag: str) -> str:
+    try:
+        return subprocess.run(
+            [str(binary), flag], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ClusterError(
+            f"cannot run {binary} {flag} ({exc}); rebuild with tools/controlplane/build.sh"
+        ) from None
 
 
 def kubernetes_version(bin_dir: Path) -> str:
     """The Kubernetes version of the binaries in ``bin_dir`` (``v1.34.4``), as
     ``kube-scheduler --version`` prints it."""
     binary = bin_dir / "kube-scheduler"
-    try:
-        out = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ClusterError(
-            f"cannot run {binary} --version ({exc}); rebuild with tools/controlplane/build.sh"
-        ) from None
+    out = _version_output(binary, "--version")
     words = out.split()
     if len(words) != 2 or words[0] != "Kubernetes" or not words[1].startswith("v"):
         raise ClusterError(f"{binary} --version printed {out.strip()!r}, not 'Kubernetes vX.Y.Z'")
     return words[1]
 
 
-def _prune(built: list[BuiltImage], stages: set[str]) -> None:
-    """Keep the newest descriptor of each image (and the ones just built), their layers and
-    the stages this build used; drop the rest of the cache."""
-    folder = cache_dir() / "descriptors"
-    newest: dict[str, Path] = {}
-    for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
-        try:
-            ref = json.loads(path.read_text())["ref"]
-        except (OSError, ValueError, KeyError):
-            path.unlink(missing_ok=True)
-            continue
-        newest[ref] = path
-    for image in built:
-        newest[image.ref] = Path(image.descriptor)
-    keep = set(newest.values())
-    layers: set[str] = set()
-    for path in folder.glob("*.json"):
-        if path not in keep:
-            path.unlink(missing_ok=True)
-            continue
-        layers.update(
-            Path(p).name.removesuffix(".tar") for p in json.loads(path.read_text())["layers"]
-        )
-    for key in stages:
-        record = cache_dir() / "stages" / f"{key}.json"
-        if record.is_file():
-            layers.update(json.loads(record.read_text()).get("layers", []))
-    prune(layers, stages)
-
-
-def _cached(ref: str, key: str) -> BuiltImage | None:
-    name = ref.rsplit("/", 1)[-1].replace(":", "-")
-    path = cache_dir() / "descriptors" / f"{name}-{key[:16]}.json"
-    if not path.is_file():
-        return None
-    try:
-        found = load_descriptor(path)
-    except ClusterError:
-        return None
-    return found if found.ref == ref else None
+def coredns_version(bin_dir: Path) -> str:
+    """CoreDNS' version (``v1.15.0``) from the first line ``coredns -version`` prints
+    (``CoreDNS-1.15.0``)."""
+    binary = bin_dir / "coredns"
+    out = _version_output(binary, "-version")
+    m = re.match(r"CoreDNS-(\d+\.\d+\.\d+)\s", out)
+    if m is None:
+        raise ClusterError(f"{binary} -version printed {out.strip()[:80]!r}, not 'CoreDNS-X.Y.Z'")
+    return "v" + m.group(1)
 
 
 def pause_image(bin_dir: Path) -> BuiltImage:
     """The sandbox image: ``/pause`` from ``bin_dir/horus-pause``, tagged by its content."""
-    binary = bin_dir / "horus-pause"
-    if not binary.is_file():
-        raise ClusterError(
-            f"{bin_dir} has no horus-pause: run tools/controlplane/build.sh (it builds the "
-            "pod sandbox program with the kubelet), then retry"
-        )
-    digest = file_digest(binary)
-    ref = reference("horus-pause", digest[:12])
-    found = _cached(ref, _sha("pause", digest))
-    if found is not None:
-        return found
-    layers_dir = cache_dir() / "layers"
-    layers_dir.mkdir(parents=True, exist_ok=True)
-    tmp = layers_dir / f"pause-{digest}.tmp"
-    with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tar:
-        info = tar.gettarinfo(str(binary), arcname="pause")
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mode = 0o755
-        info.mtime = 0
-        with binary.open("rb") as fh:
-            tar.addfile(info, fh)
-    layer = layers_dir / f"{file_digest(tmp)}.tar"
-    tmp.replace(layer)
-    result = StageResult(layers=[], env={"PATH": "/"}, entrypoint=["/pause"], user="65535:65535")
-    result.history.append("horus-pause from tools/controlplane/cmd/horus-pause")
-    return _save(ref, _sha("pause", digest), _config(result, [layer]), [layer])
+    from horus.devcluster.binaries import repo_root
+
+    (image,) = build(repo_root(), ["pause"], bin_dir=bin_dir)
+    return image
 
 
 # --- loading into a node ---------------------------------------------------------------------
@@ -338,13 +519,14 @@ def present(image: BuiltImage, socket: Path) -> bool:
 
 
 def import_into(image: BuiltImage, socket: Path) -> bool:
-    """Stream ``image`` as an OCI archive into the containerd at ``socket``; False when it
-    was there already."""
+    """Stream ``image`` as an OCI archive (its blobs from the layout, an index that names it)
+    into the containerd at ``socket``; False when it was there already."""
     if present(image, socket):
         return False
-    config = image.config.encode()
-    manifest = image.manifest()
-    tag = image.ref.rsplit(":", 1)[1]
+    layout = Path(image.layout)
+    manifest = _blob(layout, image.manifest_digest).read_bytes()
+    body = json.loads(manifest)
+    blobs = [body["config"]["digest"], *(d["digest"] for d in body["layers"])]
     index = json.dumps(
         {
             "schemaVersion": 2,
@@ -357,7 +539,7 @@ def import_into(image: BuiltImage, socket: Path) -> bool:
                     "platform": {"architecture": "amd64", "os": "linux"},
                     "annotations": {
                         "io.containerd.image.name": image.ref,
-                        "org.opencontainers.image.ref.name": tag,
+                        "org.opencontainers.image.ref.name": image.ref.rsplit(":", 1)[1],
                     },
                 }
             ],
@@ -378,12 +560,12 @@ def import_into(image: BuiltImage, socket: Path) -> bool:
             _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
             _add_bytes(tar, "index.json", index)
             _add_bytes(tar, f"blobs/sha256/{image.manifest_digest[7:]}", manifest)
-            _add_bytes(tar, f"blobs/sha256/{hashlib.sha256(config).hexdigest()}", config)
-            for layer in map(Path, image.layers):
-                info = tarfile.TarInfo(f"blobs/sha256/{_layer_digest(layer)}")
-                info.size = layer.stat().st_size
+            for digest in blobs:
+                path = _blob(layout, digest)
+                info = tarfile.TarInfo(f"blobs/sha256/{path.name}")
+                info.size = path.stat().st_size
                 info.mode = 0o644
-                with layer.open("rb") as fh:
+                with path.open("rb") as fh:
                     tar.addfile(info, fh)
         proc.stdin.close()
     except BrokenPipeError:

@@ -6,7 +6,9 @@ is the static build of tools/controlplane/build.sh."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -14,7 +16,14 @@ import pytest
 
 from horus.common.errors import ClusterError
 from horus.devcluster.binaries import repo_root
-from horus.devcluster.images import IMAGES, LOCAL_REGISTRY, build, kubernetes_version
+from horus.devcluster.images import (
+    IMAGES,
+    LOCAL_REGISTRY,
+    binary_tag,
+    build,
+    coredns_version,
+    kubernetes_version,
+)
 
 
 def _bin_dir(tmp_path: Path, prints: str) -> Path:
@@ -41,20 +50,28 @@ def test_kubernetes_version_without_a_binary_says_how_to_build_it(tmp_path: Path
         kubernetes_version(tmp_path)
 
 
+@pytest.mark.skipif(
+    shutil.which("buildah") is None or os.geteuid() != 0,
+    reason="buildah (tools/dev/setup.sh installs it) as root",
+)
 def test_kube_scheduler_image_from_the_binaries_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HORUS_CACHE_DIR", str(tmp_path / "cache"))
-    assert IMAGES["kube-scheduler"].binaries
+    assert IMAGES["kube-scheduler"].binary == "kube-scheduler"
     bins = _bin_dir(tmp_path, "Kubernetes v1.34.4")
     (image,) = build(repo_root(), ["kube-scheduler"], log=lambda _: None, bin_dir=bins)
     assert image.ref == f"{LOCAL_REGISTRY}/kube-scheduler:v1.34.4"
-    config = json.loads(image.config)["config"]
+    blobs = Path(image.layout) / "blobs" / "sha256"
+    manifest = json.loads((blobs / image.manifest_digest[7:]).read_text())
+    config = json.loads((blobs / manifest["config"]["digest"][7:]).read_text())["config"]
     assert config["Entrypoint"] == ["/usr/local/bin/kube-scheduler"]
     assert config["User"] == "65532:65532"
-    (layer,) = image.layers
-    with tarfile.open(layer) as tar:
-        member = tar.getmember("./usr/local/bin/kube-scheduler")
+    (layer,) = manifest["layers"]
+    with tarfile.open(blobs / layer["digest"][7:]) as tar:
+        member = next(
+            m for m in tar.getmembers() if m.name.endswith("usr/local/bin/kube-scheduler")
+        )
         assert member.mode & 0o111
         got = tar.extractfile(member)
         assert got is not None and got.read() == (bins / "kube-scheduler").read_bytes()
@@ -64,3 +81,23 @@ def test_kube_scheduler_image_from_the_binaries_folder(
     (bins / "kube-scheduler").write_text("#!/bin/sh\necho 'Kubernetes v1.34.5'\n")
     (changed,) = build(repo_root(), ["kube-scheduler"], log=lambda _: None, bin_dir=bins)
     assert changed.ref.endswith(":v1.34.5") and changed.manifest_digest != image.manifest_digest
+
+
+def test_coredns_version_reads_the_binary(tmp_path: Path) -> None:
+    binary = tmp_path / "coredns"
+    binary.write_text("#!/bin/sh\necho CoreDNS-1.15.0; echo linux/amd64, go1.26.8, v1.15.0\n")
+    binary.chmod(0o755)
+    assert coredns_version(tmp_path) == "v1.15.0"
+    binary.write_text("#!/bin/sh\necho 1.15.0\n")
+    with pytest.raises(ClusterError, match=re.escape("not 'CoreDNS-X.Y.Z'")):
+        coredns_version(tmp_path)
+
+
+def test_pause_image_is_tagged_by_the_program_s_content(tmp_path: Path) -> None:
+    (tmp_path / "horus-pause").write_bytes(b"program")
+    tag = binary_tag(tmp_path, "horus-pause")
+    assert len(tag) == 12
+    (tmp_path / "horus-pause").write_bytes(b"program 2")
+    assert binary_tag(tmp_path, "horus-pause") != tag
+    with pytest.raises(ClusterError, match=re.escape("tools/controlplane/build.sh")):
+        binary_tag(tmp_path / "nowhere", "horus-pause")
