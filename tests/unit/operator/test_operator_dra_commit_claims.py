@@ -46,6 +46,18 @@ def dra_api(*names: str, gpus: int = 2) -> FakeJobApi:
     return api
 
 
+def live_of(api: FakeJobApi, pods: bool = False, keys: bool = True) -> Any:
+    """The live state a DRA pass builds from ``api`` (nodes, DLJobs, claims, slices)."""
+    return build_live_state(
+        api.list_nodes(),
+        api.list_pods() if pods else [],
+        api.list_dljobs(),
+        keys=KEY if keys else None,
+        claims=api.list_resource_claims(),
+        slices=api.slices,
+    )
+
+
 @pytest.fixture
 def api() -> FakeJobApi:
     return dra_api("n1", "n2")
@@ -139,13 +151,7 @@ def test_a_tenant_claim_counts_so_horus_never_places_past_it(
     rec.run_pass()
     (placed,) = status(api, "a")["placements"]
     assert (placed["node"], placed["gpuIndex"]) == ("n2", 1)
-    live = build_live_state(
-        api.list_nodes(),
-        [],
-        api.list_dljobs(),
-        claims=api.list_resource_claims(),
-        slices=api.slices,
-    )
+    live = live_of(api, keys=False)
     assert claim_job_name("default", "t-n1-0") in live.residents
     api.add_dljob(job("b", core=60))  # no GPU has 60 % left: queued, not over-committed
     rec.run_pass()
@@ -192,14 +198,7 @@ def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> No
     api.add_dljob(obj)
     api.create_resource_claim("default", replica_claim(obj, 0, records))
     tenant_claim(api, "grab", "n1", 0, 70, 1000)
-    live = build_live_state(
-        api.list_nodes(),
-        [],
-        api.list_dljobs(),
-        keys=KEY,
-        claims=api.list_resource_claims(),
-        slices=api.slices,
-    )
+    live = live_of(api)
     assert set(live.overtaken) == {"default/j"}
     view = live.state.views()[0]
     assert view.core_used_percent == 70 and view.jobs == (claim_job_name("default", "grab"),)
@@ -208,14 +207,7 @@ def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> No
     api2.add_dljob(obj)
     api2.create_resource_claim("default", replica_claim(obj, 0, records))
     api2.allocate("default", "j-0-gpu", "n1", 0, 60, 1000)
-    live = build_live_state(
-        api2.list_nodes(),
-        [],
-        api2.list_dljobs(),
-        keys=KEY,
-        claims=api2.list_resource_claims(),
-        slices=api2.slices,
-    )
+    live = live_of(api2)
     assert not live.overtaken and live.state.views()[0].core_used_percent == 60
 
 
@@ -371,14 +363,7 @@ def test_a_preempted_job_on_dra_gives_its_claims_back(api: FakeJobApi, rec: Reco
     preempt(_ctx(rec, api, "low"), "default/high", api, rec.writer, PassReport())
     assert status(api, "low")["phase"] == c.DLJOB_PHASE_QUEUED
     assert ("default", "low-0-gpu") in api.claims  # allocated until deleted: still counted
-    live = build_live_state(
-        api.list_nodes(),
-        [],
-        api.list_dljobs(),
-        keys=KEY,
-        claims=api.list_resource_claims(),
-        slices=api.slices,
-    )
+    live = live_of(api)
     assert claim_job_name("default", "low-0-gpu") in live.residents
     report = rec.run_pass()  # its claim goes (and the job is placed again, with a new claim)
     assert report.claims_deleted >= 1
@@ -511,9 +496,7 @@ def test_an_unallocated_converted_claim_counts_and_an_overtaken_one_is_decided_a
         # ... and is made again (same name: the pod names it) where it fits — nowhere now,
         # since b holds the other GPU: the pod waits, nothing over-committed
         assert ("default", "horus-gpu-a-req") not in api.claims
-        live = build_live_state(
-            api.list_nodes(), [], [], claims=api.list_resource_claims(), slices=api.slices
-        )
+        live = live_of(api, keys=False)
         assert all(v.core_used_percent <= 100 for v in live.state.views())
     finally:
         r.close()
@@ -538,13 +521,7 @@ def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> 
     api.create_resource_claim("default", forged)
 
     def used() -> int:
-        live = build_live_state(
-            api.list_nodes(),
-            api.list_pods(),
-            [],
-            claims=api.list_resource_claims(),
-            slices=api.slices,
-        )
+        live = live_of(api, pods=True, keys=False)
         return live.state.views()[0].core_used_percent
 
     assert used() == 0  # no pod: a label proves nothing
