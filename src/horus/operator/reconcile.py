@@ -421,17 +421,11 @@ class Reconciler:
             owner = owner_uid(pod)
             if owner is None or meta.get("deletionTimestamp"):
                 continue  # a pod Horus did not make for a DLJob is never deleted here
-            ns, name = str(meta.get("namespace")), str(meta.get("name"))
-            ctx = jobs.get((ns, owner))
+            ctx = jobs.get((str(meta.get("namespace")), owner))
             running = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
             if ctx is None or (running and _must_stop(ctx)):
-                try:
-                    # Only the pod read here: one re-created under its name is not touched.
-                    self.api.delete_pod(ns, name, str(meta.get("uid") or ""))
-                    log.info("deleted pod %s/%s (its DLJob is gone or failed)", ns, name)
-                    report.count("pods_deleted")
-                except Exception as exc:
-                    log.warning("cannot delete pod %s/%s: %s", ns, name, exc)
+                # Only the pod read here: one re-created under its name is not touched.
+                self._delete_leftover("pod", meta, self.api.delete_pod, "pods_deleted", report)
 
     def _cleanup_claims(
         self, ctxs: Mapping[str, JobCtx], claims: list[dict[str, Any]], report: PassReport
@@ -449,16 +443,28 @@ class Reconciler:
             owner = claim_owner_uid(claim)
             if not owner or meta.get("deletionTimestamp"):
                 continue
-            ns, name = str(meta.get("namespace")), str(meta.get("name"))
-            ctx = jobs.get((ns, owner))
-            if ctx is not None and not _must_stop(ctx):
-                continue
-            try:
-                self.api.delete_resource_claim(ns, name, str(meta.get("uid") or ""))
-                log.info("deleted claim %s/%s (its DLJob is gone, failed or queued)", ns, name)
-                report.count("claims_deleted")
-            except Exception as exc:
-                log.warning("cannot delete claim %s/%s: %s", ns, name, exc)
+            ctx = jobs.get((str(meta.get("namespace")), owner))
+            if ctx is None or _must_stop(ctx):
+                delete = self.api.delete_resource_claim
+                self._delete_leftover("claim", meta, delete, "claims_deleted", report)
+
+    def _delete_leftover(
+        self,
+        what: str,
+        meta: Mapping[str, Any],
+        delete: Callable[[str, str, str], None],
+        counter: str,
+        report: PassReport,
+    ) -> None:
+        """Delete one object a cleanup found (UID precondition), logged and counted; an
+        error is logged, the next pass tries again."""
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        try:
+            delete(ns, name, str(meta.get("uid") or ""))
+            log.info("deleted %s %s/%s (its DLJob is gone, failed or queued)", what, ns, name)
+            report.count(counter)
+        except Exception as exc:
+            log.warning("cannot delete %s %s/%s: %s", what, ns, name, exc)
 
     def _live_state(
         self, snap: _Snapshot, ctxs: Mapping[str, JobCtx], report: PassReport
