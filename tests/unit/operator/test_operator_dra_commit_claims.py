@@ -15,6 +15,7 @@ from opfixtures import KEY, dljob, node
 
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common import constants as c
+from horus.common.errors import ValidationError
 from horus.dra.slices import build_slice_spec
 from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, claim_matches
 from horus.operator.claims import claim_name, replica_claim
@@ -540,3 +541,21 @@ def test_a_converted_pod_nudges_a_pass_a_plain_one_does_not() -> None:
     assert change_fingerprint("pods", pod) is not None
     plain = {"metadata": {"name": "q", "namespace": "default"}, "spec": {"containers": []}}
     assert change_fingerprint("pods", plain) is None
+
+
+@pytest.mark.parametrize(
+    ("memory", "mib"),
+    [("1000Mi", 1000), ("16Gi", 16384), ("1048576", 1), ("1048577", 2), ("1.5Gi", 1536)],
+)
+def test_consumed_memory_in_any_form_the_apiserver_writes(memory: str, mib: int) -> None:
+    n1, slice_ = dra_node("n1")
+    state = build_live_state([n1], [], [], slices=[slice_]).state
+    result = {"driver": c.DRA_DRIVER_NAME, "pool": "n1", "device": "gpu-0",
+              "consumedCapacity": {"cores": "7", "memory": memory}}  # fmt: skip
+    claim = {"metadata": {"name": "m", "namespace": "x"},
+             "status": {"allocation": {"devices": {"results": [result]}}}}  # fmt: skip
+    (share,) = claim_shares(state, claim)
+    assert (share.core_percent, share.memory_mib) == (7, mib)
+    result["consumedCapacity"]["memory"] = "lots"
+    with pytest.raises(ValidationError, match="ResourceClaim x/m result 0 memory"):
+        claim_shares(state, claim)
