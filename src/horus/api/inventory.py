@@ -16,6 +16,7 @@ from typing import Any
 from horus.api._fields import load_annotation_json, read_int, read_str, require_object, type_name
 from horus.common.constants import GPU_HEALTHY, GPU_UNHEALTHY, MAX_GPU_MEMORY_MIB
 from horus.common.errors import ValidationError
+from horus.common.memo import Memo
 
 _HEALTH = (GPU_HEALTHY, GPU_UNHEALTHY)
 MAX_GPU_INDEX = 1023
@@ -73,12 +74,23 @@ def encode_inventory(gpus: list[GpuDevice]) -> str:
     return json.dumps([g.to_json() for g in gpus], separators=(",", ":"))
 
 
+#: Decoded inventories by their exact text (a node's annotation rarely changes; every pass
+#: and every extender answer reads every node's).
+_DECODED: Memo[tuple[GpuDevice, ...]] = Memo(limit=50_000)
+
+
 def decode_inventory(text: str, where: str = "gpu-inventory") -> list[GpuDevice]:
     """Parse an annotation value; errors name ``where`` (e.g. the node) and the bad field.
 
     Fields this version does not know are ignored, so a newer device plugin that adds one
     does not take its node out of an older scheduler's cluster.
     """
+    if not isinstance(text, str):
+        return _decode_inventory(text, where)
+    return list(_DECODED.get((text, where), lambda: tuple(_decode_inventory(text, where))))
+
+
+def _decode_inventory(text: str, where: str) -> list[GpuDevice]:
     raw = load_annotation_json(text, where)
     if not isinstance(raw, list):
         raise ValidationError(f"{where}: must be a JSON list of GPUs, got {type_name(raw)}")

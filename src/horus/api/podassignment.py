@@ -33,6 +33,7 @@ from horus.common.constants import (
     DLJOB_KIND,
 )
 from horus.common.errors import ValidationError
+from horus.common.memo import Memo
 
 __all__ = ["AssignmentProblem", "PodAssignment", "controller_dljob_uid", "read_pod_assignment"]
 
@@ -96,12 +97,36 @@ def controller_dljob_uid(meta: Mapping[str, Any]) -> str:
     return ""
 
 
+#: Answers by the pod object itself (the watch-fed view replaces an object that changed), its
+#: version and the two annotations read, and the key ring (horus.common.memo): a pass reads
+#: every pod again, but only a changed one is decoded and verified again.
+_READ: Memo[PodAssignment] = Memo(limit=60_000)
+
+
 def read_pod_assignment(pod: Mapping[str, Any], keys: KeyRing | None) -> PodAssignment:
     """The decoded assignment of ``pod`` and whether it is trusted.
 
     ``keys`` verifies the signature (every published public key); None reads without verifying — only for callers that hold no key (tools, a preferred
     allocation that grants nothing) and say so.
     """
+    meta = _mapping(pod.get("metadata"))
+    annotations = _mapping(meta.get("annotations"))
+    version = meta.get("resourceVersion")
+    text = annotations.get(ANNOTATION_GPU_ASSIGNMENT)
+    if not version or not isinstance(text, str):
+        return _read_pod_assignment(pod, keys)
+    key = (
+        meta.get("namespace"),
+        meta.get("name"),
+        meta.get("uid"),
+        version,
+        text,
+        annotations.get(ANNOTATION_ASSIGNMENT_SIGNATURE),
+    )
+    return _READ.get(key, lambda: _read_pod_assignment(pod, keys), pod, keys)
+
+
+def _read_pod_assignment(pod: Mapping[str, Any], keys: KeyRing | None) -> PodAssignment:
     meta = _mapping(pod.get("metadata"))
     annotations = _mapping(meta.get("annotations"))
     namespace = str(meta.get("namespace") or "default")

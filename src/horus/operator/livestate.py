@@ -68,6 +68,7 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import timestamp
 from horus.common.errors import HorusError, ValidationError
+from horus.common.memo import Memo
 from horus.node.claims import slice_gpus
 from horus.operator.records import (
     annotations_of,
@@ -108,6 +109,10 @@ __all__ = [
 ]
 
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+#: Parsed DLJob statuses by the status object itself and its job's resourceVersion: the
+#: watch-fed view hands every pass the same objects until they change, so only a changed job
+#: is parsed again (horus.common.memo).
+_STATUS: Memo[DLJobStatus] = Memo(limit=40_000)
 TERMINAL_JOB_PHASES = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
 UNKNOWN_KIND = "unknown"
 #: The live state's name for the placements a moving job leaves (``<job>`` + this).
@@ -538,7 +543,7 @@ def _add_dljob_records(
             continue
         jname = dljob_job_name(ns, name)
         try:
-            status = parse_dljob_status(status_raw)
+            status = _parsed_status(meta, status_raw)
         except ValidationError as exc:
             live.problems.append(
                 f"DLJob {jname}: unreadable status ({exc}); its pods are used instead"
@@ -567,6 +572,14 @@ def _add_dljob_records(
         if status.migration is not None:
             _add_moving_from(live, request, status, shares, prediction)
     return recorded
+
+
+def _parsed_status(meta: Mapping[str, Any], raw: Mapping[str, Any]) -> DLJobStatus:
+    """``parse_dljob_status``, once per version of the job."""
+    version = meta.get("resourceVersion")
+    if not version:
+        return parse_dljob_status(raw)
+    return _STATUS.get(version, lambda: parse_dljob_status(raw), raw)
 
 
 def _add_moving_from(

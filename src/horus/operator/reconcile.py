@@ -49,6 +49,7 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
+from horus.common.memo import Memo
 from horus.kube.errors import Conflict
 from horus.node.claims import slice_gpus
 from horus.operator import status as st
@@ -175,6 +176,9 @@ class Reconciler:
         self.admission = Admission(self.api, lambda: self.session, self.keys)
         #: node → MiB per unit of horus.io/gpu-memory (refreshed every pass; 1 if unset)
         self.node_units: dict[str, int] = {}
+        #: Parsed DLJobs by the object itself and its resourceVersion (the view hands every
+        #: pass the same objects until they change): a pass parses only what changed.
+        self._jobs: Memo[DLJob | None] = Memo(limit=40_000)
         migration, preemption = correction or (None, None)
         #: Run-time correction (moves, preemptions); a period of 0 turns it off.
         self.corrector = Corrector(
@@ -273,11 +277,7 @@ class Reconciler:
         for obj in snap.dljobs:
             raw = obj.get("status")
             status: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
-            job: DLJob | None
-            try:
-                job = parse_dljob(obj)
-            except ValidationError:
-                job = None
+            job = self._parsed(obj)
             ctx = JobCtx(obj, job, status, trusted=dljob_record_trusted(obj, keys))
             ctxs[ctx.key] = ctx
         # A pod is a job's only if Horus made it for that job (podspec.owner_uid: controller
@@ -298,6 +298,22 @@ class Reconciler:
             else:
                 mine.pods.setdefault(view.replica, pod)
         return ctxs
+
+    def _parsed(self, obj: dict[str, Any]) -> DLJob | None:
+        """``parse_dljob`` of a DLJob, once per version of it (the view hands every pass the
+        same objects; only a changed one is parsed again)."""
+        meta = obj.get("metadata") or {}
+        version = meta.get("resourceVersion")
+
+        def parse() -> DLJob | None:
+            try:
+                return parse_dljob(obj)
+            except ValidationError:
+                return None
+
+        if not version:
+            return parse()
+        return self._jobs.get(version, parse, obj)
 
     def _distrust_rollbacks(self, every: Mapping[str, JobCtx], ring: KeyRing) -> None:
         """A validly signed record older than its pods (they carry the epoch they were bound

@@ -17,6 +17,7 @@ from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import MAX_EPOCH, KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
+from horus.common.memo import Memo
 from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.predictor.schema import graph_profile
 from horus.scheduler import GpuShare
@@ -90,10 +91,28 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing, floor: int = 0) 
     phase, placements = status.get("phase"), status.get("placements")
     if not phase and not placements and not status.get("migration"):
         return True
+    meta = meta_of(obj)
+    version = meta.get("resourceVersion")
+    if not version:
+        return _record_trusted(obj, status, keys, floor)
+    return _TRUSTED.get(
+        (version, floor), lambda: _record_trusted(obj, status, keys, floor), obj, keys
+    )
+
+
+#: Verdicts by the job object itself (the view replaces an object that changed), its version
+#: and the key ring.
+_TRUSTED: Memo[bool] = Memo(limit=40_000)
+
+
+def _record_trusted(
+    obj: Mapping[str, Any], status: Mapping[str, Any], keys: KeyRing, floor: int
+) -> bool:
     epoch = record_epoch(status)
     if epoch < floor:
         return False
     meta = meta_of(obj)
+    phase, placements = status.get("phase"), status.get("placements")
     signature = status.get(c.STATUS_PLACEMENT_SIGNATURE)
     return keys.verify_placements(
         str(meta.get("namespace", "default")),

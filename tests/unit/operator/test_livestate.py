@@ -171,4 +171,5 @@ def test_a_move_in_progress_counts_both_the_old_and_the_new_shares() -> None:
     live = build_live_state([node("a")], [], [job])
     assert _core(live.state, "a", 0) == 60 and _core(live.state, "a", 1) == 60
     del job["status"]["migration"]  # the move closed: only the new share
+    job["metadata"]["resourceVersion"] = "2"  # as the apiserver versions every change
     assert _core(build_live_state([node("a")], [], [job]).state, "a", 0) == 0

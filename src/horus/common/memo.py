@@ -1,0 +1,55 @@
+"""A bounded memo for pure functions of API objects, so a pass works on what changed.
+
+Why: every operator pass (and every extender answer) reads the whole watch-fed copy of the
+cluster, and most of its cost was re-reading objects that did not change since the last pass:
+parsing a DLJob or its status, decoding a node's GPU inventory, verifying a signature. The
+apiserver gives every change of an object a new ``resourceVersion``, so an answer computed
+for (uid, resourceVersion, the exact fields read) is the answer for as long as that object
+is unchanged. Keys therefore always include the text that is read (or the version that
+covers it); a key ring that takes part (signature checks) is kept with the answer and
+compared by identity, so a rotated or lost key never reuses an old verdict.
+
+Bounded: past ``limit`` entries the memo starts afresh (entries of objects long gone are
+dropped with the rest; the next pass recomputes what it needs).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["Memo"]
+
+T = TypeVar("T")
+
+
+class Memo(Generic[T]):
+    """``get(key, compute, *held)``: ``compute()`` once per ``key`` (and per identity of each
+    object in ``held``, which the memo keeps alive while the answer is kept)."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._items: dict[Hashable, tuple[T, tuple[object, ...]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable, compute: Callable[[], T], *held: object) -> T:
+        full = (key, tuple(id(h) for h in held))
+        with self._lock:
+            hit = self._items.get(full)
+        if hit is not None and all(a is b for a, b in zip(hit[1], held, strict=True)):
+            self.hits += 1
+            return hit[0]
+        value = compute()
+        self.misses += 1
+        with self._lock:
+            if len(self._items) >= self.limit:
+                self._items.clear()
+            self._items[full] = (value, held)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

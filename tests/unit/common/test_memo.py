@@ -1,0 +1,47 @@
+"""horus.common.memo (issue 27): one computation per key and per identity of what is held,
+so a pass recomputes only what changed, and a new key ring or a replaced object never reuses
+an old answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from horus.common.memo import Memo
+
+pytestmark = pytest.mark.unit
+
+
+def test_an_answer_is_reused_only_for_the_same_key_and_the_same_held_objects() -> None:
+    memo: Memo[int] = Memo()
+    calls: list[int] = []
+    obj, ring = {"v": 1}, object()
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert memo.get("rv1", compute, obj, ring) == 1
+    assert memo.get("rv1", compute, obj, ring) == 1  # same object, same version: reused
+    assert memo.get("rv2", compute, obj, ring) == 2  # a new version
+    assert memo.get("rv1", compute, {"v": 1}, ring) == 3  # an equal but other object
+    assert memo.get("rv1", compute, obj, object()) == 4  # another key ring
+    assert (memo.hits, memo.misses) == (1, 4)
+
+
+def test_past_its_limit_the_memo_starts_afresh() -> None:
+    memo: Memo[str] = Memo(limit=3)
+    for k in range(3):
+        memo.get(k, lambda k=k: f"v{k}")
+    memo.get(99, lambda: "new")  # the fourth entry: everything before it is dropped
+    assert memo.get(0, lambda: "recomputed") == "recomputed"
+
+
+def test_an_error_is_not_kept() -> None:
+    memo: Memo[int] = Memo()
+
+    def fail() -> int:
+        raise ValueError("bad object")
+
+    with pytest.raises(ValueError):
+        memo.get("k", fail)
+    assert memo.get("k", lambda: 7) == 7
