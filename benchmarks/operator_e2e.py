@@ -14,7 +14,12 @@ kwok; ``horus.devcluster``), adds kwok GPU nodes that advertise both the Horus r
   stock kube-scheduler.
 
 Measured from a pod watch: pods Bound per second (first creation → last binding) and, per
-job, creation → its pod Bound (p50/p99). Writes ``benchmarks/results/operator-e2e.json``.
+job, creation → its pod Bound (p50/p99); from the control plane, per job: kube-apiserver +
+etcd CPU seconds over the round (``/proc``) and the requests the apiserver served by verb
+(its own ``apiserver_request_total``: LISTs and writes per job). Ratios Horus / baseline are
+printed and written. ``--baseline-qps`` sets kube-scheduler's client QPS (burst 2×); the
+operator's client has no rate limit, so the same-QPS comparison gives the baseline a limit
+it does not reach (e.g. 1000). Writes ``benchmarks/results/operator-e2e.json``.
 Numbers depend on the machine: on a loaded 2-core VM the apiserver, etcd, kwok and both
 schedulers share two cores.
 """
@@ -181,7 +186,50 @@ def plain_pod(name: str) -> dict[str, Any]:
     }
 
 
-def run_round(api: Any, namespace: str, jobs: int, horus: bool, workers: int) -> dict[str, Any]:
+CLK = os.sysconf("SC_CLK_TCK")
+_RAW = ("get", "--raw", "/metrics")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def control_plane_cpu(state: Any) -> float:
+    """kube-apiserver + etcd CPU seconds so far."""
+    return sum(cpu_seconds(p.pid) for p in state.processes if p.name in ("kube-apiserver", "etcd"))
+
+
+def request_counts(state: Any) -> dict[str, float]:
+    """Requests the apiserver has served, by verb (its own ``apiserver_request_total``)."""
+    text = subprocess.run(
+        [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig, *_RAW],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        verb = labels.split('verb="', 1)[1].split('"', 1)[0] if 'verb="' in labels else "?"
+        out[verb] = out.get(verb, 0.0) + float(value)
+    return out
+
+
+def run_round(
+    api: Any, namespace: str, jobs: int, horus: bool, workers: int, state: Any = None
+) -> dict[str, Any]:
     from kubernetes import client
 
     core: Any = client.CoreV1Api(api)
@@ -201,6 +249,8 @@ def run_round(api: Any, namespace: str, jobs: int, horus: bool, workers: int) ->
         else:
             core.create_namespaced_pod(namespace, plain_pod(name))
 
+    cpu0 = control_plane_cpu(state) if state is not None else 0.0
+    req0 = request_counts(state) if state is not None else {}
     t0 = time.time()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(create, range(jobs)))
@@ -210,6 +260,18 @@ def run_round(api: Any, namespace: str, jobs: int, horus: bool, workers: int) ->
     while time.time() < deadline and len(watch.bound) < jobs:
         time.sleep(0.2)
     watch.stop()
+    extra: dict[str, Any] = {}
+    if state is not None:
+        time.sleep(2.0)  # the writes that follow the binding (status Running, Events)
+        cpu = control_plane_cpu(state) - cpu0
+        req1 = request_counts(state)
+        per_verb = {v: round((req1[v] - req0.get(v, 0.0)) / jobs, 2) for v in sorted(req1)}
+        writes = sum(per_verb.get(v, 0.0) for v in ("POST", "PATCH", "PUT", "DELETE"))
+        extra = {
+            "control_plane_cpu_ms_per_job": round(cpu * 1e3 / jobs, 2),
+            "requests_per_job_by_verb": {k: v for k, v in per_verb.items() if v},
+            "writes_per_job": round(writes, 2),
+        }
     lat = [watch.bound[pod_of[n]] - t for n, t in created.items() if pod_of[n] in watch.bound]
     last = max(watch.bound.values()) if watch.bound else float("nan")
     return {
@@ -221,6 +283,23 @@ def run_round(api: Any, namespace: str, jobs: int, horus: bool, workers: int) ->
         "latency_p50_seconds": round(percentile(lat, 50), 3),
         "latency_p99_seconds": round(percentile(lat, 99), 3),
         "latency_mean_seconds": round(statistics.fmean(lat), 3) if lat else None,
+        **extra,
+    }
+
+
+def ratios(horus: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """Horus / baseline for each measure (None where the baseline is 0 or missing)."""
+
+    def r(key: str) -> float | None:
+        a, b = horus.get(key), base.get(key)
+        return round(a / b, 2) if isinstance(a, (int, float)) and b else None
+
+    return {
+        "bound_per_second": r("bound_per_second"),
+        "latency_p50": r("latency_p50_seconds"),
+        "latency_p99": r("latency_p99_seconds"),
+        "control_plane_cpu_per_job": r("control_plane_cpu_ms_per_job"),
+        "writes_per_job": r("writes_per_job"),
     }
 
 
@@ -276,26 +355,44 @@ def main() -> int:
             time.sleep(0.2)
         time.sleep(1.0)
         print(f"horus: {args.jobs} DLJobs over {args.nodes}×{args.gpus_per_node} GPUs …")
-        horus = run_round(api, "bench-horus", args.jobs, True, args.workers)
+        peak, op_cpu0 = [0.0], cpu_seconds(op.pid)
+
+        def sample(proc: subprocess.Popen[bytes]) -> None:
+            while proc.poll() is None:
+                peak[0] = max(peak[0], rss_mib(proc.pid))
+                time.sleep(0.5)
+
+        threading.Thread(target=sample, args=(op,), daemon=True).start()
+        horus = run_round(api, "bench-horus", args.jobs, True, args.workers, state)
+        horus["operator_rss_peak_mib"] = round(max(peak[0], rss_mib(op.pid)), 1)
+        horus["operator_cpu_seconds"] = round(cpu_seconds(op.pid) - op_cpu0, 1)
         print(json.dumps(horus))
         op.terminate()
         op.wait(15)
         op = None
         print(f"baseline: {args.jobs} pods with nvidia.com/gpu: 1, stock kube-scheduler …")
-        base = run_round(api, "bench-baseline", args.jobs, False, args.workers)
+        base = run_round(api, "bench-baseline", args.jobs, False, args.workers, state)
         print(json.dumps(base))
         result = {
             "benchmark": "operator-e2e",
             "cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node},
             "baseline_scheduler_qps": qps or "default (50, burst 100)",
             "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
+            "command": "benchmarks/operator_e2e.py " + " ".join(sys.argv[1:]),
             "horus": horus,
             "baseline_kube_scheduler": base,
-            "target_bound_per_second": 100,
+            "ratios_horus_over_baseline": ratios(horus, base),
+            "targets": {
+                "bound_per_second": ">= 0.8",
+                "latency_p50": "<= 2",
+                "latency_p99": "<= 2",
+                "control_plane_cpu_per_job": "<= 1.5",
+            },
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")
+        print("ratios Horus / baseline: " + json.dumps(result["ratios_horus_over_baseline"]))
         print(
             f"horus   : {horus['bound_per_second']:7.1f} pods bound/s, p50 "
             f"{horus['latency_p50_seconds']:.2f}s p99 {horus['latency_p99_seconds']:.2f}s\n"

@@ -1,0 +1,273 @@
+"""The scheduler extender's filter + prioritize per pod, at 1,000 and 5,000 nodes (issue 27).
+
+    .venv/bin/python benchmarks/extender_filter.py                       # 1,000 and 5,000 nodes
+    .venv/bin/python benchmarks/extender_filter.py --nodes 200 --pods 20 # a quick run
+
+One in-process :class:`~horus.operator.extender.Extender` per side, over the same cluster
+(nodes × 8 H100 with a Horus inventory, plain resident pods with signed assignments on part of
+the GPUs — some nodes full, so both placements and refusals are answered), asked the same pods:
+
+* **today** — what the extender did before issue 27: the live state rebuilt from the cluster
+  for every request (every resident's signature verified again) and the per-node replay of
+  the filters for every candidate node (``Scheduler.evaluate_each``);
+* **view** — the live state built once per change of the watch-fed copy (here: once, the
+  cluster does not change between requests) and the vectorised per-node answer
+  (``Scheduler.evaluate``).
+
+Both answer filter then prioritize for each pod (the prioritize call is answered from the
+verdict cache the filter filled, as with kube-scheduler). Every answer of the two sides is
+compared: the run fails if one differs. Candidate nodes per pod: every node, and the number
+kube-scheduler sends an extender by default (``numFeasibleNodesToFind``: 50 % − nodes/125,
+at least 5 % and 100 nodes). Writes ``benchmarks/results/extender-filter.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from latency_stats import percentile  # noqa: E402
+
+from horus.api.assignment import GpuAssignment, encode_assignment  # noqa: E402
+from horus.api.signing import KeyRing, SigningKey  # noqa: E402
+from horus.common import constants as c  # noqa: E402
+from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
+from horus.operator.extender import Extender, parse_extender_args  # noqa: E402
+from horus.operator.livestate import LiveObjects  # noqa: E402
+from horus.predictor import load_default_predictor  # noqa: E402
+
+PROFILES = [
+    (ROOT / "examples" / "profiles" / f"{n}.yaml").read_text()
+    for n in ("resnet50-bs64", "mobilenetv2-cifar-bs128", "lstm-lm-bs20")
+]
+GPUS = 8
+GPU_MIB = 81920
+
+
+def key_ring() -> KeyRing:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    raw = hashlib.sha256(b"extender-benchmark").digest()
+    return KeyRing.of(SigningKey(Ed25519PrivateKey.from_private_bytes(raw)))
+
+
+def pod(name: str, core: int, mib: int, profile: str, node: str | None = None) -> dict[str, Any]:
+    req = {c.RESOURCE_GPU_CORE: str(core), c.RESOURCE_GPU_MEMORY: str(mib)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-26T10:00:00Z",
+            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
+        },
+        "spec": {
+            **({"nodeName": node} if node else {}),
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": req, "limits": req}}
+            ],
+        },
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def cluster(nodes: int, ring: KeyRing, seed: int) -> LiveObjects:
+    """``nodes`` Ready GPU nodes; a quarter full (every GPU at 100 % core), half with one or
+    two residents per GPU on some GPUs, a quarter idle."""
+    rng = random.Random(seed)
+    node_objs, pods = [], []
+    spec = NodeSpec(count=min(nodes, 5000), gpus_per_node=GPUS, gpu_memory_mib=GPU_MIB)
+    for n in range(nodes):
+        name = f"node-{n:05d}"
+        obj = node_manifest(name, spec)
+        obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        node_objs.append(obj)
+        kind = n % 4
+        if kind == 3:
+            continue  # idle
+        for g in range(GPUS):
+            if kind == 0:
+                shares = [(100, 40000)]  # full
+            elif rng.random() < 0.5:
+                shares = [(rng.choice([20, 30, 40]), rng.choice([8000, 16000, 24000]))]
+                if rng.random() < 0.4:
+                    shares.append((rng.choice([20, 30]), rng.choice([8000, 16000])))
+            else:
+                continue
+            for k, (core, mib) in enumerate(shares):
+                pname = f"res-{n}-{g}-{k}"
+                p = pod(pname, core, mib, rng.choice(PROFILES), node=name)
+                text = encode_assignment(
+                    GpuAssignment(
+                        node=name,
+                        gpu_uuid=obj_uuid(obj, g),
+                        gpu_index=g,
+                        core_percent=core,
+                        memory_mib=mib,
+                    )
+                )
+                ann = p["metadata"]["annotations"]
+                ann[c.ANNOTATION_GPU_ASSIGNMENT] = text
+                ann[c.ANNOTATION_ASSIGNMENT_SIGNATURE] = ring.sign_assignment(
+                    "bench", pname, p["metadata"]["uid"], "", 0, text
+                )
+                pods.append(p)
+    return LiveObjects(node_objs, pods, [])
+
+
+def obj_uuid(node: dict[str, Any], index: int) -> str:
+    from horus.api.inventory import decode_inventory
+
+    inv = decode_inventory(node["metadata"]["annotations"][c.ANNOTATION_GPU_INVENTORY])
+    return inv[index].uuid
+
+
+class Source:
+    """The extender's ClusterSource over fixed objects; ``generation`` None: no copy (today)."""
+
+    def __init__(self, objs: LiveObjects, cached: bool) -> None:
+        self.objs, self.cached = objs, cached
+
+    def list_objects(self) -> LiveObjects:
+        return self.objs
+
+    def fresh_objects(self) -> LiveObjects:
+        return self.objs
+
+    def generation(self) -> object:
+        return 1 if self.cached else None
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+    def patch_pod_annotations(self, *a: Any, **k: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def bind_pod(self, *a: Any, **k: Any) -> None:
+        raise NotImplementedError
+
+
+def feasible_to_find(nodes: int) -> int:
+    """kube-scheduler's default numFeasibleNodesToFind (percentageOfNodesToScore unset)."""
+    if nodes < 100:
+        return nodes
+    pct = max(5, 50 - nodes // 125)
+    return max(100, nodes * pct // 100)
+
+
+def run_side(ext: Extender, probes: list[dict[str, Any]], names: list[str]) -> tuple[list[float], list[Any]]:
+    times, answers = [], []
+    for p in probes:
+        body = {"Pod": p, "NodeNames": names}
+        t0 = time.perf_counter()
+        filt = ext.filter(parse_extender_args(body))
+        prio = ext.prioritize(parse_extender_args(body))
+        times.append(time.perf_counter() - t0)
+        answers.append((filt, prio))
+    return times, answers
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    ms = [t * 1000 for t in times]
+    return {
+        "pods": len(ms),
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+def one_size(nodes: int, pods: int, baseline_pods: int, seed: int) -> dict[str, Any]:
+    ring = key_ring()
+    objs = cluster(nodes, ring, seed)
+    predictor = load_default_predictor()
+    rng = random.Random(seed + 1)
+    probes = [
+        pod(
+            f"probe-{i}",
+            rng.choice([10, 25, 40, 60, 90]),
+            rng.choice([4000, 16000, 30000, 60000]),
+            rng.choice(PROFILES),
+        )
+        for i in range(pods)
+    ]
+    out: dict[str, Any] = {"nodes": nodes, "gpus": nodes * GPUS, "residents": len(objs.pods)}
+    all_names = [n["metadata"]["name"] for n in objs.nodes]
+    k = feasible_to_find(nodes)
+    for label, names in (("all_nodes", all_names), ("kube_scheduler_candidates", None)):
+        cand = names if names is not None else rng.sample(all_names, k)
+        today = Extender(Source(objs, cached=False), predictor, ring)
+        today.session.scheduler.evaluate = today.session.scheduler.evaluate_each  # type: ignore[method-assign]
+        view = Extender(Source(objs, cached=True), predictor, ring)
+        # the view's one build of the live state (done when the copy changes, not per pod)
+        t0 = time.perf_counter()
+        view.filter(parse_extender_args({"Pod": probes[0], "NodeNames": cand[:1]}))
+        build_s = time.perf_counter() - t0
+        base_probes = probes[:baseline_pods]
+        t_today, a_today = run_side(today, base_probes, cand)
+        t_view, a_view = run_side(view, probes, cand)
+        identical = a_today == a_view[: len(a_today)]
+        if not identical:
+            raise SystemExit(f"{nodes} nodes ({label}): the answers differ from today's")
+        passed = [len(f["NodeNames"]) for f, _ in a_view]
+        out[label] = {
+            "candidate_nodes": len(cand),
+            "today": summary(t_today),
+            "view": summary(t_view),
+            "view_state_build_seconds": round(build_s, 3),
+            "p99_ratio_today_over_view": round(
+                summary(t_today)["p99_ms"] / max(summary(t_view)["p99_ms"], 1e-9), 1
+            ),
+            "answers_identical": identical,
+            "answers_compared": len(a_today),
+            "nodes_passing_mean": round(statistics.fmean(passed), 1),
+        }
+        print(
+            f"{nodes} nodes, {len(cand)} candidates: today p50 {out[label]['today']['p50_ms']} "
+            f"p99 {out[label]['today']['p99_ms']} ms ({len(base_probes)} pods) | view p50 "
+            f"{out[label]['view']['p50_ms']} p99 {out[label]['view']['p99_ms']} ms "
+            f"({pods} pods) | identical answers: {identical}",
+            flush=True,
+        )
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    ap.add_argument("--pods", type=int, default=200, help="pods asked on the view side")
+    ap.add_argument(
+        "--baseline-pods", type=int, default=10, help="pods asked on today's side (slow)"
+    )
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/extender-filter.json")
+    args = ap.parse_args()
+    results = [one_size(n, args.pods, args.baseline_pods, args.seed) for n in args.nodes]
+    doc = {
+        "benchmark": "extender-filter",
+        "command": "benchmarks/extender_filter.py " + " ".join(sys.argv[1:]),
+        "target_p99_ms": 20,
+        "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
+        "sizes": results,
+    }
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,307 @@
+"""The operator at cluster scale (issue 27): thousands of kwok GPU nodes, thousands of DLJobs.
+
+    .venv/bin/python benchmarks/operator_scale.py                         # 5,000 × 8, 10,000 jobs
+    .venv/bin/python benchmarks/operator_scale.py --nodes 500 --jobs 1000 --cycles 3
+
+Starts its own local control plane (``horus.devcluster``) with ``--nodes`` kwok nodes × 8 H100
+and the operator (``python -m horus.operator``, a subprocess), then runs ``--cycles`` rounds of:
+create ``--jobs`` single-replica DLJobs (auto-sized) as fast as 16 client threads can → wait
+until every one is decided (phase Scheduled/Running, or Queued with a condition naming the
+reason) → measure the steady state (no change for ``--steady`` seconds: the LIST requests the
+apiserver served, by resource, from its own ``apiserver_request_total``) → delete them all and
+wait for their pods to go. Reported per cycle: jobs placed / queued with a reason / undecided,
+seconds until all were decided, the operator's RSS at the peak and after the cycle, its CPU
+seconds. The benchmark itself follows DLJobs and pods by WATCH (it makes no LIST of them).
+
+Writes ``benchmarks/results/operator-scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from operator_e2e import cpu_seconds, dljob, rss_mib  # noqa: E402
+
+from horus.api.raw import discard  # noqa: E402
+from horus.common import constants as c  # noqa: E402
+from horus.devcluster.cluster import LocalCluster  # noqa: E402
+from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
+
+NS = "scale"
+_OP_ARGS = ("--metrics-port", "0", "--identity", "scale")
+_RAW = ("get", "--raw", "/metrics")
+_RESOURCES = ("dljobs", "pods", "nodes", "priorityclasses", "resourceclaims", "resourceslices")
+
+
+def list_counts(state: Any) -> dict[str, float]:
+    """LIST requests served so far, by resource (the apiserver's apiserver_request_total)."""
+    text = subprocess.run(
+        [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig, *_RAW],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    out = dict.fromkeys(_RESOURCES, 0.0)
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{") or 'verb="LIST"' not in line:
+            continue
+        res = line.split('resource="', 1)[1].split('"', 1)[0] if 'resource="' in line else ""
+        if res in out:
+            out[res] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class Follow:
+    """DLJob phases/reasons and live pods in the namespace, from two watches."""
+
+    def __init__(self, api: Any) -> None:
+        from kubernetes import client
+
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.core: Any = client.CoreV1Api(api)
+        self.jobs: dict[str, tuple[str, str]] = {}
+        self.pods: set[str] = set()
+        self.changed = time.monotonic()
+        self._stop = False
+        for target in (self._jobs, self._pods):
+            threading.Thread(target=target, daemon=True).start()
+
+    def _stream(self, fn: Any, on: Any) -> None:
+        from kubernetes import watch as _watch
+
+        watch: Any = _watch
+        while not self._stop:
+            w: Any = watch.Watch()
+            try:
+                for ev in w.stream(fn, timeout_seconds=120):
+                    on(ev["type"], ev["raw_object"])
+                    self.changed = time.monotonic()
+                    if self._stop:
+                        return
+            except Exception:
+                time.sleep(0.5)
+
+    def _jobs(self) -> None:
+        def fn(**kw: Any) -> Any:
+            return self.custom.list_namespaced_custom_object(
+                c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, **kw
+            )
+
+        def on(kind: str, obj: dict[str, Any]) -> None:
+            name = obj["metadata"]["name"]
+            if kind == "DELETED":
+                self.jobs.pop(name, None)
+                return
+            status = obj.get("status") or {}
+            conds = [x for x in status.get("conditions") or [] if x.get("status") != "True"]
+            reason = conds[0].get("reason", "") if conds else ""
+            self.jobs[name] = (str(status.get("phase") or ""), str(reason))
+
+        self._stream(fn, on)
+
+    def _pods(self) -> None:
+        def fn(**kw: Any) -> Any:
+            return self.core.list_namespaced_pod(NS, _preload_content=False, **kw)
+
+        def on(kind: str, obj: dict[str, Any]) -> None:
+            name = obj["metadata"]["name"]
+            if kind == "DELETED":
+                self.pods.discard(name)
+            else:
+                self.pods.add(name)
+
+        self._stream(fn, on)
+
+    def tally(self) -> dict[str, int]:
+        placed = queued = other = 0
+        for phase, reason in list(self.jobs.values()):
+            if phase in (c.DLJOB_PHASE_SCHEDULED, c.DLJOB_PHASE_RUNNING):
+                placed += 1
+            elif phase == c.DLJOB_PHASE_QUEUED and reason:
+                queued += 1
+            else:
+                other += 1
+        return {"placed": placed, "queued_with_reason": queued, "undecided": other}
+
+    def stop(self) -> None:
+        self._stop = True
+
+
+def add_nodes(api: Any, count: int, gpus: int) -> None:
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(api)
+    spec = NodeSpec(count=count, gpus_per_node=gpus, prefix="scale")
+
+    def one(i: int) -> None:
+        discard(core.create_node(node_manifest(f"scale-{i:05d}", spec), _preload_content=False))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(count)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=10000)
+    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--steady", type=float, default=30.0, help="seconds of steady state")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="per cycle, seconds")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/operator-scale.json")
+    args = ap.parse_args()
+    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
+    if cached and "HORUS_BIN_DIR" not in os.environ:
+        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+    import tempfile
+
+    local = LocalCluster(Path(tempfile.mkdtemp(prefix="horus-bench-scale-")) / "c")
+    state = local.up(timeout=180)
+    op: subprocess.Popen[bytes] | None = None
+    try:
+        from kubernetes import client
+        from kubernetes import config as _config
+
+        config: Any = _config
+        api = config.new_client_from_config(config_file=state.kubeconfig)
+        api.configuration.connection_pool_maxsize = 20
+        kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig]
+        subprocess.run(
+            [*kubectl, "apply", "-f", str(ROOT / "manifests/crds/horus.io_dljobs.yaml")],
+            check=True,
+            capture_output=True,
+        )
+        t0 = time.time()
+        add_nodes(api, args.nodes, args.gpus_per_node)
+        print(f"{args.nodes} nodes created in {time.time() - t0:.0f}s", flush=True)
+        core: Any = client.CoreV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": NS}})
+        log = local.directory / "operator.log"
+        op = subprocess.Popen(
+            [sys.executable, "-m", "horus.operator", "--kubeconfig", state.kubeconfig, *_OP_ARGS],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 300
+        while "is now leader" not in log.read_text(errors="replace"):
+            if time.time() > deadline or op.poll() is not None:
+                raise RuntimeError(f"operator did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        follow = Follow(api)
+        peak = [0.0]
+        sampling = [True]
+
+        def sample() -> None:
+            while sampling[0] and op is not None and op.poll() is None:
+                peak[0] = max(peak[0], rss_mib(op.pid))
+                time.sleep(0.5)
+
+        threading.Thread(target=sample, daemon=True).start()
+        rss_start = rss_mib(op.pid)
+        cycles: list[dict[str, Any]] = []
+        for cycle in range(args.cycles):
+            peak[0] = 0.0
+            cpu0 = cpu_seconds(op.pid)
+            t0 = time.time()
+
+            def create(i: int, cycle: int = cycle) -> None:
+                body = dljob(f"c{cycle}-{i:05d}")
+                discard(
+                    custom.create_namespaced_custom_object(
+                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, body, _preload_content=False
+                    )
+                )
+
+            with ThreadPoolExecutor(16) as pool:
+                list(pool.map(create, range(args.jobs)))
+            created_s = time.time() - t0
+            while time.time() - t0 < args.timeout:
+                tally = follow.tally()
+                if len(follow.jobs) >= args.jobs and tally["undecided"] == 0:
+                    break
+                time.sleep(1.0)
+            decided_s = time.time() - t0
+            tally = follow.tally()
+            print(f"cycle {cycle}: {tally} in {decided_s:.0f}s", flush=True)
+            # steady: wait until nothing changed for 10 s, then count LISTs over --steady s
+            quiet = time.monotonic()
+            while time.monotonic() - follow.changed < 10 and time.monotonic() - quiet < 300:
+                time.sleep(1.0)
+            before, steady_cpu0 = list_counts(state), cpu_seconds(op.pid)
+            time.sleep(args.steady)
+            after, steady_cpu = list_counts(state), cpu_seconds(op.pid) - steady_cpu0
+            lists = {k: after[k] - before[k] for k in _RESOURCES}
+            rss_peak = max(peak[0], rss_mib(op.pid))
+            cpu = cpu_seconds(op.pid) - cpu0
+            custom.delete_collection_namespaced_custom_object(
+                c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL
+            )
+            t1 = time.time()
+            while (follow.jobs or follow.pods) and time.time() - t1 < args.timeout:
+                time.sleep(1.0)
+            time.sleep(5.0)
+            row = {
+                "cycle": cycle,
+                **tally,
+                "create_seconds": round(created_s, 1),
+                "all_decided_seconds": round(decided_s, 1),
+                "steady_lists_by_resource": lists,
+                "steady_seconds": args.steady,
+                "steady_operator_cpu_seconds": round(steady_cpu, 2),
+                "operator_rss_peak_mib": round(rss_peak, 1),
+                "operator_rss_after_cycle_mib": round(rss_mib(op.pid), 1),
+                "operator_cpu_seconds": round(cpu, 1),
+                "deleted_seconds": round(time.time() - t1, 1),
+            }
+            cycles.append(row)
+            print(json.dumps(row), flush=True)
+        sampling[0] = False
+        follow.stop()
+        rss_after = [float(r["operator_rss_after_cycle_mib"]) for r in cycles]
+        result = {
+            "benchmark": "operator-scale",
+            "command": "benchmarks/operator_scale.py " + " ".join(sys.argv[1:]),
+            "cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node},
+            "jobs_per_cycle": args.jobs,
+            "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
+            "operator_rss_start_mib": round(rss_start, 1),
+            "cycles": cycles,
+            "rss_after_cycles_spread": round(
+                (max(rss_after) - min(rss_after)) / max(min(rss_after), 1), 3
+            )
+            if rss_after
+            else None,
+            "steady_state_lists_total": sum(
+                sum(r["steady_lists_by_resource"].values()) for r in cycles
+            ),
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.out}")
+        return 0
+    finally:
+        if op is not None:
+            op.terminate()
+            try:
+                op.wait(15)
+            except subprocess.TimeoutExpired:
+                op.kill()
+        local.down(quiet=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
