@@ -706,14 +706,23 @@ class Reconciler:
                 report.count("claims_deleted")
         pending = pending_conversions(snap.pods, self.claim_path.claims)
         for conv in pending:
-            if conv.problem:
-                log.info("%s", conv.problem)
+            if conv.problem:  # told on the pod, as the extender's filter would tell it
+                self.writer.pod_event_once(conv.pod, "GPURequestRefused", conv.problem, True)
         waiting = {conv.request.name: conv for conv in pending if conv.request is not None}
-        if not waiting or not live.state.gpu_count:
+        if not waiting:
+            return
+        if not live.state.gpu_count:
+            why = "no Ready node offers Horus GPUs (a ResourceSlice of gpu.horus.io) yet"
+            for conv in waiting.values():
+                self.writer.pod_event_once(conv.pod, "NoGPUNodes", why, True)
             return
         result = self.scheduler.schedule(
             live.state, [conv.request for conv in waiting.values() if conv.request], now=time.time()
         )
+        for refusal in result.refused:  # the pod waits; the core's sentence says for what
+            message = stable_refusal(refusal.reason, refusal.code)
+            reason = st.refusal_reason(refusal.code)
+            self.writer.pod_event_once(waiting[refusal.job].pod, reason, message, True)
         for placement in result.placed:
             conv = waiting[placement.job]
             share = placement.replicas[0].gpus[0]
@@ -724,6 +733,13 @@ class Reconciler:
             try:
                 if self.api.create_resource_claim(ns, manifest) is not None:
                     report.count("claims_created")
+                    self.writer.pod_event_once(
+                        conv.pod,
+                        "GPUChosen",
+                        f"claim {conv.claim}: {share.node}/gpu-{share.gpu_index} "
+                        f"({share.core_percent}% core, {share.memory_mib} MiB), predicted "
+                        f"speed {placement.predicted_speed:.2f}; the kube-scheduler allocates it",
+                    )
                     log.info(
                         "pod %s/%s: claim %s on %s/gpu-%d (%d%% core, %d MiB)",
                         ns, (conv.pod.get("metadata") or {}).get("name"), conv.claim,

@@ -114,8 +114,26 @@ class StatusWriter:
 
     def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
         """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
+        self._post(ctx.involved, reason, message, warning)
+
+    def pod_event_once(
+        self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False
+    ) -> None:
+        """:meth:`event_once` about a pod (a plain pod Horus places on the DRA path)."""
+        meta = pod.get("metadata") or {}
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": str(meta.get("name", "")),
+            "namespace": str(meta.get("namespace", "default")),
+            "uid": str(meta.get("uid", "")),
+        }
+        if self._first_time(f"pod:{involved['namespace']}/{involved['name']}", reason, message):
+            self._post(involved, reason, message, warning)
+
+    def _post(self, involved: Mapping[str, str], reason: str, message: str, warning: bool) -> None:
         body = event_body(
-            ctx.involved,
+            involved,
             reason,
             message,
             warning=warning,
@@ -130,14 +148,20 @@ class StatusWriter:
     def event_once(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
         """:meth:`event`, at most once per :data:`PROBLEM_REPEAT_SECONDS` for the same job,
         reason and message (a state that lasts is told, not repeated every pass)."""
-        key = (ctx.key, f"{reason}\0{message}")
+        if self._first_time(ctx.key, reason, message):
+            self.event(ctx, reason, message, warning)
+
+    def _first_time(self, who: str, reason: str, message: str) -> bool:
+        """Whether ``who`` was not told ``reason``/``message`` in the last
+        :data:`PROBLEM_REPEAT_SECONDS` (and remember that it is told now)."""
+        key = (who, f"{reason}\0{message}")
         now = time.monotonic()
         with self._lock:
             last = self._seen.get(key)
             if last is not None and now - last < PROBLEM_REPEAT_SECONDS:
-                return
+                return False
             self._seen[key] = now
-        self.event(ctx, reason, message, warning)
+        return True
 
     def drain(self, timeout: float = 10.0) -> None:
         """Wait until the Events posted so far have gone out (tests; an orderly stop)."""

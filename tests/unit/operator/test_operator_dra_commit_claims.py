@@ -559,3 +559,27 @@ def test_consumed_memory_in_any_form_the_apiserver_writes(memory: str, mib: int)
     result["consumedCapacity"]["memory"] = "lots"
     with pytest.raises(ValidationError, match="ResourceClaim x/m result 0 memory"):
         claim_shares(state, claim)
+
+
+def test_a_converted_pod_is_told_where_its_share_went_or_why_it_waits() -> None:
+    api = dra_api("n1", gpus=1)
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        add_pod(api, converted_pod("fits", 60, 4))
+        no_profile = converted_pod("blind", 10, 4)
+        del no_profile["metadata"]["annotations"][c.ANNOTATION_GRAPH_PROFILE]
+        add_pod(api, no_profile)
+        r.run_pass()
+        add_pod(api, converted_pod("late", 60, 4))  # 60 % more fits nowhere now
+        r.run_pass()
+        r.run_pass()  # told once, not at every pass
+        r.writer.drain()
+        assert api.reasons("fits") == ["GPUChosen"]
+        (chosen,) = [e["message"] for e in api.events if e["involvedObject"]["name"] == "fits"]
+        assert "horus-gpu-fits-req: n1/gpu-0 (60% core, 1024 MiB)" in chosen
+        assert api.reasons("blind") == ["GPURequestRefused"]
+        (late,) = [e for e in api.events if e["involvedObject"]["name"] == "late"]
+        assert late["type"] == "Warning" and late["involvedObject"]["kind"] == "Pod"
+        assert ("default", "horus-gpu-late-req") not in api.claims
+    finally:
+        r.close()
