@@ -40,6 +40,7 @@ from horus.operator.writer import StatusWriter
 
 __all__ = [
     "REASON_CLAIM_NAME_TAKEN",
+    "REASON_GPU_UNHEALTHY",
     "REASON_OVERTAKEN",
     "ClaimNameTaken",
     "ClaimPath",
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 REASON_CLAIM_NAME_TAKEN = "ClaimNameTaken"
 #: The condition reason of a job re-placed because its claim was overtaken.
 REASON_OVERTAKEN = "ClaimOvertaken"
+#: ... or because a recorded GPU turned unhealthy before its claim was allocated.
+REASON_GPU_UNHEALTHY = "GPUUnhealthy"
 
 
 class ClaimNameTaken(PodRejected):
@@ -123,13 +126,42 @@ class ClaimPath:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         #: DLJob ``ns/name`` → why its decision was overtaken
         self.overtaken: Mapping[str, str] = {}
+        #: UUIDs of the GPUs the live state holds unhealthy (their device is tainted)
+        self.unhealthy: frozenset[str] = frozenset()
 
-    def set_pass(self, claims: Iterable[Mapping[str, Any]], overtaken: Mapping[str, str]) -> None:
+    def set_pass(
+        self,
+        claims: Iterable[Mapping[str, Any]],
+        overtaken: Mapping[str, str],
+        unhealthy: Iterable[str] = (),
+    ) -> None:
         index: dict[tuple[str, str], dict[str, Any]] = {}
         for claim in claims:
             meta = claim.get("metadata") or {}
             index[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = dict(claim)
         self.claims, self.overtaken = index, dict(overtaken)
+        self.unhealthy = frozenset(unhealthy)
+
+    def why_replace(self, ctx: JobCtx) -> tuple[str, str] | None:
+        """(reason, why) when the kube-scheduler cannot honour the job's recorded decision:
+        another claim overtook it, or a recorded GPU turned unhealthy (its device tainted, so
+        never allocated) before that replica's claim was allocated; None otherwise."""
+        over = self.overtaken.get(ctx.key)
+        if over is not None:
+            return REASON_OVERTAKEN, over
+        for rec in ctx.status.get("placements") or []:
+            uuid = str(rec.get("gpuUUID") or "")
+            if uuid not in self.unhealthy:
+                continue
+            replica = int(rec.get("replica") or 0)
+            claim = self.claims.get((ctx.namespace, claim_name(ctx.name, replica)))
+            if claim is None or not (claim.get("status") or {}).get("allocation"):
+                return REASON_GPU_UNHEALTHY, (
+                    f"GPU {rec.get('node')}/gpu-{rec.get('gpuIndex')} ({uuid}) turned unhealthy "
+                    f"before replica {replica}'s claim was allocated; the kube-scheduler "
+                    "allocates no tainted device"
+                )
+        return None
 
     # --- one replica ---------------------------------------------------------------------
     def ensure_claim(

@@ -26,7 +26,7 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.bindgate import BindGate
-from horus.operator.claimcommit import REASON_OVERTAKEN, ClaimPath
+from horus.operator.claimcommit import ClaimPath
 from horus.operator.claims import use_claim
 from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected
 from horus.operator.livestate import TERMINAL_POD_PHASES
@@ -124,9 +124,9 @@ class Committer:
     def follow(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         """Finish the job's pods from its record, give up past the deadline, sync its phase."""
         if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
-            overtaken = self.claim_path.overtaken.get(ctx.key) if self.claim_path else None
-            if self.claim_path is not None and overtaken is not None:
-                self.claim_path.replace(ctx, REASON_OVERTAKEN, overtaken, report)
+            redo = self.claim_path.why_replace(ctx) if self.claim_path else None
+            if self.claim_path is not None and redo is not None:
+                self.claim_path.replace(ctx, *redo, report)
                 return
             error: Exception | None = None
             try:

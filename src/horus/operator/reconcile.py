@@ -266,7 +266,7 @@ class Reconciler:
         self.metrics.set_phases(
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
         )
-        self.metrics.set_state_gpus(live.state)
+        self.metrics.set_gpus(live.state.views())
         report.seconds = time.monotonic() - t0
         return report
 
@@ -364,7 +364,7 @@ class Reconciler:
         self.metrics.set_phases(
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
         )
-        self.metrics.set_state_gpus(live.state)
+        self.metrics.set_gpus(live.state.views())
         report.seconds = time.monotonic() - t0
         return report
 
@@ -503,7 +503,9 @@ class Reconciler:
             snap.slices,
         )
         if self.claim_path is not None:
-            self.claim_path.set_pass(snap.claims, live.overtaken)
+            st_ = live.state
+            unhealthy = (str(u) for u, ok in zip(st_.gpu_uuid, st_.healthy, strict=True) if not ok)
+            self.claim_path.set_pass(snap.claims, live.overtaken, unhealthy)
         report.problems.extend(live.problems)
         report.pairs_observed = self.session.observe(live)
         return live

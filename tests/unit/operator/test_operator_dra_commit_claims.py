@@ -583,3 +583,40 @@ def test_a_converted_pod_is_told_where_its_share_went_or_why_it_waits() -> None:
         assert ("default", "horus-gpu-late-req") not in api.claims
     finally:
         r.close()
+
+
+def _taint(api: FakeJobApi, node_name: str, index: int) -> None:
+    """What the driver publishes for a GPU that turned unhealthy (docs/dra.md contract)."""
+    for item in api.slices:
+        if item["spec"]["nodeName"] != node_name:
+            continue
+        for device in item["spec"]["devices"]:
+            if device["name"] == f"gpu-{index}":
+                device["taints"] = [
+                    {"key": c.DRA_TAINT_UNHEALTHY, "value": "Unhealthy", "effect": "NoSchedule"}
+                ]
+
+
+def test_a_gpu_that_turns_unhealthy_before_the_claim_is_allocated_re_places_the_job() -> None:
+    api = dra_api("n1", gpus=3)
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        api.add_dljob(job("sick", core=60))
+        api.add_dljob(job("fine", core=60))
+        r.run_pass()
+        sick, fine = (status(api, n)["placements"][0] for n in ("sick", "fine"))
+        assert sick["gpuIndex"] != fine["gpuIndex"]  # 60 % each: two GPUs
+        api.allocate("default", "fine-0-gpu", "n1", fine["gpuIndex"], 60, 20000, "fine-0")
+        for index in (sick["gpuIndex"], fine["gpuIndex"]):
+            _taint(api, "n1", index)
+        r.run_pass()
+        st = status(api, "sick")
+        assert st["phase"] == c.DLJOB_PHASE_QUEUED and st["reason"] == "GPUUnhealthy"
+        # an allocated claim is not re-placed: its pod holds the GPU (the agent's health
+        # handling decides what happens to a running share)
+        assert status(api, "fine")["phase"] == c.DLJOB_PHASE_SCHEDULED
+        r.run_pass()
+        (again,) = status(api, "sick")["placements"]
+        assert again["gpuIndex"] not in (sick["gpuIndex"], fine["gpuIndex"])
+    finally:
+        r.close()
