@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -119,6 +120,28 @@ def test_failed_build_names_the_step(tmp_path: Path) -> None:
 # --- real nodes ------------------------------------------------------------------------------
 
 
+#: Host settings kube-proxy could change (it is configured not to): they must end as before.
+PROXY_SYSCTLS = (
+    "net/ipv4/ip_forward",
+    "net/ipv4/conf/all/route_localnet",
+    "net/netfilter/nf_conntrack_max",
+    "net/netfilter/nf_conntrack_tcp_timeout_established",
+    "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+    "net/bridge/bridge-nf-call-iptables",
+)
+
+#: A client pod on a real node: the Service's name resolves through the kubelet's cluster DNS
+#: (CoreDNS) to its ClusterIP, and kube-proxy's rules carry the request to the server pod.
+CLIENT = """
+import json, socket, urllib.request
+ip = socket.gethostbyname("web.default.svc.cluster.local")
+short = socket.gethostbyname("web")
+api = socket.gethostbyname("kubernetes.default")
+body = urllib.request.urlopen("http://web:8080/hello.txt", timeout=10).read().decode()
+print(json.dumps({"ip": ip, "short": short, "api": api, "body": body}))
+"""
+
+
 def _real_node_skip_reason() -> str:
     if os.geteuid() != 0:
         return "real kubelet nodes need root"
@@ -166,7 +189,9 @@ def _host_state(marker: str) -> dict[str, object]:
         },
         "registry": hostenv.REGISTRY.exists(),
         "sysctls": {
-            s: (Path("/proc/sys") / s).read_text().strip() for s in hostenv.KUBELET_SYSCTLS
+            s: (Path("/proc/sys") / s).read_text().strip()
+            for s in (*hostenv.KUBELET_SYSCTLS, *PROXY_SYSCTLS)
+            if (Path("/proc/sys") / s).exists()
         },
         "mounts": mounts,
         "processes": procs,
@@ -197,8 +222,8 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
         assert status.returncode == 0, status.stdout
         assert "real node real-node-0000" in status.stdout
         assert (
-            status.stdout.count("running") == 5 + 3
-        )  # control plane + containerd, kubelet, plugin
+            status.stdout.count("running") == 5 + 4
+        )  # control plane + containerd, kubelet, kube-proxy, plugin
         node = json.loads(
             subprocess.run(
                 [*kubectl, "get", "node", "real-node-0000", "-o", "json"],
@@ -271,6 +296,7 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
             text=True,
         )
         assert wait.returncode == 0, wait.stderr
+        _service_by_name_from_a_pod(folder, state, kubectl, env)
     finally:
         down = horus("dev", "cluster", "--dir", str(folder), "down")  # with the pod running
     assert down.returncode == 0, down.stderr
@@ -281,6 +307,100 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
     roots = [n.cgroup_root for n in mine.nodes]
     assert not {n.bridge for n in mine.nodes} & set(after["links"])
     assert not [g for g in after["cgroups"] if any(r in g for r in roots)]
+    # kube-proxy's chains went with the last node (kube-proxy --cleanup), in both families
+    rules = [*cast(list[str], after["iptables"]), *cast(list[str], after["ip6tables"])]
+    assert [x for x in rules if "KUBE-SERVICES" in x or "KUBE-SVC-" in x or "KUBE-SEP-" in x] == []
     # ... and with no other cluster's real nodes about, the host is exactly as it was
     if not (shared_host or hostenv.REGISTRY.exists()):
         assert after == before
+
+
+def _service_by_name_from_a_pod(
+    folder: Path, state: DevClusterState, kubectl: list[str], env: dict[str, str]
+) -> None:
+    """A Service answers by name from a pod on the real node (CoreDNS + kube-proxy), and the
+    kubelet, which has a cluster DNS now, never logs MissingClusterDNS."""
+    from horus.devcluster.images import IMAGES, reference
+
+    load = horus("dev", "cluster", "--dir", str(folder), "load-images", "workload")
+    assert load.returncode == 0, load.stderr
+    image = reference(IMAGES["workload"].repository)
+    node = {"nodeName": "real-node-0000"}
+    server = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {
+            **node,
+            "containers": [
+                {
+                    "name": "web",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["/bin/sh", "-c"],
+                    "args": [
+                        "mkdir -p /tmp/www && echo served-by-web > /tmp/www/hello.txt && "
+                        "exec python -m http.server 8080 --directory /tmp/www"
+                    ],
+                    "ports": [{"containerPort": 8080}],
+                    "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                }
+            ],
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 8080, "targetPort": 8080}]},
+    }
+    client = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "client", "namespace": "default"},
+        "spec": {
+            **node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "client",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", CLIENT],
+                }
+            ],
+        },
+    }
+
+    def kc(*args: str, data: object = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            [*kubectl, *args],
+            env=env,
+            input=json.dumps(data) if data is not None else None,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert not check or proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    for obj in (server, service):
+        kc("apply", "-f", "-", data=obj)
+    kc("wait", "pod/web", "--for=condition=Ready", "--timeout=120s")
+    kc("apply", "-f", "-", data=client)
+    kc("wait", "pod/client", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s")
+    got = json.loads(kc("logs", "client").strip().splitlines()[-1])
+    cluster_ip = kc("get", "service", "web", "-o", "jsonpath={.spec.clusterIP}")
+    assert got == {
+        "ip": cluster_ip,
+        "short": cluster_ip,
+        "api": "10.96.0.1",
+        "body": "served-by-web\n",
+    }
+    resolv = json.loads(kc("get", "pod", "client", "-o", "json"))["spec"]
+    assert resolv.get("dnsPolicy", "ClusterFirst") == "ClusterFirst"
+    kubelet_log = (folder / "nodes" / "real-node-0000" / "logs" / "kubelet.log").read_text()
+    assert kubelet_log.strip() and "MissingClusterDNS" not in kubelet_log
+    # the kubelet reports it as a pod Event (reason MissingClusterDNS) when it has no DNS
+    events = kc("get", "events", "-A", "--field-selector", "reason=MissingClusterDNS", "-o", "name")
+    assert events.strip() == ""

@@ -2,14 +2,16 @@
 # Builds (once per version) the binaries of the local control plane and prints the folder that
 # holds them:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  from k8s.io/kubernetes (go.mod)
-#   kubelet                        the local cluster's real nodes (horus dev cluster add-nodes --real)
+#   kubelet, kube-proxy            the local cluster's real nodes (horus dev cluster add-nodes --real)
 #   horus-pause                    their pod sandbox program (cmd/horus-pause, no dependencies)
 #   kwok                                                              sigs.k8s.io/kwok/cmd/kwok
 #   helm                                                              helm.sh/helm/v3/cmd/helm
 #   containerd, containerd-shim-runc-v2, ctr   the real nodes' runtime   github.com/containerd/containerd/v2
+#   coredns                        the cluster's DNS (a Deployment)    coredns/ (github.com/coredns/coredns)
 # etcd comes from Debian's etcd-server package (see docs/decisions.md).
-# Cache: ${HORUS_CACHE_DIR:-~/.cache/horus}/bin/k8s-<version>/ ; a binary already there is reused,
-# so only the first build on a machine pays. Progress goes to stderr, the folder to stdout.
+# Cache: ${HORUS_CACHE_DIR:-~/.cache/horus}/bin/k8s-<version>-…-coredns-<version>/ (every pinned
+# version is in the name, so a new pin builds a new folder beside the old one); a binary already
+# there is reused, so only the first build on a machine pays. Progress goes to stderr, the folder to stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -22,8 +24,11 @@ k8s_version=$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v1\./ {print $2; exit}' "$h
 [[ $k8s_version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || fail "read Kubernetes version" "odd version '$k8s_version' in go.mod"
 minor=${BASH_REMATCH[1]}
 
+coredns_version=$(awk '$1=="require" && $2=="github.com/coredns/coredns" {print $3}' "$here/coredns/go.mod")
+[[ $coredns_version =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "read CoreDNS version" "no 'require github.com/coredns/coredns vX.Y.Z' in $here/coredns/go.mod"
+
 cache=${HORUS_CACHE_DIR:-$HOME/.cache/horus}
-out="$cache/bin/k8s-$k8s_version-kwok-$KWOK_VERSION-helm-$HELM_VERSION-containerd-$CONTAINERD_VERSION"
+out="$cache/bin/k8s-$k8s_version-kwok-$KWOK_VERSION-helm-$HELM_VERSION-containerd-$CONTAINERD_VERSION-coredns-$coredns_version"
 mkdir -p "$out"
 
 ldflags="-s -w"
@@ -38,7 +43,7 @@ need_go() {
 }
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet horus-pause; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy horus-pause; do
   [[ -x $out/$b ]] && continue
   need_go "$b"
   echo "build.sh: building $b $k8s_version (first time on this machine; minutes) ..." >&2
@@ -81,4 +86,15 @@ for spec in "containerd urfave_cli_no_docs" "containerd-shim-runc-v2 urfave_cli_
     || { rm -rf "$tmp"; fail "go install $ctrd_pkg/cmd/$1@$CONTAINERD_VERSION" "see the output above"; }
   mv "$tmp/$1" "$out/$1"; rm -rf "$tmp"
 done
+# CoreDNS, the cluster's DNS server, pinned in coredns/go.mod: upstream's main with the plugins
+# the cluster's Corefile uses (coredns/main.go says why not all of them).
+if [[ ! -x $out/coredns ]]; then
+  need_go coredns
+  echo "build.sh: building coredns $coredns_version (coredns/main.go) ..." >&2
+  (cd "$here/coredns" && go build -trimpath \
+      -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$coredns_version" \
+      -o "$out/coredns.tmp" .) \
+    || fail "go build coredns" "see the compiler output above; network access to the Go module proxy is needed"
+  mv "$out/coredns.tmp" "$out/coredns"
+fi
 echo "$out"

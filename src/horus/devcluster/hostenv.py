@@ -120,6 +120,14 @@ def _routes_in_use() -> list[ipaddress.IPv4Network]:
     return [n for n in nets if isinstance(n, ipaddress.IPv4Network) and n.prefixlen > 0]
 
 
+def clusters() -> dict[int, str]:
+    """Network index -> folder of every local cluster with real nodes on this host."""
+    if not REGISTRY.is_dir():
+        return {}
+    with _locked() as reg:
+        return _clusters(reg)
+
+
 def acquire(cluster_dir: Path) -> int:
     """Register ``cluster_dir`` for real nodes; returns its network index (the same one when
     it already has one). The first registration on the host records the host's state."""

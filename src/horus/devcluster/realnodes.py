@@ -12,20 +12,22 @@ Several kubelets share this one machine, so each node is isolated the way a mach
   namespace is gone, and with it every mount its containers needed;
 * **its own bridge** ``hdNnK`` with the node's IP ``10.N.K.1`` (its InternalIP: the kubelet
   rejects a loopback node IP, and the apiserver reaches kubelets by InternalIP for logs and
-  exec) and pod subnet ``10.N.K.0/24`` (host-local IPAM in the node's folder). No masquerade
-  and no forwarding are needed: pods only talk to this host;
+  exec) and pod subnet ``10.N.K.0/24`` (host-local IPAM in the node's folder). The bridge
+  forwards (its own ``forwarding`` switch, not the host's) so pods reach Services whose pods
+  sit on other nodes' bridges; nothing is masqueraded beyond this host;
 * **its own identity**: a client certificate ``system:node:<name>`` in group ``system:nodes``,
   so the apiserver's Node authorizer and NodeRestriction admission judge it as a node.
 
-Pods reach the apiserver (``KUBERNETES_SERVICE_HOST=10.96.0.1:443``, which the kubelet injects)
-through one iptables DNAT per cluster, from the cluster's pod range to ``127.0.0.1:<port>``
-(``route_localnet`` on the node bridges only). No kube-proxy runs, so Services other than
-``kubernetes`` have no virtual IP here. Why not kube-proxy: several kubelets share this host's
-network namespace, and kube-proxies of two clusters side by side would rewrite the same global
-``KUBE-SERVICES`` chains for the same service range; one rule per cluster, matched on that
-cluster's own pod range, keeps clusters apart, keeps the apiserver on loopback, and is gone
-with the cluster. Nothing Horus runs in-cluster needs another Service (Prometheus scrapes pods
-by pod IP).
+Services work as on any cluster: every node runs **kube-proxy** (iptables mode, a host process
+like the kubelet; :func:`kube_proxy_config` says what it leaves alone) and **CoreDNS** runs as a
+Deployment behind ``kube-dns`` (:mod:`horus.devcluster.dns`), the kubelets' ``clusterDNS``.
+The nodes share this host's network namespace, so their kube-proxies write the same chains,
+and a second cluster's would rewrite them: one cluster at a time may have real nodes, and
+``kube-proxy --cleanup`` removes the chains with the last node. The one Service kube-proxy
+cannot carry is ``kubernetes``: the apiserver listens on loopback and a Service's endpoints may
+not be loopback, so pods reach it (``KUBERNETES_SERVICE_HOST=10.96.0.1:443``) through one
+iptables DNAT per cluster, from the cluster's pod range to ``127.0.0.1:<port>``
+(``route_localnet`` on the node bridges only).
 
 Simulated GPUs come from the Horus device plugin (``--backend simulated``), either started here
 as a host process in the node's mount namespace (``device_plugin="host"``) or left to the
@@ -67,10 +69,12 @@ import yaml
 
 from horus.common import constants as c
 from horus.common.errors import ClusterError, ValidationError
-from horus.devcluster import certs, hostenv
+from horus.devcluster import certs, dns, hostenv
 from horus.devcluster.processes import ManagedProcess, free_port, spawn
 
 STATE_FILE = "real-nodes.json"
+#: What each real node runs from the binaries folder besides containerd's.
+NODE_BINARIES = ("kubelet", "kube-proxy", "coredns")
 NODES_DIR = "nodes"
 #: The service IP of ``kubernetes`` (first address of the cluster's service range).
 APISERVER_SERVICE_IP = certs.SERVICE_IP
@@ -168,6 +172,8 @@ class RealNode:
     #: containerd's sockets live here, not in ``directory``: a unix socket path has at most
     #: 104 characters, and cluster folders (pytest's tmp_path) can be longer.
     socket_dir: str = ""
+    proxy_healthz_port: int = 0
+    proxy_metrics_port: int = 0
 
     @property
     def socket(self) -> Path:
@@ -504,6 +510,10 @@ def kubelet_config(node: RealNode, ca_file: Path) -> dict[str, Any]:
         "imageGCLowThresholdPercent": 99,
         "maxPods": 110,
         "resolvConf": "/etc/resolv.conf",
+        # CoreDNS behind the kube-dns Service (horus.devcluster.dns): pods resolve Service
+        # names as on any cluster, and the kubelet has a cluster DNS to write.
+        "clusterDNS": [dns.DNS_SERVICE_IP],
+        "clusterDomain": dns.CLUSTER_DOMAIN,
         "containerLogMaxSize": "10Mi",
         "shutdownGracePeriod": "0s",
         # How often the kubelet re-syncs every pod, and with it how late a changed Secret or
@@ -512,6 +522,46 @@ def kubelet_config(node: RealNode, ca_file: Path) -> dict[str, Any]:
         # mounted key in seconds instead of a minute; it changes nothing else Horus relies on.
         "syncFrequency": "10s",
     }
+
+
+def kube_proxy_config(node: RealNode, kubeconfig: Path, pod_range: str) -> dict[str, Any]:
+    """kube-proxy's configuration for one node (iptables mode). Every node's kube-proxy
+    programs the same Service rules into this host's one network namespace, so each leaves
+    the host's own settings alone: no conntrack table sizing or timeouts, no
+    ``route_localnet`` for localhost NodePorts. Traffic to a Service is masqueraded to the
+    bridge it leaves by (``masqueradeAll``): a reply from a pod on the client's own bridge
+    then returns through this host, where conntrack undoes the DNAT."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": node.name,
+        "bindAddress": node.node_ip,
+        "mode": "iptables",
+        "clusterCIDR": pod_range,
+        "iptables": {"masqueradeAll": True, "localhostNodePorts": False},
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+        "nodePortAddresses": [f"{node.node_ip}/32"],
+        "healthzBindAddress": f"127.0.0.1:{node.proxy_healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{node.proxy_metrics_port}",
+    }
+
+
+def kube_proxy_cleanup(bin_dir: Path) -> str:
+    """``kube-proxy --cleanup``: removes every chain and rule kube-proxy made (iptables, IPv4
+    and IPv6, and nftables); returns what it printed when it failed, else ""."""
+    binary = bin_dir / "kube-proxy"
+    if not binary.is_file():
+        return ""
+    proc = subprocess.run(
+        [str(binary), "--cleanup", "--v=0"], capture_output=True, text=True, timeout=120
+    )
+    return "" if proc.returncode == 0 else (proc.stdout + proc.stderr).strip()[-500:]
 
 
 def _kubeconfig(path: Path, server: str, ca: Path, user: str, cert: Path, key: Path) -> None:
@@ -567,10 +617,26 @@ class RealNodes:
                 f"{bin_dir} has no kubelet: run tools/controlplane/build.sh (it builds the "
                 "kubelet from the same Go module as the control plane), then retry"
             )
+        lacking = [b for b in NODE_BINARIES if not (bin_dir / b).is_file()]
+        if lacking:
+            raise ClusterError(
+                f"{bin_dir} has no {', '.join(lacking)}: run tools/controlplane/build.sh (it "
+                "builds kube-proxy with the kubelet and CoreDNS from its module), then retry"
+            )
         from horus.devcluster import images
+        from horus.devcluster.binaries import repo_root
 
-        pause = images.pause_image(bin_dir)
         state = self.state()
+        if state is None:
+            others = [d for d in hostenv.clusters().values() if d != str(self.cluster_dir)]
+            if others:
+                raise ClusterError(
+                    f"another local cluster ({others[0]}) has real nodes on this host: their "
+                    "kube-proxies own this host's Service chains (KUBE-SERVICES, one per "
+                    "network namespace), so one cluster at a time may have real nodes; "
+                    "'horus dev cluster down' it first"
+                )
+        base_images = images.build(repo_root(), ["pause", "coredns"], bin_dir=bin_dir)
         if state is None:
             state = RealNodesState(str(self.cluster_dir), hostenv.acquire(self.cluster_dir))
             state.save()
@@ -602,9 +668,10 @@ class RealNodes:
                 state.nodes.append(node)
                 state.save()
                 started.append(node)
-                self._start(node, cstate, pause, state)
+                self._start(node, cstate, base_images, state)
                 state.save()
             self._wait_ready(api, started, wait)
+            dns.deploy(bin_dir / "kubectl", cstate.kubeconfig, base_images[1].ref)
         except BaseException:
             for node in started:
                 with contextlib.suppress(Exception):
@@ -631,13 +698,17 @@ class RealNodes:
             socket_dir=str(hostenv.REGISTRY / "sockets" / f"{n}-{index}"),
             kubelet_port=free_port(),
             healthz_port=free_port(),
+            proxy_healthz_port=free_port(),
+            proxy_metrics_port=free_port(),
             gpus=spec.gpus_per_node,
             gpu_model=spec.gpu_model,
             gpu_memory_mib=spec.gpu_memory_mib,
             device_plugin=spec.device_plugin,
         )
 
-    def _start(self, node: RealNode, cstate: Any, pause: Any, state: RealNodesState) -> None:
+    def _start(
+        self, node: RealNode, cstate: Any, base_images: list[Any], state: RealNodesState
+    ) -> None:
         from horus.devcluster import images
 
         d = Path(node.directory)
@@ -663,7 +734,7 @@ class RealNodes:
             d / "pki" / "kubelet-client.crt",
             d / "pki" / "kubelet-client.key",
         )
-        (d / "containerd.toml").write_text(containerd_config(node, pause.ref))
+        (d / "containerd.toml").write_text(containerd_config(node, base_images[0].ref))
         (d / "cni" / "net.d" / "10-horus.conflist").write_text(json.dumps(cni_config(node)))
         (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node, pki / "ca.crt")))
 
@@ -672,6 +743,10 @@ class RealNodes:
         _run(["ip", "addr", "add", f"{node.node_ip}/24", "dev", node.bridge], "address bridge")
         _run(["ip", "link", "set", node.bridge, "up"], "bring bridge up")
         Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/route_localnet").write_text("1")
+        # Pods reach Services on other nodes' bridges: IPv4 forwarding is decided by the
+        # interface a packet comes in by, so this bridge's own switch is enough (the host's
+        # net.ipv4.ip_forward stays as it is; the setting goes with the bridge).
+        Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/forwarding").write_text("1")
         _make_cgroup_root(node.cgroup_root)
 
         binds = "".join(
@@ -706,9 +781,13 @@ class RealNodes:
         _wait_for("containerd", lambda: node.socket.exists(), 30, containerd)
         # Images loaded into the cluster before this node joined (a pruned one is rebuilt and
         # loaded by the next load-images).
-        for ref_path in [pause.descriptor, *(p for p in state.images if _descriptor_ref(Path(p)))]:
+        for ref_path in [
+            *(b.descriptor for b in base_images),
+            *(p for p in state.images if _descriptor_ref(Path(p))),
+        ]:
             images.import_into(images.load_descriptor(Path(ref_path)), node.socket)
         self._start_kubelet(node, cstate)
+        self._start_kube_proxy(node, cstate, state)
         if node.device_plugin == "host":
             self._start_device_plugin(node, cstate)
 
@@ -746,6 +825,20 @@ class RealNodes:
         node.processes.append(
             spawn("kubelet", self.kubelet_argv(node, cstate), Path(node.directory))
         )
+
+    def _start_kube_proxy(self, node: RealNode, cstate: Any, state: RealNodesState) -> None:
+        """kube-proxy as ``system:kube-proxy`` (bound to ``system:node-proxier`` by the
+        apiserver's bootstrap RBAC), a host process like the kubelet."""
+        d = Path(node.directory)
+        pki = Path(cstate.directory) / "pki"
+        cert, key = d / "pki" / "kube-proxy.crt", d / "pki" / "kube-proxy.key"
+        certs.issue_client_cert(pki, "system:kube-proxy", [], cert, key)
+        kubeconfig = d / "kube-proxy.kubeconfig"
+        _kubeconfig(kubeconfig, cstate.server, pki / "ca.crt", "system:kube-proxy", cert, key)
+        config = d / "kube-proxy.yaml"
+        config.write_text(yaml.safe_dump(kube_proxy_config(node, kubeconfig, state.pod_range)))
+        argv = [str(Path(cstate.bin_dir) / "kube-proxy"), f"--config={config}", "--v=1"]
+        node.processes.append(spawn("kube-proxy", argv, d))
 
     def _start_device_plugin(self, node: RealNode, cstate: Any) -> None:
         d = Path(node.directory)
@@ -939,14 +1032,23 @@ class RealNodes:
         return sorted(wanted)
 
     def _release(self, state: RealNodesState) -> None:
+        # The last node's kube-proxy is stopped; its chains (KUBE-SERVICES, KUBE-SVC-…, in
+        # iptables and ip6tables) stay until kube-proxy's own cleanup removes them.
+        cstate = None
+        with contextlib.suppress(Exception):
+            cstate = self._cluster()
+        bin_dir = Path(cstate.bin_dir) if cstate is not None else None
+        failed = kube_proxy_cleanup(bin_dir) if bin_dir is not None else ""
         _remove_dnat(state)
         (self.cluster_dir / STATE_FILE).unlink(missing_ok=True)
         shutil.rmtree(self.cluster_dir / NODES_DIR, ignore_errors=True)
         hostenv.release(state.net_index)
+        if failed:
+            raise ClusterError(f"kube-proxy --cleanup failed: {failed}")
 
     def _teardown(self, node: RealNode, api: Any) -> list[str]:
         """Stop everything of one node; returns what could not be removed."""
-        for name in ("device-plugin", "kubelet"):
+        for name in ("device-plugin", "kube-proxy", "kubelet"):
             proc = node.process(name)
             if proc is not None:
                 proc.stop(grace=10)

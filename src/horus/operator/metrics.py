@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from horus.common import constants as c
-from horus.scheduler import GpuView
+from horus.scheduler import ClusterState, GpuView
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -95,7 +95,7 @@ class OperatorMetrics:
             ["result"],
             registry=r,
         )
-        self._gpu_labels: set[tuple[str, str, str]] = set()
+        self._gpu_values: dict[tuple[str, str, str], float] = {}
         self._queue_reasons: set[str] = set()
 
     def set_predictor(self, version: str) -> None:
@@ -115,14 +115,28 @@ class OperatorMetrics:
             self.phases.labels(phase=phase).set(counts.get(phase, 0))
 
     def set_gpus(self, views: Iterable[GpuView]) -> None:
-        seen: set[tuple[str, str, str]] = set()
-        for v in views:
-            key = (v.node, str(v.index), v.uuid)
-            seen.add(key)
-            self.gpu_predicted_util.labels(*key).set(round(v.util_sum / 100.0, 6))
-        for key in self._gpu_labels - seen:
+        self.set_gpu_utils((v.node, v.index, v.uuid, v.util_sum) for v in views)
+
+    def set_state_gpus(self, state: ClusterState) -> None:
+        """:meth:`set_gpus` from the state's arrays (no view object per GPU)."""
+        names = [state.node_names[int(n)] for n in state.node_of]
+        self.set_gpu_utils(
+            zip(names, state.gpu_index, state.gpu_uuid, state.util_sum.tolist(), strict=True)
+        )
+
+    def set_gpu_utils(self, rows: Iterable[tuple[str, int, str, float]]) -> None:
+        """One gauge per GPU (node, index, UUID, summed predicted utilisation %); only the
+        GPUs whose value changed since the last pass are set (a pass sees every GPU, and at
+        40,000 GPUs setting each costs seconds)."""
+        values: dict[tuple[str, str, str], float] = {}
+        for node, index, uuid, util in rows:
+            key = (node, str(index), uuid)
+            value = values[key] = round(util / 100.0, 6)
+            if self._gpu_values.get(key) != value:
+                self.gpu_predicted_util.labels(*key).set(value)
+        for key in self._gpu_values.keys() - values.keys():
             self.gpu_predicted_util.remove(*key)
-        self._gpu_labels = seen
+        self._gpu_values = values
 
     def clear_leader_state(self) -> None:
         """Drop the queue, phase and GPU gauges: only the leader's pass sets them, so a
@@ -132,7 +146,7 @@ class OperatorMetrics:
         self.phases.clear()
         self.gpu_predicted_util.clear()
         self._queue_reasons.clear()
-        self._gpu_labels.clear()
+        self._gpu_values.clear()
 
     def serve(self, port: int, host: str) -> None:
         """Serve ``/metrics`` on ``host:port`` from a daemon thread (port 0: do nothing)."""

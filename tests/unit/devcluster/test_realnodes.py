@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 import tomllib
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from horus.common.errors import ValidationError
+from horus.devcluster import dns
+from horus.devcluster.cluster import SERVICE_CIDR
 from horus.devcluster.hostenv import PRIVATE_MOUNTS
 from horus.devcluster.realnodes import (
     CDI_SPEC_DIR,
@@ -17,6 +20,7 @@ from horus.devcluster.realnodes import (
     RealNodeSpec,
     cni_config,
     containerd_config,
+    kube_proxy_config,
     kubelet_config,
 )
 
@@ -118,3 +122,40 @@ def test_kubelet_authenticates_and_authorizes_callers(tmp_path: Path) -> None:
     assert cfg["authentication"]["anonymous"]["enabled"] is False
     assert cfg["authorization"]["mode"] == "Webhook" and cfg["readOnlyPort"] == 0
     assert cfg["address"] == "10.200.0.1" and cfg["cgroupRoot"] == "/horus-dev-200-0"
+
+
+def test_kubelet_names_the_cluster_dns(tmp_path: Path) -> None:
+    cfg = kubelet_config(node(tmp_path), Path("/ca.crt"))
+    assert cfg["clusterDNS"] == [dns.DNS_SERVICE_IP] and cfg["clusterDomain"] == "cluster.local"
+    assert ipaddress.ip_address(dns.DNS_SERVICE_IP) in ipaddress.ip_network(SERVICE_CIDR)
+
+
+def test_kube_proxy_leaves_host_settings_alone_and_masquerades_services(tmp_path: Path) -> None:
+    n = node(tmp_path)
+    n.proxy_healthz_port, n.proxy_metrics_port = 10256, 10249
+    cfg = kube_proxy_config(n, Path("/k.kubeconfig"), "10.200.0.0/16")
+    assert cfg["kind"] == "KubeProxyConfiguration" and cfg["mode"] == "iptables"
+    assert cfg["hostnameOverride"] == "real-node-0000"
+    # no conntrack sysctls written, no route_localnet for localhost NodePorts
+    assert set(cfg["conntrack"].values()) == {0, "0s"}
+    assert cfg["iptables"] == {"masqueradeAll": True, "localhostNodePorts": False}
+    # its ports on loopback only, NodePorts only on the node's own address
+    assert cfg["healthzBindAddress"] == "127.0.0.1:10256"
+    assert cfg["metricsBindAddress"] == "127.0.0.1:10249"
+    assert cfg["nodePortAddresses"] == ["10.200.0.1/32"]
+
+
+def test_coredns_service_reaches_the_port_the_corefile_serves() -> None:
+    objects = {o["kind"]: o for o in dns.manifests("horus.local/coredns:v1.15.0")}
+    service = objects["Service"]["spec"]
+    assert service["clusterIP"] == dns.DNS_SERVICE_IP
+    container = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "horus.local/coredns:v1.15.0"
+    served = {(p["containerPort"], p["protocol"]) for p in container["ports"]}
+    assert {(p["targetPort"], p["protocol"]) for p in service["ports"]} == served
+    assert {p["port"] for p in service["ports"]} == {53}
+    assert f".:{dns.PORT} {{" in objects["ConfigMap"]["data"]["Corefile"]
+    assert container["securityContext"]["runAsNonRoot"] is True
+    # the kubernetes plugin's reads, and nothing to write
+    rules = objects["ClusterRole"]["rules"]
+    assert {v for r in rules for v in r["verbs"]} == {"list", "watch"}
