@@ -27,15 +27,19 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from horus.api.assignment import encode_assignment
 from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import parse_quantity
+from horus.api.signing import KeyRing
+from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.operator import transitions as tr
 from horus.operator.claims import CLAIM_REQUEST, claim_name, replica_claim
 from horus.operator.jobapi import JobApi, PodRejected
 from horus.operator.passctx import JobCtx, PassReport
-from horus.operator.podspec import owner_uid
+from horus.operator.podspec import assignment_of, owner_uid
+from horus.operator.records import record_epoch
 from horus.operator.writer import StatusWriter
 
 __all__ = [
@@ -44,6 +48,7 @@ __all__ = [
     "REASON_OVERTAKEN",
     "ClaimNameTaken",
     "ClaimPath",
+    "claim_epoch",
     "claim_matches",
     "claim_owner_uid",
 ]
@@ -173,7 +178,9 @@ class ClaimPath:
         name = claim_name(ctx.name, replica)
         claim = self.claims.get((ctx.namespace, name))
         if claim is None:
-            claim = self.api.create_resource_claim(ctx.namespace, want)
+            claim = self.api.create_resource_claim(
+                ctx.namespace, self.signed(ctx, replica, recs, want)
+            )
             if claim is not None:
                 report.count("claims_created")
             else:  # AlreadyExists: a previous attempt (or someone else) made it
@@ -228,6 +235,29 @@ class ClaimPath:
             )
             report.count("claims_deleted")
 
+    def signed(
+        self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], claim: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``claim`` carrying its share and the record epoch it was made in, signed
+        (:func:`claim_epoch`): on this path no Binding carries the epoch onto a pod, so the
+        claim does, and a replayed older record is still found out after a restart."""
+        meta = claim.setdefault("metadata", {})
+        text = CLAIM_SIGNED_PREFIX + encode_assignment(assignment_of(ctx.name, replica, recs))
+        signature = self.writer.keys().sign_assignment(
+            ctx.namespace,
+            str(meta.get("name")),
+            CLAIM_SIGNED_UID,
+            ctx.uid,
+            record_epoch(ctx.status),
+            text,
+        )
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            c.ANNOTATION_GPU_ASSIGNMENT: text,
+            c.ANNOTATION_ASSIGNMENT_SIGNATURE: signature,
+        }
+        return claim
+
     def taken(self, ctx: JobCtx, replicas: int) -> list[str]:
         """The job's claim names (one per replica) that a claim Horus did not make for a
         DLJob of this name holds: the job waits for them, holding no GPU, as for a pod name
@@ -252,6 +282,32 @@ class ClaimPath:
             and controller_dljob_uid(claim.get("metadata") or {}) == ctx.uid
             and not (claim.get("metadata") or {}).get("deletionTimestamp")
         ]
+
+
+#: What a claim's signature binds in place of a pod UID (a claim's UID is known only once it
+#: exists, and a pod UID is never this), and the prefix of its signed text: a claim's signature
+#: can never pass for a pod's.
+CLAIM_SIGNED_UID = "resourceclaim"
+CLAIM_SIGNED_PREFIX = "claim:"
+
+
+def claim_epoch(claim: Mapping[str, Any], keys: KeyRing) -> int | None:
+    """The record epoch a Horus replica claim was made in, if its signature verifies (None:
+    unsigned, forged, or not a DLJob's): a record older than that is a rollback."""
+    meta = claim.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
+    job_uid = controller_dljob_uid(meta)
+    if not isinstance(text, str) or not text.startswith(CLAIM_SIGNED_PREFIX) or not job_uid:
+        return None
+    return keys.verify_assignment(
+        str(meta.get("namespace", "default")),
+        str(meta.get("name", "")),
+        CLAIM_SIGNED_UID,
+        job_uid,
+        text,
+        ann.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE),
+    )
 
 
 def _controller_name(meta: Mapping[str, Any]) -> str:

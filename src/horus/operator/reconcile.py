@@ -37,7 +37,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +59,7 @@ from horus.operator.claimcommit import (
     REASON_CLAIM_NAME_TAKEN,
     ClaimNameTaken,
     ClaimPath,
+    claim_epoch,
     claim_owner_uid,
 )
 from horus.operator.claims import pod_share_claim
@@ -237,7 +238,7 @@ class Reconciler:
         report.timings["list"] = time.monotonic() - t0
         every = self._contexts(snap)
         ring = self.keys()
-        self._distrust_rollbacks(every, ring)
+        self._distrust_rollbacks(every, ring, snap.claims)
         self.metrics.signing_key.set(1 if ring.can_sign else 0)
         if not ring.can_sign:
             return self._hold(snap, every, ring, report, t0)
@@ -315,15 +316,25 @@ class Reconciler:
             return parse()
         return self._jobs.get(version, parse, obj)
 
-    def _distrust_rollbacks(self, every: Mapping[str, JobCtx], ring: KeyRing) -> None:
+    def _distrust_rollbacks(
+        self, every: Mapping[str, JobCtx], ring: KeyRing, claims: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
         """A validly signed record older than its pods (they carry the epoch they were bound
-        in) or than what this process signed last is a rollback: not trusted (restored)."""
+        in), than its claims on the DRA path (each carries the epoch it was made in) or than
+        what this process signed last is a rollback: not trusted (restored)."""
+        made_in: dict[str, int] = {}
+        for claim in claims:
+            epoch = claim_epoch(claim, ring)
+            if epoch is not None:
+                uid = claim_owner_uid(claim)
+                made_in[uid] = max(made_in.get(uid, 0), epoch)
         for ctx in every.values():
             if not ctx.trusted or not (ctx.phase or ctx.status.get("placements")):
                 continue
             floor = max(
                 self.writer.highest_signed(ctx.uid),
                 pods_epoch([*ctx.pods.values(), *ctx.leaving], ring),
+                made_in.get(ctx.uid, 0),
             )
             if record_epoch(ctx.status) < floor:
                 log.warning(

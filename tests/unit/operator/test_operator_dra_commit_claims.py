@@ -620,3 +620,54 @@ def test_a_gpu_that_turns_unhealthy_before_the_claim_is_allocated_re_places_the_
         assert again["gpuIndex"] not in (sick["gpuIndex"], fine["gpuIndex"])
     finally:
         r.close()
+
+
+def test_a_replayed_older_record_is_found_out_from_the_claims_after_a_restart() -> None:
+    """No Binding carries the record epoch onto a pod on this path: each claim carries the
+    epoch it was made in, signed, so an older signed record written back (by whoever can write
+    dljobs/status) is distrusted by a restarted operator and nothing is redone from it."""
+    import copy
+
+    from horus.operator.claimcommit import claim_epoch
+    from horus.operator.moves import start_move
+    from horus.operator.passctx import PassReport
+
+    api = dra_api("n1", gpus=2)
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    api.add_dljob(job("m", core=60))
+    r.run_pass()
+    old_status = copy.deepcopy(api.job("m")["status"])
+    old = old_status["placements"][0]
+    start_move(
+        _ctx(r, api, "m"),
+        _placement("default/m", "n1", 1 - old["gpuIndex"], 60, 20000),
+        "t",
+        api,
+        r.writer,
+        PassReport(),
+    )
+    r.run_pass()
+    r.run_pass()  # the old claim went, the new decision's claim is made
+    claim = api.claims[("default", "m-0-gpu")]
+    assert simulated_gpu_uuid("n1", 1 - old["gpuIndex"]) in pinned(claim)
+    made_in = claim_epoch(claim, KEY)
+    assert made_in is not None and made_in > old_status[c.STATUS_PLACEMENT_EPOCH]
+    api.allocate("default", "m-0-gpu", "n1", 1 - old["gpuIndex"], 60, 20000, "m-0")
+    api.run_bound_pods()
+    r.close()
+    # the older record, validly signed, written back; the operator restarts
+    api.job("m")["status"] = old_status
+    restarted = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        restarted.run_pass()
+        assert ("default", "m-0-gpu") in api.claims  # the running share's claim is not redone
+        assert simulated_gpu_uuid("n1", 1 - old["gpuIndex"]) in pinned(
+            api.claims[("default", "m-0-gpu")]
+        )
+        assert api.pods[("default", "m-0")]["spec"]["nodeName"] == "n1"
+        # a claim whose signature does not verify proves nothing
+        forged = copy.deepcopy(claim)
+        forged["metadata"]["annotations"][c.ANNOTATION_GPU_ASSIGNMENT] += " "
+        assert claim_epoch(forged, KEY) is None
+    finally:
+        restarted.close()
