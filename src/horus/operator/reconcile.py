@@ -243,7 +243,7 @@ class Reconciler:
         if not ring.can_sign:
             return self._hold(snap, every, ring, report, t0)
         self._tell_resumed(every, report)
-        restores = self._restore_untrusted(every, report)
+        restores = self._restore_untrusted(every, report, snap.claims)
         ctxs = {k: x for k, x in every.items() if x.trusted}
         placed_before = [
             x
@@ -421,14 +421,25 @@ class Reconciler:
             f.result()
 
     def _restore_untrusted(
-        self, every: Mapping[str, JobCtx], report: PassReport
+        self,
+        every: Mapping[str, JobCtx],
+        report: PassReport,
+        claims: Sequence[Mapping[str, Any]] = (),
     ) -> list[Future[None]]:
         """A record the operator did not sign takes no part in this pass: it is restored from
-        the job's own pods, or reset so the job is admitted again (:mod:`restore`)."""
+        the job's own pods (on the DRA path, with their claims), or reset so the job is
+        admitted again (:mod:`restore`)."""
         if not self.is_leader():
             return []
+        index = {
+            (
+                str((cl.get("metadata") or {}).get("namespace")),
+                str((cl.get("metadata") or {}).get("name")),
+            ): cl
+            for cl in claims
+        }
         return [
-            self.pool.submit(self._guarded, restore, x, self.writer, report)
+            self.pool.submit(self._guarded, restore, x, self.writer, report, index)
             for x in every.values()
             if not x.trusted
         ]

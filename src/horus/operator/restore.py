@@ -18,15 +18,19 @@ signature no longer verifies), and a Warning Event says what to do.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from horus.api.assignment import GpuAssignment
+from horus.api.assignment import GpuAssignment, decode_assignment
 from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
+from horus.common.errors import ValidationError
 from horus.operator import status as st
 from horus.operator import transitions as tr
+from horus.operator.claimcommit import CLAIM_SIGNED_PREFIX, claim_epoch, claim_owner_uid
+from horus.operator.claims import claim_name
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import placement_record
@@ -39,14 +43,48 @@ log = logging.getLogger(__name__)
 _FINISHED = (c.DLJOB_PHASE_SUCCEEDED, c.DLJOB_PHASE_FAILED)
 
 
-def _signed(ctx: JobCtx, keys: KeyRing) -> dict[int, tuple[dict[str, Any], GpuAssignment]]:
-    """The job's pods whose assignment is signed, with that assignment, by replica."""
+def _signed(
+    ctx: JobCtx, keys: KeyRing, claims: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> dict[int, tuple[dict[str, Any], GpuAssignment]]:
+    """The job's pods whose assignment is signed, with that assignment, by replica — on the
+    DRA path, where no Binding signs a pod, a pod's assignment is its claim's
+    (:func:`_claimed`)."""
     out: dict[int, tuple[dict[str, Any], GpuAssignment]] = {}
     for replica, pod in ctx.pods.items():
         read = read_pod_assignment(pod, keys)
         if read.trusted and read.assignment is not None:
             out[replica] = (pod, read.assignment)
+        elif (held := _claimed(ctx, replica, pod, keys, claims)) is not None:
+            out[replica] = (pod, held)
     return out
+
+
+def _claimed(
+    ctx: JobCtx,
+    replica: int,
+    pod: Mapping[str, Any],
+    keys: KeyRing,
+    claims: Mapping[tuple[str, str], Mapping[str, Any]],
+) -> GpuAssignment | None:
+    """The share the replica's claim holds for ``pod``: the claim's signed text (it carries
+    the job's UID and the epoch it was made in, :func:`claim_epoch`) for this replica, and the
+    claim reserved for exactly this pod by the kube-scheduler (``status.reservedFor``, which
+    tenants cannot write); None otherwise."""
+    claim = claims.get((ctx.namespace, claim_name(ctx.name, replica)))
+    if claim is None or claim_epoch(claim, keys) is None or claim_owner_uid(claim) != ctx.uid:
+        return None
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    if not uid or not any(isinstance(r, Mapping) and r.get("uid") == uid for r in reserved):
+        return None
+    text = str(
+        ((claim.get("metadata") or {}).get("annotations") or {})[c.ANNOTATION_GPU_ASSIGNMENT]
+    )
+    try:
+        held = decode_assignment(text.removeprefix(CLAIM_SIGNED_PREFIX), "claim assignment")
+    except ValidationError:
+        return None
+    return held if held.job == ctx.name and held.replica == replica else None
 
 
 def _records(pods: dict[int, tuple[dict[str, Any], GpuAssignment]]) -> list[dict[str, Any]]:
@@ -57,9 +95,15 @@ def _records(pods: dict[int, tuple[dict[str, Any], GpuAssignment]]) -> list[dict
     return out
 
 
-def restore(ctx: JobCtx, writer: StatusWriter, report: PassReport) -> None:
-    """Rebuild ``ctx``'s record from its signed pods, or reset it (module docstring)."""
-    pods = _signed(ctx, writer.keys())
+def restore(
+    ctx: JobCtx,
+    writer: StatusWriter,
+    report: PassReport,
+    claims: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+) -> None:
+    """Rebuild ``ctx``'s record from its signed pods (on the DRA path: the signed claims
+    reserved for them), or reset it (module docstring)."""
+    pods = _signed(ctx, writer.keys(), claims or {})
     unverified = [
         p
         for r, p in ctx.pods.items()

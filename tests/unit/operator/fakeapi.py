@@ -265,7 +265,15 @@ class FakeJobApi:
                         ]
                     }
                 },
-                "reservedFor": [{"resource": "pods", "name": pod or "", "uid": ""}],
+                "reservedFor": [
+                    {
+                        "resource": "pods",
+                        "name": pod or "",
+                        "uid": (self.pods.get((namespace, pod or "")) or {})
+                        .get("metadata", {})
+                        .get("uid", ""),
+                    }
+                ],
             }
             if pod is not None and (namespace, pod) in self.pods:
                 self.pods[(namespace, pod)]["spec"]["nodeName"] = node

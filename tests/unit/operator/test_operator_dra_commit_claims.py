@@ -671,3 +671,30 @@ def test_a_replayed_older_record_is_found_out_from_the_claims_after_a_restart() 
         assert claim_epoch(forged, KEY) is None
     finally:
         restarted.close()
+
+
+def test_a_record_someone_else_wrote_is_restored_from_the_claims_of_running_pods() -> None:
+    """On this path replica pods carry no signature; their claims do, and the kube-scheduler
+    reserved each for its pod: a record another identity wrote is rebuilt from them."""
+    api = dra_api("n1", gpus=2)
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        api.add_dljob(job("t", replicas=2, core=60))
+        r.run_pass()
+        truth = sorted(status(api, "t")["placements"], key=lambda p: p["replica"])
+        allocate_as_recorded(api, "t")
+        api.run_bound_pods()
+        r.run_pass()
+        # an identity that may write dljobs/status moves both replicas onto one GPU, unsigned
+        forged = [{**p, "gpuIndex": 0, "gpuUUID": simulated_gpu_uuid("n1", 0)} for p in truth]
+        api.job("t")["status"]["placements"] = forged
+        r.run_pass()
+        r.writer.drain()
+        st = status(api, "t")
+        assert sorted(st["placements"], key=lambda p: p["replica"]) == truth
+        assert st["phase"] == c.DLJOB_PHASE_RUNNING and "StatusRestored" in api.reasons("t")
+        assert len(api.claims) == 2 and all(
+            cl["status"].get("allocation") for cl in api.claims.values()
+        )
+    finally:
+        r.close()
