@@ -151,6 +151,43 @@ def install(
         timeout=timeout + 30,
     )
     wait_nodes_have_gpus(kube, timeout=60)
+    wait_operator_leader(kube, timeout=90)
+
+
+def wait_operator_leader(kube: KubeCli, timeout: float = 90.0) -> None:
+    """The operator's Lease is held by a pod of its current ReplicaSet and no old pod is left.
+
+    ``helm upgrade --wait`` returns once the new pods are ready, while an old replica may
+    still hold the Lease through its termination grace period and place with the old
+    settings (a changed ``gpuSharing.path``, say); a test or benchmark that starts then would
+    measure the release it replaced. No operator Deployment (``operator.enabled=false``):
+    nothing to wait for."""
+    deploy = kube.kubectl("get", "deployment", "horus-operator", "-n", NAMESPACE, check=False)
+    if deploy.returncode != 0:
+        return
+    deadline = time.monotonic() + timeout
+    holder, names = "", []
+    while time.monotonic() < deadline:
+        pods = kube.json(
+            "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator"
+        )["items"]
+        names = [p["metadata"]["name"] for p in pods]
+        templates = {p["metadata"]["labels"].get("pod-template-hash") for p in pods}
+        lease = kube.kubectl(
+            "get", "lease", "horus-operator", "-n", NAMESPACE,
+            "-o", "jsonpath={.spec.holderIdentity}", check=False,
+        ).stdout  # fmt: skip
+        holder = lease.strip()
+        settled = len(templates) == 1 and not any(
+            p["metadata"].get("deletionTimestamp") for p in pods
+        )
+        if settled and any(holder.startswith(n + "-") for n in names):
+            return
+        time.sleep(0.5)
+    raise ClusterError(
+        f"the operator Lease is held by {holder!r}, not by one of the current pods "
+        f"{', '.join(names)}, after {timeout:.0f}s"
+    )
 
 
 def dra_path(kube: KubeCli) -> bool:
