@@ -267,7 +267,7 @@ class Reconciler:
         self.metrics.set_phases(
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
         )
-        self.metrics.set_gpus(live.state.views())
+        self.metrics.set_state_gpus(live.state)
         report.seconds = time.monotonic() - t0
         return report
 
@@ -375,7 +375,7 @@ class Reconciler:
         self.metrics.set_phases(
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
         )
-        self.metrics.set_gpus(live.state.views())
+        self.metrics.set_state_gpus(live.state)
         report.seconds = time.monotonic() - t0
         return report
 
