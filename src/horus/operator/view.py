@@ -15,7 +15,10 @@ What is kept:
   a request of a Horus resource, ResourceClaims (the DRA path) — and every other pod only as
   its name, namespace, UID and version (a tenant pod holding a replica's name must still be
   seen; its spec is not needed, and 10,000 foreign pods then cost little memory);
-* DLJobs, nodes, PriorityClasses; on the DRA path, ResourceClaims and ResourceSlices.
+* DLJobs, nodes, PriorityClasses; on the DRA path, ResourceClaims and ResourceSlices;
+
+every object without ``metadata.managedFields`` (and a node without ``status.images``),
+which no reader uses and which are often most of an object's size.
 
 Readers get the stored dicts themselves (no copy per pass): they must not change them. The
 reconcile pass copies what it edits (``JobCtx.status``), as it did with a listing.
@@ -30,7 +33,7 @@ from typing import Any
 from horus.common import constants as c
 from horus.kube.informer import Informer, wait_all_synced
 
-__all__ = ["ClusterView", "pod_matters", "pod_projection"]
+__all__ = ["ClusterView", "lean", "pod_matters", "pod_projection"]
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +67,27 @@ def pod_matters(pod: Mapping[str, Any]) -> bool:
     return bool(spec.get("resourceClaims")) or _asks_horus(spec)
 
 
+def lean(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without what no Horus reader looks at and the apiserver sends with every
+    object: ``metadata.managedFields`` (often the largest part) and a node's
+    ``status.images``."""
+    meta, status = obj.get("metadata"), obj.get("status")
+    drop_meta = isinstance(meta, dict) and "managedFields" in meta
+    drop_images = isinstance(status, dict) and "images" in status
+    if not drop_meta and not drop_images:
+        return obj
+    out = dict(obj)
+    if isinstance(meta, dict) and drop_meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if isinstance(status, dict) and drop_images:
+        out["status"] = {k: v for k, v in status.items() if k != "images"}
+    return out
+
+
 def pod_projection(pod: dict[str, Any]) -> dict[str, Any]:
-    """What is kept of a pod: all of it when it matters, else its identity only."""
+    """What is kept of a pod: all of it (:func:`lean`) when it matters, else its identity."""
     if pod_matters(pod):
-        return pod
+        return lean(pod)
     meta = pod.get("metadata") or {}
     keep = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
     phase = (pod.get("status") or {}).get("phase")
@@ -109,6 +129,7 @@ class ClusterView:
             return handler
 
         def make(kind: str, fn: Callable[..., Any], **kw: Any) -> Informer:
+            kw.setdefault("project", lean)
             return Informer(kind, fn, on_change=tell(kind), watch_seconds=watch_seconds, **kw)
 
         self.pods = make(
