@@ -123,7 +123,8 @@ def read_pod_assignment(pod: Mapping[str, Any], keys: KeyRing | None) -> PodAssi
         text,
         annotations.get(ANNOTATION_ASSIGNMENT_SIGNATURE),
     )
-    return _READ.get(key, lambda: _read_pod_assignment(pod, keys), pod, keys)
+    slot = (key[0], key[1], key[2], id(keys))
+    return _READ.get(key, lambda: _read_pod_assignment(pod, keys), pod, keys, slot=slot)
 
 
 def _read_pod_assignment(pod: Mapping[str, Any], keys: KeyRing | None) -> PodAssignment:

@@ -25,30 +25,45 @@ T = TypeVar("T")
 
 
 class Memo(Generic[T]):
-    """``get(key, compute, *held)``: ``compute()`` once per ``key`` (and per identity of each
-    object in ``held``, which the memo keeps alive while the answer is kept)."""
+    """``get(key, compute, *held, slot=...)``: ``compute()`` once per ``key`` (and per
+    identity of each object in ``held``, which the memo keeps alive while the answer is kept).
+
+    ``slot`` names the object the answer is about (its namespace/name/uid): a slot holds one
+    answer, so a new version of an object replaces its old one instead of piling up beside it
+    — the memo then holds about one version of each object, not every version it ever saw.
+    """
 
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._items: dict[Hashable, tuple[T, tuple[object, ...]]] = {}
+        self._items: dict[Hashable, tuple[Hashable, T, tuple[object, ...]]] = {}
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: Hashable, compute: Callable[[], T], *held: object) -> T:
+    def get(
+        self, key: Hashable, compute: Callable[[], T], *held: object, slot: Hashable = None
+    ) -> T:
         full = (key, tuple(id(h) for h in held))
+        where = full if slot is None else slot
         with self._lock:
-            hit = self._items.get(full)
-        if hit is not None and all(a is b for a, b in zip(hit[1], held, strict=True)):
+            hit = self._items.get(where)
+        if (
+            hit is not None
+            and hit[0] == full
+            and all(a is b for a, b in zip(hit[2], held, strict=True))
+        ):
             self.hits += 1
-            return hit[0]
+            return hit[1]
         value = compute()
         self.misses += 1
         with self._lock:
-            if len(self._items) >= self.limit:
+            if len(self._items) >= self.limit and where not in self._items:
                 self._items.clear()
-            self._items[full] = (value, held)
+            self._items[where] = (full, value, held)
         return value
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def clear(self) -> None:
         with self._lock:

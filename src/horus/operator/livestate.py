@@ -579,7 +579,8 @@ def _parsed_status(meta: Mapping[str, Any], raw: Mapping[str, Any]) -> DLJobStat
     version = meta.get("resourceVersion")
     if not version:
         return parse_dljob_status(raw)
-    return _STATUS.get(version, lambda: parse_dljob_status(raw), raw)
+    slot = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    return _STATUS.get(version, lambda: parse_dljob_status(raw), raw, slot=slot)
 
 
 def _add_moving_from(

@@ -314,7 +314,8 @@ class Reconciler:
 
         if not version:
             return parse()
-        return self._jobs.get(version, parse, obj)
+        slot = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
+        return self._jobs.get(version, parse, obj, slot=slot)
 
     def _distrust_rollbacks(
         self, every: Mapping[str, JobCtx], ring: KeyRing, claims: Sequence[Mapping[str, Any]] = ()

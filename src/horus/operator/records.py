@@ -95,8 +95,9 @@ def dljob_record_trusted(obj: Mapping[str, Any], keys: KeyRing, floor: int = 0) 
     version = meta.get("resourceVersion")
     if not version:
         return _record_trusted(obj, status, keys, floor)
+    slot = (meta.get("namespace"), meta.get("name"), meta.get("uid"), floor)
     return _TRUSTED.get(
-        (version, floor), lambda: _record_trusted(obj, status, keys, floor), obj, keys
+        (version, floor), lambda: _record_trusted(obj, status, keys, floor), obj, keys, slot=slot
     )
 
 

@@ -45,3 +45,14 @@ def test_an_error_is_not_kept() -> None:
     with pytest.raises(ValueError):
         memo.get("k", fail)
     assert memo.get("k", lambda: 7) == 7
+
+
+def test_a_slot_keeps_one_version_of_its_object() -> None:
+    """A new version replaces the old answer (and lets the old object go)."""
+    memo: Memo[str] = Memo()
+    old, new = {"v": 1}, {"v": 2}
+    assert memo.get("rv1", lambda: "a", old, slot=("ns", "pod")) == "a"
+    assert memo.get("rv2", lambda: "b", new, slot=("ns", "pod")) == "b"
+    assert len(memo) == 1
+    assert memo.get("rv2", lambda: "recomputed", new, slot=("ns", "pod")) == "b"
+    assert memo.get("rv1", lambda: "again", old, slot=("ns", "pod")) == "again"  # gone
