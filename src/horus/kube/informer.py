@@ -53,6 +53,22 @@ def _rv(obj: Mapping[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two kept versions of an object differ in nothing but their resourceVersion
+    (e.g. a node heartbeat, once the projection dropped its timestamps): readers that derive
+    something from the copy need not rebuild it, and no change is reported."""
+    if old.keys() != new.keys():
+        return False
+    for k, v in new.items():
+        if k == "metadata" and isinstance(v, dict) and isinstance(old.get(k), dict):
+            a, b = old[k], v
+            if a.keys() != b.keys() or any(a[x] != b[x] for x in b if x != "resourceVersion"):
+                return False
+        elif old[k] != v:
+            return False
+    return True
+
+
 def newer(candidate: str, current: str) -> bool:
     """Whether ``candidate`` is not older than ``current`` (etcd revisions are integers; a
     version that is not one — another storage — is taken as newer)."""
@@ -288,6 +304,8 @@ class Informer:
             ):
                 return
             self._items[key] = kept
+            if old is not None and _same_but_version(old, kept):
+                return  # only its version moved (a heartbeat the projection dropped)
             self.generation += 1
         self._tell(key, old, kept)
 

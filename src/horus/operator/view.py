@@ -33,7 +33,7 @@ from typing import Any
 from horus.common import constants as c
 from horus.kube.informer import Informer, wait_all_synced
 
-__all__ = ["ClusterView", "lean", "pod_matters", "pod_projection"]
+__all__ = ["ClusterView", "lean", "node_projection", "pod_matters", "pod_projection"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,22 @@ def lean(obj: dict[str, Any]) -> dict[str, Any]:
     if isinstance(status, dict) and drop_images:
         out["status"] = {k: v for k, v in status.items() if k != "images"}
     return out
+
+
+def node_projection(node: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of a node: :func:`lean`, and its conditions without their heartbeat
+    timestamps — so a node whose status only renewed its heartbeat is the same node to every
+    reader (the informer then reports no change and the extender keeps its live state)."""
+    out = lean(node)
+    status = out.get("status")
+    if not isinstance(status, dict) or not isinstance(status.get("conditions"), list):
+        return out
+    conds = status["conditions"]
+    quiet = [
+        {k: v for k, v in cd.items() if k != "lastHeartbeatTime"} if isinstance(cd, dict) else cd
+        for cd in conds
+    ]
+    return {**out, "status": {**status, "conditions": quiet}}
 
 
 def pod_projection(pod: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +158,7 @@ class ClusterView:
             ),
             missing_ok=True,  # the extender runs without the CRD (plain pods only)
         )
-        self.nodes = make("nodes", lambda **kw: core.list_node(**kw))
+        self.nodes = make("nodes", lambda **kw: core.list_node(**kw), project=node_projection)
         self.priority_classes = make(
             "priorityclasses", lambda **kw: scheduling.list_priority_class(**kw)
         )

@@ -105,3 +105,18 @@ def test_the_projection_is_what_is_kept() -> None:
 def test_versions_compare_as_etcd_revisions() -> None:
     assert newer("10", "9") and newer("9", "9") and not newer("9", "10")
     assert newer("x", "9") and newer("5", "")
+
+
+def test_a_new_version_with_nothing_else_new_is_no_change() -> None:
+    """A heartbeat the projection dropped moves only the version: readers keep what they
+    built from the copy (generation) and hear of no change."""
+    inf, lister, seen = _informer()
+    lister.items, lister.version = [_obj("n", 5, status={"ok": True})], 5
+    inf.relist()
+    seen.clear()
+    generation = inf.generation
+    inf._apply({"type": "MODIFIED", "object": _obj("n", 6, status={"ok": True})})
+    assert inf.generation == generation and not seen
+    assert inf.get("ns/n")["metadata"]["resourceVersion"] == "6"  # the version is kept
+    inf._apply({"type": "MODIFIED", "object": _obj("n", 7, status={"ok": False})})
+    assert inf.generation == generation + 1 and seen == [("ns/n", False)]

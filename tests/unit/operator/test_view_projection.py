@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from horus.common import constants as c
-from horus.operator.view import lean, pod_matters, pod_projection
+from horus.operator.view import lean, node_projection, pod_matters, pod_projection
 
 pytestmark = pytest.mark.unit
 
@@ -55,3 +55,16 @@ def test_a_node_loses_its_image_list_and_managed_fields_only() -> None:
     }
     plain = {"metadata": {"name": "m"}}
     assert lean(plain) is plain
+
+
+def test_a_nodes_heartbeat_is_not_kept() -> None:
+    node = {
+        "metadata": {"name": "n"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-26T10:00:00Z"}
+            ]
+        },
+    }
+    assert node_projection(node)["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert node["status"]["conditions"][0]["lastHeartbeatTime"]  # the original is not changed
