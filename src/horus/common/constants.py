@@ -23,6 +23,10 @@ SCHEDULER_NAME: Final = "horus-scheduler"  # on DLJob replica pods: the operator
 # The chart's optional second kube-scheduler (scheduler.enabled) that calls the extender: the
 # schedulerName plain pods choose to be placed by Horus (chart value scheduler.schedulerName).
 KUBE_SCHEDULER_NAME: Final = "horus-kube-scheduler"
+#: A stopping operator leader (SIGTERM) writes nothing from the signal on; it waits at most
+#: this long for its pass in flight to end (requests already on the wire answered) before it
+#: gives the Lease up, so the next leader never races a write of the old one.
+OPERATOR_STOP_WAIT_SECONDS: Final = 2.0
 
 # --- Identities (ServiceAccounts in HORUS_NAMESPACE; the admission policies name them) -------
 OPERATOR_SERVICE_ACCOUNT: Final = "horus-operator"

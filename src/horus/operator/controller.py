@@ -11,6 +11,13 @@ finalizers, no kopf progress annotations, no kopf events are written: every writ
 :class:`~horus.operator.reconcile.Reconciler`, and only while this replica holds the
 ``horus-operator`` Lease (:class:`~horus.operator.lease.LeaseElector`). With two replicas, one
 writes; kill it and the other takes over within the lease duration.
+
+Stopping (SIGTERM: a rolling update, a drain) is ours, not kopf's: kopf stops its own tasks
+first and runs cleanup handlers only then, and meanwhile the leader went on placing (with the
+settings ``helm upgrade`` had just replaced). Once kopf has started, :meth:`Controller.begin_stop`
+answers the signal: no write from then on, the pass in flight ends (or is left) within
+:data:`~horus.common.constants.OPERATOR_STOP_WAIT_SECONDS`, the Lease is released so the next
+replica leads at once (client-go's ``ReleaseOnCancel``), and then kopf is told to stop.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import time
 import uuid
@@ -79,6 +87,13 @@ class Controller:
     #: The watch-fed copy of the cluster the passes read (started by :meth:`start`).
     view: Any = None
     _loop: asyncio.AbstractEventLoop | None = None
+    #: Set by :func:`run` when the process is ours to stop: the flag that stops kopf, set once
+    #: the Lease is given up (:meth:`begin_stop`); None leaves stopping to kopf's caller.
+    kopf_stop: asyncio.Event | None = None
+    #: True from the stop signal on: no pass starts and the reconciler writes nothing.
+    stopping: bool = False
+    _step_down_task: asyncio.Task[None] | None = None
+    _lease_pool: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         if not self.identity:
@@ -151,7 +166,7 @@ class Controller:
             policy=s.policy,
             workers=s.workers,
             metrics=self.metrics,
-            is_leader=self.elector.is_leader,
+            is_leader=self.may_write,
             identity=self.identity,
             scheduler_settings=self.scheduler_settings,
             progress_deadline=s.progress_deadline,
@@ -180,6 +195,10 @@ class Controller:
                 lambda new: loop.call_soon_threadsafe(self._offer_predictor, new),
             )
             self.reloader.start()
+        if self.kopf_stop is not None:
+            # kopf set its own signal handlers before it ran this startup handler: replace them.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self.begin_stop)
         log.info(
             "operator %s started: policy %s, lease %s/%s (%.0fs), metrics port %s",
             self.identity,
@@ -190,7 +209,48 @@ class Controller:
             s.metrics_port or "off",
         )
 
+    def may_write(self) -> bool:
+        """The reconciler's gate before every write: leader, and not told to stop."""
+        return not self.stopping and self.elector is not None and self.elector.is_leader()
+
+    def begin_stop(self) -> None:
+        """The stop signal (on the event loop): no write from now on, then step down."""
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("operator %s stopping: no more writes, giving the Lease up", self.identity)
+        if self.nudge is not None:
+            self.nudge.set()  # a loop waiting for work sees the stop at once
+        self._step_down_task = asyncio.get_running_loop().create_task(self._step_down())
+
+    async def _step_down(self) -> None:
+        """Let the pass in flight end (its writes are off already; this lets requests on the
+        wire be answered) for at most OPERATOR_STOP_WAIT_SECONDS, stop renewing (after a
+        renewal in flight), release the Lease, then stop kopf."""
+        passes = [t for t in self.tasks if t.get_name() == "horus-reconcile"]
+        if passes:
+            _, left = await asyncio.wait(passes, timeout=c.OPERATOR_STOP_WAIT_SECONDS)
+            if left:
+                log.warning(
+                    "the pass in flight did not end in %.0fs; releasing the Lease anyway "
+                    "(it writes nothing more)",
+                    c.OPERATOR_STOP_WAIT_SECONDS,
+                )
+        for t in self.tasks:
+            if t.get_name() == "horus-lease":
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        if self.elector is not None:
+            await asyncio.to_thread(self.elector.release)  # waits for a renewal in flight
+        self.metrics.leader.set(0)
+        if self.kopf_stop is not None:
+            self.kopf_stop.set()
+
     async def stop(self) -> None:
+        self.begin_stop()
+        if self._step_down_task is not None:
+            await self._step_down_task
         if self.reloader is not None:
             await asyncio.to_thread(self.reloader.stop)
         for t in self.tasks:
@@ -198,8 +258,8 @@ class Controller:
         for t in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self.elector is not None:
-            await asyncio.to_thread(self.elector.release)
+        if self._lease_pool is not None:
+            self._lease_pool.shutdown(wait=False, cancel_futures=True)
         if self.reconciler is not None:
             self.reconciler.close()
         if self.view is not None:
@@ -220,8 +280,9 @@ class Controller:
         was = False
         # Its own thread: a renewal must never queue behind a long reconcile pass.
         lease_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="horus-lease")
+        self._lease_pool = lease_thread
         loop = asyncio.get_running_loop()
-        while True:
+        while not self.stopping:
             try:
                 now = await loop.run_in_executor(lease_thread, self.elector.tick)
             except Exception:
@@ -253,14 +314,14 @@ class Controller:
     async def _reconcile_loop(self) -> None:
         assert self.elector is not None and self.nudge is not None
         s = self.settings
-        while True:
+        while not self.stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.nudge.wait(), timeout=s.resync_period)
             if s.debounce:
                 await asyncio.sleep(s.debounce)
             self.nudge.clear()
             self._switch_predictor()  # between passes: never under a pass in flight
-            if not self.elector.is_leader():
+            if not self.may_write():
                 continue
             try:
                 report = await asyncio.to_thread(self.reconciler.run_pass)
@@ -457,6 +518,8 @@ def run(
     for name in ("kopf.objects", "kopf.activities.startup", "kopf.activities.cleanup"):
         logging.getLogger(name).setLevel(logging.WARNING)
     ctl = Controller(settings, scheduler_settings, correction, predictor=predictor)
+    if stop_flag is None:  # the process is ours to stop: Controller.begin_stop does it
+        stop_flag = ctl.kopf_stop = asyncio.Event()
     registry = build_registry(ctl)
     started = time.monotonic()
     asyncio.run(

@@ -11,11 +11,17 @@ another machine), but from *our own* observation — if the Lease record has not
 ``lease_duration`` seconds of our monotonic clock, the holder is gone. A leader considers
 itself leader only while its last successful renew is younger than ``renew_deadline``
 (two thirds of the lease duration), so it stops writing before anyone else may take over.
+
+:meth:`LeaseElector.release` is final and runs under the same lock as :meth:`~LeaseElector.tick`:
+a renewal in flight on the lease thread when the process is told to stop can neither undo the
+release (its update would make ``release`` fail on the resourceVersion and leave the Lease held
+for a whole duration) nor make this replica leader again afterwards.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +57,9 @@ class LeaseElector:
         self._last_renew: float | None = None
         self._observed: _Observed | None = None
         self.transitions = 0
+        #: Serialises tick and release; ``_released`` is set once, by release.
+        self._lock = threading.Lock()
+        self._released = False
 
     @property
     def retry_period(self) -> float:
@@ -83,7 +92,14 @@ class LeaseElector:
         }
 
     def tick(self) -> bool:
-        """One acquire-or-renew round; returns whether we are leader afterwards."""
+        """One acquire-or-renew round; returns whether we are leader afterwards (never after
+        :meth:`release`)."""
+        with self._lock:
+            if self._released:
+                return False
+            return self._tick()
+
+    def _tick(self) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         start = time.monotonic()
@@ -143,7 +159,13 @@ class LeaseElector:
         self._last_renew = start
 
     def release(self) -> None:
-        """Give the Lease up (on shutdown) so another replica takes over at once."""
+        """Give the Lease up (on shutdown) so another replica takes over at once; after a
+        renewal in flight, and for good (no later :meth:`tick` acquires it again)."""
+        with self._lock:
+            self._released = True
+            self._release()
+
+    def _release(self) -> None:
         from kubernetes.client.exceptions import ApiException
 
         if self._last_renew is None:
