@@ -209,8 +209,9 @@ def control_plane_cpu(state: Any) -> float:
     return sum(cpu_seconds(p.pid) for p in state.processes if p.name in ("kube-apiserver", "etcd"))
 
 
-def request_counts(state: Any) -> dict[str, float]:
-    """Requests the apiserver has served, by verb (its own ``apiserver_request_total``)."""
+def request_counts(state: Any, verb: str | None = None, by: str = "verb") -> dict[str, float]:
+    """Requests the apiserver has served (its own ``apiserver_request_total``), summed by the
+    label ``by``; ``verb``: only requests of that verb."""
     text = subprocess.run(
         [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig, *_RAW],
         check=True,
@@ -222,8 +223,10 @@ def request_counts(state: Any) -> dict[str, float]:
         if not line.startswith("apiserver_request_total{"):
             continue
         labels, value = line.rsplit(" ", 1)
-        verb = labels.split('verb="', 1)[1].split('"', 1)[0] if 'verb="' in labels else "?"
-        out[verb] = out.get(verb, 0.0) + float(value)
+        if verb is not None and f'verb="{verb}"' not in labels:
+            continue
+        key = labels.split(f'{by}="', 1)[1].split('"', 1)[0] if f'{by}="' in labels else "?"
+        out[key] = out.get(key, 0.0) + float(value)
     return out
 
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from operator_e2e import cpu_seconds, dljob, rss_mib  # noqa: E402
+from operator_e2e import cpu_seconds, dljob, request_counts, rss_mib  # noqa: E402
 
 from horus.api.raw import discard  # noqa: E402
 from horus.common import constants as c  # noqa: E402
@@ -42,26 +42,13 @@ from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
 
 NS = "scale"
 _OP_ARGS = ("--metrics-port", "0", "--identity", "scale")
-_RAW = ("get", "--raw", "/metrics")
 _RESOURCES = ("dljobs", "pods", "nodes", "priorityclasses", "resourceclaims", "resourceslices")
 
 
 def list_counts(state: Any) -> dict[str, float]:
     """LIST requests served so far, by resource (the apiserver's apiserver_request_total)."""
-    text = subprocess.run(
-        [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig, *_RAW],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    out = dict.fromkeys(_RESOURCES, 0.0)
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{") or 'verb="LIST"' not in line:
-            continue
-        res = line.split('resource="', 1)[1].split('"', 1)[0] if 'resource="' in line else ""
-        if res in out:
-            out[res] += float(line.rsplit(" ", 1)[1])
-    return out
+    served = request_counts(state, verb="LIST", by="resource")
+    return {r: served.get(r, 0.0) for r in _RESOURCES}
 
 
 class Follow:
@@ -83,15 +70,21 @@ class Follow:
         from kubernetes import watch as _watch
 
         watch: Any = _watch
+        version = ""  # resume from the last event: a deletion between two watches is seen
         while not self._stop:
             w: Any = watch.Watch()
+            since = {"resource_version": version} if version else {}
             try:
-                for ev in w.stream(fn, timeout_seconds=120):
-                    on(ev["type"], ev["raw_object"])
-                    self.changed = time.monotonic()
+                for ev in w.stream(fn, timeout_seconds=120, **since):
+                    obj = ev["raw_object"]
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if ev["type"] != "BOOKMARK":
+                        on(ev["type"], obj)
+                        self.changed = time.monotonic()
                     if self._stop:
                         return
             except Exception:
+                version = ""  # expired or broken: start over from the current state
                 time.sleep(0.5)
 
     def _jobs(self) -> None:
@@ -247,9 +240,17 @@ def main() -> int:
             lists = {k: after[k] - before[k] for k in _RESOURCES}
             rss_peak = max(peak[0], rss_mib(op.pid))
             cpu = cpu_seconds(op.pid) - cpu0
-            custom.delete_collection_namespaced_custom_object(
-                c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL
-            )
+            print(f"cycle {cycle}: steady LISTs {lists}, RSS peak {rss_peak:.0f} MiB", flush=True)
+            for _ in range(10):
+                try:
+                    custom.delete_collection_namespaced_custom_object(
+                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL
+                    )
+                    break
+                except client.exceptions.ApiException as exc:
+                    # 504: the apiserver's request timeout ran out and it stopped deleting
+                    # where it was; the next request deletes the rest
+                    print(f"delete of the DLJobs: HTTP {exc.status}; again", flush=True)
             t1 = time.time()
             while (follow.jobs or follow.pods) and time.time() - t1 < args.timeout:
                 time.sleep(1.0)

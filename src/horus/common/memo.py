@@ -16,12 +16,21 @@ dropped with the rest; the next pass recomputes what it needs).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Memo"]
+__all__ = ["Memo", "sweep_all"]
 
 T = TypeVar("T")
+
+_ALL: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def sweep_all() -> None:
+    """:meth:`Memo.sweep` every memo of this process (the operator, after each pass)."""
+    for memo in list(_ALL):
+        memo.sweep()
 
 
 class Memo(Generic[T]):
@@ -37,8 +46,10 @@ class Memo(Generic[T]):
         self.limit = limit
         self._lock = threading.Lock()
         self._items: dict[Hashable, tuple[Hashable, T, tuple[object, ...]]] = {}
+        self._used: set[Hashable] = set()
         self.hits = 0
         self.misses = 0
+        _ALL.add(self)
 
     def get(
         self, key: Hashable, compute: Callable[[], T], *held: object, slot: Hashable = None
@@ -47,6 +58,7 @@ class Memo(Generic[T]):
         where = full if slot is None else slot
         with self._lock:
             hit = self._items.get(where)
+            self._used.add(where)
         if (
             hit is not None
             and hit[0] == full
@@ -62,9 +74,18 @@ class Memo(Generic[T]):
             self._items[where] = (full, value, held)
         return value
 
+    def sweep(self) -> None:
+        """Drop the answers no :meth:`get` asked for since the last sweep: a reader that
+        reads every live object once per round (a reconcile pass) sweeps after it, and the
+        answers about deleted objects go with the objects they hold."""
+        with self._lock:
+            self._items = {k: v for k, v in self._items.items() if k in self._used}
+            self._used = set()
+
     def __len__(self) -> int:
         return len(self._items)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._used.clear()

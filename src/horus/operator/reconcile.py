@@ -49,7 +49,7 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
-from horus.common.memo import Memo
+from horus.common.memo import Memo, sweep_all
 from horus.kube.errors import Conflict
 from horus.node.claims import slice_gpus
 from horus.operator import status as st
@@ -268,6 +268,7 @@ class Reconciler:
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
         )
         self.metrics.set_state_gpus(live.state)
+        sweep_all()  # answers about objects this pass no longer saw (deleted) go
         report.seconds = time.monotonic() - t0
         return report
 

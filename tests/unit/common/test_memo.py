@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from horus.common.memo import Memo
+from horus.common.memo import Memo, sweep_all
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +56,14 @@ def test_a_slot_keeps_one_version_of_its_object() -> None:
     assert len(memo) == 1
     assert memo.get("rv2", lambda: "recomputed", new, slot=("ns", "pod")) == "b"
     assert memo.get("rv1", lambda: "again", old, slot=("ns", "pod")) == "again"  # gone
+
+
+def test_a_sweep_drops_what_was_not_asked_for_since_the_last_one() -> None:
+    memo: Memo[str] = Memo()
+    memo.get("a", lambda: "A", slot="a")
+    memo.get("b", lambda: "B", slot="b")
+    sweep_all()  # both were asked for: kept
+    memo.get("a", lambda: "again", slot="a")  # only "a" is read in the next round
+    sweep_all()
+    assert len(memo) == 1
+    assert memo.get("b", lambda: "recomputed", slot="b") == "recomputed"
