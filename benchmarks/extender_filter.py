@@ -169,7 +169,9 @@ def feasible_to_find(nodes: int) -> int:
     return max(100, nodes * pct // 100)
 
 
-def run_side(ext: Extender, probes: list[dict[str, Any]], names: list[str]) -> tuple[list[float], list[Any]]:
+def run_side(
+    ext: Extender, probes: list[dict[str, Any]], names: list[str]
+) -> tuple[list[float], list[Any]]:
     times, answers = [], []
     for p in probes:
         body = {"Pod": p, "NodeNames": names}
