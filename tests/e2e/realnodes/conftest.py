@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,13 +70,35 @@ def rc() -> Iterator[RealCluster]:
     }
     cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
     print("real-node cluster: " + "; ".join(timings))
-    try:
-        yield cluster
-    finally:
+
+    def down() -> None:
         t = time.monotonic()
         cluster.local.down()
         print(f"real-node cluster down in {time.monotonic() - t:.0f}s")
         shutil.rmtree(folder.parent, ignore_errors=True)
+
+    _DOWN.append(down)
+    try:
+        yield cluster
+    finally:
+        if down in _DOWN:
+            _DOWN.remove(down)
+            down()
+
+
+#: The package cluster's stop, run as soon as the last test of this folder is done: without an
+#: ``__init__.py`` this folder is no package, so a "package" fixture lives to the end of the
+#: session, and only one cluster with real nodes may exist on a host (kube-proxy's chains).
+_DOWN: list[Callable[[], None]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    here = Path(__file__).parent
+    if nextitem is None or Path(nextitem.path).parent != here:
+        while _DOWN:
+            _DOWN.pop()()
 
 
 @pytest.fixture(scope="package")

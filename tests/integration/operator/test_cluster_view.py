@@ -64,15 +64,24 @@ def _restart_apiserver(cluster: Any) -> None:
     argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
     os.kill(proc.pid, signal.SIGKILL)
     _wait("the apiserver to stop", lambda: not proc.running(), 60)
-    state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
-    state.save()
 
     def ready() -> bool:
         got = cluster.kubectl("get", "--raw", "/readyz", check=False)
         return got.returncode == 0 and got.stdout.strip() == "ok"
 
+    def started() -> bool:
+        # The killed process's port can stay taken for a moment after it is gone (seen in
+        # CI: "bind: address already in use"): a start that exits is tried again.
+        if not state.processes[i].running():
+            state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
+            state.save()
+            return False
+        return ready()
+
+    state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
+    state.save()
     try:
-        _wait("the apiserver to be ready again", ready, 240)
+        _wait("the apiserver to be ready again", started, 240)
     except AssertionError:
         raise AssertionError(
             "the restarted apiserver is not ready:\n" + state.processes[i].log_tail()
