@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,21 @@ import pytest
 from horus.devcluster.cluster import DevClusterState, LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test left watch threads behind (``informer-*``): they retry and log
+    against clusters that are gone, into other tests' captured output, and at interpreter exit
+    a daemon thread writing to stderr aborts the process (CI once ended "Aborted", exit 134)."""
+    deadline = time.monotonic() + 20  # a stopped watch ends at its connection's next read
+    while True:
+        left = [t.name for t in threading.enumerate() if t.name.startswith("informer-")]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if left:
+        print(f"\nwatch threads still running after the tests: {sorted(left)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -27,7 +27,7 @@ from horus.common import constants as c
 from horus.devcluster.cluster import LocalCluster
 from horus.devcluster.nodes import NodeSpec, add_nodes
 from horus.operator.extender import ExtenderServer, ExtenderSettings
-from horus.operator.extender.main import build_extender, build_tls
+from horus.operator.extender.main import build_extender, build_tls, close_extender
 from horus.operator.extender.tls import generate_tls_secret_data
 from horus.scheduler import SchedulerSettings
 
@@ -65,6 +65,7 @@ def ext_cluster() -> Iterator[ExtenderCluster]:
     local = LocalCluster(folder)
     state = local.up(timeout=180, scheduler_config={"extenders": extenders})
     server: ExtenderServer | None = None
+    extender = None
     try:
         api = config.new_client_from_config(config_file=state.kubeconfig)
         settings = ExtenderSettings(host="127.0.0.1", port=port, cache_seconds=2.0)
@@ -103,4 +104,6 @@ def ext_cluster() -> Iterator[ExtenderCluster]:
     finally:
         if server is not None:
             server.close()
+        if extender is not None:
+            close_extender(extender)
         local.down()

@@ -179,12 +179,16 @@ _LIST = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
 
 
 def _lists(cluster: Any, resources: tuple[str, ...]) -> dict[str, float]:
-    """LIST requests the apiserver has served per resource (its own counter)."""
+    """Cluster-wide LIST requests the apiserver has served per resource (its own counter).
+
+    Only ``scope="cluster"``: the operator's informers list across namespaces, while the
+    namespace controller lists each kind inside a namespace it is deleting (earlier tests'
+    namespaces are still being removed while this one runs: CI saw one such DLJob LIST)."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
     out = dict.fromkeys(resources, 0.0)
     for line in text.splitlines():
         m = _LIST.match(line)
-        if not m or 'verb="LIST"' not in m.group(1):
+        if not m or 'verb="LIST"' not in m.group(1) or 'scope="cluster"' not in m.group(1):
             continue
         res = re.search(r'resource="([^"]*)"', m.group(1))
         if res and res.group(1) in out:

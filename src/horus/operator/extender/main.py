@@ -65,6 +65,14 @@ def build_extender(
     )
 
 
+def close_extender(extender: Extender) -> None:
+    """Stop the watches :func:`build_extender` started: their threads would outlive the
+    server and keep retrying (and logging) against an apiserver that is gone."""
+    view = getattr(extender.source, "view", None)
+    if view is not None:
+        view.stop()
+
+
 def build_tls(settings: ExtenderSettings, api_client: Any) -> TlsSource:
     """The verbs' TLS: the three files when given, else the Secret (created when absent)."""
     from kubernetes import client
@@ -119,7 +127,5 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
     if reload is not None:
         reload.stop()
     server.close()
-    view = getattr(extender.source, "view", None)
-    if view is not None:
-        view.stop()
+    close_extender(extender)
     return 0
