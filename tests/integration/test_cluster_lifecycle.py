@@ -21,6 +21,7 @@ from horus.devcluster.binaries import repo_root
 from horus.devcluster.cluster import DevClusterState
 from horus.devcluster.processes import port_open
 from horus.devcluster.realnodes import RealNodesState
+from realnode_host import real_node_host
 
 BUILD = repo_root() / "tools" / "controlplane" / "build.sh"
 
@@ -202,6 +203,11 @@ def test_real_node_up_status_identity_down_leaves_nothing(tmp_path: Path) -> Non
     reason = _real_node_skip_reason()
     if reason:
         pytest.skip(reason)
+    with real_node_host():  # one cluster with real nodes per host at a time
+        _real_node_up_status_identity_down(tmp_path)
+
+
+def _real_node_up_status_identity_down(tmp_path: Path) -> None:
     from horus.devcluster import hostenv
 
     folder = tmp_path / "cluster"

@@ -36,6 +36,7 @@ from realnode_support import GPU_MEMORY_MIB, scrape_targets
 from horus.api.signing import KeyRing, SigningKey, parse_public_keys
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster, start
+from realnode_host import real_node_host
 
 GPUS_PER_NODE = 1
 NODES = 2
@@ -57,6 +58,8 @@ def rc() -> Iterator[RealCluster]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
+    host = real_node_host()  # one real-node cluster per host: wait for another run's
+    host.__enter__()
     folder = Path(tempfile.mkdtemp(prefix="horus-real-")) / "c"
     timings: list[str] = []
     # with the optional Horus scheduler Deployment (test_1b), from the project-built image
@@ -68,14 +71,21 @@ def rc() -> Iterator[RealCluster]:
         "gpuSharing": {"path": "devicePlugin"},
         "node": {"devicePlugin": {"extraArgs": sim}, "draDriver": {"extraArgs": sim}},
     }
-    cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
+    try:
+        cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
+    except BaseException:
+        host.__exit__(None, None, None)
+        raise
     print("real-node cluster: " + "; ".join(timings))
 
     def down() -> None:
         t = time.monotonic()
-        cluster.local.down()
-        print(f"real-node cluster down in {time.monotonic() - t:.0f}s")
-        shutil.rmtree(folder.parent, ignore_errors=True)
+        try:
+            cluster.local.down()
+            print(f"real-node cluster down in {time.monotonic() - t:.0f}s")
+            shutil.rmtree(folder.parent, ignore_errors=True)
+        finally:
+            host.__exit__(None, None, None)
 
     _DOWN.append(down)
     try:
