@@ -87,6 +87,12 @@ def _register_run(rsub: Any) -> None:
         default=None,
         help="dra: one ResourceClaim per replica; deviceplugin: extended resources (deviceplugin)",
     )
+    run.add_argument(
+        "--lifecycle-events",
+        choices=("true", "false"),
+        default=None,
+        help="also post the Scheduled/Running/Succeeded Events; the conditions say it (false)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -118,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         "correction_period",
         "restart_seconds",
         "placement_path",
+        "lifecycle_events",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)

@@ -28,7 +28,7 @@ from horus.operator import transitions as tr
 from horus.operator.bindgate import BindGate
 from horus.operator.claimcommit import ClaimPath
 from horus.operator.claims import use_claim
-from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected
+from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected, bound_pod
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.passctx import JobCtx, PassReport
 from horus.operator.podspec import (
@@ -116,7 +116,7 @@ class Committer:
             ctx, tr.placed(ctx.status, records, message, now_rfc3339(), ctx.generation)
         )
         report.count("status_writes")
-        self.writer.event(ctx, "Scheduled", message)
+        self.writer.lifecycle(ctx, "Scheduled", message)
         self.ensure_pods(ctx, report)
         self.writer.metrics.commit_latency.observe(time.perf_counter() - t0)
 
@@ -248,7 +248,10 @@ class Committer:
         signed = binding_annotations(pod, record_epoch(ctx.status), self.writer.keys())
         if self.api.bind(ctx.namespace, name, node, uid, signed):
             report.count("pods_bound")
-        pod.setdefault("spec", {})["nodeName"] = node
+        # The rest of this pass sees the replica bound. ``pod`` belongs to the view (shared
+        # with the extender and later passes) and is never changed in place: the view's own
+        # copy changes by ``Informer.assume`` in the API's bind, until the watch event.
+        ctx.pods[replica] = bound_pod(pod, node, signed)
 
     def _is_recorded(
         self, ctx: JobCtx, replica: int, recs: list[dict[str, Any]], pod: dict[str, Any]
@@ -337,7 +340,7 @@ class Committer:
         self.writer.patch(ctx, patch)
         report.count("status_writes")
         if prog.phase != c.DLJOB_PHASE_FAILED:
-            self.writer.event(ctx, prog.phase, prog.message)
+            self.writer.lifecycle(ctx, prog.phase, prog.message)
             return
         self.writer.metrics.failures.labels(reason=prog.reason).inc()
         self.writer.event(ctx, prog.reason, prog.message, warning=True)

@@ -174,6 +174,7 @@ class Controller:
             correction_period=s.correction_period,
             restart_seconds=s.restart_seconds,
             placement_path=s.placement_path,
+            lifecycle_events=s.lifecycle_events,
         )
         self.metrics.set_predictor(predictor.version)
         self.metrics.serve(s.metrics_port, s.metrics_host)

@@ -35,6 +35,7 @@ __all__ = [
     "PodNameTaken",
     "PodRejected",
     "ProfileUnavailable",
+    "bound_pod",
     "taken_message",
 ]
 
@@ -43,9 +44,11 @@ _ACTIVE = "status.phase!=Succeeded,status.phase!=Failed"
 _SYNC_WAIT_S = 60.0
 
 
-def _bound(pod: dict[str, Any], node: str, annotations: Mapping[str, str] | None) -> dict[str, Any]:
-    """``pod`` as a Binding to ``node`` leaves it (the view's assumed copy, until the watch
-    delivers the real one)."""
+def bound_pod(
+    pod: Mapping[str, Any], node: str, annotations: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A copy of ``pod`` as a Binding to ``node`` leaves it (the view's assumed copy, until the
+    watch delivers the real one); ``pod`` itself is not changed."""
     meta = dict(pod.get("metadata") or {})
     if annotations:
         meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
@@ -337,7 +340,9 @@ class KubeJobApi:
                 raise Conflict(f"pod {namespace}/{name} vanished before binding") from None
             raise
         if self.view is not None:
-            self.view.pods.assume(f"{namespace}/{name}", lambda pod: _bound(pod, node, annotations))
+            self.view.pods.assume(
+                f"{namespace}/{name}", lambda pod: bound_pod(pod, node, annotations)
+            )
         return True
 
     def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:

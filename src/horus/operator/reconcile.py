@@ -157,6 +157,7 @@ class Reconciler:
         correction_period: float = 30.0,
         restart_seconds: float = 60.0,
         placement_path: str = c.PLACEMENT_PATH_DEVICE_PLUGIN,
+        lifecycle_events: bool = False,
     ) -> None:
         #: a :class:`JobApi`, or a ``kubernetes.client.ApiClient`` to make a KubeJobApi of
         self.api: JobApi = api if hasattr(api, "list_dljobs") else KubeJobApi(api)
@@ -173,7 +174,9 @@ class Reconciler:
         self.replica_pool = ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="horus-replica"
         )
-        self.writer = StatusWriter(self.api, self.keys, self.metrics, identity, workers // 4)
+        self.writer = StatusWriter(
+            self.api, self.keys, self.metrics, identity, workers // 4, lifecycle_events
+        )
         self.admission = Admission(self.api, lambda: self.session, self.keys)
         #: node → MiB per unit of horus.io/gpu-memory (refreshed every pass; 1 if unset)
         self.node_units: dict[str, int] = {}

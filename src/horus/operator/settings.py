@@ -80,6 +80,12 @@ class OperatorSettings:
     #: ``deviceplugin`` — the operator binds pods that ask for horus.io extended resources.
     #: The chart sets it from ``gpuSharing.path`` (docs/dra.md "Which path").
     placement_path: PlacementPath = PLACEMENT_PATH_DEVICE_PLUGIN
+    #: Also post the Normal Events of a job that goes well (``Scheduled``, ``Running``,
+    #: ``Succeeded``). Off: the status conditions carry the same sentences and times
+    #: (``kubectl describe dlj``), and two Events per job were a third of the operator's
+    #: apiserver writes (issue 27). Warnings — refusals when their reason changes, failures,
+    #: errors — are posted either way.
+    lifecycle_events: bool = False
 
     def __post_init__(self) -> None:
         check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")

@@ -6,7 +6,11 @@ job's record, its pods or this process carried before:
 :meth:`horus.api.signing.SigningKey.sign_placements`) and carries the ``resourceVersion``
 precondition that makes two writers race-free. Without a signing key
 (:class:`~horus.api.signing.SigningUnavailable`) a write that needs a signature is not made. Events are posted off the
-critical path. An unexpected error for one job is logged once per five minutes (its
+critical path. The life-cycle Events of a job that goes well (``Scheduled``, ``Running``,
+``Succeeded``) are off unless asked for (:meth:`StatusWriter.lifecycle`): their text is already
+in the status conditions ``kubectl describe dlj`` shows, with its time, and at two Events per
+job they were a third of the operator's writes (issue 27). Warnings (a refusal when its reason
+changes, failures, errors) are always posted. An unexpected error for one job is logged once per five minutes (its
 traceback the first time) and posted as a ``ReconcileError`` Event on that job, so one
 poisoned object never floods the log while the loop goes on for every other job.
 """
@@ -50,8 +54,11 @@ class StatusWriter:
         metrics: OperatorMetrics,
         identity: str,
         event_workers: int = 4,
+        lifecycle_events: bool = False,
     ) -> None:
         self.api = api
+        #: Post the Events of a job that goes well (Scheduled, Running, Succeeded) as well.
+        self.lifecycle_events = lifecycle_events
         self.keys = keys
         self.metrics = metrics
         self.identity = identity
@@ -115,6 +122,12 @@ class StatusWriter:
     def event(self, ctx: JobCtx, reason: str, message: str, warning: bool = False) -> None:
         """A Kubernetes Event on the DLJob (best effort: an event never blocks a decision)."""
         self._post(ctx.involved, reason, message, warning)
+
+    def lifecycle(self, ctx: JobCtx, reason: str, message: str) -> None:
+        """A Normal Event of a job that goes well (Scheduled, Running, Succeeded), posted only
+        with ``lifecycle_events``: the status condition written with it says the same."""
+        if self.lifecycle_events:
+            self.event(ctx, reason, message)
 
     def pod_event_once(
         self, pod: Mapping[str, Any], reason: str, message: str, warning: bool = False

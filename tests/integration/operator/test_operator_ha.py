@@ -32,8 +32,11 @@ def _writers(kube: Kube) -> set[str]:
 def test_only_the_leader_binds_and_handover_within_lease(
     gpu_nodes: list[str], kube: Kube, operator_factory: Any
 ) -> None:
-    a = operator_factory(identity="replica-a", lease_duration=LEASE_S)
-    b = operator_factory(identity="replica-b", lease_duration=LEASE_S)
+    # Each replica's Events name it: with the life-cycle Events on, every job tells which
+    # replica placed it.
+    on = ("--lifecycle-events", "true")
+    a = operator_factory(identity="replica-a", lease_duration=LEASE_S, extra_args=on)
+    b = operator_factory(identity="replica-b", lease_duration=LEASE_S, extra_args=on)
     lease = operator_factory.lease
     kube.wait("a leader", lambda: _holder(kube, lease) in ("replica-a", "replica-b"), 30)
     first = [f"ha-{i}" for i in range(6)]

@@ -14,6 +14,7 @@ import copy
 import itertools
 import re
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +60,9 @@ class FakeJobApi:
         self.never_preempt: set[str] = set()
         self.dry_runs = 0
         self.status_writes = 0
+        #: every write that reached this apiserver, by kind (``status``, ``pod``, ``binding``,
+        #: ``event``, ``claim``, ``delete``): what a job costs the apiserver in requests
+        self.writes: Counter[str] = Counter()
         #: pod names whose create fails once with this exception (a crash between writes)
         self.fail_create_once: dict[str, Exception] = {}
         #: deleted pods stay (with a deletionTimestamp) until :meth:`finish_deletions`, as
@@ -110,6 +114,7 @@ class FakeJobApi:
             merge_patch(obj.setdefault("status", {}), body.get("status") or {})
             obj["metadata"]["resourceVersion"] = str(next(self._rv))
             self.status_writes += 1
+            self.writes["status"] += 1
             return copy.deepcopy(obj)
 
     def create_pod(
@@ -136,6 +141,7 @@ class FakeJobApi:
         if failure is not None:
             raise failure
         with self.lock:
+            self.writes["pod"] += 1
             if (namespace, name) in self.pods:
                 return None
             pod = copy.deepcopy(dict(manifest))
@@ -159,6 +165,7 @@ class FakeJobApi:
         annotations: Mapping[str, str] | None = None,
     ) -> bool:
         with self.lock:
+            self.writes["binding"] += 1
             pod = self.pods.get((namespace, name))
             if pod is None:
                 raise Conflict(f"pod {namespace}/{name} vanished before binding")
@@ -173,6 +180,7 @@ class FakeJobApi:
 
     def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
         with self.lock:
+            self.writes["delete"] += 1
             pod = self.pods.get((namespace, name))
             if pod is not None and uid and pod["metadata"].get("uid") != uid:
                 return  # the apiserver's UID precondition: 409, nothing deleted
@@ -213,6 +221,7 @@ class FakeJobApi:
         self, namespace: str, manifest: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         with self.lock:
+            self.writes["claim"] += 1
             name = str(manifest["metadata"]["name"])
             if (namespace, name) in self.claims:
                 return None
@@ -231,6 +240,7 @@ class FakeJobApi:
 
     def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> None:
         with self.lock:
+            self.writes["delete"] += 1
             claim = self.claims.get((namespace, name))
             if claim is not None and uid and claim["metadata"].get("uid") != uid:
                 return  # the UID precondition: 409, nothing deleted
@@ -286,6 +296,7 @@ class FakeJobApi:
 
     def post_event(self, body: Mapping[str, Any]) -> None:
         with self.lock:
+            self.writes["event"] += 1
             self.events.append(copy.deepcopy(dict(body)))
 
     def reasons(self, name: str) -> list[str]:

@@ -74,7 +74,12 @@ def test_a_job_is_admitted_placed_bound_and_runs(api: FakeJobApi, rec: Reconcile
     rec.run_pass()
     assert _phase(api, "train") == c.DLJOB_PHASE_SUCCEEDED
     rec.writer.drain()
-    assert {"Scheduled", "Running", "Succeeded"} <= set(api.reasons("train"))
+    # no life-cycle Events by default (tests/unit/operator/test_writes_per_job.py): the
+    # conditions say where it went and when it ran
+    assert not {"Scheduled", "Running", "Succeeded"} & set(api.reasons("train"))
+    conds = {cd["type"]: cd for cd in api.job("train")["status"]["conditions"]}
+    assert conds["Scheduled"]["message"].startswith("placed by policy")
+    assert conds["Finished"]["status"] == "True"
 
 
 def test_passes_are_idempotent(api: FakeJobApi, rec: Reconciler) -> None:
