@@ -182,7 +182,24 @@ class Policy:
     def turned_down(self, ctx: ScoreContext) -> tuple[int, float, float] | None:
         """The best GPU this policy's sharing rule refused after ``score``, as (GPU, gain,
         slowest speed there); None when it refused none (default: it has no such rule)."""
+        refused = self.refused_gains(ctx)
+        if refused is None:
+            return None
+        gpu = int(np.argmax(refused))
+        if not np.isfinite(refused[gpu]):
+            return None
+        return gpu, float(refused[gpu]), self.slowest(ctx, gpu)
+
+    def refused_gains(self, ctx: ScoreContext) -> FloatArray | None:
+        """Per GPU, the predicted gain where ``score`` scored it but the sharing rule refused
+        it, −inf elsewhere; None without such a rule or before ``score``. What
+        :meth:`turned_down` reads, for the whole cluster or one node's GPUs alike."""
         return None
+
+    def slowest(self, ctx: ScoreContext, gpu: int) -> float:
+        """The slowest job's speed on ``gpu`` once ``ctx.job`` joined it (a refusal's
+        sentence)."""
+        return math.nan
 
     def forget_pairs(self, pair: tuple[str, str] | None = None) -> None:
         """Drop whatever was derived from pair speeds: from the speed of ``pair`` (kind,
@@ -433,17 +450,16 @@ class Horus(Policy):
         # Among equal gains prefer the fuller GPU (keeps idle GPUs whole for big gangs).
         return np.asarray(score + 1e-3 * st.core_used / GPU_CORE_UNITS_PER_GPU, dtype=np.float64)
 
-    def turned_down(self, ctx: ScoreContext) -> tuple[int, float, float] | None:
+    def refused_gains(self, ctx: ScoreContext) -> FloatArray | None:
         if ctx.gains is None or ctx.admissible is None:
             return None
-        refused = np.where(np.isfinite(ctx.admissible), -np.inf, ctx.gains)
-        gpu = int(np.argmax(refused))
-        if not np.isfinite(refused[gpu]):
-            return None
+        return np.where(np.isfinite(ctx.admissible), -np.inf, ctx.gains)
+
+    def slowest(self, ctx: ScoreContext, gpu: int) -> float:
         st = ctx.state
         sig = st.signatures[int(st.sig_id[gpu])]
         _, speed, slowest = self.gain(ctx.job.kind, st.gpu_model[gpu], sig, ctx.pair_speed)
-        return gpu, float(refused[gpu]), min(speed, slowest)
+        return min(speed, slowest)
 
 
 class Oracle(Horus):

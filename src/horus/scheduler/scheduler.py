@@ -31,7 +31,13 @@ import numpy as np
 from horus.common.constants import GPU_CORE_UNITS_PER_GPU
 from horus.predictor.interface import Predictor, ResourcePrediction
 from horus.scheduler.estimates import Estimates, PairKey
-from horus.scheduler.explain import Verdicts, explain_refusal, why_never
+from horus.scheduler.explain import (
+    NodeFilters,
+    Verdicts,
+    explain_nodes,
+    explain_refusal,
+    why_never,
+)
 from horus.scheduler.gangchoice import choose_gpus
 from horus.scheduler.policies import PairSpeed, Policy, ScoreContext, get_policy, term_margin
 from horus.scheduler.prepared import Prepared, scored_on
@@ -207,11 +213,11 @@ class Scheduler:
         The job's needs, the common filters, the policy's filter and its score are computed
         once for every GPU (kube-scheduler's PreFilter). A one-GPU job (every plain pod)
         then finds the nodes it fits in one vectorised step and takes each such node's best
-        GPU from its few scores. A node it does not fit needs the reason, which is a
-        function of that node's GPUs alone: it is worked out by the per-node replay of the
-        filters (what :meth:`evaluate_each` does for every node) once per distinct node —
-        nodes whose GPUs look alike to this job (same numbers in every array the filters
-        and the explanation read) get the same sentence, with their own GPU's name.
+        GPU from its few scores. The nodes it does not fit get their reasons — each a
+        function of that node's GPUs alone, the sentence the per-node replay of the filters
+        (:meth:`evaluate_each`) gives — from one vectorised step over all of them
+        (:func:`~horus.scheduler.explain.explain_nodes`); only a node whose sentence hangs on
+        an over-committed GPU is replayed.
         """
         pre = self._prefilter(state, job)
         bounds = np.searchsorted(state.node_of, np.arange(len(state.node_names) + 1))
@@ -222,34 +228,35 @@ class Scheduler:
         fits = refined & pre.finite() if refined.any() else refined
         per_node = np.concatenate(([0], np.cumsum(fits, dtype=np.int64)))
         has = per_node[bounds[1:]] > per_node[bounds[:-1]]
-        score = pre.score() if fits.any() else None
+        best = _best_per_node(fits, pre.score(), bounds) if fits.any() else None
         ctx = replace(pre.ctx, gains=None, admissible=None)  # as _decide's for one node
         effects: dict[tuple[int, int], tuple[float, float]] = {}
-        looks = _NodeLooks(pre, refined if refined is not pre.room else None, fits)
         out: dict[str, Placement | Refusal] = {}
+        refused: list[tuple[str, int]] = []
         for name in names:
             n = state.node_index(name)
-            if n >= 0 and has[n] and score is not None:
-                lo = int(bounds[n])
-                idx = np.nonzero(fits[lo : int(bounds[n + 1])])[0] + lo
-                best = int(idx[int(np.argmax(score[idx]))])  # first (lowest GPU) among ties
-                out[name] = self._placement(state, job, [[best]], ctx, pre.preds, effects)
+            if n >= 0 and has[n] and best is not None:
+                out[name] = self._one_gpu(state, job, int(best[n]), ctx, pre.preds, effects)
             elif n < 0:
                 out[name] = self._decide_on(pre, bounds, name)
             else:
-                lo, hi = int(bounds[n]), int(bounds[n + 1])
-                key = looks.key(lo, hi)
-                seen = looks.refusals.get(key)
-                if seen is None:
-                    refusal = self._decide_on(pre, bounds, name)
-                    assert isinstance(refusal, Refusal)  # no GPU of the node fits
-                    looks.refusals[key] = (name, refusal)
-                    out[name] = refusal
-                else:
-                    first, refusal = seen
-                    reason = refusal.reason.replace(f"{first}/gpu-", f"{name}/gpu-")
-                    out[name] = Refusal(refusal.job, reason, refusal.code)
-        return out
+                refused.append((name, n))
+        if refused:
+            filters = NodeFilters(
+                pre.allowed,
+                pre.usable,
+                pre.mem_ok,
+                pre.core_ok,
+                pre.slots_ok,
+                pre.room,
+                refined if pre.room.any() else None,
+            )
+            at = np.array([n for _, n in refused], dtype=np.int64)
+            told = explain_nodes(pre.ctx, self.policy, filters, bounds, at, self.predict)
+            for (name, _), refusal in zip(refused, told, strict=True):
+                # None: an over-committed GPU decides the sentence; the replay knows it
+                out[name] = refusal if refusal is not None else self._decide_on(pre, bounds, name)
+        return {name: out[name] for name in names}
 
     def evaluate_each(
         self, state: ClusterState, job: JobRequest, nodes: Iterable[str]
@@ -450,6 +457,39 @@ class Scheduler:
             predicted_gain=gain,
         )
 
+    def _one_gpu(
+        self,
+        st: ClusterState,
+        job: JobRequest,
+        g: int,
+        ctx: ScoreContext,
+        preds: list[ResourcePrediction],
+        effects: dict[tuple[int, int], tuple[float, float]],
+    ) -> Placement:
+        """``_placement(st, job, [[g]], ctx, preds, effects)``, the same object, made with
+        fewer steps: :meth:`evaluate` makes one per node a one-GPU job fits."""
+        model = int(st.model_of[g])
+        look = (model, int(st.sig_id[g]))
+        effect = effects.get(look)
+        if effect is None:
+            effect = effects[look] = self.predicted_effect(st, job, g)
+        node = st.node_names[int(st.node_of[g])]
+        share = GpuShare(
+            node=node,
+            gpu_index=st.gpu_index[g],
+            gpu_uuid=st.gpu_uuid[g],
+            core_percent=int(ctx.core_need[g]),
+            memory_mib=int(st.mem_total[g]) if self.policy.whole_gpu else int(ctx.mem_need[g]),
+        )
+        return Placement(
+            job=job.name,
+            replicas=(ReplicaPlacement(0, node, (share,)),),
+            policy=self.policy.name,
+            prediction=preds[model],
+            predicted_speed=min(1.0, effect[0]),
+            predicted_gain=0.0 + effect[1],
+        )
+
     def predicted_effect(self, st: ClusterState, job: JobRequest, g: int) -> tuple[float, float]:
         """What ``job`` joining GPU ``g`` as it is in ``st`` does, as (the job's predicted
         speed there, the rise of the GPU's summed normalised speed); (1, 1) on an idle GPU,
@@ -529,26 +569,18 @@ class Scheduler:
         return QueuePass(self, state, q, now, explain).run(only)
 
 
-class _NodeLooks:
-    """What a node's GPUs look like to one job in one :meth:`Scheduler.evaluate` call: the
-    slices of every array the filters and the refusal's explanation read (state, needs,
-    verdicts, scores), as one key; and the refusal already worked out for each key."""
-
-    def __init__(self, pre: Prepared, refined: BoolArray | None, fits: BoolArray) -> None:
-        st, ctx = pre.state, pre.ctx
-        arrays = [
-            st.healthy, st.mem_total, st.mem_used, st.core_used, st.njobs, st.model_of,
-            st.sig_id, st.gpu_index, st.util_sum, ctx.mem_need, ctx.core_need,
-            ctx.util_need, pre.allowed, pre.usable, pre.mem_ok, pre.core_ok, pre.slots_ok,
-            pre.room, fits,
-        ]  # fmt: skip
-        if refined is not None:
-            arrays.append(refined)
-        for scored in (ctx.gains, ctx.admissible):
-            if scored is not None:
-                arrays.append(scored)
-        self.arrays = [np.ascontiguousarray(a) for a in arrays]
-        self.refusals: dict[bytes, tuple[str, Refusal]] = {}
-
-    def key(self, lo: int, hi: int) -> bytes:
-        return b"|".join(a[lo:hi].tobytes() for a in self.arrays)
+def _best_per_node(fits: BoolArray, score: FloatArray, bounds: IntArray) -> IntArray:
+    """Per node, its GPU with the highest ``score`` among ``fits`` — the first (lowest GPU)
+    among ties, as ``argmax`` over the node's GPUs gives it — or −1 where none fits; for every
+    node at once (GPUs are numbered in node order: node n's are ``bounds[n]:bounds[n + 1]``)."""
+    count = len(fits)
+    out = np.full(len(bounds) - 1, -1, dtype=np.int64)
+    full = bounds[:-1] < bounds[1:]
+    starts = bounds[:-1][full]  # the nodes with GPUs tile 0..count without a gap
+    masked = np.where(fits, score, -np.inf)
+    top = np.maximum.reduceat(masked, starts)
+    sizes = np.diff(np.append(starts, count))
+    at_top = fits & (masked == np.repeat(top, sizes))
+    first = np.minimum.reduceat(np.where(at_top, np.arange(count), count), starts)
+    out[full] = np.where(first < count, first, -1)
+    return out

@@ -16,9 +16,11 @@ from sched_helpers import cluster, job, synthetic_predictor
 
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common.constants import GPU_UNHEALTHY
+from horus.predictor.interface import GraphProfile
 from horus.scheduler import (
     POLICY_NAMES,
     ClusterState,
+    GpuShare,
     JobRequest,
     Placement,
     Refusal,
@@ -242,3 +244,126 @@ def test_the_vectorised_answer_is_the_per_node_replay(
         assert list(fast) == list(slow) == nodes
         for node in nodes:
             _same(fast[node], slow[node])
+
+
+one_gpu_spec = st.tuples(
+    st.sampled_from(sorted(MODELS)),
+    st.just(1),
+    st.just(1),
+    st.one_of(st.none(), st.integers(5, 100)),  # core %
+    st.one_of(st.none(), st.integers(200, 45000)),  # memory MiB
+    st.sampled_from([(), (), ("A100",), ("V100",)]),  # GPU models
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    policy=st.sampled_from(POLICY_NAMES),
+    sizes=st.lists(
+        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
+        min_size=1,
+        max_size=8,
+    ),
+    sick=st.sampled_from([0, 0, 3, 5]),
+    running=st.lists(one_gpu_spec, max_size=60),
+    probes=st.lists(one_gpu_spec, min_size=1, max_size=4),
+    pinned=st.lists(st.integers(0, 7), max_size=3),
+)
+def test_one_gpu_refusals_on_crowded_nodes_are_the_replays(
+    policy: str,
+    sizes: list[tuple[str, int]],
+    sick: int,
+    running: list[Spec],
+    probes: list[Spec],
+    pinned: list[int],
+) -> None:
+    """The refusals of one-GPU jobs — every plain pod the extender is asked about — come from
+    one vectorised step over the refused nodes (``explain_nodes``, issue 27): on crowded
+    clusters (up to 60 one-GPU jobs, so nodes run out of memory, core, slots or a sharing
+    rule turns the job down) and for jobs pinned to some nodes, each node's sentence and code
+    are the full per-node replay's."""
+    state = _mixed_cluster(sizes, sick)
+    sched = Scheduler(policy, PRED, pair_speed=_measured if policy == "oracle" else None)
+    sched.schedule(state, [_request(f"run-{i}", s) for i, s in enumerate(running)])
+    allowed = frozenset(f"node-{i}" for i in pinned) or None
+    nodes = [*state.node_names, "no-such-node"]
+    for i, spec in enumerate(probes):
+        probe = _request(f"probe-{i}", spec)
+        if allowed is not None and i % 2:
+            probe = JobRequest(**{**probe.__dict__, "nodes": allowed})
+        fast = sched.evaluate(state, probe, nodes)
+        slow = sched.evaluate_each(state, probe, nodes)
+        for node in nodes:
+            _same(fast[node], slow[node])
+
+
+def test_a_gpu_inside_the_headroom_is_explained_as_the_replay_does() -> None:
+    """``horus-original`` keeps 500 MiB free on a GPU: a node whose GPUs have less than that
+    left has negative free memory, and the replay's best candidate is then a GPU of another
+    node (its sentence names it). The vectorised step leaves such a node to the replay."""
+    state = cluster(3, 2, memory_mib=24576)
+    sched = Scheduler("horus-original", PRED)
+    for g in range(2):  # node-0's GPUs: 24,276 of 24,576 MiB used (300 MiB < the headroom),
+        # as a pod the device plugin placed counts in the live state
+        share = GpuShare("node-0", g, simulated_gpu_uuid("node-0", g), 10, 24276)
+        state.add_job(job(f"fill-{g}", "m0"), [share], PRED.predict(GraphProfile("m0", 32), ""))
+    probe = job("probe", "m0", memory_mib=20000, core_percent=10)
+    fast = sched.evaluate(state, probe, state.node_names)
+    slow = sched.evaluate_each(state, probe, state.node_names)
+    refused = fast["node-0"]
+    assert isinstance(refused, Refusal) and refused.code == RefusalCode.MEMORY
+    assert "node-0" not in refused.reason  # the replay names a GPU of another node
+    for node in state.node_names:
+        _same(fast[node], slow[node])
+
+
+def _scenarios() -> ClusterState:
+    """One node per reason a one-GPU job is refused, beside an idle node: memory, slots,
+    core, the utilisation cap, a sharing rule, unhealthy GPUs, GPUs too small."""
+    inv: dict[str, list[GpuDevice]] = {}
+    for n, mem in enumerate([24576] * 7 + [1024]):
+        name = f"node-{n}"
+        inv[name] = [GpuDevice(i, simulated_gpu_uuid(name, i), "A100", mem) for i in range(2)]
+    state = ClusterState.from_inventory(inv)
+
+    def put(node: str, name: str, model: str, core: int, mib: int) -> None:
+        for g in range(2):
+            share = GpuShare(node, g, simulated_gpu_uuid(node, g), core, mib)
+            pred = PRED.predict(GraphProfile(model, 32), "A100")
+            state.add_job(job(f"{name}-{g}", model), [share], pred)
+
+    put("node-1", "mem", "m1", 10, 24000)  # memory
+    for k in range(3):
+        put("node-2", f"slot{k}", "m1", 5, 100)  # job slots (3 per GPU)
+    put("node-3", "core", "m1", 100, 1000)  # core
+    put("node-4", "hot", "m4", 10, 1000)  # summed utilisation 99 + 99 + the job's > 200
+    put("node-4", "hot2", "m4", 10, 1000)
+    put("node-5", "slow", "m0", 10, 1000)  # m0 next to m0 runs at 0.2×: sharing would not pay
+    for g in range(2):
+        state.set_health("node-6", g, False)  # no healthy GPU
+    return state  # node-7: GPUs of 1 GiB, too small for the job
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_every_refusal_of_a_one_gpu_job_is_the_replays(policy: str) -> None:
+    """Each refusal branch of the vectorised step, on its own node, against the replay."""
+    state = _scenarios()
+    sched = Scheduler(policy, PRED, pair_speed=_measured if policy == "oracle" else None)
+    probe = job("probe", "m0", memory_mib=5000)
+    fast = sched.evaluate(state, probe, [*state.node_names, "no-such-node"])
+    slow = sched.evaluate_each(state, probe, [*state.node_names, "no-such-node"])
+    for node in fast:
+        _same(fast[node], slow[node])
+    codes = {n: r.code for n, r in fast.items() if isinstance(r, Refusal)}
+    assert isinstance(fast["node-0"], Placement)
+    assert codes["node-6"] == codes["node-7"] == RefusalCode.IMPOSSIBLE
+    if policy == "exclusive":  # one job per GPU: every node with a job is busy
+        assert {codes[f"node-{n}"] for n in range(1, 6)} == {RefusalCode.BUSY}
+        return
+    assert codes["node-1"] == RefusalCode.MEMORY
+    assert codes["node-2"] == RefusalCode.SLOTS
+    assert codes["node-3"] == RefusalCode.CORE
+    if policy in ("horus", "oracle"):
+        assert "summed-utilisation cap" in fast["node-4"].reason  # type: ignore[union-attr]
+    if policy == "horus":
+        assert codes["node-5"] == RefusalCode.INTERFERENCE

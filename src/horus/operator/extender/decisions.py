@@ -26,6 +26,7 @@ from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import KeyRing
 from horus.common import constants as c
+from horus.common import heap
 from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import Conflict
 from horus.operator.bindgate import BindGate
@@ -151,6 +152,9 @@ class Extender:
                 # request rebuild once more, never serve an older copy under a newer tag.
                 live, units = self._live_of("", self.source.list_objects())
                 cached = self._state = (generation, live, units)
+                # The copy and this state live until the next change: keep the collector's
+                # full collections off them, or one lands on a request now and then.
+                heap.settle()
         if exclude in cached[1].residents:
             return self._live_of(exclude, self.source.list_objects())
         return cached[1], cached[2]
