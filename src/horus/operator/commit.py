@@ -289,7 +289,9 @@ class Committer:
         claim = self.claim_path.ensure_claim(ctx, replica, recs, report)
         if claim is None or pod is not None or not self.is_leader():
             return
-        self._create(ctx, replica, recs, report, claim)
+        made = self._create(ctx, replica, recs, report, claim)
+        if made is not None:  # read back after AlreadyExists: the recorded pod, or it goes
+            self._is_recorded(ctx, replica, recs, made)
 
     def _create(
         self,
@@ -309,8 +311,17 @@ class Committer:
         pod = self.api.create_pod(ctx.namespace, manifest)
         if pod is not None:
             report.count("pods_created")
-        else:  # AlreadyExists: a previous attempt made it; read it back
+        else:  # AlreadyExists: a previous attempt made it, or an older pod still holds the name
             pod = self.api.read_pod(ctx.namespace, pod_name(ctx.name, replica))
+            if pod is not None and (pod.get("metadata") or {}).get("deletionTimestamp"):
+                # An older pod still stopping (a move's: on the DRA path its claim is freed
+                # once it is terminal, before its object goes) is not this record's pod: its
+                # phase (Succeeded after its checkpoint) must not finish the job. The next
+                # pass makes the recorded one when the name is free.
+                known = {(p.get("metadata") or {}).get("uid") for p in ctx.leaving}
+                if pod["metadata"].get("uid") not in known:
+                    ctx.leaving.append(pod)
+                return None
         if pod is not None:
             ctx.pods[replica] = pod
         return pod

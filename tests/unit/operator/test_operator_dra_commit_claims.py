@@ -352,6 +352,57 @@ def test_a_move_on_dra_replaces_the_claim_after_the_old_pod(
     assert st["phase"] == c.DLJOB_PHASE_RUNNING and not st.get("migration")
 
 
+def test_a_moved_jobs_old_pod_that_stopped_is_not_taken_for_the_new_one(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    """On a real node the old pod of a move writes its checkpoint on SIGTERM and exits 0:
+    phase Succeeded while its object is still there (terminating), and the kube-controller-
+    manager frees the old claim as soon as the pod is terminal — so the new claim is made
+    while the old pod still holds the name. Creating the new pod then answers AlreadyExists;
+    the pod read back is the old one, and must not count as the new replica: it made the job
+    Succeeded in the demo (issue 25 item 5: the move never showed)."""
+    from horus.operator.moves import start_move
+    from horus.operator.passctx import PassReport
+
+    api.graceful = True
+    api.add_dljob(job("m"))
+    rec.run_pass()
+    allocate_as_recorded(api, "m")
+    api.run_bound_pods()
+    rec.run_pass()
+    rec.run_pass()
+    assert status(api, "m")["phase"] == c.DLJOB_PHASE_RUNNING
+    old = dict(status(api, "m")["placements"][0])
+    target = ("n2", 1) if old["node"] == "n1" else ("n1", 1)
+    start_move(
+        _ctx(rec, api, "m"),
+        _placement("default/m", *target, 50, 20000),
+        "test",
+        api,
+        rec.writer,
+        PassReport(),
+    )
+    api.pods[("default", "m-0")]["status"]["phase"] = "Succeeded"  # checkpointed, exit 0
+    rec.run_pass()  # the old claim goes (the fake frees it at once, as the controller does)
+    assert ("default", "m-0-gpu") not in api.claims
+    rec.run_pass()  # the new claim; the pod name is still the old pod's
+    rec.run_pass()
+    st = status(api, "m")
+    assert st["phase"] == c.DLJOB_PHASE_SCHEDULED, st.get("message")
+    assert st.get("migration"), "the move is not over while the old pod is there"
+    assert simulated_gpu_uuid(*target) in pinned(api.claims[("default", "m-0-gpu")])
+    api.finish_deletions()
+    rec.run_pass()  # the name is free: the new pod
+    assert ("default", "m-0") in api.pods
+    api.allocate("default", "m-0-gpu", target[0], target[1], 50, 20000, "m-0")
+    api.run_bound_pods()
+    rec.run_pass()
+    rec.run_pass()
+    st = status(api, "m")
+    assert st["phase"] == c.DLJOB_PHASE_RUNNING and not st.get("migration")
+    assert st["migrations"]["count"] == 1
+
+
 def test_a_preempted_job_on_dra_gives_its_claims_back(api: FakeJobApi, rec: Reconciler) -> None:
     from horus.operator.moves import preempt
     from horus.operator.passctx import PassReport
