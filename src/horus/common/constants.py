@@ -91,13 +91,26 @@ LABEL_REPLICA_INDEX: Final = f"{API_GROUP}/replica-index"
 # --- A plain pod's horus.io/gpu-* requests on the DRA path (issue 25 item 3) ------------------
 # The admission policy (examples/dra/extended-resources-policy.yaml) moves the requests of the
 # pod's first container into these annotations (quantities as written) and makes the pod
-# reference claim CONVERTED_CLAIM_PREFIX + <pod name> as entry CONVERTED_CLAIM_ENTRY;
-# the operator chooses the GPU and creates that claim (label LABEL_CONVERTED_POD).
+# reference, as entry CONVERTED_CLAIM_ENTRY, claim CONVERTED_CLAIM_PREFIX + <pod name> (a pod
+# named at creation) or the template CONVERTED_CLAIM_TEMPLATE (a pod with only generateName:
+# no name yet at admission). The operator chooses the GPU and creates the claim — for a
+# template reference CONVERTED_CLAIM_PREFIX + <pod UID>, owned by the pod as the
+# kube-controller-manager's resourceclaim controller would make it (POD_CLAIM_ANNOTATION), which
+# then records it in the pod's status. No template of that name may exist: the controller would
+# make an unpinned claim from it first.
 ANNOTATION_GPU_CORE_REQUEST: Final = f"{API_GROUP}/gpu-core-request"
 ANNOTATION_GPU_MEMORY_REQUEST: Final = f"{API_GROUP}/gpu-memory-request"
 CONVERTED_CLAIM_ENTRY: Final = "horus-gpu"
 CONVERTED_CLAIM_PREFIX: Final = "horus-gpu-"
+CONVERTED_CLAIM_TEMPLATE: Final = "horus-gpu-made-by-horus"
 LABEL_CONVERTED_POD: Final = f"{API_GROUP}/converted-pod"
+# The UID of the pod a converted claim was made for. A horus.io/ annotation on a claim only the
+# operator may write (the chart's ValidatingAdmissionPolicy horus-claim-annotations), so it
+# tells a claim Horus made from one a tenant made under the same name.
+ANNOTATION_CONVERTED_FOR: Final = f"{API_GROUP}/converted-for-pod"
+# k8s.io/api resource/v1 PodResourceClaimAnnotation: the pod entry a claim generated for a
+# template reference serves.
+POD_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 
 # --- kwok (simulated nodes for the local control plane and tests) -----------------------------
 KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"

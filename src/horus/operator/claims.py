@@ -97,20 +97,31 @@ def pod_share_claim(
 ) -> dict[str, Any]:
     """The claim ``name`` a converted plain pod (``horus.io/gpu-*`` requests turned into a
     claim reference at admission, ``examples/dra/extended-resources-policy.yaml``) gets once
-    Horus chose its GPU: pinned to it by UUID with the share, owned by the pod (the garbage
-    collector deletes it with the pod)."""
+    Horus chose its GPU: pinned to it by UUID with the share, controlled by the pod (the
+    garbage collector deletes it with the pod) and marked as the resourceclaim controller
+    marks a claim it makes for a pod's template entry — so for a ``generateName`` pod, which
+    names the placeholder template, that controller finds this claim as the pod's and records
+    it in the pod's status, where the kube-scheduler reads it (it checks the pod controls
+    it). ``horus.io/converted-for-pod`` (only the operator may write it) tells it from a
+    claim someone else made under the name."""
     meta = pod.get("metadata") or {}
+    uid = str(meta.get("uid", ""))
     owner = {
         "apiVersion": "v1",
         "kind": "Pod",
         "name": str(meta.get("name", "")),
-        "uid": str(meta.get("uid", "")),
-        "controller": False,
+        "uid": uid,
+        "controller": True,
         "blockOwnerDeletion": False,
     }
     labels = {c.LABEL_CONVERTED_POD: str(meta.get("name", ""))[:63]}
     namespace = str(meta.get("namespace", "default"))
-    return share_claim(name, namespace, labels, owner, [gpu_uuid], cores, memory_mib)
+    claim = share_claim(name, namespace, labels, owner, [gpu_uuid], cores, memory_mib)
+    claim["metadata"]["annotations"] = {
+        c.POD_CLAIM_ANNOTATION: c.CONVERTED_CLAIM_ENTRY,
+        c.ANNOTATION_CONVERTED_FOR: uid,
+    }
+    return claim
 
 
 def share_claim(

@@ -11,18 +11,33 @@ once it exists. So the conversion is in two halves:
    (no webhook server, no side effect) moves the first container's ``horus.io/gpu-core`` and
    ``horus.io/gpu-memory`` out of its resources into the annotations
    ``horus.io/gpu-core-request`` / ``horus.io/gpu-memory-request`` (as written), and makes the
-   pod use claim ``horus-gpu-<pod name>`` (entry ``horus-gpu``). The kube-scheduler waits
-   while that claim does not exist. Only pods named at creation: a ``generateName`` pod has
-   no name yet at admission and a policy's CEL sees nothing else unique (no request UID), so
-   such pods are not converted;
+   pod use (entry ``horus-gpu``) claim ``horus-gpu-<pod name>`` — or, for a pod with only
+   ``generateName`` (a Deployment's, a Job's), the ResourceClaimTemplate
+   ``horus-gpu-made-by-horus``, which must not exist. Such a pod has no name and no UID at
+   mutating admission (the registry's create generates both afterwards, in
+   ``k8s.io/apiserver`` ``registry/generic/registry/store.go``) and a policy's CEL offers
+   nothing else unique (the ``request`` it sees has no ``uid``:
+   ``admission/plugin/cel/compile.go``), so no claim name can be written there. The
+   kube-scheduler waits while the claim does not exist (for a template entry: until the
+   pod's ``status.resourceClaimStatuses`` names one);
 2. **each operator pass** (this module) finds such pods, reads their request as the
    scheduler extender does (:func:`horus.operator.extender.demand.pod_demand`: the
    ``horus.io/graph-profile`` annotation, the amounts; ``horus.io/gpu-memory`` in the device
    plugin's default unit of 256 MiB, so pods written for that path ask for the same memory),
    lets the core choose node and GPU by predicted interference, and creates the claim, pinned
-   to that GPU by UUID with the share and owned by the pod
-   (:func:`horus.operator.claims.pod_share_claim`). The kube-scheduler allocates it and binds
-   the pod.
+   to that GPU by UUID with the share and controlled by the pod
+   (:func:`horus.operator.claims.pod_share_claim`) — for a template entry under the name
+   ``horus-gpu-<pod UID>``, marked as the kube-controller-manager's resourceclaim controller
+   marks the claims it makes from a template: that controller, finding no template, adopts
+   it as the pod's claim and records it in the pod's status (its ``findPodResourceClaim``:
+   a claim the pod controls with the entry's name in ``resource.kubernetes.io/pod-claim-name``).
+   The kube-scheduler allocates it and binds the pod.
+
+Trust: Horus creates a claim only in the pod's own namespace, under the name the pod's entry
+gives (its own name or UID, not a name the pod could point at another pod's claim) and only
+for pods that carry the policy's entry; a claim already under that name that Horus did not
+make for the pod (``horus.io/converted-for-pod``, which only the operator may write on a
+claim) is never adopted, changed or deleted, and the pod gets an Event, ``ClaimNameTaken``.
 
 Until it is allocated, such a claim is Horus' decision and counts in the live state
 (:mod:`horus.operator.livestate`, rule (d)); a claim that overtakes it gets it deleted (the
@@ -39,10 +54,16 @@ from typing import Any
 
 from horus.common import constants as c
 from horus.operator.extender.demand import pod_demand
-from horus.operator.livestate import TERMINAL_POD_PHASES, converted_claim_name
+from horus.operator.livestate import TERMINAL_POD_PHASES, converted_claim_name, made_for_pod
 from horus.scheduler import JobRequest
 
-__all__ = ["Conversion", "converted_claim_name", "pending_conversions"]
+__all__ = [
+    "REASON_CLAIM_NAME_TAKEN",
+    "REASON_REQUEST_REFUSED",
+    "Conversion",
+    "converted_claim_name",
+    "pending_conversions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +71,22 @@ log = logging.getLogger(__name__)
 MEMORY_UNIT_MIB = c.DEFAULT_GPU_MEMORY_UNIT_MIB
 
 
+#: The Event reason on a pod whose request Horus cannot read.
+REASON_REQUEST_REFUSED = "GPURequestRefused"
+#: ... and on a pod whose claim name a claim Horus did not make for it holds.
+REASON_CLAIM_NAME_TAKEN = "ClaimNameTaken"
+
+
 @dataclass(frozen=True)
 class Conversion:
-    """A pod waiting for the claim its admission named, and what it asks (or why not)."""
+    """A pod waiting for the claim its admission named, and what it asks (or why not, and the
+    Event reason that says so)."""
 
     pod: dict[str, Any]
     claim: str
     request: JobRequest | None
     problem: str | None = None
+    reason: str = REASON_REQUEST_REFUSED
 
 
 def _as_requested(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,22 +110,35 @@ def pending_conversions(
     pods: Iterable[Mapping[str, Any]], claims: Mapping[tuple[str, str], Any]
 ) -> list[Conversion]:
     """Pods whose converted claim does not exist yet (not bound, not finished, not going).
-    Two pods naming one claim (a copy of another pod's spec) get none: a share is one pod's."""
+    Two pods naming one claim (a copy of another pod's spec) get none: a share is one pod's.
+    A pod whose claim name a claim holds that Horus did not make for it (a tenant's, made
+    before Horus' — :func:`horus.operator.livestate.made_for_pod`) gets none either: Horus
+    neither uses, changes nor deletes a claim it did not make; the pod is told why
+    (:data:`REASON_CLAIM_NAME_TAKEN`), so it does not wait in silence."""
     found: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    out: list[Conversion] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         name = converted_claim_name(pod)
         if (
             name is None
             or meta.get("deletionTimestamp")
-            or (pod.get("spec") or {}).get("nodeName")
             or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES
         ):
             continue
         key = (str(meta.get("namespace", "default")), name)
-        if key not in claims:
+        held = claims.get(key)
+        if held is not None and not made_for_pod(held, str(meta.get("uid") or "")):
+            # told bound or not: the kube-scheduler may well have allocated it and bound the
+            # pod — on a GPU and with a share Horus did not choose
+            why = (
+                f"ResourceClaim {key[0]}/{name} exists but Horus did not make it for this pod; "
+                "Horus neither uses, changes nor deletes it: this pod's GPU and share are that "
+                "claim's, not chosen by Horus"
+            )
+            out.append(Conversion(dict(pod), name, None, why, REASON_CLAIM_NAME_TAKEN))
+        elif held is None and not (pod.get("spec") or {}).get("nodeName"):
             found.setdefault(key, []).append(pod)
-    out: list[Conversion] = []
     for (ns, name), members in sorted(found.items()):
         if len(members) > 1:
             pods_named = ", ".join(str((p.get("metadata") or {}).get("name")) for p in members)

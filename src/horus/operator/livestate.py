@@ -30,10 +30,10 @@ scheduling pass starts from it:
       operator re-places the job — the kube-scheduler never over-commits, Horus must not
       either;
   (d) on the DRA path, every claim Horus made for a plain pod's converted ``horus.io/gpu-*``
-      request (:mod:`horus.operator.convert`; label ``horus.io/converted-pod``) that is not
-      allocated yet: Horus' decision, pinned to one GPU with the share, counted like a record
-      (and, like one, named in :attr:`LiveState.overtaken` when an allocated claim takes its
-      capacity first).
+      request (:mod:`horus.operator.convert`; :func:`made_for_pod`, while that pod waits)
+      that is not allocated yet: Horus' decision, pinned to one GPU with the share, counted
+      like a record (and, like one, named in :attr:`LiveState.overtaken` when an allocated
+      claim takes its capacity first).
 
   A pod whose signature does not verify (any more) but that the node's device plugin has
   allocated (``horus.io/gpu-allocated``, which only the node identity may write) is still
@@ -98,6 +98,7 @@ __all__ = [
     "claim_job_name",
     "claim_shares",
     "converted_claim_name",
+    "made_for_pod",
     "dljob_job_name",
     "dljob_record_trusted",
     "graph_profile",
@@ -297,14 +298,42 @@ def _claim_owner(claim: Mapping[str, Any]) -> str:
 
 def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
     """The claim the admission policy made ``pod`` use for its ``horus.io/gpu-*`` requests
-    (:mod:`horus.operator.convert`), or None for any other pod."""
+    (:mod:`horus.operator.convert`), or None for any other pod: the claim it names (a pod
+    named at creation), or, for the placeholder template (a ``generateName`` pod),
+    ``horus-gpu-<pod UID>`` — the name Horus gives the claim it makes for it — unless the
+    pod's status already records another claim for the entry (one the resourceclaim
+    controller made from a template of that name someone created: not Horus' to decide)."""
+    meta = pod.get("metadata") or {}
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         if not isinstance(entry, Mapping) or entry.get("name") != c.CONVERTED_CLAIM_ENTRY:
             continue
         name = entry.get("resourceClaimName")
         if isinstance(name, str) and name.startswith(c.CONVERTED_CLAIM_PREFIX):
             return name
+        uid = str(meta.get("uid") or "")
+        if entry.get("resourceClaimTemplateName") != c.CONVERTED_CLAIM_TEMPLATE or not uid:
+            return None
+        ours = c.CONVERTED_CLAIM_PREFIX + uid
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
+                return ours if status.get("resourceClaimName") == ours else None
+        return ours
     return None
+
+
+def made_for_pod(claim: Mapping[str, Any], pod_uid: str) -> bool:
+    """Whether Horus made ``claim`` for the converted pod ``pod_uid``: its
+    ``horus.io/converted-for-pod`` annotation (only the operator may write a ``horus.io/``
+    annotation on a claim: the chart's policy ``horus-claim-annotations``) names the pod, and
+    the pod is its owner. A label, a name or an owner reference alone anyone with ``edit``
+    in the namespace may write."""
+    meta = meta_of(claim)
+    if not pod_uid or (meta.get("annotations") or {}).get(c.ANNOTATION_CONVERTED_FOR) != pod_uid:
+        return False
+    refs = meta.get("ownerReferences") or []
+    return any(
+        isinstance(r, Mapping) and r.get("kind") == "Pod" and r.get("uid") == pod_uid for r in refs
+    )
 
 
 def _waiting_pods(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
@@ -398,14 +427,12 @@ def _add_claim(
 
 
 def _for_waiting_pod(claim: Mapping[str, Any], waiting: Mapping[tuple[str, str], str]) -> bool:
-    """Rule (d) counts a converted claim only while the pod that owns it waits for it (a label
-    anyone may write proves nothing: without its pod, such a claim holds nothing)."""
+    """Rule (d) counts a converted claim only while the pod Horus made it for waits for it (a
+    label or owner reference anyone may write proves nothing: without its pod, such a claim
+    holds nothing; :func:`made_for_pod`)."""
     meta = meta_of(claim)
     uid = waiting.get((str(meta.get("namespace", "default")), str(meta.get("name", ""))))
-    refs = meta.get("ownerReferences") or []
-    return bool(uid) and any(
-        isinstance(r, Mapping) and r.get("kind") == "Pod" and r.get("uid") == uid for r in refs
-    )
+    return made_for_pod(claim, uid or "")
 
 
 def _converted_decision(

@@ -736,7 +736,7 @@ class Reconciler:
         pending = pending_conversions(snap.pods, self.claim_path.claims)
         for conv in pending:
             if conv.problem:  # told on the pod, as the extender's filter would tell it
-                self.writer.pod_event_once(conv.pod, "GPURequestRefused", conv.problem, True)
+                self.writer.pod_event_once(conv.pod, conv.reason, conv.problem, True)
         waiting = {conv.request.name: conv for conv in pending if conv.request is not None}
         if not waiting:
             return

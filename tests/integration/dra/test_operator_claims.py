@@ -21,6 +21,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -326,14 +327,10 @@ def test_a_decision_a_tenant_claim_overtook_is_re_placed_never_over_committed_or
     assert gpu_load(dra_env)[f"gpu-{first['gpuIndex']}"][0] == 70  # the tenant's, untouched
 
 
-def test_a_plain_pods_horus_requests_become_a_claim_on_the_gpu_horus_chose(
-    dra_env: DraEnv, placer: tuple[Scoped, Reconciler]
-) -> None:
-    """The admission policy (examples/dra/extended-resources-policy.yaml, bound to this test's
-    namespace only) turns a plain pod's horus.io/gpu-* requests into a claim reference; the
-    operator pass chooses the GPU — not the first fit: the GPU a job already uses has room,
-    the pod goes to the other — and makes the claim, which the kube-scheduler allocates."""
-    _, rec = placer
+@pytest.fixture
+def conversion(dra_env: DraEnv) -> Iterator[None]:
+    """The admission policy (examples/dra/extended-resources-policy.yaml) in force, bound to
+    this test's namespace only."""
     versions = dra_env.kubectl("api-versions").stdout.split()
     assert "admissionregistration.k8s.io/v1" in versions
     docs = list(
@@ -348,102 +345,316 @@ def test_a_plain_pods_horus_requests_become_a_claim_on_the_gpu_horus_chose(
     for doc in (policy, binding):
         dra_env.apply(doc)
     try:
-        dra_env.apply(dljob(dra_env.namespace, "busy", replicas=1, core=40, mib=8000))
-        passes_until(rec, "busy scheduled", lambda: status(dra_env, "busy").get("placements"))
-        busy = status(dra_env, "busy")["placements"][0]
-        wait_for(
-            "busy's claim allocated",
-            lambda: (dra_env.get("resourceclaim", "busy-0-gpu").get("status") or {}).get(
-                "allocation"
-            ),
-            60,
-        )
-        profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "plain",
-                "namespace": dra_env.namespace,
-                "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
-            },
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "busybox",
-                        "resources": {
-                            "limits": {c.RESOURCE_GPU_CORE: "30", c.RESOURCE_GPU_MEMORY: "32"}
-                        },
-                    }
-                ],
-            },
-        }
-
-        # the policy may take a moment to be in force after it is created
-        def created() -> dict[str, Any] | None:
-            out = dra_env.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(pod))
-            made: dict[str, Any] = json.loads(out.stdout)
-            if made["spec"].get("resourceClaims"):
-                return made
-            dra_env.kubectl(
-                "delete",
-                "pod",
-                made["metadata"]["name"],
-                "-n",
-                dra_env.namespace,
-                "--grace-period=0",
-                "--force",
-            )
-            return None
-
-        made = wait_for("the policy converts the pod", created, 60)
-        name = made["metadata"]["name"]
-        (entry,) = made["spec"]["resourceClaims"]
-        assert entry == {"name": "horus-gpu", "resourceClaimName": "horus-gpu-plain"}
-        res = made["spec"]["containers"][0]["resources"]
-        assert c.RESOURCE_GPU_CORE not in json.dumps(res) and res["claims"] == [
-            {"name": "horus-gpu"}
-        ]
-        ann = made["metadata"]["annotations"]
-        assert (ann[c.ANNOTATION_GPU_CORE_REQUEST], ann[c.ANNOTATION_GPU_MEMORY_REQUEST]) == (
-            "30",
-            "32",
-        )
-        claim_name = entry["resourceClaimName"]
-
-        def allocated_claim() -> dict[str, Any] | None:
-            got = dra_env.kubectl(
-                "get",
-                "resourceclaim",
-                claim_name,
-                "-n",
-                dra_env.namespace,
-                "-o",
-                "json",
-                check=False,
-            )
-            if got.returncode:
-                return None
-            claim: dict[str, Any] = json.loads(got.stdout)
-            return claim if (claim.get("status") or {}).get("allocation") else None
-
-        claim = passes_until(rec, "the converted claim made and allocated", allocated_claim, 90)
-        (result,) = claim["status"]["allocation"]["devices"]["results"]
-        assert busy["gpuIndex"] == 0  # a first fit in device order would share gpu-0 (room: 60 %)
-        assert result["device"] == "gpu-1"  # Horus chose the GPU without the job
-        assert consumed(result) == (30, 32 * 256)
-        assert claim["status"]["reservedFor"][0]["name"] == name
-        assert claim["metadata"]["ownerReferences"][0]["name"] == name
-        bound = wait_for(
-            "the pod bound", lambda: dra_env.get("pod", name)["spec"].get("nodeName"), 60
-        )
-        assert bound == dra_env.node
-        assert_never_over(dra_env)
+        yield
     finally:
         for doc in (binding, policy):
             dra_env.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], check=False)
+
+
+def test_a_plain_pods_horus_requests_become_a_claim_on_the_gpu_horus_chose(
+    dra_env: DraEnv, placer: tuple[Scoped, Reconciler], conversion: None
+) -> None:
+    """The admission policy turns a plain pod's horus.io/gpu-* requests into a claim
+    reference; the operator pass chooses the GPU — not the first fit: the GPU a job already
+    uses has room, the pod goes to the other — and makes the claim, which the kube-scheduler
+    allocates."""
+    _, rec = placer
+    dra_env.apply(dljob(dra_env.namespace, "busy", replicas=1, core=40, mib=8000))
+    passes_until(rec, "busy scheduled", lambda: status(dra_env, "busy").get("placements"))
+    busy = status(dra_env, "busy")["placements"][0]
+    wait_for(
+        "busy's claim allocated",
+        lambda: (dra_env.get("resourceclaim", "busy-0-gpu").get("status") or {}).get("allocation"),
+        60,
+    )
+    profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "plain",
+            "namespace": dra_env.namespace,
+            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "limits": {c.RESOURCE_GPU_CORE: "30", c.RESOURCE_GPU_MEMORY: "32"}
+                    },
+                }
+            ],
+        },
+    }
+
+    # the policy may take a moment to be in force after it is created
+    def created() -> dict[str, Any] | None:
+        out = dra_env.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(pod))
+        made: dict[str, Any] = json.loads(out.stdout)
+        if made["spec"].get("resourceClaims"):
+            return made
+        dra_env.kubectl(
+            "delete",
+            "pod",
+            made["metadata"]["name"],
+            "-n",
+            dra_env.namespace,
+            "--grace-period=0",
+            "--force",
+        )
+        return None
+
+    made = wait_for("the policy converts the pod", created, 60)
+    name = made["metadata"]["name"]
+    (entry,) = made["spec"]["resourceClaims"]
+    assert entry == {"name": "horus-gpu", "resourceClaimName": "horus-gpu-plain"}
+    res = made["spec"]["containers"][0]["resources"]
+    assert c.RESOURCE_GPU_CORE not in json.dumps(res) and res["claims"] == [{"name": "horus-gpu"}]
+    ann = made["metadata"]["annotations"]
+    assert (ann[c.ANNOTATION_GPU_CORE_REQUEST], ann[c.ANNOTATION_GPU_MEMORY_REQUEST]) == (
+        "30",
+        "32",
+    )
+    claim_name = entry["resourceClaimName"]
+
+    def allocated_claim() -> dict[str, Any] | None:
+        got = dra_env.kubectl(
+            "get",
+            "resourceclaim",
+            claim_name,
+            "-n",
+            dra_env.namespace,
+            "-o",
+            "json",
+            check=False,
+        )
+        if got.returncode:
+            return None
+        claim: dict[str, Any] = json.loads(got.stdout)
+        return claim if (claim.get("status") or {}).get("allocation") else None
+
+    claim = passes_until(rec, "the converted claim made and allocated", allocated_claim, 90)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert busy["gpuIndex"] == 0  # a first fit in device order would share gpu-0 (room: 60 %)
+    assert result["device"] == "gpu-1"  # Horus chose the GPU without the job
+    assert consumed(result) == (30, 32 * 256)
+    assert claim["status"]["reservedFor"][0]["name"] == name
+    assert claim["metadata"]["ownerReferences"][0]["name"] == name
+    bound = wait_for("the pod bound", lambda: dra_env.get("pod", name)["spec"].get("nodeName"), 60)
+    assert bound == dra_env.node
+    assert_never_over(dra_env)
+
+
+def _gpu_pod(name: str, namespace: str, core: int, units: int) -> dict[str, Any]:
+    """A plain pod asking horus.io/gpu-core / gpu-memory (units of 256 MiB), as users write it
+    for the device-plugin path."""
+    profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app": name},
+            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "limits": {
+                            c.RESOURCE_GPU_CORE: str(core),
+                            c.RESOURCE_GPU_MEMORY: str(units),
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _events(env: DraEnv, pod: str) -> list[str]:
+    items = json.loads(
+        env.kubectl(
+            "get",
+            "events",
+            "-n",
+            env.namespace,
+            "--field-selector",
+            f"involvedObject.name={pod}",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    return [f"{e['reason']}: {e['message']}" for e in items]
+
+
+def test_a_deployments_pods_get_claims_horus_pins_and_claims_it_did_not_make_stay_untouched(
+    dra_env: DraEnv, placer: tuple[Scoped, Reconciler], conversion: None, request: Any
+) -> None:
+    """Pods a controller makes (only generateName: no name, no UID at admission) asking
+    horus.io/gpu-*: the policy points them at the placeholder template; the operator makes
+    each its claim horus-gpu-<pod UID>, pinned to the GPU it chose and controlled by the pod;
+    the kube-controller-manager's resourceclaim controller records it in the pod's status;
+    the kube-scheduler allocates it and binds the pod. And as a tenant: a claim made first
+    under a pod's claim name, and a pod that names another pod's claim in its own spec, get
+    nothing from Horus — no claim adopted, changed or deleted; each pod told why."""
+    _, rec = placer
+    ns = dra_env.namespace
+    # the policy may take a moment to be in force: a generateName probe shows when it is
+    probe = _gpu_pod("probe", ns, 10, 4)
+    del probe["metadata"]["name"]
+    probe["metadata"]["generateName"] = "probe-"
+
+    def converted_probe() -> bool:
+        made = json.loads(
+            dra_env.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout
+        )
+        dra_env.kubectl(
+            "delete", "pod", made["metadata"]["name"], "-n", ns, "--grace-period=0", "--force"
+        )
+        return bool(made["spec"].get("resourceClaims"))
+
+    wait_for("the policy converts a generateName pod", converted_probe, 60)
+    template = _gpu_pod("web", ns, 30, 32)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {
+                    "labels": template["metadata"]["labels"],
+                    "annotations": template["metadata"]["annotations"],
+                },
+                "spec": template["spec"],
+            },
+        },
+    }
+    dra_env.apply(deployment)
+    request.addfinalizer(
+        lambda: dra_env.kubectl("delete", "deployment", "web", "-n", ns, check=False)
+    )
+
+    def web_pods() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(
+            dra_env.kubectl("get", "pods", "-n", ns, "-l", "app=web", "-o", "json").stdout
+        )["items"]
+        return items
+
+    def all_bound() -> list[dict[str, Any]] | None:
+        pods = web_pods()
+        ok = len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods)
+        return pods if ok else None
+
+    pods = passes_until(rec, "both Deployment pods bound", all_bound, 120)
+    devices = set()
+    for pod in pods:
+        meta = pod["metadata"]
+        assert "generateName" in meta and meta["name"].startswith("web-")
+        (entry,) = pod["spec"]["resourceClaims"]
+        assert entry == {
+            "name": "horus-gpu",
+            "resourceClaimTemplateName": "horus-gpu-made-by-horus",
+        }
+        want = f"horus-gpu-{meta['uid']}"
+        assert pod["status"]["resourceClaimStatuses"] == [
+            {"name": "horus-gpu", "resourceClaimName": want}
+        ]  # recorded by the resourceclaim controller: the claim Horus made
+        claim = dra_env.get("resourceclaim", want)
+        (owner,) = claim["metadata"]["ownerReferences"]
+        assert (owner["uid"], owner["controller"]) == (meta["uid"], True)
+        assert claim["metadata"]["annotations"][c.ANNOTATION_CONVERTED_FOR] == meta["uid"]
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert consumed(result) == (30, 32 * 256)
+        assert claim["status"]["reservedFor"] == [
+            {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+        ]
+        # pinned by Horus: the selector names exactly the GPU the kube-scheduler allocated
+        index = int(result["device"].removeprefix("gpu-"))
+        (sel,) = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+        assert simulated_gpu_uuid(dra_env.node, index) in sel["cel"]["expression"]
+        assert any(
+            e.startswith("GPUChosen: ") and want in e for e in _events(dra_env, meta["name"])
+        )
+        devices.add(result["device"])
+    # 30 % each and the GPUs empty: interference keeps them apart (a first fit would stack)
+    assert devices == {"gpu-0", "gpu-1"}
+    assert_never_over(dra_env)
+
+    # --- as a tenant ---------------------------------------------------------------------
+    # 1. a claim made first under a named pod's claim name (a tenant's own, 10 cores)
+    squat = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "horus-gpu-squat", "namespace": ns},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": c.DRA_DEVICE_CLASS,
+                            "capacity": {"requests": {"cores": "10", "memory": "1Gi"}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    dra_env.apply(squat)
+    squat_before = dra_env.get("resourceclaim", "horus-gpu-squat")
+    dra_env.apply(_gpu_pod("squat", ns, 20, 4))
+    # 2. a pod naming, in its own spec, a Deployment pod's claim (no horus.io/gpu-* resource,
+    # so the policy leaves it as written; the annotations as the policy would write them)
+    victim = pods[0]
+    victim_claim = f"horus-gpu-{victim['metadata']['uid']}"
+    victim_before = dra_env.get("resourceclaim", victim_claim)
+    thief = _gpu_pod("thief", ns, 20, 4)
+    thief["metadata"]["annotations"].update(
+        {c.ANNOTATION_GPU_CORE_REQUEST: "20", c.ANNOTATION_GPU_MEMORY_REQUEST: "4"}
+    )
+    thief["spec"]["containers"][0]["resources"] = {"claims": [{"name": "horus-gpu"}]}
+    thief["spec"]["resourceClaims"] = [{"name": "horus-gpu", "resourceClaimName": victim_claim}]
+    dra_env.apply(thief)
+
+    def told(pod: str) -> list[str] | None:
+        got = [e for e in _events(dra_env, pod) if e.startswith("ClaimNameTaken: ")]
+        return got or None
+
+    for pod in ("squat", "thief"):
+        (line,) = passes_until(rec, f"{pod} told its claim name is taken", partial(told, pod), 60)
+        assert "Horus did not make it for this pod" in line
+    for _ in range(3):
+        rec.run_pass()
+    after = dra_env.get("resourceclaim", "horus-gpu-squat")
+    assert after["metadata"]["uid"] == squat_before["metadata"]["uid"]
+    assert after["spec"] == squat_before["spec"]
+    # nothing of Horus' written on it
+    assert after["metadata"].get("annotations") == squat_before["metadata"].get("annotations")
+    assert after["metadata"].get("ownerReferences") is None
+    stolen = dra_env.get("resourceclaim", victim_claim)
+    assert stolen["metadata"]["uid"] == victim_before["metadata"]["uid"]
+    for key in ("spec",):
+        assert stolen[key] == victim_before[key]
+    assert stolen["metadata"]["annotations"] == victim_before["metadata"]["annotations"]
+    assert stolen["metadata"]["ownerReferences"] == victim_before["metadata"]["ownerReferences"]
+    # Horus made no claim for either tenant pod
+    made_for = {
+        (cl["metadata"].get("annotations") or {}).get(c.ANNOTATION_CONVERTED_FOR)
+        for cl in claims(dra_env)
+    }
+    for pod in ("squat", "thief"):
+        assert dra_env.get("pod", pod)["metadata"]["uid"] not in made_for
+    assert_never_over(dra_env)
 
 
 def test_the_operator_process_places_through_claims_with_placement_path_dra(

@@ -506,10 +506,95 @@ def test_a_converted_plain_pod_gets_a_claim_pinned_to_the_gpu_horus_chose(
     assert exactly["capacity"]["requests"] == {"cores": "30", "memory": f"{64 * 256}Mi"}
     assert claim["metadata"]["ownerReferences"][0] == {
         "apiVersion": "v1", "kind": "Pod", "name": "plain", "uid": "uid-plain",
-        "controller": False, "blockOwnerDeletion": False,
+        "controller": True, "blockOwnerDeletion": False,
     }  # fmt: skip
     assert claim["metadata"]["labels"][c.LABEL_CONVERTED_POD] == "plain"
+    assert claim["metadata"]["annotations"] == {
+        c.POD_CLAIM_ANNOTATION: "horus-gpu",
+        c.ANNOTATION_CONVERTED_FOR: "uid-plain",
+    }
     assert rec.run_pass().claims_created == 0  # made once
+
+
+def generated_pod(name: str, core: int, memory_units: int) -> dict[str, Any]:
+    """A pod of a Deployment or Job (only generateName at creation) as the policy leaves it:
+    its entry names the placeholder template, not a claim (it had no name at admission)."""
+    pod = converted_pod(name, core, memory_units)
+    pod["metadata"]["generateName"] = name.rsplit("-", 1)[0] + "-"
+    pod["spec"]["resourceClaims"] = [
+        {"name": "horus-gpu", "resourceClaimTemplateName": c.CONVERTED_CLAIM_TEMPLATE}
+    ]
+    return pod
+
+
+def test_a_generate_name_pod_gets_a_claim_named_by_its_uid_that_it_controls(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    """The resourceclaim controller records a claim in such a pod's status only if the pod
+    controls it and it carries the pod's entry name; the kube-scheduler checks the control."""
+    add_pod(api, generated_pod("web-7d9f-x2k4q", 25, 16))
+    assert rec.run_pass().claims_created == 1
+    claim = api.claims[("default", "horus-gpu-uid-web-7d9f-x2k4q")]
+    meta = claim["metadata"]
+    (owner,) = meta["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        "uid-web-7d9f-x2k4q",
+        True,
+    )
+    assert meta["annotations"][c.POD_CLAIM_ANNOTATION] == "horus-gpu"
+    exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["capacity"]["requests"] == {"cores": "25", "memory": f"{16 * 256}Mi"}
+    assert pinned(claim).startswith('device.attributes["gpu.horus.io"].uuid == "GPU-')
+    # once the controller recorded it in the pod's status, the pod is served: made once
+    api.pods[("default", "web-7d9f-x2k4q")]["status"]["resourceClaimStatuses"] = [
+        {"name": "horus-gpu", "resourceClaimName": "horus-gpu-uid-web-7d9f-x2k4q"}
+    ]
+    assert rec.run_pass().claims_created == 0
+
+
+def test_a_generate_name_pod_whose_status_records_another_claim_is_not_horus_to_decide(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    """Someone created a template of the placeholder's name in the namespace: the controller
+    made the pod's claim from it; Horus makes no second claim (it would count twice)."""
+    pod = generated_pod("job-abcde", 25, 16)
+    pod["status"]["resourceClaimStatuses"] = [
+        {"name": "horus-gpu", "resourceClaimName": "job-abcde-horus-gpu-q7x2z"}
+    ]
+    add_pod(api, pod)
+    assert rec.run_pass().claims_created == 0
+    assert not api.claims
+
+
+def test_a_claim_under_the_pods_name_that_horus_did_not_make_is_neither_used_nor_replaced(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    """A tenant made horus-gpu-<pod> (or horus-gpu-<uid>) first — even controlled by the pod,
+    with the converted-pod label: Horus does not adopt, change or delete it, the pod is told
+    why, and it holds nothing in Horus' state."""
+    from horus.operator.claims import pod_share_claim
+
+    uuid = simulated_gpu_uuid("n1", 0)
+    for pod in (converted_pod("named", 30, 4), generated_pod("gen-h8s2k", 30, 4)):
+        name = (
+            f"horus-gpu-{pod['metadata']['uid']}"
+            if "generateName" in pod["metadata"]
+            else f"horus-gpu-{pod['metadata']['name']}-req"
+        )
+        squat = pod_share_claim(pod, name, uuid, 100, 1024)
+        del squat["metadata"]["annotations"][c.ANNOTATION_CONVERTED_FOR]  # a tenant cannot
+        api.create_resource_claim("default", squat)
+        add_pod(api, pod)
+    before = {k: dict(v) for k, v in api.claims.items()}
+    rec.run_pass()
+    rec.run_pass()
+    rec.writer.drain()
+    assert api.claims == before  # nothing made, changed or deleted
+    assert api.reasons("named") == ["ClaimNameTaken"]  # once, though two passes
+    assert api.reasons("gen-h8s2k") == ["ClaimNameTaken"]
+    live = live_of(api, pods=True, keys=False)
+    assert live.state.views()[0].core_used_percent == 0  # the squatters hold nothing
 
 
 def test_the_gpu_within_the_node_is_chosen_by_interference_not_first_fit() -> None:
@@ -562,15 +647,17 @@ def test_two_pods_naming_one_converted_claim_get_none(api: FakeJobApi, rec: Reco
 
 
 def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> None:
-    """A tenant may write the converted-pod label on any claim: without the pod that owns it
-    and waits for it, an unallocated claim holds nothing and Horus does not count it."""
+    """A tenant may write the converted-pod label and a pod owner on any claim: without the
+    pod Horus made it for waiting for it, an unallocated claim holds nothing and Horus does
+    not count it; nor does one without Horus' own annotation (only the operator may write a
+    horus.io/ annotation on a claim), though its pod waits."""
     from horus.operator.claims import pod_share_claim
 
     api = dra_api("n1", gpus=1)
     uuid = simulated_gpu_uuid("n1", 0)
     pod = converted_pod("p", 90, 4, claim="horus-gpu-p")
-    forged = pod_share_claim(pod, "horus-gpu-p", uuid, 90, 1024)
-    api.create_resource_claim("default", forged)
+    made = pod_share_claim(pod, "horus-gpu-p", uuid, 90, 1024)
+    api.create_resource_claim("default", made)
 
     def used() -> int:
         live = live_of(api, pods=True, keys=False)
@@ -581,6 +668,11 @@ def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> 
     assert used() == 0  # a pod of that name, but not the claim's owner
     api.pods[("default", "p")] = pod
     assert used() == 90  # the owner waits for it: Horus' decision, counted
+    api.claims[("default", "horus-gpu-p")]["metadata"]["annotations"].pop(
+        c.ANNOTATION_CONVERTED_FOR
+    )
+    assert used() == 0  # label and owner, but not Horus' mark: a tenant's claim
+    api.claims[("default", "horus-gpu-p")] = made
     api.pods[("default", "p")]["spec"]["nodeName"] = "n1"
     assert used() == 0  # bound but not allocated: the pod does not wait for it any more
 
