@@ -30,12 +30,7 @@ from chart_support import ROOT, write_fast_alert_rules
 
 from horus.api.signing import SigningKey
 from horus.common import constants as c
-
-PROMETHEUS = "/usr/bin/prometheus"
-
-pytestmark = pytest.mark.skipif(
-    not Path(PROMETHEUS).exists(), reason="Debian's prometheus is not installed"
-)
+from horus.devcluster import prometheus
 
 
 def _free_port() -> int:
@@ -148,7 +143,7 @@ def test_no_leader_alert_fires_when_the_last_leader_stops(cluster, procs, tmp_pa
     url = f"http://127.0.0.1:{ports['prometheus']}"
     prom = procs.start(
         "prometheus",
-        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+        [str(prometheus.binary()), f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
         env,

@@ -8,6 +8,8 @@
 #   helm                                                              helm.sh/helm/v3/cmd/helm
 #   containerd, containerd-shim-runc-v2, ctr   the real nodes' runtime   github.com/containerd/containerd/v2
 #   coredns                        the cluster's DNS (a Deployment)    coredns/ (github.com/coredns/coredns)
+#   prometheus, promtool           demo and e2e tests (links; own cache folder, see below)
+#                                                                     github.com/prometheus/prometheus
 # etcd comes from Debian's etcd-server package (see docs/decisions.md).
 # Cache: ${HORUS_CACHE_DIR:-~/.cache/horus}/bin/k8s-<version>-…-coredns-<version>/ (every pinned
 # version is in the name, so a new pin builds a new folder beside the old one); a binary already
@@ -97,4 +99,34 @@ if [[ ! -x $out/coredns ]]; then
     || fail "go build coredns" "see the compiler output above; network access to the Go module proxy is needed"
   mv "$out/coredns.tmp" "$out/coredns"
 fi
+# Prometheus and promtool (demo, e2e tests), in a cache folder of their own keyed by their
+# version and build tags, so pinning another Prometheus rebuilds only Prometheus, then linked
+# into $out, where the tests and the demo look. Tags: only the Kubernetes service discovery
+# (remove_all_sd + enable_kubernetes_sd; the others compile the cloud SDKs), netgo as upstream's
+# .promu.yml; not builtinassets, whose web UI needs npm: the HTTP API is all the demo and tests
+# use. Version stamp as .promu.yml sets it (module v0.3MM.P is Prometheus 3.MM.P).
+prom_tags=netgo,remove_all_sd,enable_kubernetes_sd
+prom_out="$cache/bin/prometheus-$PROMETHEUS_VERSION-k8s-sd"
+if [[ ! -x $prom_out/prometheus || ! -x $prom_out/promtool ]]; then
+  need_go prometheus
+  [[ $PROMETHEUS_VERSION =~ ^v0\.3([0-9][0-9])\.([0-9]+)$ ]] \
+    || fail "read Prometheus version" "expected a v0.3MM.P module version, got '$PROMETHEUS_VERSION'"
+  prom_release=3.$((10#${BASH_REMATCH[1]})).${BASH_REMATCH[2]}
+  prom_pkg=github.com/prometheus/prometheus
+  prom_flags="-s -w -X github.com/prometheus/common/version.Version=$prom_release"
+  prom_flags+=" -X github.com/prometheus/common/version.Revision=$PROMETHEUS_VERSION"
+  prom_flags+=" -X github.com/prometheus/common/version.Branch=HEAD"
+  prom_flags+=" -X github.com/prometheus/common/version.BuildUser=horus"
+  prom_flags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+  echo "build.sh: go install $prom_pkg/cmd/{prometheus,promtool}@$PROMETHEUS_VERSION (tags $prom_tags; first time: minutes) ..." >&2
+  tmp=$(mktemp -d)
+  GOBIN=$tmp GOFLAGS= go install -trimpath -tags "$prom_tags" -ldflags "$prom_flags" \
+      "$prom_pkg/cmd/prometheus@$PROMETHEUS_VERSION" "$prom_pkg/cmd/promtool@$PROMETHEUS_VERSION" \
+    || { rm -rf "$tmp"; fail "go install $prom_pkg/cmd/prometheus@$PROMETHEUS_VERSION" "see the output above"; }
+  mkdir -p "$prom_out"
+  mv "$tmp/prometheus" "$tmp/promtool" "$prom_out/"; rm -rf "$tmp"
+fi
+for b in prometheus promtool; do
+  [[ $(readlink "$out/$b" 2>/dev/null) == "$prom_out/$b" ]] || ln -sfn "$prom_out/$b" "$out/$b"
+done
 echo "$out"

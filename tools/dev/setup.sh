@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything Horus' demo and tests need, idempotently, on a fresh Debian machine:
-#   - Debian packages: etcd-server (the control plane's store), prometheus (metrics tests);
+#   - Debian packages: etcd-server (the control plane's store);
 #     for real kubelet nodes (horus dev cluster add-nodes --real): runc,
 #     containernetworking-plugins, iptables; buildah builds the images from their Dockerfiles,
 #     mmdebstrap their Debian base
 #   - a virtualenv in .venv with horus[dev,profile] (editable)
-#   - the control-plane binaries, the kubelet and the real nodes' containerd 2.x, built from
-#     their Go modules (tools/controlplane/build.sh; cached in ~/.cache/horus)
+#   - the control-plane binaries, the kubelet and the real nodes' containerd 2.x, and
+#     Prometheus with its Kubernetes service discovery (demo and tests; Debian's prometheus has
+#     it patched out), built from their Go modules (tools/controlplane/build.sh; cached in
+#     ~/.cache/horus)
 # Re-running costs seconds once everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,6 @@ SUDO=""
 [[ $(id -u) -eq 0 ]] || SUDO="sudo"
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] || missing+=(golang-go)
 # Real nodes: one containerd + runc + CNI bridge per kubelet (src/horus/devcluster/realnodes.py);
 # containerd itself is built by build.sh (Debian bookworm's 1.6 has no CDI).
@@ -33,7 +34,6 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
     || fail "apt-get install ${missing[*]}" "install them by hand and retry"
 fi
-# Debian's prometheus package may start a system service on :9090; tests use their own ports.
 [[ -x /usr/local/go/bin/go ]] && export PATH="/usr/local/go/bin:$PATH"
 
 PY=${PYTHON:-python3}
@@ -49,7 +49,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   touch "$stamp"
 fi
 
-step "control-plane binaries, kubelet, containerd (first build: see README 'First build'; cached afterwards)"
+step "control-plane binaries, kubelet, containerd, Prometheus (first build: see README 'First build'; cached afterwards)"
 bin_dir=$(bash tools/controlplane/build.sh) || exit 1
 echo "$bin_dir" > .venv/.horus-bin-dir
 step "ready: binaries in $bin_dir"

@@ -38,6 +38,10 @@ TOKEN_EXTRA_NODE_NAME: Final = "authentication.kubernetes.io/node-name"
 #: Dev cluster only (never in the chart): the kwok demo's agent, a local process that serves
 #: every simulated node with one token and so can carry no node claim.
 KWOK_AGENT_SERVICE_ACCOUNT: Final = "horus-dev-kwok-agent"
+#: Dev cluster only (never in the chart): the local Prometheus' service discovery, which may
+#: only read pods, Services, Endpoints and EndpointSlices in HORUS_NAMESPACE
+#: (horus.devcluster.prometheus).
+PROMETHEUS_SERVICE_ACCOUNT: Final = "horus-dev-prometheus"
 
 # --- Extended resources advertised by the device plugin --------------------------------------
 RESOURCE_GPU_CORE: Final = f"{API_GROUP}/gpu-core"  # percent of one GPU's compute
@@ -82,6 +86,10 @@ EXTENDER_TLS_CLIENT_CERT: Final = "client.crt"  # the kube-scheduler's (certFile
 EXTENDER_TLS_CLIENT_KEY: Final = "client.key"  # (keyFile)
 # The Service in front of the operator pods' extender (its DNS names are in the certificate).
 EXTENDER_SERVICE: Final = "horus-operator"
+# The chart's metrics Services (port "metrics", prometheus.io/* annotations), which
+# Prometheus discovers the operator and agent pods through.
+OPERATOR_METRICS_SERVICE: Final = "horus-operator"
+NODE_METRICS_SERVICE: Final = "horus-node"
 
 # --- Labels ----------------------------------------------------------------------------------
 LABEL_GPU_NODE: Final = f"{API_GROUP}/gpu-node"  # "true" on nodes that carry Horus GPUs

@@ -13,8 +13,11 @@ Why it is built this way:
   RBAC is enough for real work (a missing rule shows up as a 403 in their logs). The agent
   may not read Secrets, so the demo reads the assignment key as admin and hands it a file, as
   the DaemonSet's volume would.
-* **A real Prometheus** (Debian's ``/usr/bin/prometheus``) scrapes both, so every Grafana
-  panel in ``dashboards/`` can be evaluated against the demo (``tests/e2e/test_demo.py``).
+* **A real Prometheus** (built from its Go module with the Kubernetes service discovery;
+  :mod:`horus.devcluster.prometheus`) scrapes both, so every Grafana panel in
+  ``dashboards/`` can be evaluated against the demo (``tests/e2e/test_demo.py``). On real
+  nodes it finds the operator and agent pods itself, through the apiserver (EndpointSlices of
+  the chart's metrics Services); the kwok variant's processes are local, on fixed ports.
 * **The workload** is ``examples/*.yaml`` plus a few generated jobs from the profile zoo
   (``examples/profiles``) so that GPUs must be shared, and one job whose simulated memory use
   (annotation ``horus.io/simulated-memory-mib``, demo/test only) exceeds its share, so the

@@ -26,17 +26,16 @@ import yaml
 
 from horus.common import constants as c
 from horus.common.errors import ClusterError
+from horus.devcluster import prometheus
 from horus.devcluster.cluster import LocalCluster, write_kubeconfig
 from horus.devcluster.demo_state import DemoOptions, DemoState, helm, kubectl
 from horus.devcluster.demo_workload import ROOT
 from horus.devcluster.nodes import NodeSpec, add_nodes
 from horus.devcluster.processes import ManagedProcess, free_port, spawn
-from horus.devcluster.report import query
 
 Say = Callable[[str], None]
 
 CHART = ROOT / "charts" / "horus"
-PROMETHEUS = "/usr/bin/prometheus"
 NAMESPACE = c.HORUS_NAMESPACE
 RELEASE = "horus"
 
@@ -91,8 +90,7 @@ def preflight(opts: DemoOptions) -> None:
     nodes) a host that cannot run kubelets."""
     if opts.prometheus_port:
         _check_port_free(opts.prometheus_port, "Prometheus")
-    if not Path(PROMETHEUS).exists():
-        raise ClusterError(f"{PROMETHEUS} is missing: apt-get install prometheus")
+    prometheus.binary()  # the built one (tools/controlplane/build.sh), or a ClusterError
     if not opts.kwok:
         from horus.devcluster.realnodes import check_host
 
@@ -340,31 +338,39 @@ def start_real(state: DemoState, opts: DemoOptions, say: Say) -> list[ManagedPro
         REAL_HELM_VALUES,
         lambda text: say(f"    {text}"),
     )
-    targets = opts.directory / "prometheus-targets"
-    found = chart.write_scrape_targets(rc.kube, targets)
+    discovery = prometheus.grant_discovery(
+        rc.kube,
+        cstate.server,
+        cstate.ca_file(),
+        opts.directory / "prometheus-discovery.kubeconfig",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
     prom = start_prometheus(
         state,
         opts.prometheus_port or free_port(),
-        chart.prometheus_scrape_configs(targets),
+        prometheus.scrape_configs(discovery),
         env,
         say,
     )
-    want = sum(len(t) for t in found.values())
+    pods = rc.kube.json(
+        "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component in (operator,node)"
+    )["items"]
+    want = {p["metadata"]["name"] for p in pods}
     _wait(
-        f"Prometheus scraping the {want} operator and agent pods by pod IP",
-        lambda: _targets_up(state) >= want,
+        f"Prometheus discovering and scraping the {len(want)} operator and agent pods "
+        "(Kubernetes service discovery: EndpointSlices of the chart's metrics Services)",
+        lambda: want <= _discovered(state),
         60,
         prom,
     )
     return [prom]
 
 
-def _targets_up(state: DemoState) -> int:
+def _discovered(state: DemoState) -> set[str]:
     try:
-        return len(query(state.prometheus_url, "up == 1", 5))
+        return set().union(*prometheus.discovered_pods(state.prometheus_url).values())
     except (OSError, KeyError, ValueError):
-        return 0
+        return set()
 
 
 # --- Prometheus -------------------------------------------------------------------------------
@@ -380,28 +386,8 @@ def start_prometheus(
     """A real Prometheus on 127.0.0.1:``port`` (recorded in the state), ready."""
     folder = Path(state.directory)
     say(f"==> Prometheus 127.0.0.1:{port} scraping operator and agent every 2 s")
-    prom_cfg = folder / "prometheus.yml"
-    prom_cfg.write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-                "scrape_configs": scrape_configs,
-            },
-            sort_keys=False,
-        )
-    )
-    prom = spawn(
-        "prometheus",
-        [
-            PROMETHEUS,
-            f"--config.file={prom_cfg}",
-            f"--storage.tsdb.path={folder / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=1d",
-        ],
-        folder,
-        env,
-    )
+    prom_cfg = prometheus.write_config(folder, scrape_configs)
+    prom = spawn("prometheus", prometheus.command(prom_cfg, folder, port), folder, env)
     state.processes.append(prom)
     state.prometheus_url = f"http://127.0.0.1:{port}"
     state.ports["prometheus"] = port

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from chart_support import write_fast_alert_rules
-from realnode_support import GPU_MEMORY_MIB, scrape_targets
+from realnode_support import GPU_MEMORY_MIB
 
 from horus.api.signing import KeyRing, SigningKey, parse_public_keys
 from horus.common import constants as c
@@ -123,38 +123,26 @@ def assignment_key(rc: RealCluster) -> KeyRing:
 
 @pytest.fixture(scope="package")
 def prometheus(rc: RealCluster) -> Iterator[str]:
-    """A real Prometheus on this host scraping the chart's operator and agent pods by pod IP
-    (targets looked up through the apiserver, rewritten by :func:`scrape_targets`), every 2 s,
-    with the shipped alert rules loaded; yields its URL.
+    """A real Prometheus on this host (the one built with the Kubernetes service discovery,
+    :mod:`horus.devcluster.prometheus`) that finds the chart's operator and agent pods itself,
+    through the apiserver as the least-privileged discovery identity, and scrapes them by pod
+    IP every 2 s, with the shipped alert rules loaded; yields its URL.
 
     The rules are the shipped file with each ``for:`` shortened to 10 s and evaluated every
     2 s, as in tests/e2e/test_alert_rules_fire.py (the expressions untouched), so test_1c sees
     the no-leader alert fire without waiting the shipped 2 minutes."""
-    import yaml
-
-    from horus.devcluster.chart import prometheus_scrape_configs
+    from horus.devcluster import prometheus as prom
     from horus.devcluster.processes import free_port
 
     folder = Path(rc.state.directory) / "prometheus"
-    scrape_targets(rc)
-    write_fast_alert_rules(folder / "rules.yaml", interval="2s")
-    config = folder / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [str(folder / "rules.yaml")],
-                "scrape_configs": prometheus_scrape_configs(folder / "targets"),
-            }
-        )
+    kubeconfig = prom.grant_discovery(
+        rc.kube, rc.state.server, rc.state.ca_file(), folder / "discovery.kubeconfig"
     )
+    write_fast_alert_rules(folder / "rules.yaml", interval="2s")
+    config = prom.write_config(folder, prom.scrape_configs(kubeconfig), [folder / "rules.yaml"])
     port = free_port()
     proc = subprocess.Popen(
-        [
-            "/usr/bin/prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={folder / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
+        prom.command(config, folder, port),
         stdout=(folder / "log").open("wb"),
         stderr=subprocess.STDOUT,
     )

@@ -46,16 +46,6 @@ def diagnose(rc: RealCluster, namespace: str = "default") -> Callable[[], str]:
     return run
 
 
-def scrape_targets(rc: RealCluster) -> dict[str, list[str]]:
-    """(Re)write the ``prometheus`` fixture's scrape targets from the chart's pods now (after
-    pods were replaced: new pod IPs); Prometheus re-reads them within 5 s."""
-    from pathlib import Path
-
-    from horus.devcluster.chart import write_scrape_targets
-
-    return write_scrape_targets(rc.kube, Path(rc.state.directory) / "prometheus" / "targets")
-
-
 def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
     url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     with urllib.request.urlopen(url, timeout=10) as resp:

@@ -1,6 +1,6 @@
 """The chart as shipped, in-cluster on real nodes: every pod Ready with no restart, one operator
-replica leads, the DaemonSet's device plugin serves each kubelet, and Prometheus scrapes the
-agents by pod IP."""
+replica leads, the DaemonSet's device plugin serves each kubelet, and Prometheus finds the
+operator and agent pods through the Kubernetes API and scrapes them by pod IP."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from realnode_support import GPU_MEMORY_MIB, diagnose, query, wait_for
 
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
+from horus.devcluster.prometheus import discovered_pods
 
 
 def test_chart_pods_ready_on_real_nodes_without_restarts(rc: RealCluster) -> None:
@@ -49,17 +50,31 @@ def test_device_plugin_of_the_daemonset_serves_each_kubelet(rc: RealCluster) -> 
         }
 
 
-def test_prometheus_scrapes_agents_by_pod_ip(rc: RealCluster, prometheus: str) -> None:
+def test_prometheus_discovers_the_chart_pods_through_the_api_and_scrapes_them(
+    rc: RealCluster, prometheus: str
+) -> None:
+    def names(component: str) -> set[str]:
+        pods = rc.kube.json(
+            "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}"
+        )["items"]
+        return {p["metadata"]["name"] for p in pods}
+
+    # each job's targets are exactly the pods behind its metrics Service, found by Prometheus
+    # from their EndpointSlices (nothing wrote a target list), and scraped
+    want = {"horus-agent": names("node"), "horus-operator": names("operator")}
+    assert len(want["horus-agent"]) == len(rc.nodes) and len(want["horus-operator"]) == 2
+    wait_for(
+        "both agents and both operator replicas discovered and up",
+        lambda: discovered_pods(prometheus) == want,
+        60,
+        lambda: f"{diagnose(rc, NAMESPACE)()}\ndiscovered: {discovered_pods(prometheus)}",
+    )
     node_pods = rc.kube.json(
         "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=node"
     )["items"]
     ips = {p["status"]["podIP"] for p in node_pods}
-
-    def up() -> list[dict]:
-        found = query(prometheus, 'up{job="horus-agent"} == 1')
-        return found if {r["metric"]["instance"].split(":")[0] for r in found} == ips else []
-
-    wait_for("both agents scraped by pod IP", up, 60, diagnose(rc, NAMESPACE))
+    found = query(prometheus, 'up{job="horus-agent"} == 1')
+    assert {r["metric"]["instance"].split(":")[0] for r in found} == ips  # by pod IP
     gpus = wait_for(
         "per-GPU series from both agents",
         lambda: (

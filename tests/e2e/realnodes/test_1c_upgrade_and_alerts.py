@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from realnode_support import diagnose, scrape_targets, wait_for, workload_job
+from realnode_support import diagnose, wait_for, workload_job
 
 from horus.common import constants as c
 from horus.devcluster.binaries import repo_root
@@ -175,7 +175,6 @@ def test_no_leader_alert_fires_on_real_prometheus_when_the_operator_stops(
         explain,
     )
     ips = {p["status"]["podIP"] for p in pods}
-    scrape_targets(rc)
     wait_for(
         "both operator pods scraped, one leading",
         lambda: set(got := _by_ip(_leaders(prometheus))) == ips and sorted(got.values()) == [0, 1],
@@ -205,7 +204,6 @@ def test_no_leader_alert_fires_on_real_prometheus_when_the_operator_stops(
             60,
             explain,
         )
-        scrape_targets(rc)
         fired = wait_for(
             f"{NO_LEADER} firing",
             lambda: (a := _alert(prometheus, NO_LEADER)) and a["state"] == "firing" and a,
@@ -232,7 +230,7 @@ def test_no_leader_alert_fires_on_real_prometheus_when_the_operator_stops(
         60,
         explain,
     )
-    scrape_targets(rc)
+    # the replacement pods are found by Prometheus itself (EndpointSlices), no target rewritten
     ips = {p["status"]["podIP"] for p in back}
     wait_for(
         f"the new leader scraped and {NO_LEADER} resolved",

@@ -1,10 +1,10 @@
 """Fixtures of the agent's integration tests: kwok GPU nodes, the DLJob CRD, a signing key and
-a real Prometheus (Debian's ``/usr/bin/prometheus``) on a free loopback port."""
+a real Prometheus (the one tools/controlplane/build.sh builds, as the demo runs) on a free
+loopback port."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from horus.devcluster import prometheus
+
 ROOT = Path(__file__).resolve().parents[3]
-PROMETHEUS = "/usr/bin/prometheus"
 
 
 def free_port() -> int:
@@ -38,7 +39,7 @@ class Prometheus:
         self.log = (folder / "prometheus.log").open("w")
         self.proc = subprocess.Popen(
             [
-                PROMETHEUS,
+                str(prometheus.binary()),
                 f"--config.file={cfg}",
                 f"--storage.tsdb.path={folder / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
@@ -78,15 +79,8 @@ class Prometheus:
         self.log.close()
 
 
-@pytest.fixture(scope="session")
-def prometheus_binary() -> str:
-    if not Path(PROMETHEUS).exists() and not shutil.which("prometheus"):
-        pytest.skip("Debian's prometheus package is not installed (apt-get install prometheus)")
-    return PROMETHEUS
-
-
 @pytest.fixture
-def start_prometheus(prometheus_binary: str, tmp_path: Path) -> Iterator[Any]:
+def start_prometheus(tmp_path: Path) -> Iterator[Any]:
     started: list[Prometheus] = []
 
     def start(target: str) -> Prometheus:

@@ -12,28 +12,22 @@ Prometheus project's way to test rules without them, with the same rule engine.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "manifests" / "prometheus" / "horus-alerts.rules.yaml"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import dashboards as dash  # noqa: E402
 
 sys.path.pop(0)
 
-pytestmark = pytest.mark.skipif(
-    not Path(PROMTOOL).exists(),
-    reason="promtool (Debian's prometheus package, installed by tools/dev/setup.sh) is missing",
-)
+from horus.devcluster import prometheus  # noqa: E402
 
 #: Label sets shared by the cases.
 OP = {"job": "horus-operator", "instance": "10.0.0.5:8080"}
@@ -192,7 +186,10 @@ def _expand(text: str, labels: dict[str, str]) -> str:
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120)
+    """promtool of the Prometheus that tools/controlplane/build.sh builds (the one the demo
+    and the e2e tests run), not any other on the machine."""
+    tool = str(prometheus.binary("promtool"))
+    return subprocess.run([tool, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_promtool_check_rules():
