@@ -322,6 +322,20 @@ def test_filter_results_are_cached_for_prioritize(source: FakeSource) -> None:
     assert ext.evaluate(source.pods[("default", "p")], NODES) is first
 
 
+def test_only_the_newest_pods_verdicts_are_kept(source: FakeSource) -> None:
+    """kube-scheduler asks filter then prioritize for one pod at a time: the verdicts of the
+    last few pods are kept, not every pod's of the last seconds (a burst kept thousands of
+    objects alive, and the collector's full passes over them were the extender's p99)."""
+    from horus.operator.extender.decisions import VERDICT_CACHE_PODS
+
+    ext = Extender(source, load_default_predictor(), key=KEY, cache_seconds=60)
+    pods = [plain_pod(f"q{i}") for i in range(VERDICT_CACHE_PODS + 3)]
+    answers = [ext.evaluate(p, NODES) for p in pods]
+    assert ext.evaluate(pods[-1], NODES) is answers[-1]  # prioritize of the newest: cached
+    assert ext.evaluate(pods[0], NODES) is not answers[0]  # the oldest was let go
+    assert ext.evaluate(pods[0], NODES) == answers[0]  # and is answered alike again
+
+
 # --- bind --------------------------------------------------------------------------------------
 
 

@@ -69,6 +69,10 @@ class NodeVerdict:
         return max(0, min(MAX_EXTENDER_PRIORITY, round(gain * MAX_EXTENDER_PRIORITY)))
 
 
+#: Pods whose verdicts are kept for their prioritize call (the newest; each expires after the
+#: extender's ``cache_seconds`` too).
+VERDICT_CACHE_PODS = 4
+
 _NO_INVENTORY = (
     f"{REASON_PREFIX}node has no Horus GPUs (no {c.ANNOTATION_GPU_INVENTORY} annotation; "
     "is the Horus device plugin running there?)"
@@ -220,9 +224,11 @@ class Extender:
         verdicts = self._evaluate(pod, node_names)
         if self.cache_seconds > 0 and cache_key[0]:
             with self._cache_lock:
-                self._cache = {
-                    k: v for k, v in self._cache.items() if now - v[0] <= self.cache_seconds
-                }
+                # The newest few only: kube-scheduler asks filter then prioritize for one pod
+                # at a time, and a burst of pods would otherwise keep a verdict per node of
+                # every pod of the last seconds alive — for the collector to walk, often.
+                fresh = [(k, v) for k, v in self._cache.items() if now - v[0] <= self.cache_seconds]
+                self._cache = dict(fresh[-(VERDICT_CACHE_PODS - 1) :])
                 self._cache[cache_key] = (now, verdicts)
         return verdicts
 
