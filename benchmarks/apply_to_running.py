@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from latency_stats import percentile, summary  # noqa: E402
+from latency_stats import percentile, print_table, summary, write_results  # noqa: E402
 from realnodes_latency import NAMESPACE, RunningWatch, dljob, plain_pod  # noqa: E402
 
 from horus.common import constants as c  # noqa: E402
@@ -213,22 +213,17 @@ def main() -> int:
                 "phase2_dra": {k: [round(x, 3) for x in v] for k, v in dra.items()},
             },
         }
-        say(f"{'':34}{'p50':>8}{'p90':>8}{'p99':>8}{'mean':>8}")
-        labels = {
-            "dljob_deviceplugin": "DLJob, device-plugin path",
-            "plain_pod_phase1": "plain pod (phase 1)",
-            "dljob_dra": "DLJob, dra path",
-            "claim_pod_dra": "pod with its own claim, dra path",
-            "plain_pod_phase2": "plain pod (phase 2)",
-        }
-        for key, label in labels.items():
-            s = rows[key]
-            say(f"{label:34}{s['p50_s']:8.2f}{s['p90_s']:8.2f}{s['p99_s']:8.2f}{s['mean_s']:8.2f}")
+        labels = [
+            ("DLJob, device-plugin path", "dljob_deviceplugin"),
+            ("plain pod (phase 1)", "plain_pod_phase1"),
+            ("DLJob, dra path", "dljob_dra"),
+            ("pod with its own claim, dra path", "claim_pod_dra"),
+            ("plain pod (phase 2)", "plain_pod_phase2"),
+        ]
+        print_table(rows, labels, say, width=34)
         for key, value in out["ratios"].items():
             say(f"{key}: {value:.2f}")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2) + "\n")
-        say(f"wrote {args.out}")
+        write_results(args.out, out, say)
     finally:
         rc.local.down()
         shutil.rmtree(folder.parent, ignore_errors=True)

@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from latency_stats import percentile, summary  # noqa: E402
+from latency_stats import percentile, print_table, summary, write_results  # noqa: E402
 
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.chart import RealCluster, start  # noqa: E402
@@ -182,19 +182,13 @@ def main() -> int:
         }
         ratio = out["dljob_horus_operator"]["p50_s"] / out["plain_pod_kube_scheduler"]["p50_s"]
         out["p50_ratio_dljob_over_pod"] = round(ratio, 2)
-        print(f"{'':28}{'p50':>8}{'p90':>8}{'p99':>8}{'mean':>8}")
-        for label, key in (
+        labels = [
             ("DLJob (Horus operator)", "dljob_horus_operator"),
             ("plain pod (kube-scheduler)", "plain_pod_kube_scheduler"),
-        ):
-            s = out[key]
-            print(
-                f"{label:28}{s['p50_s']:8.2f}{s['p90_s']:8.2f}{s['p99_s']:8.2f}{s['mean_s']:8.2f}"
-            )
+        ]
+        print_table(out, labels)
         print(f"p50 ratio DLJob / plain pod: {ratio:.2f}")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        write_results(args.out, out)
     finally:
         rc.local.down()
         shutil.rmtree(folder.parent, ignore_errors=True)
