@@ -131,6 +131,9 @@ class Controller:
         # extra connections under load ("Connection pool is full").
         api = api_client(s.kubeconfig or None, 2 * s.workers + max(2, s.workers // 4) + 4)
         key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
+        # The namespace first: the signing key's Secret lives there, and a first start whose
+        # Secret create fails (namespace missing) places nothing until the key is read again.
+        await asyncio.to_thread(_ensure_namespace, client.CoreV1Api(api), s.namespace)
         # Re-read every key_refresh_seconds: a rotated key (docs/operator.md) is used without a
         # restart, and a lost one pauses placement until it is back (assignment_key).
         key = await asyncio.to_thread(
@@ -143,7 +146,6 @@ class Controller:
         if self.predictor is None:
             self.predictor = await asyncio.to_thread(load_operator_predictor, s)
         predictor = self.predictor
-        await asyncio.to_thread(_ensure_namespace, client.CoreV1Api(api), s.namespace)
         await asyncio.to_thread(_ensure_extender_tls, client.CoreV1Api(api))
         self.elector = LeaseElector(
             client.CoordinationV1Api(api),
