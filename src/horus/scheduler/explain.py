@@ -270,9 +270,8 @@ def _sharing(
 @dataclass(frozen=True)
 class NodeFilters:
     """What the per-node explanation reads of one job judged against every GPU (the
-    scheduler's :class:`~horus.scheduler.prepared.Prepared`): the common filters, the
-    policy's filter (None: nothing had room, so it never ran) and, once scored, its
-    score context."""
+    scheduler's :class:`~horus.scheduler.prepared.Prepared`): the common filters and the
+    policy's filter (None: nothing had room, so it never ran)."""
 
     allowed: BoolArray
     usable: BoolArray
@@ -300,8 +299,8 @@ def explain_nodes(
     Each filter's verdict is counted per node once, the first filter that leaves a node no
     GPU names the refusal, and only the node's best candidate GPU is looked up, so a refused
     node costs a few array reads instead of a replay (about 1 ms each, issue 27). None for a
-    node whose answer hangs on an over-committed GPU (a free amount below −1, where the
-    replay's candidate would be a GPU of another node): the caller replays those.
+    node whose best free amount is below −1 (a GPU with less memory left than the policy's
+    headroom: the replay's candidate is then a GPU of another node): the caller replays it.
     """
     st, job = ctx.state, ctx.job
     assert job.gpu_count == 1, "explain_nodes answers for one-GPU jobs"
