@@ -4,7 +4,9 @@ for Debian, and we need only a few of its rules plus two of our own).
 Rules: every ``FROM`` pins a version tag or digest (no bare name, no ``latest``); the final
 stage switches to a non-root ``USER``; the ``ENTRYPOINT`` is exec form and starts the role's
 module (``python -m horus.<role>``; the predictor tool image uses ``python -m horus``);
-``pip install`` installs the repository itself (``.`` or ``.[extras]``), nothing else.
+``pip install`` installs the repository itself (``.`` or ``.[extras]``), nothing else — or,
+with ``-r FILE``, the dependencies the same ``RUN`` wrote to FILE from ``pyproject.toml`` (a
+layer of their own, so a changed source does not re-install them).
 """
 
 from __future__ import annotations
@@ -86,14 +88,39 @@ def check(path: Path, role: str) -> list[str]:
     for op, args in ins:
         if op != "RUN" or "pip" not in args:
             continue
-        for command in re.split(r"&&|;", args):
-            words = shlex.split(command)
+        commands = shell_commands(args)
+        written = {
+            cmd[cmd.index(">") + 1]
+            for cmd in commands
+            if ">" in cmd[:-1] and any("pyproject.toml" in w for w in cmd)
+        }
+        for words in commands:
             if "pip" not in " ".join(words[:2]) or "install" not in words:
                 continue
-            targets = [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
+            after = words[words.index("install") + 1 :]
+            files = {after[i + 1] for i, w in enumerate(after[:-1]) if w in ("-r", "--requirement")}
+            for f in sorted(files - written):
+                problems.append(
+                    f"{path}: pip install -r {f}: not written from pyproject.toml in this RUN"
+                )
+            targets = [w for w in after if not w.startswith("-") and w not in files]
             for t in targets:
                 if not re.fullmatch(r"\.(\[[a-z0-9_,-]+\])?", t):
                     problems.append(
                         f"{path}: pip install target {t!r} is not the repository ('.' or '.[extra]')"
                     )
     return problems
+
+
+def shell_commands(script: str) -> list[list[str]]:
+    """The words of each command of a shell line (split at ``&&``, ``||``, ``;``, ``|``, ``&``
+    outside quotes; a redirection ``>`` is a word of its own)."""
+    lex = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    out: list[list[str]] = [[]]
+    for word in lex:
+        if word in ("&&", "||", ";", "|", "&"):
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [c for c in out if c]

@@ -181,6 +181,24 @@ def test_dockerlint_catches_bad_files(tmp_path):
         assert text in problems, text
 
 
+def test_dockerlint_allows_only_requirements_written_from_pyproject(tmp_path):
+    """The dependency layer's ``pip install -r`` passes only for a file the same RUN wrote
+    from pyproject.toml; any other requirements file is something else installed."""
+    head = "FROM python:3.11.7-slim-bookworm\n"
+    tail = 'USER 65532\nENTRYPOINT ["python", "-m", "horus.operator"]\n'
+    ok = tmp_path / "ok"
+    ok.write_text(
+        head
+        + "RUN python -c \"import tomllib; tomllib.load(open('pyproject.toml', 'rb'))\" "
+        + "> /tmp/r.txt && pip install -r /tmp/r.txt\n"
+        + tail
+    )
+    assert dockerlint.check(ok, "operator") == []
+    bad = tmp_path / "bad"
+    bad.write_text(head + "RUN echo requests > /tmp/r.txt && pip install -r /tmp/r.txt\n" + tail)
+    assert "not written from pyproject.toml" in " ".join(dockerlint.check(bad, "operator"))
+
+
 def test_chart_defaults_point_at_the_images():
     values = yaml.safe_load((ROOT / "charts/horus/values.yaml").read_text())
     chart = yaml.safe_load((ROOT / "charts/horus/Chart.yaml").read_text())
