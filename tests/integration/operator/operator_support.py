@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -385,3 +386,31 @@ def check_invariants(kube: Kube, expect_running: bool = True) -> dict[str, Any]:
             if status.get("phase") == c.DLJOB_PHASE_RUNNING:
                 assert phases == {"Running"}, (name, phases)
     return {"jobs": len(jobs), "placed": placed, "pods": len(pods)}
+
+
+_REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+
+
+def request_counts(
+    cluster: Any, verb: str, resources: Sequence[str], scope: str | None = None
+) -> dict[str, float]:
+    """Requests the apiserver has served (its own ``apiserver_request_total``) with ``verb``,
+    per ``resource`` or ``resource/subresource``, dry runs left out; only ``scope``
+    (``cluster``, ``namespace``) when given."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    out = dict.fromkeys(resources, 0.0)
+    for line in text.splitlines():
+        m = _REQUESTS.match(line)
+        if not m or f'verb="{verb}"' not in m.group(1):
+            continue
+        if scope is not None and f'scope="{scope}"' not in m.group(1):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels.get("dry_run"):
+            continue
+        key = labels.get("resource", "")
+        if labels.get("subresource"):
+            key += "/" + labels["subresource"]
+        if key in out:
+            out[key] += float(m.group(2))
+    return out

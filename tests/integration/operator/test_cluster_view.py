@@ -9,7 +9,6 @@ or an object the view kept after it vanished fails the test.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_support import Kube, dljob_body
+from operator_support import Kube, dljob_body, request_counts
 
 from horus.common import constants as c
 from horus.devcluster.processes import spawn
@@ -175,25 +174,13 @@ def test_the_view_follows_an_apiserver_restart(
     assert view.dljobs.counts.errors + view.dljobs.counts.expired >= 1  # it saw the break
 
 
-_LIST = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
-
-
 def _lists(cluster: Any, resources: tuple[str, ...]) -> dict[str, float]:
     """Cluster-wide LIST requests the apiserver has served per resource (its own counter).
 
     Only ``scope="cluster"``: the operator's informers list across namespaces, while the
     namespace controller lists each kind inside a namespace it is deleting (earlier tests'
     namespaces are still being removed while this one runs: CI saw one such DLJob LIST)."""
-    text = cluster.kubectl("get", "--raw", "/metrics").stdout
-    out = dict.fromkeys(resources, 0.0)
-    for line in text.splitlines():
-        m = _LIST.match(line)
-        if not m or 'verb="LIST"' not in m.group(1) or 'scope="cluster"' not in m.group(1):
-            continue
-        res = re.search(r'resource="([^"]*)"', m.group(1))
-        if res and res.group(1) in out:
-            out[res.group(1)] += float(m.group(2))
-    return out
+    return request_counts(cluster, "LIST", resources, scope="cluster")
 
 
 def test_the_operator_makes_no_list_in_the_steady_state(
