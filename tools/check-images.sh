@@ -1,30 +1,46 @@
 #!/usr/bin/env bash
-# Check the three images without a Docker engine: lint each Dockerfile (tests/e2e/dockerlint.py),
-# then replay its Python install step — copy what the Dockerfile COPYs (pyproject.toml,
-# README.md, src/) to a scratch folder, `python -m venv` + `pip install <its target>` there, and
-# run its ENTRYPOINT with --help from outside the repository. Slow, so it is a script and not
-# part of `make test`: measured 323 s for the operator image's install on the 2-core dev machine;
-# the predictor image pulls torch (GBs). ROLES="operator device-plugin" picks images.
+# Check the images without a Docker engine: lint each Dockerfile (tests/e2e/dockerlint.py),
+# build the images with buildah exactly as the local cluster does (`horus dev images build`,
+# cached in ~/.cache/horus/images; root), then run each image's ENTRYPOINT with --help inside
+# the built image (`buildah run`; the node image's agent too), so a module the image lacks or a
+# dependency pip did not install fails here. Not part of `make test`: the real-node tests run
+# the operator and node images anyway, and the predictor image pulls torch (GBs).
+# IMAGES="operator node predictor" picks images (default: operator node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
-.venv/bin/python - <<'PY'
+PY=.venv/bin/python
+$PY - <<'PY'
 import sys; sys.path.insert(0, "tests/e2e")
 from pathlib import Path
 import dockerlint
 bad = [p for r in ("operator", "predictor", "device-plugin") for p in dockerlint.check(Path(r) / "Dockerfile", r)]
 print("\n".join(bad) or "dockerlint: 3 Dockerfiles clean"); sys.exit(1 if bad else 0)
 PY
-mkdir -p "$scratch/src" && cp pyproject.toml README.md "$scratch/src/" && cp -r src "$scratch/src/src"
-for role in ${ROLES:-operator predictor device-plugin}; do
-  start=$(date +%s)
-  target=$(grep -oE 'pip install --no-cache-dir "[^"]+"' "$role/Dockerfile" | sed -E 's/.*"([^"]+)"/\1/')
-  entry=$(grep -E '^ENTRYPOINT' "$role/Dockerfile" | sed -E 's/ENTRYPOINT \[(.*)\]/\1/; s/"//g; s/,//g')
-  $PY -m venv "$scratch/$role"
-  (cd "$scratch/src" && "$scratch/$role/bin/pip" install -q "$target")
-  # shellcheck disable=SC2086
-  (cd "$scratch" && PATH="$scratch/$role/bin:$PATH" $entry --help >/dev/null)
-  [[ $role == device-plugin ]] && (cd "$scratch" && "$scratch/$role/bin/python" -m horus.agent --help >/dev/null)
-  echo "$role: pip install $target + '$entry --help' ok in $(( $(date +%s) - start ))s"
+images=${IMAGES:-operator node}
+start=$(date +%s)
+# shellcheck disable=SC2086
+$PY -m horus dev images build $images >/dev/null
+echo "built ${images} in $(( $(date +%s) - start ))s (horus dev images build)"
+for name in $images; do
+  $PY - "$name" <<'PY'
+import shlex, subprocess, sys
+from pathlib import Path
+from horus.devcluster.images import IMAGES, _buildah, reference
+name = sys.argv[1]
+image = IMAGES[name]
+entry = next(l for l in Path(image.dockerfile).read_text().splitlines() if l.startswith("ENTRYPOINT"))
+argv = __import__("json").loads(entry.split(None, 1)[1])
+runs = [argv + ["--help"]] + ([["python", "-m", "horus.agent", "--help"]] if name == "node" else [])
+ctr = subprocess.run(_buildah("from", "--pull=never", "--quiet", reference(image.repository)),
+                     check=True, capture_output=True, text=True).stdout.strip()
+try:
+    for cmd in runs:
+        got = subprocess.run(_buildah("run", "--isolation", "chroot", ctr, "--", *cmd),
+                             capture_output=True, text=True)
+        if got.returncode != 0:
+            sys.exit(f"{name}: {shlex.join(cmd)} failed in the image:\n{got.stdout}{got.stderr}")
+        print(f"{name}: {shlex.join(cmd)} ok in the image")
+finally:
+    subprocess.run(_buildah("rm", ctr), capture_output=True)
+PY
 done
