@@ -144,13 +144,15 @@ def _kubectl(state: DemoState, *args: str) -> str:
 
 
 def _crowded_gpus_with_a_better_place(
-    jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]
+    jobs: list[dict[str, Any]], nodes: list[dict[str, Any]], slices: list[dict[str, Any]]
 ) -> list[str]:
     """GPUs holding two or more jobs whose summed predicted utilisation exceeds 100 %, where
     one of those jobs would fit on another GPU (core share, memory, not beside another replica
-    of itself) and keep that GPU's sum at or below 100 %."""
+    of itself) and keep that GPU's sum at or below 100 %. The GPUs: the device plugin's node
+    inventory, or on the dra path the DRA driver's ResourceSlices."""
     from horus.api.inventory import decode_inventory
     from horus.common import constants as c
+    from horus.node.claims import slice_gpus
 
     memory = {
         (n["metadata"]["name"], d.index): d.memory_mib
@@ -158,6 +160,9 @@ def _crowded_gpus_with_a_better_place(
         if c.ANNOTATION_GPU_INVENTORY in (n["metadata"].get("annotations") or {})
         for d in decode_inventory(n["metadata"]["annotations"][c.ANNOTATION_GPU_INVENTORY])
     }
+    for n in nodes:
+        for d in slice_gpus(slices, n["metadata"]["name"]):
+            memory[(n["metadata"]["name"], d.index)] = d.memory_mib
     on: dict[tuple[str, int], list[tuple[str, float, int, int]]] = {g: [] for g in memory}
     for job in jobs:
         st = job.get("status") or {}
@@ -194,7 +199,8 @@ def _moved_to_a_better_place(state: DemoState, out: str, real: bool) -> None:
     assert any(" moved " in line for line in out.splitlines()), out[-3000:]
     assert "moved from " in out, "the live table should say where a moved job came from"
     nodes = json.loads(_kubectl(state, "get", "nodes", "-o", "json"))["items"]
-    crowded = _crowded_gpus_with_a_better_place(jobs, nodes)
+    slices = json.loads(_kubectl(state, "get", "resourceslices", "-o", "json"))["items"]
+    crowded = _crowded_gpus_with_a_better_place(jobs, nodes, slices)
     assert not crowded, "after the moves:\n" + "\n".join(crowded)
     for job in moved:
         name = job["metadata"]["name"]
@@ -208,6 +214,43 @@ def _moved_to_a_better_place(state: DemoState, out: str, real: bool) -> None:
             log = _kubectl(state, "logs", f"{name}-0")
             resumed = [json.loads(x) for x in log.splitlines() if '"resumed"' in x]
             assert resumed and resumed[0]["step"] > 0, f"{name}-0 did not resume:\n{log[:2000]}"
+
+
+def _each_replicas_claim_shown_with_its_share(state: DemoState, out: str) -> None:
+    """Real nodes run the dra path (the chart's auto on 1.37): ``demo up`` printed
+    ``kubectl get resourceclaims`` with one claim per replica, reserved for that replica's pod,
+    with its GPU and consumed share — the share its DLJob's record gave it (jobs placed once:
+    a moved job's claim of the printed moment may be its old one)."""
+    lines = out.splitlines()
+    start = [i for i, line in enumerate(lines) if "kubectl get resourceclaims -A -l" in line]
+    assert start, "demo up did not print the ResourceClaims:\n" + out[-3000:]
+    rows = {}
+    for line in lines[start[0] + 1 :]:
+        cells = line.split()
+        if len(cells) != 7 or not cells[1].endswith("-gpu"):
+            continue
+        rows[cells[1]] = cells  # NAMESPACE CLAIM POD NODE GPU CORES MEMORY
+    jobs = json.loads(_kubectl(state, "get", "dljobs", "-o", "json"))["items"]
+    checked = 0
+    for job in jobs:
+        st = job.get("status") or {}
+        if st.get("phase") != "Running" or (st.get("migrations") or {}).get("count"):
+            continue
+        for rec in st.get("placements") or []:
+            claim = f"{rec['pod']}-gpu"
+            assert claim in rows, f"{claim} not in the printed claims:\n" + "\n".join(
+                " ".join(r) for r in rows.values()
+            )
+            _, _, pod, node, gpu, cores, memory = rows[claim]
+            assert (pod, node, gpu, int(cores)) == (
+                rec["pod"],
+                rec["node"],
+                f"gpu-{rec['gpuIndex']}",
+                int(rec["corePercent"]),
+            ), rows[claim]
+            assert memory != "<none>", rows[claim]
+            checked += 1
+    assert checked >= 4, rows  # resnet50-train x2, bert-finetune, lstm-lm at least
 
 
 def _listening(port: int) -> bool:
@@ -288,6 +331,7 @@ def _demo_start_to_finish(tmp_path: Path) -> None:
         # real containers did the jobs' work: every running replica printed its own share
         if not os.environ.get("DEMO_KWOK"):
             _each_container_got_its_own_share(state)
+            _each_replicas_claim_shown_with_its_share(state, out)
 
         # a second `up` is refused, clearly, and leaves the running demo alone
         again = _run([*horus, "up"], env, timeout=60)

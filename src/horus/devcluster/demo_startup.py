@@ -72,10 +72,10 @@ HELM_VALUES = (
 #: watchdog grace above, the operator's 5 s resync and correction settings, and the agents'
 #: intervals.
 REAL_HELM_VALUES: dict[str, Any] = {
-    # The device-plugin path for now: on the dra path (the chart's auto on 1.37) the demo's
-    # run-time move was not shown in test_demo's time ("moved from" never in the live table,
-    # 2026-11-26) — until that is found, the demo stays on the path its story is tested on.
-    "gpuSharing": {"path": "devicePlugin"},
+    # No gpuSharing.path: the chart's auto, which is dra on this 1.37 cluster — each replica's
+    # share a ResourceClaim the kube-scheduler allocates (printed by ``demo up``; checked by
+    # tests/e2e/test_demo.py). The kwok variant stays on the device plugin (HELM_VALUES):
+    # kwok nodes run no kubelet to prepare a claim.
     "watchdogGraceSeconds": WATCHDOG_GRACE_S,
     "operator": {"extraArgs": list(OPERATOR_ARGS)},
     "node": {"agent": {"extraArgs": ["--enforcement", "none", *AGENT_ARGS]}},
