@@ -10,7 +10,9 @@ DLJob create (the user's), DLJob status merge patch (the operator's placement re
 its Running status), pod create, Binding — with the stock scheduler's writes (pod create,
 Binding, Event) among them as the baseline, all in the same run. Requests go out from 16
 client threads, as in the end-to-end benchmark; an idle window of the same length is
-measured too and subtracted.
+measured too and subtracted. A probe: the same DLJob create and status patch on a copy of the
+CRD whose pod template is not validated (``lite_crd``), to tell what the template's schema —
+Kubernetes' full PodSpec, most of the CRD — costs each write.
 
 Writes ``benchmarks/results/apiserver-costs.json``.
 """
@@ -79,6 +81,33 @@ def status_patch(i: int) -> dict[str, Any]:
     }
 
 
+LITE_PLURAL = "dljoblites"
+
+
+def lite_crd() -> dict[str, Any]:
+    """The DLJob CRD as shipped, renamed ``DLJobLite``, with ``spec.template`` not validated
+    (``x-kubernetes-preserve-unknown-fields``) instead of Kubernetes' PodSpec schema: a probe
+    of how much of a DLJob write the template's schema costs. Measurement only."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "manifests/crds/horus.io_dljobs.yaml").read_text())
+    doc["metadata"] = {"name": f"{LITE_PLURAL}.{c.API_GROUP}"}
+    doc["spec"]["names"] = {
+        "kind": "DLJobLite",
+        "listKind": "DLJobLiteList",
+        "plural": LITE_PLURAL,
+        "singular": "dljoblite",
+    }
+    for version in doc["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec["properties"]["template"] = {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+        version.pop("additionalPrinterColumns", None)
+    return dict(doc)
+
+
 def pod(i: int) -> dict[str, Any]:
     amount = {c.RESOURCE_GPU_CORE: "25", c.RESOURCE_GPU_MEMORY: "4"}
     return {
@@ -122,6 +151,13 @@ def main() -> int:
         core: Any = client.CoreV1Api(api)
         custom: Any = client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NS}})
+        ext: Any = client.ApiextensionsV1Api(api)
+        ext.create_custom_resource_definition(lite_crd())
+        for _ in range(300):  # until the apiserver serves it
+            conds = ext.read_custom_resource_definition(f"{LITE_PLURAL}.{c.API_GROUP}").status
+            if any(x.type == "Established" and x.status == "True" for x in conds.conditions or []):
+                break
+            time.sleep(0.1)
         pids = {p.name: p.pid for p in state.processes if p.name in ("kube-apiserver", "etcd")}
         if len(pids) != 2:
             raise RuntimeError(f"kube-apiserver and etcd not found among {state.processes}")
@@ -160,6 +196,27 @@ def main() -> int:
                     c.API_VERSION,
                     NS,
                     c.DLJOB_PLURAL,
+                    f"j-{i:04d}",
+                    status_patch(i),
+                    _preload_content=False,
+                )
+            )
+
+        def lite_create(i: int) -> None:
+            body = {**dljob(f"j-{i:04d}"), "kind": "DLJobLite"}
+            discard(
+                custom.create_namespaced_custom_object(
+                    c.API_GROUP, c.API_VERSION, NS, LITE_PLURAL, body, _preload_content=False
+                )
+            )
+
+        def lite_status(i: int) -> None:
+            discard(
+                custom.patch_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    LITE_PLURAL,
                     f"j-{i:04d}",
                     status_patch(i),
                     _preload_content=False,
@@ -205,6 +262,9 @@ def main() -> int:
             "pod_create": pod_create,
             "binding": binding,
             "event": event,
+            # the probe: the same DLJob writes without the pod template's schema
+            "dljob_lite_create": lite_create,
+            "dljob_lite_status_patch": lite_status,
         }
         per: dict[str, dict[str, float]] = {}
         for name, fn in kinds.items():
@@ -242,6 +302,12 @@ def main() -> int:
         result["ratio_horus_over_stock"] = round(
             result["horus_job_until_bound_ms"] / result["stock_pod_until_bound_ms"], 2
         )
+        result["status_patch_ratio_full_schema_over_lite"] = round(
+            total(["dljob_status_patch"]) / max(total(["dljob_lite_status_patch"]), 1e-9), 2
+        )
+        result["create_ratio_full_schema_over_lite"] = round(
+            total(["dljob_create"]) / max(total(["dljob_lite_create"]), 1e-9), 2
+        )
         result["ratio_with_running_over_stock"] = round(
             (result["horus_job_until_bound_ms"] + result["horus_running_status_ms"])
             / result["stock_pod_until_bound_ms"],
@@ -254,7 +320,9 @@ def main() -> int:
             f" (+{result['horus_running_status_ms']} ms for Running), stock "
             f"{result['stock_pod_until_bound_ms']} ms per pod: "
             f"{result['ratio_horus_over_stock']}x ({result['ratio_with_running_over_stock']}x "
-            f"with Running)\nwrote {args.out}"
+            f"with Running)\nDLJob status patch with / without the template's schema: "
+            f"{result['status_patch_ratio_full_schema_over_lite']}x, create "
+            f"{result['create_ratio_full_schema_over_lite']}x\nwrote {args.out}"
         )
         return 0
     finally:
