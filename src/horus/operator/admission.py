@@ -73,6 +73,9 @@ class Admission:
         self._keys = keys
         self._profiles: dict[str, GraphProfile] = {}
         self._dry_run_ok: dict[tuple[str, str], float] = {}
+        #: One dry run at a time per template and class: the jobs of a burst (admitted in
+        #: parallel) wait for the first one's answer instead of each asking the apiserver.
+        self._dry_run_gates: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
 
     # --- profiles --------------------------------------------------------------------------
@@ -178,6 +181,12 @@ class Admission:
         what = [spec.get("template") or {}, spec.get("priorityClassName")]
         digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
         key = (ctx.namespace, digest)
+        with self._lock:
+            gate = self._dry_run_gates.setdefault(key, threading.Lock())
+        with gate:
+            return self._dry_run_once(ctx, key, now)
+
+    def _dry_run_once(self, ctx: JobCtx, key: tuple[str, str], now: str) -> Verdict | None:
         started = time.monotonic()
         seen = self._dry_run_ok.get(key)
         if seen is not None and started - seen < DRY_RUN_CACHE_SECONDS:
@@ -199,6 +208,7 @@ class Admission:
         with self._lock:
             if len(self._dry_run_ok) > 4096:
                 self._dry_run_ok.clear()
+                self._dry_run_gates.clear()  # at worst one more dry run for a key in use
             self._dry_run_ok[key] = started
         return None
 

@@ -11,7 +11,10 @@ written twice (the signed placement record with its admission, then Running), ge
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 from fakeapi import FakeJobApi
 from opfixtures import KEY, dljob, node
@@ -81,3 +84,28 @@ def test_lifecycle_events_are_posted_when_asked_for() -> None:
         rec.close()
     assert writes["event"] == 2 * JOBS
     assert api.reasons("j0") == ["Scheduled", "Running"]
+
+
+class SlowDryRunApi(FakeJobApi):
+    """A server-side dry run that takes a moment, as on a busy apiserver."""
+
+    def create_pod(
+        self, namespace: str, manifest: Mapping[str, Any], dry_run: bool = False
+    ) -> dict[str, Any] | None:
+        if dry_run:
+            time.sleep(0.05)
+        return super().create_pod(namespace, manifest, dry_run)
+
+
+def test_a_burst_of_jobs_with_one_template_costs_one_dry_run() -> None:
+    """Jobs are admitted in parallel; the first one's dry run answers for the rest of the
+    burst (the same template and class in the namespace) instead of each asking."""
+    api = SlowDryRunApi([node("n1", gpus=4), node("n2", gpus=4)])
+    rec = Reconciler(api, PREDICTOR, KEY, workers=8)
+    try:
+        for i in range(JOBS):
+            api.add_dljob(_job(f"b{i}"))
+        assert rec.run_pass().placed == JOBS
+    finally:
+        rec.close()
+    assert api.dry_runs == 1
