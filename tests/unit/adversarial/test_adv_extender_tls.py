@@ -15,6 +15,7 @@ import http.client
 import json
 import socket
 import ssl
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,12 +114,20 @@ def refused(srv: ExtenderServer, ctx: ssl.SSLContext) -> str:
     raise AssertionError(f"answered without a valid client certificate: {status} {answer}")
 
 
-def refusals(srv: ExtenderServer) -> float:
+def refusals(srv: ExtenderServer, at_least: float = 1.0, wait_s: float = 10.0) -> float:
+    """The server's refused-handshake counter, once it reaches ``at_least`` (or after
+    ``wait_s``). The client sees the TLS alert while the server's connection thread is still
+    inside its handshake: the count it makes next may not be there yet (CI read 0 once)."""
     url = f"{srv.health_url}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    line = next(x for x in text.splitlines() if x.startswith(c.METRIC_EXTENDER_TLS_REFUSED))
-    return float(line.split()[-1])
+    deadline = time.monotonic() + wait_s
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        line = next(x for x in text.splitlines() if x.startswith(c.METRIC_EXTENDER_TLS_REFUSED))
+        value = float(line.split()[-1])
+        if value >= at_least or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
 
 
 def good_filter(srv: ExtenderServer, pki: dict[str, Path]) -> None:
