@@ -326,6 +326,109 @@ def test_a_two_replica_dljob_runs_on_the_gpus_its_status_records(
         )
 
 
+def test_a_deployments_pods_asking_horus_resources_run_with_the_claims_horus_made(
+    rc: RealCluster, on_dra: dict[str, Any]
+) -> None:
+    """Pods a Deployment makes (only generateName) that ask horus.io/gpu-core / gpu-memory as
+    on the device-plugin path: the chart's admission policy points them at the placeholder
+    template, the operator makes each its claim horus-gpu-<pod UID> pinned to the GPU it
+    chose, the kube-controller-manager records it in the pod's status, the kube-scheduler
+    allocates it, and the kubelet's Prepare hands the container exactly that share (its own
+    output)."""
+    from horus.devcluster.binaries import repo_root
+    from horus.devcluster.images import IMAGES, reference
+
+    profile = (repo_root() / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
+    name = "dra-web"
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
+                },
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": reference(IMAGES["workload"].repository),
+                            "imagePullPolicy": "Never",
+                            "args": ["--steps", "0", "--report-seconds", "1"],
+                            "resources": {
+                                "limits": {c.RESOURCE_GPU_CORE: "20", c.RESOURCE_GPU_MEMORY: "64"}
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    apply(rc, deployment)
+
+    def web() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = rc.kube.json("get", "pods", "-l", f"app={name}")["items"]
+        return items
+
+    try:
+        pods = wait_for(
+            f"{name}'s two containers running",
+            lambda: (p := web()) and len(p) == 2 and all(map(running, p)) and p,
+            240,
+            _diagnose(rc),
+        )
+        for pod in pods:
+            meta = pod["metadata"]
+            assert meta["generateName"] == meta["name"][: len(meta["generateName"])]
+            assert pod["spec"]["resourceClaims"] == [
+                {"name": "horus-gpu", "resourceClaimTemplateName": c.CONVERTED_CLAIM_TEMPLATE}
+            ]
+            want = f"horus-gpu-{meta['uid']}"
+            assert pod["status"]["resourceClaimStatuses"] == [
+                {"name": "horus-gpu", "resourceClaimName": want}
+            ]
+            claim = rc.kube.json("get", "resourceclaim", want)
+            assert claim["metadata"]["annotations"][c.ANNOTATION_CONVERTED_FOR] == meta["uid"]
+            assert [r["uid"] for r in claim["status"]["reservedFor"]] == [meta["uid"]]
+            pool, device, cores, memory = _consumed(claim)
+            assert (pool, cores, memory) == (pod["spec"]["nodeName"], 20, 64 * 256)
+            (sel,) = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+            line = wait_for(
+                f"{meta['name']}'s share line",
+                lambda n=meta["name"]: share_line(rc, n),
+                60,
+                _diagnose(rc, meta["name"]),
+            )
+            env = line["env"]
+            assert env[c.ENV_GPU_UUID] in sel["cel"]["expression"]  # the GPU Horus pinned
+            assert env[c.ENV_GPU_INDEX] == device.removeprefix("gpu-")
+            assert (env[c.ENV_GPU_CORE_PERCENT], env[c.ENV_GPU_MEMORY_MIB]) == ("20", "16384")
+            assert (env[c.ENV_CLAIM_UID], env[c.ENV_POD_NAME]) == (
+                claim["metadata"]["uid"],
+                meta["name"],
+            )
+    finally:
+        rc.kube.kubectl("delete", "deployment", name, "--wait=false", check=False)
+        wait_for(
+            f"{name}'s pods and claims gone",
+            lambda: (
+                not web()
+                and not [
+                    cl
+                    for cl in rc.kube.json("get", "resourceclaims")["items"]
+                    if cl["metadata"]["name"].startswith("horus-gpu-")
+                ]
+            ),
+            120,
+            _diagnose(rc),
+        )
+
+
 def test_twin_halves_of_an_81559_mib_gpu_each_get_their_own_share(
     rc: RealCluster, halves: dict[str, dict[str, Any]]
 ) -> None:
