@@ -207,7 +207,8 @@ def build_live_state(
     pods = list(pods)
     known = dict(profiles or {})
     recorded = _add_dljob_records(live, dljobs, predictor, known, keys, distrusted)
-    for jname, members in _pod_groups(live, pods, recorded, keys).items():
+    dra = slices is not None
+    for jname, members in _pod_groups(live, pods, recorded, keys, dra).items():
         _add_pod_group(live, jname, members, predictor, known)
     if claims:
         uids = {
@@ -670,9 +671,14 @@ def _pod_groups(
     pods: Iterable[Mapping[str, Any]],
     recorded: set[str],
     keys: KeyRing | None,
+    dra: bool = False,
 ) -> dict[str, list[tuple[Mapping[str, Any], GpuAssignment]]]:
     """(b) pods with a signed assignment, grouped by DLJob (replicas of one job) or by pod;
-    a DLJob whose record was counted is not counted again from its pods."""
+    a DLJob whose record was counted is not counted again from its pods.
+
+    ``dra``: on the DRA path a pod's share is its ResourceClaim's allocation (rule (c)); an
+    unsigned assignment annotation there (claim-path pods carry one for the agent's display)
+    is simply not counted here — no problem to report, and no device plugin involved."""
     groups: dict[str, list[tuple[Mapping[str, Any], GpuAssignment]]] = {}
     for pod in pods:
         text = annotations_of(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
@@ -688,6 +694,8 @@ def _pod_groups(
         ):
             continue  # the job's signed record counts its shares
         if assignment is None or (keys is not None and not read.trusted):
+            if dra:
+                continue  # its claim counts it (rule (c))
             if assignment is not None and _allocated(pod):
                 live.problems.append(
                     f"{read.detail}; counted anyway with the share it claims: the device "

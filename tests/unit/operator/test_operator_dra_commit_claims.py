@@ -841,3 +841,25 @@ def test_a_record_someone_else_wrote_is_restored_from_the_claims_of_running_pods
         )
     finally:
         r.close()
+
+
+def test_an_unsigned_pod_assignment_on_the_dra_path_is_no_problem() -> None:
+    """On DRA a pod's share is counted from its claim; its unsigned assignment annotation is
+    not reported as a pod 'the device plugin gives no GPU' (there is no device plugin)."""
+    n1, slice_ = dra_node("n1")
+    pod = {
+        "metadata": {
+            "name": "hog-0",
+            "namespace": "default",
+            "uid": "u1",
+            "annotations": {c.ANNOTATION_GPU_ASSIGNMENT: '{"node": "n1", "gpus": [0]}'},
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
+    on_dra = build_live_state([n1], [pod], [], keys=KEY, slices=[slice_])
+    assert on_dra.problems == []
+    # the device-plugin path still reports it: there the plugin refuses such a pod any GPU
+    inventory = node("n1", gpus=2, memory=GPU_MIB)
+    on_dp = build_live_state([inventory], [pod], [], keys=KEY)
+    assert any("hog-0" in p and "not counted" in p for p in on_dp.problems), on_dp.problems
