@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import cast
 
@@ -133,12 +134,25 @@ PROXY_SYSCTLS = (
 
 #: A client pod on a real node: the Service's name resolves through the kubelet's cluster DNS
 #: (CoreDNS) to its ClusterIP, and kube-proxy's rules carry the request to the server pod.
+#: Retries each step for up to 90 s, as any client of a just-made Service must: the
+#: Service's endpoints, kube-proxy's rules and CoreDNS's copy each follow a moment later.
 CLIENT = """
-import json, socket, urllib.request
-ip = socket.gethostbyname("web.default.svc.cluster.local")
-short = socket.gethostbyname("web")
-api = socket.gethostbyname("kubernetes.default")
-body = urllib.request.urlopen("http://web:8080/hello.txt", timeout=10).read().decode()
+import json, socket, sys, time, urllib.request
+def retry(what, fn):
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            return fn()
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                sys.exit(f"{what}: {exc}")
+            print(f"{what}: {exc}; again", file=sys.stderr, flush=True)
+            time.sleep(1)
+ip = retry("web.default.svc.cluster.local", lambda: socket.gethostbyname("web.default.svc.cluster.local"))
+short = retry("web", lambda: socket.gethostbyname("web"))
+api = retry("kubernetes.default", lambda: socket.gethostbyname("kubernetes.default"))
+get = lambda: urllib.request.urlopen("http://web:8080/hello.txt", timeout=10).read().decode()
+body = retry("GET http://web:8080/hello.txt", get)
 print(json.dumps({"ip": ip, "short": short, "api": api, "body": body}))
 """
 
@@ -394,7 +408,17 @@ def _service_by_name_from_a_pod(
         kc("apply", "-f", "-", data=obj)
     kc("wait", "pod/web", "--for=condition=Ready", "--timeout=120s")
     kc("apply", "-f", "-", data=client)
-    kc("wait", "pod/client", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s")
+    deadline = time.monotonic() + 180
+    phase = ""
+    while phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+        time.sleep(1)
+        phase = kc("get", "pod", "client", "-o", "jsonpath={.status.phase}")
+    assert phase == "Succeeded", (
+        f"client pod {phase or 'not started'}:\n"
+        + kc("logs", "client", check=False)
+        + kc("describe", "pod", "client", check=False)
+        + kc("get", "pods", "-A", "-o", "wide", check=False)
+    )
     got = json.loads(kc("logs", "client").strip().splitlines()[-1])
     cluster_ip = kc("get", "service", "web", "-o", "jsonpath={.spec.clusterIP}")
     assert got == {
