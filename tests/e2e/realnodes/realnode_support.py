@@ -46,6 +46,44 @@ def diagnose(rc: RealCluster, namespace: str = "default") -> Callable[[], str]:
     return run
 
 
+def plain_pod(name: str, core: int, memory_mib: int, scheduler: str) -> dict[str, Any]:
+    """A plain pod (no DLJob) of the example workload image asking ``core`` % of a GPU and
+    ``memory_mib`` (in whole gpu-memory units), with a graph profile, for the kube-scheduler
+    named ``scheduler`` (test_1b: the chart's Horus scheduler; test_1f: one configured with
+    the extender's Service); it prints its share once and ends."""
+    from horus.api.resources import memory_units
+    from horus.common import constants as c
+    from horus.devcluster.binaries import repo_root
+    from horus.devcluster.images import IMAGES, reference
+
+    profile = (repo_root() / "examples" / "profiles" / "resnet50-bs64.yaml").read_text()
+    units = str(memory_units(memory_mib, c.DEFAULT_GPU_MEMORY_UNIT_MIB))
+    res = {c.RESOURCE_GPU_CORE: str(core), c.RESOURCE_GPU_MEMORY: units}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": reference(IMAGES["workload"].repository),
+                    "imagePullPolicy": "Never",
+                    "args": ["--steps", "0", "--report-seconds", "1"],
+                    "resources": {"requests": res, "limits": res},
+                }
+            ],
+        },
+    }
+
+
 def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
     url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     with urllib.request.urlopen(url, timeout=10) as resp:

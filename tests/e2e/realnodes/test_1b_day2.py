@@ -15,14 +15,22 @@ import json
 import time
 from typing import Any
 
-from realnode_support import apply, diagnose, pods_of, running, share_line, wait_for, workload_job
+from realnode_support import (
+    apply,
+    diagnose,
+    plain_pod,
+    pods_of,
+    running,
+    share_line,
+    wait_for,
+    workload_job,
+)
 
 from horus.api.podassignment import read_pod_assignment
-from horus.api.resources import memory_units
 from horus.api.signing import KeyRing, SigningKey
 from horus.common import constants as c
 from horus.devcluster.chart import NAMESPACE, RealCluster
-from horus.devcluster.images import IMAGES, LOCAL_REGISTRY, kubernetes_version
+from horus.devcluster.images import LOCAL_REGISTRY, kubernetes_version
 
 SCHEDULER = "horus-kube-scheduler"  # the chart's scheduler.schedulerName
 KEYS_PATH = "/var/run/horus/verify-keys/keys.pem"  # the chart's mount of the public keys
@@ -41,43 +49,10 @@ def _ready(pod: dict[str, Any]) -> bool:
     return bool(statuses) and all(s.get("ready") for s in statuses)
 
 
-def _plain_pod(name: str, core: int, memory_mib: int) -> dict[str, Any]:
-    """A pod no operator places: it names the Horus scheduler and asks for a GPU share."""
-    from horus.devcluster.binaries import repo_root
-    from horus.devcluster.images import reference
-
-    profile = (repo_root() / "examples" / "profiles" / "resnet50-bs64.yaml").read_text()
-    units = str(memory_units(memory_mib, c.DEFAULT_GPU_MEMORY_UNIT_MIB))
-    res = {c.RESOURCE_GPU_CORE: str(core), c.RESOURCE_GPU_MEMORY: units}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
-        },
-        "spec": {
-            "schedulerName": SCHEDULER,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": reference(IMAGES["workload"].repository),
-                    "imagePullPolicy": "Never",
-                    "args": ["--steps", "0", "--report-seconds", "1"],
-                    "resources": {"requests": res, "limits": res},
-                }
-            ],
-        },
-    }
-
-
 def _run_plain_pod(rc: RealCluster, name: str, core: int, memory_mib: int) -> dict[str, Any]:
     """Apply a plain pod for the Horus scheduler; return it once its container printed the
     share it received (so the device plugin's Allocate accepted its signature)."""
-    apply(rc, _plain_pod(name, core, memory_mib))
+    apply(rc, plain_pod(name, core, memory_mib, SCHEDULER))
     pod: dict[str, Any] = wait_for(
         f"{name} bound by the Horus scheduler and running",
         lambda: (p := rc.kube.json("get", "pod", name)) and running(p) and p,

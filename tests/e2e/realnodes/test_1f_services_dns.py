@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from realnode_support import apply, diagnose, wait_for
+from realnode_support import apply, diagnose, plain_pod, wait_for
 
-from horus.api.resources import memory_units
 from horus.common import constants as c
 from horus.devcluster.binaries import repo_root as repo_root_path
 from horus.devcluster.chart import NAMESPACE, RealCluster
@@ -166,32 +165,7 @@ def _svc_scheduler_objects(rc: RealCluster) -> list[dict[str, Any]]:
 def test_kube_scheduler_reaches_the_extender_through_its_service(rc: RealCluster) -> None:
     objects = _svc_scheduler_objects(rc)
     pod_name = "via-extender-service"
-    units = str(memory_units(2048, c.DEFAULT_GPU_MEMORY_UNIT_MIB))
-    res = {c.RESOURCE_GPU_CORE: "20", c.RESOURCE_GPU_MEMORY: units}
-    profile = (repo_root_path() / "examples" / "profiles" / "resnet50-bs64.yaml").read_text()
-    plain = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name,
-            "namespace": "default",
-            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
-        },
-        "spec": {
-            "schedulerName": SVC_SCHEDULER,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": reference(IMAGES["workload"].repository),
-                    "imagePullPolicy": "Never",
-                    "args": ["--steps", "0", "--report-seconds", "1"],
-                    "resources": {"requests": res, "limits": res},
-                }
-            ],
-        },
-    }
+    plain = plain_pod(pod_name, 20, 2048, SVC_SCHEDULER)
     try:
         for obj in objects:
             apply(rc, obj)
