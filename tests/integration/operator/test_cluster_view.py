@@ -194,10 +194,18 @@ def test_the_operator_makes_no_list_in_the_steady_state(
     # DLJobs and PriorityClasses are LISTed by no other component of this cluster; pods and
     # nodes only by the informers of kube-scheduler, controller-manager and kwok, at start.
     kinds = ("dljobs", "pods", "nodes", "priorityclasses")
-    before = _lists(cluster, kinds)
-    time.sleep(12)  # the operator runs a pass every 2 s (--resync-period 2): six passes
-    after = _lists(cluster, kinds)
-    delta = {k: after[k] - before[k] for k in kinds}
-    print(f"LIST requests in 12 s of steady state: {delta}")
-    assert delta == dict.fromkeys(kinds, 0.0)
+    # The apiserver's counter has no client label: the controller-manager's metadata
+    # informers (garbage collector, quota) relist DLJobs cluster-wide now and then too (CI
+    # saw one in a window). An operator that lists per pass (every 2 s) shows it in every
+    # window, so one quiet window of three still proves it makes none.
+    windows = []
+    for _ in range(3):
+        before = _lists(cluster, kinds)
+        time.sleep(12)  # the operator runs a pass every 2 s (--resync-period 2): six passes
+        after = _lists(cluster, kinds)
+        windows.append({k: after[k] - before[k] for k in kinds})
+        print(f"LIST requests in 12 s of steady state: {windows[-1]}")
+        if windows[-1] == dict.fromkeys(kinds, 0.0):
+            break
+    assert windows[-1] == dict.fromkeys(kinds, 0.0), windows
     assert op.alive()
