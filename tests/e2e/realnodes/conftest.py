@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,8 @@ def rc() -> Iterator[RealCluster]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    host = real_node_host()  # one real-node cluster per host: wait for another run's
-    host.__enter__()
+    host = ExitStack()  # released by down(): one real-node cluster per host at a time
+    host.enter_context(real_node_host())
     folder = Path(tempfile.mkdtemp(prefix="horus-real-")) / "c"
     timings: list[str] = []
     # with the optional Horus scheduler Deployment (test_1b), from the project-built image
@@ -74,7 +75,7 @@ def rc() -> Iterator[RealCluster]:
     try:
         cluster = start(folder, NODES, GPUS_PER_NODE, values=values, log=timings.append)
     except BaseException:
-        host.__exit__(None, None, None)
+        host.close()
         raise
     print("real-node cluster: " + "; ".join(timings))
 
@@ -85,7 +86,7 @@ def rc() -> Iterator[RealCluster]:
             print(f"real-node cluster down in {time.monotonic() - t:.0f}s")
             shutil.rmtree(folder.parent, ignore_errors=True)
         finally:
-            host.__exit__(None, None, None)
+            host.close()
 
     _DOWN.append(down)
     try:
