@@ -139,8 +139,10 @@ class PairSpeeds:
     Estimated from utilisation, the only per-pod signal NVML gives: the pod's mean utilisation
     while its GPU holds exactly one other Horus pod, over its mean utilisation while it held the
     GPU alone, clipped to [0.05, 1]. Time-slicing or MPS hands a GPU-bound job a fraction of its
-    solo throughput, and its utilisation falls by that fraction; a job that was not GPU-bound
-    keeps its utilisation, and indeed barely slows. A pod that never ran alone gives no speed
+    solo throughput, and its share of the GPU's busy time falls by that fraction (the backend
+    reads shares: under time-slicing NVML gives each process about the whole GPU, see
+    :func:`horus.common.nvml.busy_share_scale`); a job that was not GPU-bound keeps its
+    utilisation, and indeed barely slows. A pod that never ran alone gives no speed
     (its solo baseline is unknown), nor does one with fewer than ``min_samples`` of either.
     """
 

@@ -29,6 +29,8 @@ from horus.agent.pods import PodInfo
 from horus.common.constants import BACKEND_NVML
 from horus.common.nvml import (
     ProcessUtilSample,
+    busy_share_scale,
+    gpu_memory,
     gpu_processes,
     mean_sm_util,
     process_util_samples,
@@ -59,7 +61,9 @@ def pod_uid_of_pid(pid: int, proc_root: Path = Path("/proc")) -> str | None:
 
 
 def pod_sm_util(
-    samples: Iterable[ProcessUtilSample], pid_pod: Mapping[int, str]
+    samples: Iterable[ProcessUtilSample],
+    pid_pod: Mapping[int, str],
+    gpu_util: float | None = None,
 ) -> dict[str, float]:
     """Each pod's utilisation of one GPU over one read window, 0..1 of the GPU: the time
     average of each of its processes (:func:`horus.common.nvml.mean_sm_util`), summed over the
@@ -69,12 +73,19 @@ def pod_sm_util(
     The driver returns several samples per process per agent cycle; the agent used to add
     them all up (``util[uid] += sm_util / 100``), which clipped every busy pod at 100 %
     (issue 26). Averaging first, then summing over processes, reads what the GPU gave the pod.
+
+    ``gpu_util`` (0..1, the GPU's own figure for the window): where every process on the GPU
+    (a pod's or not) adds up to more, each is scaled to its share of the GPU's busy time
+    (:func:`horus.common.nvml.busy_share_scale`: under time-slicing each process reads about
+    the whole GPU, measured on an H200).
     """
+    means = mean_sm_util(samples)
+    scale = busy_share_scale(sum(means.values()) / 100.0, gpu_util)
     out: dict[str, float] = {}
-    for pid, percent in mean_sm_util(samples).items():
+    for pid, percent in means.items():
         uid = pid_pod.get(pid)
         if uid is not None:
-            out[uid] = out.get(uid, 0.0) + percent / 100.0
+            out[uid] = out.get(uid, 0.0) + percent / 100.0 * scale
     return {uid: min(1.0, u) for uid, u in out.items()}
 
 
@@ -137,11 +148,11 @@ class NvmlBackend:
             healthy = True
             try:
                 rates = nv.nvmlDeviceGetUtilizationRates(handle)
-                meminfo = nv.nvmlDeviceGetMemoryInfo(handle)
+                meminfo = gpu_memory(nv, handle)
                 gpu_util, used, total = (
                     float(rates.gpu) / 100.0,
-                    float(meminfo.used),
-                    float(meminfo.total),
+                    meminfo.used_bytes,
+                    meminfo.total_bytes,
                 )
             except Exception as exc:  # GPU lost / fallen off the bus: unhealthy
                 log.warning("NVML: GPU %d (%s) does not answer: %s", index, uuid, exc)
@@ -163,7 +174,7 @@ class NvmlBackend:
                 samples, self._last_seen[index] = process_util_samples(
                     nv, handle, self._last_seen.get(index, 0)
                 )
-                per_pod = pod_sm_util(samples, pid_pod)
+                per_pod = pod_sm_util(samples, pid_pod, gpu_util)
             on_gpu = pods_on_gpu.get(index, set())
             if per_pod:
                 # NVML lists only processes that used the GPU in a sample period: a pod beside

@@ -36,6 +36,34 @@ class GpuProcess:
     mps_client: bool = False  # named by the MPS list: a client of an MPS server, not the server
 
 
+@dataclass(frozen=True)
+class GpuMemory:
+    """A GPU's memory as ``nvidia-smi`` shows it: ``used`` without the driver's reserve."""
+
+    used_bytes: float
+    total_bytes: float
+
+
+def gpu_memory(nv: Any, handle: Any) -> GpuMemory:
+    """The GPU's used and total memory, from NVML's version-2 memory call where there is one.
+
+    Why not the plain call: version 1 counts the memory the driver reserves for itself as used.
+    On an NVIDIA H200 with driver 580.159.04 that was 614 MiB on an idle GPU (version 1: 618 MiB
+    used, ``nvidia-smi``: 4 MiB; ``tools/gpu-validate.sh``, 2026-11-26), which the agent would
+    have reported as a pod-less GPU's use. Version 2 gives the reserve apart and ``used``
+    without it; ``total`` is the same in both. A binding or driver without version 2 gets the
+    version-1 figures."""
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            info = nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return GpuMemory(float(info.used), float(info.total))
+        except Exception as exc:  # driver older than the binding: the plain call below
+            log.debug("NVML: memory info version 2 unavailable: %s", exc)
+    info = nv.nvmlDeviceGetMemoryInfo(handle)
+    return GpuMemory(float(info.used), float(info.total))
+
+
 def gpu_processes(nv: Any, handle: Any) -> list[GpuProcess]:
     """Every compute process on the GPU ``handle``, MPS clients included, one entry per PID
     (with the larger memory figure where both lists name it). A list the driver cannot give is
@@ -99,6 +127,24 @@ def process_util_samples(nv: Any, handle: Any, since: int) -> tuple[list[Process
         newest = max(newest, ts)
         out.append(ProcessUtilSample(int(s.pid), ts, max(0.0, min(100.0, float(s.smUtil)))))
     return out, newest
+
+
+def busy_share_scale(process_sum: float, gpu_util: float | None) -> float:
+    """The factor that turns processes' SM utilisations into their shares of the GPU's busy
+    time: ``gpu_util / process_sum`` when the processes add up to more than the GPU itself was
+    busy, else 1 (same units for both: fractions or percent).
+
+    Why: under time-slicing NVML reads each process's SM utilisation over the periods in which
+    it held the GPU, not as a share of the GPU. On an NVIDIA H200 (driver 580.159.04,
+    ``horus predictor measure``, 2026-11-26) two GPU-bound jobs each read 98-99 % in a pair
+    with the GPU at 98-100 %, while each ran at 0.47-0.68 of its solo speed; a pod's
+    utilisation in the pair over alone then read 1.04-1.68, every pair at no slowdown. The
+    GPU's busy time is finite (what the simulated backend also assumes), so the sum is split
+    in proportion: the same pairs then read 0.52-0.85. A sum at or under the GPU's figure is
+    left alone (MPS, where clients have no samples, and jobs that leave the GPU idle)."""
+    if gpu_util is None or gpu_util <= 0 or process_sum <= gpu_util:
+        return 1.0
+    return gpu_util / process_sum
 
 
 def mean_sm_util(samples: Iterable[ProcessUtilSample]) -> dict[int, float]:

@@ -224,3 +224,76 @@ def test_mps_clients_are_listed_by_the_process_reader(tmp_path: Path) -> None:
         client.kill()
         sup.stop()
         pynvml.nvmlShutdown()
+
+
+def test_a_dra_claims_cdi_edits_hold_its_share_on_the_gpu(tmp_path: Path) -> None:
+    """The end of the path a decision takes on DRA: the CDI spec the driver writes for a claim
+    (``horus.dra.cdi.build_spec`` over ``horus.node.grant.build_grant``, what containerd
+    applies to the container) is all a workload gets. Run under the MPS daemon with exactly
+    that environment, a 25 %/2,048 MiB share must hold: the GPU is the one named by UUID, an
+    allocation over the share fails, throughput is about a quarter of a full share's, and the
+    agent's process reader sees the client."""
+    import pynvml
+
+    from horus.api.assignment import GpuAssignment
+    from horus.common.nvml import gpu_processes
+    from horus.dra.cdi import build_spec
+    from horus.node.gpus import open_backend
+    from horus.node.grant import Consumer, GrantPolicy, build_grant
+
+    backend = open_backend("nvml", "gpu-node")
+    try:
+        gpu = backend.discover()[0]  # type: ignore[attr-defined]
+    finally:
+        backend.close()  # type: ignore[attr-defined]
+    sup = _mps(tmp_path)
+    try:
+        policy = GrantPolicy("gpu-node", "mps", sup.pipe_directory)
+
+        def claim_env(core: int, mib: int, uid: str) -> dict[str, str]:
+            share = GpuAssignment("gpu-node", gpu.uuid, gpu.index, core, mib)
+            grant = build_grant(policy, share, Consumer("team-a", "train-0", uid))
+            spec = build_spec(uid, grant)
+            edits = spec["devices"][0]["containerEdits"]
+            env = dict(e.split("=", 1) for e in edits["env"])
+            # the container's own environment: only what CDI put there, plus the basics
+            base = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+            return base | env
+
+        quarter = claim_env(25, 2048, "00000000-0000-0000-0000-0000000000a1")
+        full = claim_env(100, 8192, "00000000-0000-0000-0000-0000000000a2")
+        assert quarter["CUDA_VISIBLE_DEVICES"] == gpu.uuid
+        assert quarter["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert quarter["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2048M"
+
+        def run(code: str, arg: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-c", code, arg], env=env, capture_output=True, text=True
+            )
+
+        ok, over = run(ALLOC, "1", quarter), run(ALLOC, "3", quarter)
+        assert ok.returncode == 0, ok.stderr
+        assert over.returncode != 0 and "out of memory" in over.stderr.lower(), over.stderr
+        rate_full = float(run(MATMUL, "10", full).stdout)
+        rate_quarter = float(run(MATMUL, "10", quarter).stdout)
+        ratio = rate_quarter / rate_full
+        print(f"DRA claim env, 25 % cores: matmul throughput {ratio:.3f} of a 100 % claim's")
+        assert 0.15 <= ratio <= 0.40
+
+        hold = ALLOC.replace('print("allocated", x.numel())', 'print("allocated", flush=True)')
+        hold += "import time; time.sleep(30)\n"
+        client = subprocess.Popen(
+            [sys.executable, "-c", hold, "1"], env=quarter, stdout=subprocess.PIPE, text=True
+        )
+        pynvml.nvmlInit()
+        try:
+            assert client.stdout is not None and "allocated" in client.stdout.readline()
+            h = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+            seen = {p.pid: p.used_bytes for p in gpu_processes(pynvml, h)}
+            print(f"claim client pid {client.pid}: NVML sees {seen.get(client.pid)} bytes")
+            assert (seen.get(client.pid) or 0) >= 2**30, seen
+        finally:
+            client.kill()
+            pynvml.nvmlShutdown()
+    finally:
+        sup.stop()

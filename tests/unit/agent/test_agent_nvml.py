@@ -148,6 +148,10 @@ class RecordedNvml(FakeNvml):
         self.second = [self.first[-1], *_cycle(t1, 24, {101: [60], 102: [0], 201: [20, 24, 16]})]
         self.second.append(SimpleNamespace(pid=201, smUtil=20, timeStamp=t1))
         self.calls: list[int] = []
+        self.gpu_percent = 90  # the GPU's own figure: above what its processes add up to
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=self.gpu_percent, memory=10)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         return [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in (101, 102, 201)]
@@ -191,6 +195,37 @@ def test_pod_sm_util_ignores_other_processes_and_caps_at_one() -> None:
     assert pod_sm_util([], {1: "a"}) == {}
 
 
+def test_time_sliced_processes_each_reading_the_whole_gpu_get_their_share_of_it(
+    tmp_path: Path,
+) -> None:
+    """Two GPU-bound jobs time-slicing an H200 (``horus predictor measure``, 2026-11-26,
+    driver 580.159.04): each process read 98.96 % and 99.0 % SM utilisation with the GPU at
+    99.65 %, and ran at 0.63 and 0.54 of its solo speed (solo: 58.9 % and 95.0 %). Read as
+    they come, the pods' utilisation over alone was 1.68 and 1.04 (no slowdown at all); split
+    by the GPU's busy time, 0.85 and 0.52."""
+    for pid, uid in ((101, POD_A), (201, POD_B)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
+    base = pod("a")
+    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    nv = RecordedNvml()
+    nv.first = _cycle(1_764_150_000_000_000, 24, {101: [98.96], 201: [99.0]})
+    nv.gpu_percent = 99.65
+    s = NvmlBackend(proc_root=tmp_path, nvml=nv).sample(NodeView("n", []), pods)
+    a, b = s.pods[POD_A].utilization, s.pods[POD_B].utilization
+    assert a is not None and b is not None
+    assert a + b == pytest.approx(0.9965)
+    assert a / 0.589 == pytest.approx(0.846, abs=0.01) and b / 0.950 == pytest.approx(
+        0.525, abs=0.01
+    )
+    # a pod alone keeps its own figure, and processes under the GPU's figure are not scaled
+    nv2 = RecordedNvml()
+    nv2.first = _cycle(1_764_150_000_000_000, 24, {101: [58.9]})
+    nv2.gpu_percent = 59.3
+    alone = NvmlBackend(proc_root=tmp_path, nvml=nv2).sample(NodeView("n", []), pods[:1])
+    assert alone.pods[POD_A].utilization == pytest.approx(0.589)
+
+
 class MpsNvml(RecordedNvml):
     """Under MPS NVML gives per-process samples to the MPS server only (PID 900, no pod), none
     to its clients (measured on an H200, driver 580.159.04: benchmarks/results/
@@ -199,6 +234,7 @@ class MpsNvml(RecordedNvml):
     def __init__(self, clients: tuple[int, ...]) -> None:
         super().__init__()
         self.clients = clients
+        self.gpu_percent = 70
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         return [SimpleNamespace(pid=900, usedGpuMemory=2**25)]
@@ -256,3 +292,42 @@ def test_samples_recorded_on_a_real_gpu_are_averaged_not_summed() -> None:
     for pid, values in per_pid.items():
         assert means[pid] == pytest.approx(sum(values) / len(values))
         assert 0 <= means[pid] <= 100
+
+
+# --- the driver's memory reserve is not a pod's use (seen on an H200, tools/gpu-validate.sh) ---
+
+RESERVE = 614 * 2**20
+
+
+class ReservingNvml(FakeNvml):
+    """NVML with the version-2 memory call, as nvidia-ml-py and a 510+ driver have it: version
+    1 counts the driver's reserve as used, version 2 gives it apart."""
+
+    nvmlMemory_v2 = 0x2000028
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
+        if version is None:
+            return SimpleNamespace(used=5 * 2**30 + RESERVE, total=80 * 2**30)
+        assert version == self.nvmlMemory_v2
+        return SimpleNamespace(used=5 * 2**30, reserved=RESERVE, total=80 * 2**30)
+
+
+class OldDriverNvml(ReservingNvml):
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
+        if version is not None:
+            raise RuntimeError("Function Not Found")
+        return super().nvmlDeviceGetMemoryInfo(h)
+
+
+@pytest.mark.parametrize(
+    ("nvml", "used"), [(ReservingNvml, 5 * 2**30), (OldDriverNvml, 5 * 2**30 + RESERVE)]
+)
+def test_gpu_memory_used_leaves_out_the_drivers_reserve(
+    tmp_path: Path, nvml: type[FakeNvml], used: int
+) -> None:
+    from horus.common.nvml import gpu_memory
+
+    fake = nvml(False, False)
+    assert gpu_memory(fake, 0).used_bytes == used and gpu_memory(fake, 0).total_bytes == 80 * 2**30
+    s = NvmlBackend(proc_root=tmp_path, nvml=fake).sample(NodeView("n1", []), [])
+    assert s.gpus[0].memory_used_bytes == used

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from horus.common.constants import BACKEND_NVML, MIB
 from horus.common.errors import ValidationError
-from horus.common.nvml import gpu_processes, process_sm_util
+from horus.common.nvml import gpu_memory, gpu_processes, process_sm_util
 
 SHARING_TIME_SLICING, SHARING_MPS = "time-slicing", "mps"
 SHARING_MODES = (SHARING_TIME_SLICING, SHARING_MPS)
@@ -112,7 +112,7 @@ class NvmlSampler:
         gpu_util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
         gpu_mem: float | None = None
         with contextlib.suppress(Exception):
-            gpu_mem = float(nv.nvmlDeviceGetMemoryInfo(h).used) / MIB
+            gpu_mem = gpu_memory(nv, h).used_bytes / MIB
         mem = {
             p.pid: p.used_bytes / MIB
             for p in gpu_processes(nv, h)

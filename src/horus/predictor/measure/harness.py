@@ -16,6 +16,7 @@ from typing import Any
 
 from horus.common.constants import ENV_MPS_ACTIVE_THREAD_PERCENTAGE
 from horus.common.errors import ValidationError
+from horus.common.nvml import busy_share_scale
 from horus.predictor.measure.gpu import (
     SHARING_MODES,
     SHARING_MPS,
@@ -224,15 +225,20 @@ class Measurer:
         (ra, rb), window = self._run([a, b], "pair")
         solo = self.results["solo"]
         out: dict[str, Any] = {"util": window.util()}
+        # as the agent reads a pod in a pair: its share of the GPU's busy time
+        procs = [window.util_of(r["nvml_pid"]) for r in (ra, rb)]
+        scale = busy_share_scale(sum(u or 0.0 for u in procs), window.util())
         for side, spec, rep in (("a", a, ra), ("b", b, rb)):
             alone = solo[spec.key]
             rate = rep["steps"] / rep["seconds"]
-            u_pair = window.util_of(rep["nvml_pid"])
+            raw = window.util_of(rep["nvml_pid"])
+            u_pair = raw * scale if raw is not None else None
             u_alone = alone.get("proc_util") or alone["util"]
             out[side] = {
                 "steps_per_s": rate,
                 "speed": rate / alone["steps_per_s"],
-                "proc_util": u_pair,
+                "proc_util": raw,
+                "busy_share": u_pair,
                 # the agent's estimate: its utilisation next to the neighbour / alone
                 "proxy_speed": (u_pair / u_alone) if u_pair is not None and u_alone else None,
                 "memory_mib": window.mem_of(rep["nvml_pid"]),
