@@ -133,6 +133,15 @@ def _cycle(t0: int, n: int, per_pid: dict[int, list[int]]) -> list[Any]:
     return out
 
 
+def _pods_a_and_b(tmp_path: Path, pid_pods: tuple[tuple[int, str], ...]) -> list[Any]:
+    """Pods A and B, with each PID's /proc/<pid>/cgroup under ``tmp_path`` naming its pod."""
+    for pid, uid in pid_pods:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
+    base = pod("a")
+    return [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+
+
 class RecordedNvml(FakeNvml):
     """Two pods time-slicing one GPU: pod A runs two processes (PIDs 101 and 102, e.g. a
     trainer and its evaluation worker), pod B one (201). Each 4 s cycle the driver holds 24
@@ -165,11 +174,7 @@ class RecordedNvml(FakeNvml):
 
 
 def test_nvml_averages_samples_over_time_and_sums_a_pods_processes(tmp_path: Path) -> None:
-    for pid, uid in ((101, POD_A), (102, POD_A), (201, POD_B)):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
-    base = pod("a")
-    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    pods = _pods_a_and_b(tmp_path, ((101, POD_A), (102, POD_A), (201, POD_B)))
     nv = RecordedNvml()
     b = NvmlBackend(proc_root=tmp_path, nvml=nv)
     s1 = b.sample(NodeView("n1", []), pods)
@@ -203,11 +208,7 @@ def test_time_sliced_processes_each_reading_the_whole_gpu_get_their_share_of_it(
     99.65 %, and ran at 0.63 and 0.54 of its solo speed (solo: 58.9 % and 95.0 %). Read as
     they come, the pods' utilisation over alone was 1.68 and 1.04 (no slowdown at all); split
     by the GPU's busy time, 0.85 and 0.52."""
-    for pid, uid in ((101, POD_A), (201, POD_B)):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
-    base = pod("a")
-    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    pods = _pods_a_and_b(tmp_path, ((101, POD_A), (201, POD_B)))
     nv = RecordedNvml()
     nv.first = _cycle(1_764_150_000_000_000, 24, {101: [98.96], 201: [99.0]})
     nv.gpu_percent = 99.65
@@ -247,11 +248,7 @@ class MpsNvml(RecordedNvml):
 
 
 def test_under_mps_a_pod_alone_gets_the_gpus_utilisation_and_a_pair_none(tmp_path: Path) -> None:
-    for pid, uid in ((101, POD_A), (201, POD_B)):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
-    base = pod("a")
-    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    pods = _pods_a_and_b(tmp_path, ((101, POD_A), (201, POD_B)))
     alone = NvmlBackend(proc_root=tmp_path, nvml=MpsNvml((101,))).sample(NodeView("n", []), pods)
     assert alone.pods[POD_A].utilization == 0.7  # the GPU's (FakeNvml: 70 %)
     pair = NvmlBackend(proc_root=tmp_path, nvml=MpsNvml((101, 201))).sample(NodeView("n", []), pods)
@@ -259,11 +256,7 @@ def test_under_mps_a_pod_alone_gets_the_gpus_utilisation_and_a_pair_none(tmp_pat
 
 
 def test_a_pod_without_a_sample_beside_one_with_samples_was_idle(tmp_path: Path) -> None:
-    for pid, uid in ((101, POD_A), (201, POD_B)):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/burstable/pod{uid}/c\n")
-    base = pod("a")
-    pods = [type(base)(**{**base.__dict__, "uid": u}) for u in (POD_A, POD_B)]
+    pods = _pods_a_and_b(tmp_path, ((101, POD_A), (201, POD_B)))
     nv = RecordedNvml()
     nv.first = [e for e in nv.first if e.pid != 201]  # B used no SM time in the window
     s = NvmlBackend(proc_root=tmp_path, nvml=nv).sample(NodeView("n", []), pods)
