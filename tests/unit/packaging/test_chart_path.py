@@ -155,3 +155,23 @@ def test_a_path_the_chart_does_not_know_is_refused() -> None:
     )  # fmt: skip
     assert proc.returncode != 0
     assert "/gpuSharing/path" in proc.stderr and "devicePlugin" in proc.stderr
+
+
+@pytest.mark.parametrize("value", [None, "true", "false"])
+def test_operator_lifecycle_events_value_reaches_the_operators_settings(
+    tmp_path: Path, value: str | None
+) -> None:
+    """``operator.lifecycleEvents`` (default off: 4 apiserver writes per job, issue 27) is what
+    the operator loads from the chart's config; a value that is not a boolean is refused by
+    the schema before anything is installed."""
+    args = ["--set", f"operator.lifecycleEvents={value}"] if value else []
+    file = tmp_path / "config.yaml"
+    file.write_text(render(*args)[("ConfigMap", "horus-config")]["data"]["config.yaml"])
+    loaded = load_settings(OperatorSettings, "operator", env={}, config_file=file)
+    assert loaded.lifecycle_events is (value == "true")
+    bad = subprocess.run(
+        [_helm(), "template", "horus", str(CHART), "--set-string", "operator.lifecycleEvents=yes"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "lifecycleEvents" in bad.stderr
