@@ -367,28 +367,7 @@ def test_a_plain_pods_horus_requests_become_a_claim_on_the_gpu_horus_chose(
         lambda: (dra_env.get("resourceclaim", "busy-0-gpu").get("status") or {}).get("allocation"),
         60,
     )
-    profile = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "plain",
-            "namespace": dra_env.namespace,
-            "annotations": {c.ANNOTATION_GRAPH_PROFILE: profile},
-        },
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {
-                        "limits": {c.RESOURCE_GPU_CORE: "30", c.RESOURCE_GPU_MEMORY: "32"}
-                    },
-                }
-            ],
-        },
-    }
+    pod = _gpu_pod("plain", dra_env.namespace, 30, 32)
 
     # the policy may take a moment to be in force after it is created
     def created() -> dict[str, Any] | None:

@@ -312,28 +312,28 @@ def _placement(job_key: str, node_name: str, index: int, core: int, mib: int) ->
     )
 
 
-def test_a_move_on_dra_replaces_the_claim_after_the_old_pod(
-    api: FakeJobApi, rec: Reconciler
-) -> None:
+def _move_to_the_other_node(api: FakeJobApi, rec: Reconciler) -> tuple[str, int]:
+    """Start moving job ``m``'s replica to GPU 1 of the node it is not on; returns that GPU."""
     from horus.operator.moves import start_move
     from horus.operator.passctx import PassReport
 
+    old = dict(status(api, "m")["placements"][0])
+    target = ("n2", 1) if old["node"] == "n1" else ("n1", 1)
+    placement = _placement("default/m", *target, 50, 20000)
+    start_move(_ctx(rec, api, "m"), placement, "test", api, rec.writer, PassReport())
+    return target
+
+
+def test_a_move_on_dra_replaces_the_claim_after_the_old_pod(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
     api.graceful = True  # pods stop within their grace period, as kubelets do
     api.add_dljob(job("m"))
     rec.run_pass()
     allocate_as_recorded(api, "m")
     api.run_bound_pods()
     rec.run_pass()
-    old = dict(status(api, "m")["placements"][0])
-    target = ("n2", 1) if old["node"] == "n1" else ("n1", 1)
-    start_move(
-        _ctx(rec, api, "m"),
-        _placement("default/m", *target, 50, 20000),
-        "test",
-        api,
-        rec.writer,
-        PassReport(),
-    )
+    target = _move_to_the_other_node(api, rec)
     rec.run_pass()  # the old pod is stopping: its claim goes, no new pod yet
     assert ("default", "m-0-gpu") not in api.claims
     api.finish_deletions()
@@ -361,9 +361,6 @@ def test_a_moved_jobs_old_pod_that_stopped_is_not_taken_for_the_new_one(
     while the old pod still holds the name. Creating the new pod then answers AlreadyExists;
     the pod read back is the old one, and must not count as the new replica: it made the job
     Succeeded in the demo (issue 25 item 5: the move never showed)."""
-    from horus.operator.moves import start_move
-    from horus.operator.passctx import PassReport
-
     api.graceful = True
     api.add_dljob(job("m"))
     rec.run_pass()
@@ -372,16 +369,7 @@ def test_a_moved_jobs_old_pod_that_stopped_is_not_taken_for_the_new_one(
     rec.run_pass()
     rec.run_pass()
     assert status(api, "m")["phase"] == c.DLJOB_PHASE_RUNNING
-    old = dict(status(api, "m")["placements"][0])
-    target = ("n2", 1) if old["node"] == "n1" else ("n1", 1)
-    start_move(
-        _ctx(rec, api, "m"),
-        _placement("default/m", *target, 50, 20000),
-        "test",
-        api,
-        rec.writer,
-        PassReport(),
-    )
+    target = _move_to_the_other_node(api, rec)
     api.pods[("default", "m-0")]["status"]["phase"] = "Succeeded"  # checkpointed, exit 0
     rec.run_pass()  # the old claim goes (the fake frees it at once, as the controller does)
     assert ("default", "m-0-gpu") not in api.claims
