@@ -18,6 +18,8 @@ from typing import cast
 import pytest
 
 from horus.common import constants as c
+from horus.devcluster import apiaddress
+from horus.devcluster.apiaddress import chain_for, interface_for
 from horus.devcluster.binaries import repo_root
 from horus.devcluster.cluster import DevClusterState
 from horus.devcluster.processes import port_open
@@ -72,6 +74,103 @@ def test_up_twice_status_down_twice(tmp_path: Path) -> None:
     assert again.returncode == 0 and "nothing to stop" in again.stdout
     status = horus("dev", "cluster", "--dir", str(folder), "status")
     assert status.returncode == 1 and "no local cluster" in status.stdout
+
+
+#: A neighbour of this host: a network namespace on a veth link, routing the apiservers'
+#: addresses (10.255.0.0/16) to this host, as a machine on the same network could.
+NEIGHBOUR_CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except OSError as exc:
+    print(f"refused: {exc}")
+"""
+
+
+def test_apiserver_address_serves_this_host_and_no_neighbour(tmp_path: Path) -> None:
+    """As root, ``up`` gives the apiserver its own address (not loopback: it is the
+    ``kubernetes`` Service's endpoint); the host's clients use it, a neighbour routed to it
+    gets nothing (the filter; shown to matter by lifting it), and ``down`` removes it all."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("the apiserver's own address needs root and iproute2")
+    folder = tmp_path / "cluster"
+    up = horus("dev", "cluster", "--dir", str(folder), "up")
+    assert up.returncode == 0, up.stderr
+    state = DevClusterState.load(folder)
+    assert state is not None
+    port = state.ports["kube-apiserver"]
+    address = apiaddress.address_for(port)
+    ns, host_end, ns_end = f"hnb{os.getpid()}", f"hnbh{os.getpid()}", f"hnbn{os.getpid()}"
+    jump = ["INPUT", "-d", f"{address}/32", "-j", chain_for(port)]
+
+    def neighbour() -> str:
+        proc = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                "-c",
+                NEIGHBOUR_CONNECT,
+                address,
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return proc.stdout.strip() + proc.stderr.strip()
+
+    try:
+        assert state.apiserver_address == address and state.server == f"https://{address}:{port}"
+        kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig]
+        slice_ = subprocess.run(
+            [
+                *kubectl,
+                "get",
+                "endpointslices",
+                "-n",
+                "default",
+                "-l",
+                "kubernetes.io/service-name=kubernetes",
+                "-o",
+                "jsonpath={.items[0].endpoints[0].addresses[0]}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert slice_ == address  # the apiserver publishes itself: kube-proxy can carry it
+        for cmd in (
+            ["ip", "netns", "add", ns],
+            ["ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end],
+            ["ip", "link", "set", ns_end, "netns", ns],
+            ["ip", "addr", "add", "192.168.251.1/30", "dev", host_end],
+            ["ip", "link", "set", host_end, "up"],
+            ["ip", "-n", ns, "addr", "add", "192.168.251.2/30", "dev", ns_end],
+            ["ip", "-n", ns, "link", "set", ns_end, "up"],
+            ["ip", "-n", ns, "route", "add", "10.255.0.0/16", "via", "192.168.251.1"],
+        ):
+            subprocess.run(cmd, check=True, capture_output=True)
+        assert neighbour().startswith("refused"), "a neighbour reached the apiserver"
+        # without the filter the neighbour would reach it (the kernel answers for any local
+        # address on any interface): the filter, not the address, keeps it in
+        subprocess.run(["iptables", "-w", "-D", *jump], check=True)
+        try:
+            assert neighbour() == "connected"
+        finally:
+            subprocess.run(["iptables", "-w", "-I", *jump], check=True)
+        assert neighbour().startswith("refused")
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", host_end], capture_output=True)
+        down = horus("dev", "cluster", "--dir", str(folder), "down")
+    assert down.returncode == 0, down.stderr
+    assert not Path(f"/sys/class/net/{apiaddress.interface_for(port)}").exists()
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert chain_for(port) not in rules and address not in rules
 
 
 def test_add_nodes_without_cluster_says_so(tmp_path: Path) -> None:
@@ -136,8 +235,10 @@ PROXY_SYSCTLS = (
 #: (CoreDNS) to its ClusterIP, and kube-proxy's rules carry the request to the server pod.
 #: Retries each step for up to 90 s, as any client of a just-made Service must: the
 #: Service's endpoints, kube-proxy's rules and CoreDNS's copy each follow a moment later.
+#: The apiserver is reached the same way, as in-cluster clients do: https://kubernetes.default.svc
+#: (kube-proxy, to the address the apiserver publishes), verified with the ServiceAccount's CA.
 CLIENT = """
-import json, socket, sys, time, urllib.request
+import json, socket, ssl, sys, time, urllib.request
 def retry(what, fn):
     deadline = time.monotonic() + 90
     while True:
@@ -153,7 +254,18 @@ short = retry("web", lambda: socket.gethostbyname("web"))
 api = retry("kubernetes.default", lambda: socket.gethostbyname("kubernetes.default"))
 get = lambda: urllib.request.urlopen("http://web:8080/hello.txt", timeout=10).read().decode()
 body = retry("GET http://web:8080/hello.txt", get)
-print(json.dumps({"ip": ip, "short": short, "api": api, "body": body}))
+sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+tls = ssl.create_default_context(cafile=sa + "ca.crt")
+token = open(sa + "token").read().strip()
+review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+req = urllib.request.Request(
+    "https://kubernetes.default.svc/apis/authentication.k8s.io/v1/selfsubjectreviews",
+    data=json.dumps(review).encode(),
+    headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"},
+)
+who = lambda: json.load(urllib.request.urlopen(req, timeout=10, context=tls))
+me = retry("POST https://kubernetes.default.svc", who)["status"]["userInfo"]["username"]
+print(json.dumps({"ip": ip, "short": short, "api": api, "body": body, "me": me}))
 """
 
 
@@ -323,7 +435,10 @@ def _real_node_up_status_identity_down(tmp_path: Path) -> None:
     after = _host_state(str(folder))
     assert after["mounts"] == [] and after["processes"] == []
     # what this cluster made is gone, whatever other local clusters do meanwhile ...
-    assert [x for x in after["iptables"] if mine.chain in x or str(folder) in x] == []
+    api_port = state.ports["kube-apiserver"]
+    assert state.apiserver_address == apiaddress.address_for(api_port)
+    assert [x for x in after["iptables"] if chain_for(api_port) in x or str(folder) in x] == []
+    assert interface_for(api_port) not in after["links"]
     roots = [n.cgroup_root for n in mine.nodes]
     assert not {n.bridge for n in mine.nodes} & set(after["links"])
     assert not [g for g in after["cgroups"] if any(r in g for r in roots)]
@@ -426,7 +541,18 @@ def _service_by_name_from_a_pod(
         "short": cluster_ip,
         "api": "10.96.0.1",
         "body": "served-by-web\n",
+        "me": "system:serviceaccount:default:default",
     }
+    # ... through kube-proxy to the apiserver's own address, which it publishes itself
+    endpoints = kc(
+        "get",
+        "endpointslices",
+        "-l",
+        "kubernetes.io/service-name=kubernetes",
+        "-o",
+        "jsonpath={.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}",
+    )
+    assert f"https://{endpoints}" == state.server
     resolv = json.loads(kc("get", "pod", "client", "-o", "json"))["spec"]
     assert resolv.get("dnsPolicy", "ClusterFirst") == "ClusterFirst"
     kubelet_log = (folder / "nodes" / "real-node-0000" / "logs" / "kubelet.log").read_text()

@@ -70,15 +70,16 @@ def _write(path: Path, data: bytes) -> None:
     path.chmod(0o600)
 
 
-def generate(directory: Path) -> Credentials:
-    """Create a fresh CA, serving certificate, service-account keys and tokens in ``directory``."""
+def generate(directory: Path, apiserver_address: str = "127.0.0.1") -> Credentials:
+    """Create a fresh CA, serving certificate (valid for ``apiserver_address`` too),
+    service-account keys and tokens in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365))
     ca_key = _key()
     ca_cert = _ca_certificate(ca_key, valid)
     srv_key = _key()
-    srv_cert = _serving_certificate(srv_key, ca_key, ca_cert.subject, valid)
+    srv_cert = _serving_certificate(srv_key, ca_key, ca_cert.subject, valid, apiserver_address)
     sa_key = _key()
     creds = Credentials(
         ca_cert=directory / "ca.crt",
@@ -151,8 +152,10 @@ def _serving_certificate(
     ca_key: ec.EllipticCurvePrivateKey,
     ca_name: x509.Name,
     valid: tuple[datetime.datetime, datetime.datetime],
+    address: str,
 ) -> x509.Certificate:
-    """The apiserver's serving certificate: localhost, the in-cluster names and service IP."""
+    """The apiserver's serving certificate: localhost, its own address, the in-cluster names
+    and service IP."""
     names: list[x509.GeneralName] = [
         x509.DNSName(n)
         for n in (
@@ -163,7 +166,8 @@ def _serving_certificate(
             "kubernetes.default.svc.cluster.local",
         )
     ]
-    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", SERVICE_IP)]
+    addresses = dict.fromkeys(("127.0.0.1", address, SERVICE_IP))
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
     return (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))

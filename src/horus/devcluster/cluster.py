@@ -1,5 +1,7 @@
 """Start, inspect and stop one local control plane: etcd, apiserver, controller-manager,
-scheduler and kwok, each a child process on 127.0.0.1 with its own free port.
+scheduler and kwok, each a child process with its own free port: on 127.0.0.1, except the
+apiserver, which (as root) listens on an address of its own that pods reach through the
+``kubernetes`` Service and nothing off the host reaches (:mod:`horus.devcluster.apiaddress`).
 
 Everything of one cluster lives in one private folder (``HORUS_CLUSTER_DIR``, default
 ``~/.local/state/horus/cluster``): certificates, kubeconfigs, etcd data, logs, and
@@ -25,7 +27,7 @@ from typing import Any
 import yaml
 
 from horus.common.errors import ClusterError
-from horus.devcluster import binaries, certs
+from horus.devcluster import apiaddress, binaries, certs
 from horus.devcluster.processes import (
     ManagedProcess,
     free_port,
@@ -59,6 +61,9 @@ class DevClusterState:
     bin_dir: str
     processes: list[ManagedProcess] = field(default_factory=list)
     token: str = ""
+    #: Where the apiserver listens: its own address (:mod:`horus.devcluster.apiaddress`), or
+    #: 127.0.0.1 when ``up`` ran without root.
+    apiserver_address: str = apiaddress.LOOPBACK
 
     def save(self) -> None:
         save_state(Path(self.directory) / STATE_FILE, self)
@@ -152,12 +157,19 @@ def _etcd_argv(etcd: Path, data_dir: Path, ports: dict[str, int]) -> list[str]:
     ]
 
 
-def _apiserver_argv(bin_dir: Path, ports: dict[str, int], creds: certs.Credentials) -> list[str]:
+def _apiserver_argv(
+    bin_dir: Path, ports: dict[str, int], creds: certs.Credentials, address: str
+) -> list[str]:
+    """The apiserver on ``address``: its own address publishes itself as the ``kubernetes``
+    Service's endpoint (the default lease reconciler); on loopback, which may not be an
+    endpoint, nothing is published."""
+    reconciler = ["--endpoint-reconciler-type=none"] if address == apiaddress.LOOPBACK else []
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
+        *reconciler,
         f"--secure-port={ports['kube-apiserver']}",
         f"--tls-cert-file={creds.serving_cert}",
         f"--tls-private-key-file={creds.serving_key}",
@@ -180,8 +192,6 @@ def _apiserver_argv(bin_dir: Path, ports: dict[str, int], creds: certs.Credentia
         # Node names do not resolve here; logs/exec reach a kubelet by its InternalIP.
         "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--allow-privileged=true",
-        # The "kubernetes" Service's endpoints may not be a loopback address.
-        "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--event-ttl=1h",
         # Debian's etcd (3.4.23) cannot serve progress requests, so the apiserver's
@@ -293,10 +303,16 @@ class LocalCluster:
         etcd = binaries.etcd_binary()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o700)
-        creds = certs.generate(self.directory / "pki")
         ports = {name: free_port() for name in PORT_NAMES}
-        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
-        kubeconfigs = self._write_kubeconfigs(server, creds)
+        address = self._claim_address(ports)
+        try:
+            creds = certs.generate(self.directory / "pki", address)
+            server = f"https://{address}:{ports['kube-apiserver']}"
+            kubeconfigs = self._write_kubeconfigs(server, creds)
+        except BaseException:
+            if address != apiaddress.LOOPBACK:
+                apiaddress.release(ports["kube-apiserver"])
+            raise
         sched_cfg = self.directory / "scheduler-config.yaml"
         sched_cfg.write_text(
             yaml.safe_dump(
@@ -313,11 +329,12 @@ class LocalCluster:
             ports=ports,
             bin_dir=str(bin_dir),
             token=creds.tokens["horus-admin"],
+            apiserver_address=address,
         )
         state.save()
         commands = {
             "etcd": _etcd_argv(etcd, self.directory / "etcd", ports),
-            "kube-apiserver": _apiserver_argv(bin_dir, ports, creds),
+            "kube-apiserver": _apiserver_argv(bin_dir, ports, creds, address),
             "kube-controller-manager": _controller_manager_argv(
                 bin_dir, ports, creds, kubeconfigs["system:kube-controller-manager"]
             ),
@@ -326,6 +343,23 @@ class LocalCluster:
         }
         self._start_components(state, commands, timeout)
         return state
+
+    def _claim_address(self, ports: dict[str, int]) -> str:
+        """The apiserver's own address (root), taking another port while another cluster
+        holds this one's; 127.0.0.1 without root (see :mod:`horus.devcluster.apiaddress`)."""
+        if not apiaddress.can_make():
+            return apiaddress.LOOPBACK
+        for _ in range(20):
+            if apiaddress.claim(ports["kube-apiserver"], f"horus dev cluster {self.directory}"):
+                return apiaddress.address_for(ports["kube-apiserver"])
+            ports["kube-apiserver"] = free_port()
+        raise ClusterError("no free apiserver address: 20 ports tried were held by other clusters")
+
+    def _release_address(self, state: DevClusterState) -> None:
+        if state.apiserver_address != apiaddress.LOOPBACK:
+            left = apiaddress.release(state.ports["kube-apiserver"])
+            if left:
+                raise ClusterError("down left behind: " + "; ".join(left))
 
     def _refuse_running_or_clear_leftovers(self) -> None:
         """Refuse when a cluster runs in our folder; remove one whose processes all died."""
@@ -343,6 +377,7 @@ class LocalCluster:
         from horus.devcluster.realnodes import RealNodes
 
         RealNodes(self.directory).remove()
+        self._release_address(existing)
         self._remove_directory()
 
     def _write_kubeconfigs(self, server: str, creds: certs.Credentials) -> dict[str, Path]:
@@ -430,6 +465,7 @@ class LocalCluster:
                     os.kill(proc.pid, signal.SIGTERM)
         for proc in reversed(state.processes):
             proc.stop(grace)
+        self._release_address(state)
         self._remove_directory()
         return True
 

@@ -23,11 +23,10 @@ like the kubelet; :func:`kube_proxy_config` says what it leaves alone) and **Cor
 Deployment behind ``kube-dns`` (:mod:`horus.devcluster.dns`), the kubelets' ``clusterDNS``.
 The nodes share this host's network namespace, so their kube-proxies write the same chains,
 and a second cluster's would rewrite them: one cluster at a time may have real nodes, and
-``kube-proxy --cleanup`` removes the chains with the last node. The one Service kube-proxy
-cannot carry is ``kubernetes``: the apiserver listens on loopback and a Service's endpoints may
-not be loopback, so pods reach it (``KUBERNETES_SERVICE_HOST=10.96.0.1:443``) through one
-iptables DNAT per cluster, from the cluster's pod range to ``127.0.0.1:<port>``
-(``route_localnet`` on the node bridges only).
+``kube-proxy --cleanup`` removes the chains with the last node. The ``kubernetes`` Service is
+one of them: the apiserver listens on an address of its own on this host
+(:mod:`horus.devcluster.apiaddress`) and publishes it as that Service's endpoint, so pods reach
+it at ``10.96.0.1:443`` through kube-proxy like any other Service.
 
 Simulated GPUs come from the Horus device plugin (``--backend simulated``), either started here
 as a host process in the node's mount namespace (``device_plugin="host"``) or left to the
@@ -36,12 +35,12 @@ certificate, the chart's node role), not as the node ServiceAccount with a pod-b
 a cluster that also has Horus' admission policies (the chart, ``manifests/``) it is no Horus
 identity, and its ``horus.io/gpu-allocated`` mark would be refused — there the chart's
 DaemonSet is the device plugin (``"none"``, as the real-node demo and tests run). Teardown (:meth:`RealNodes.remove`, ``horus dev cluster down``)
-stops the processes, kills what is left in the node's cgroups, removes the cgroups, the bridge,
-the DNAT chain and the folder, and hands the host's shared state back to
+stops the processes, kills what is left in the node's cgroups, removes the cgroups, the bridge
+and the folder, runs ``kube-proxy --cleanup`` after the last node, and hands the host's shared state back to
 :mod:`horus.devcluster.hostenv`.
 
 Why one module of ~1000 lines (issue 18 asks for at most 500 or a reason): it is one
-lifecycle — a node's folder, cgroup root, bridge, DNAT chain, containerd, kubelet and
+lifecycle — a node's folder, cgroup root, bridge, containerd, kubelet, kube-proxy and
 identity are made in :meth:`RealNodes.add` and undone, in the reverse order, in
 :meth:`RealNodes.remove`, and the guarantee that ``down`` leaves nothing behind is only
 checkable when every "make" sits next to its "undo". The parts that stand alone already live
@@ -69,7 +68,7 @@ import yaml
 
 from horus.common import constants as c
 from horus.common.errors import ClusterError, ValidationError
-from horus.devcluster import certs, dns, hostenv
+from horus.devcluster import apiaddress, certs, dns, hostenv
 from horus.devcluster.processes import ManagedProcess, free_port, spawn
 
 STATE_FILE = "real-nodes.json"
@@ -197,10 +196,6 @@ class RealNodesState:
     def pod_range(self) -> str:
         return f"10.{self.net_index}.0.0/16"
 
-    @property
-    def chain(self) -> str:
-        return f"HORUS-DEV-{self.net_index}"
-
     def save(self) -> None:
         path = Path(self.cluster_dir) / STATE_FILE
         tmp = path.with_suffix(".tmp")
@@ -244,8 +239,8 @@ def check_host(bin_dir: Path | None = None) -> None:
     ``bin_dir``; the error names the fix."""
     if os.geteuid() != 0:
         raise ClusterError(
-            "real nodes need root (they start containerd and kubelets, create bridges, cgroups "
-            "and an iptables rule); run as root, or use kwok nodes (add-nodes without --real)"
+            "real nodes need root (they start containerd, kubelets and kube-proxies, create bridges "
+            "and cgroups); run as root, or use kwok nodes (add-nodes without --real)"
         )
     missing = sorted({pkg for tool, pkg in HOST_TOOLS.items() if shutil.which(tool) is None})
     missing += [
@@ -343,37 +338,6 @@ def _pids_naming(marker: str) -> list[int]:
         if marker.encode() in cmdline and int(entry.name) != os.getpid():
             out.append(int(entry.name))
     return out
-
-
-def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, timeout=60)
-
-
-def _ensure_dnat(state: RealNodesState, apiserver_port: int) -> None:
-    """Pods of this cluster reach the apiserver's service IP at 127.0.0.1:<port>."""
-    chain = state.chain
-    if _iptables("-t", "nat", "-S", chain).returncode != 0:
-        _iptables("-t", "nat", "-N", chain)
-    _iptables("-t", "nat", "-F", chain)
-    rule = [
-        *("-d", f"{APISERVER_SERVICE_IP}/32", "-p", "tcp", "--dport", "443"),
-        *("-m", "comment", "--comment", f"horus dev cluster {state.cluster_dir}"),
-        *("-j", "DNAT", "--to-destination", f"127.0.0.1:{apiserver_port}"),
-    ]
-    proc = _iptables("-t", "nat", "-A", chain, *rule)
-    if proc.returncode != 0:
-        raise ClusterError(f"iptables: cannot add the apiserver DNAT: {proc.stderr.strip()}")
-    jump = ["PREROUTING", "-s", state.pod_range, "-j", chain]
-    if _iptables("-t", "nat", "-C", *jump).returncode != 0:
-        _iptables("-t", "nat", "-I", *jump)
-
-
-def _remove_dnat(state: RealNodesState) -> None:
-    jump = ["PREROUTING", "-s", state.pod_range, "-j", state.chain]
-    while _iptables("-t", "nat", "-D", *jump).returncode == 0:
-        pass
-    _iptables("-t", "nat", "-F", state.chain)
-    _iptables("-t", "nat", "-X", state.chain)
 
 
 # --- configuration files ---------------------------------------------------------------------
@@ -611,6 +575,7 @@ class RealNodes:
         cstate = self._cluster()
         bin_dir = Path(cstate.bin_dir)
         check_host(bin_dir)
+        apiaddress.require_routable(cstate.apiserver_address)
         _prefer_bin_dir(bin_dir)
         if not (bin_dir / "kubelet").is_file():
             raise ClusterError(
@@ -657,8 +622,6 @@ class RealNodes:
             k += 1
         if max(indices) > 250:
             raise ClusterError("at most 250 real nodes per cluster (one /24 each in 10.N.0.0/16)")
-        port = int(cstate.ports["kube-apiserver"])
-        _ensure_dnat(state, port)
         if spec.device_plugin == "host":
             _ensure_device_plugin_rbac(cstate.kubeconfig)
         started: list[RealNode] = []
@@ -742,7 +705,6 @@ class RealNodes:
         _run(["ip", "link", "add", node.bridge, "type", "bridge"], "create bridge")
         _run(["ip", "addr", "add", f"{node.node_ip}/24", "dev", node.bridge], "address bridge")
         _run(["ip", "link", "set", node.bridge, "up"], "bring bridge up")
-        Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/route_localnet").write_text("1")
         # Pods reach Services on other nodes' bridges: IPv4 forwarding is decided by the
         # interface a packet comes in by, so this bridge's own switch is enough (the host's
         # net.ipv4.ip_forward stays as it is; the setting goes with the bridge).
@@ -1000,7 +962,7 @@ class RealNodes:
 
     def remove(self, names: list[str] | None = None) -> list[str]:
         """Tear the named nodes (all when None) down and delete their Node objects; the last
-        node of the cluster also removes the DNAT chain and releases the host's state."""
+        node of the cluster also removes kube-proxy's chains and releases the host's state."""
         state = self.state()
         if state is None:
             return []
@@ -1039,7 +1001,6 @@ class RealNodes:
             cstate = self._cluster()
         bin_dir = Path(cstate.bin_dir) if cstate is not None else None
         failed = kube_proxy_cleanup(bin_dir) if bin_dir is not None else ""
-        _remove_dnat(state)
         (self.cluster_dir / STATE_FILE).unlink(missing_ok=True)
         shutil.rmtree(self.cluster_dir / NODES_DIR, ignore_errors=True)
         hostenv.release(state.net_index)
