@@ -10,9 +10,11 @@ the GPUs — some nodes full, so both placements and refusals are answered), ask
 * **today** — what the extender did before issue 27: the live state rebuilt from the cluster
   for every request (every resident's signature verified again) and the per-node replay of
   the filters for every candidate node (``Scheduler.evaluate_each``);
-* **view** — the live state built once per change of the watch-fed copy (here: once, the
-  cluster does not change between requests) and the vectorised per-node answer
-  (``Scheduler.evaluate``).
+* **view** — the live state built once and then kept up to date per change of the
+  watch-fed copy (:class:`~horus.operator.livedelta.LiveDelta`: only what changed is counted
+  again), and the vectorised per-node answer (``Scheduler.evaluate``). Timed on a cluster
+  that does not change, and as the first request after each of 30 changes (a pod replaced,
+  deleted, added), whose answers are checked against today's full rebuild.
 
 Both answer filter then prioritize for each pod (the prioritize call is answered from the
 verdict cache the filter filled, as with kube-scheduler). Every answer of the two sides is
@@ -53,6 +55,8 @@ PROFILES = [
 ]
 GPUS = 8
 GPU_MIB = 81920
+#: Cluster changes timed per size (each followed by one pod's filter + prioritize).
+CHANGES = 30
 
 
 def key_ring() -> KeyRing:
@@ -137,10 +141,12 @@ def obj_uuid(node: dict[str, Any], index: int) -> str:
 
 
 class Source:
-    """The extender's ClusterSource over fixed objects; ``generation`` None: no copy (today)."""
+    """The extender's ClusterSource over fixed objects; ``generation`` None: no copy (today).
+    ``gen`` moves when the benchmark changes the objects (as the watch-fed copy's does)."""
 
     def __init__(self, objs: LiveObjects, cached: bool) -> None:
         self.objs, self.cached = objs, cached
+        self.gen = 1
 
     def list_objects(self) -> LiveObjects:
         return self.objs
@@ -149,7 +155,7 @@ class Source:
         return self.objs
 
     def generation(self) -> object:
-        return 1 if self.cached else None
+        return self.gen if self.cached else None
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return None
@@ -199,6 +205,74 @@ def summary(times: list[tuple[float, float]]) -> dict[str, float]:
     }
 
 
+def after_changes(
+    objs: LiveObjects,
+    ring: KeyRing,
+    predictor: Any,
+    probes: list[dict[str, Any]],
+    names: list[str],
+    changes: int,
+    compare: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The first filter + prioritize after each change of the cluster, as the watch delivers
+    one: a resident pod replaced by a new version (its place kept), one deleted, one added at
+    the end, in turn. The view keeps its live state up to date (LiveDelta); the first
+    ``compare`` answers are checked against today's full rebuild, and a full rebuild of the
+    same objects is timed once."""
+    rng = random.Random(seed)
+    pods = list(objs.pods)
+    live = LiveObjects(objs.nodes, pods, objs.dljobs)
+    src = Source(live, cached=True)
+    view = Extender(src, predictor, ring)
+    today = Extender(Source(live, cached=False), predictor, ring)
+    today.session.scheduler.evaluate = today.session.scheduler.evaluate_each  # type: ignore[method-assign]
+    view.filter(parse_extender_args({"Pod": probes[0], "NodeNames": names[:1]}))  # first build
+    times, identical = [], 0
+    for i in range(changes):
+        kind = i % 3
+        if kind == 0:
+            k = rng.randrange(len(pods))
+            new = json.loads(json.dumps(pods[k]))
+            new["metadata"]["resourceVersion"] = str(100 + i)
+            pods[k] = new
+        elif kind == 1:
+            pods.pop(rng.randrange(len(pods)))
+        else:
+            donor = json.loads(json.dumps(pods[rng.randrange(len(pods))]))
+            donor["metadata"]["name"] += f"-again-{i}"
+            donor["metadata"]["annotations"].pop(c.ANNOTATION_GPU_ASSIGNMENT)
+            pods.append(donor)  # a new pending pod (no share yet)
+        src.gen += 1
+        p = probes[i % len(probes)]
+        body = {"Pod": p, "NodeNames": names}
+        t0, c0 = time.perf_counter(), time.process_time()
+        answer = (
+            view.filter(parse_extender_args(body)),
+            view.prioritize(parse_extender_args(body)),
+        )
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
+        if i < compare:
+            want = (
+                today.filter(parse_extender_args(body)),
+                today.prioritize(parse_extender_args(body)),
+            )
+            if want != answer:
+                raise SystemExit(f"after change {i}: the kept state answers unlike a rebuild")
+            identical += 1
+    t0 = time.perf_counter()
+    view._live_of("", live)
+    rebuild_s = time.perf_counter() - t0
+    return {
+        "changes": changes,
+        "first_request_after_a_change": summary(times),
+        "full_rebuild_seconds": round(rebuild_s, 3),
+        "incremental_updates": view._delta.updates,
+        "full_builds": view._delta.full_builds,
+        "answers_identical_to_a_full_rebuild": identical,
+    }
+
+
 def one_size(nodes: int, pods: int, baseline_pods: int, seed: int) -> dict[str, Any]:
     ring = key_ring()
     objs = cluster(nodes, ring, seed)
@@ -234,7 +308,9 @@ def one_size(nodes: int, pods: int, baseline_pods: int, seed: int) -> dict[str, 
         if not identical:
             raise SystemExit(f"{nodes} nodes ({label}): the answers differ from today's")
         passed = [len(f["NodeNames"]) for f, _ in a_view]
+        changed = after_changes(objs, ring, predictor, probes, cand, CHANGES, 3, seed + 2)
         out[label] = {
+            "after_changes": changed,
             "candidate_nodes": len(cand),
             "today": summary(t_today),
             "view": summary(t_view),
@@ -252,6 +328,14 @@ def one_size(nodes: int, pods: int, baseline_pods: int, seed: int) -> dict[str, 
             f"{out[label]['view']['p50_ms']} p99 {out[label]['view']['p99_ms']} ms, CPU p50 "
             f"{out[label]['view']['cpu_p50_ms']} p99 {out[label]['view']['cpu_p99_ms']} ms "
             f"({pods} pods) | identical answers: {identical}",
+            flush=True,
+        )
+        after = changed["first_request_after_a_change"]
+        print(
+            f"  after each of {CHANGES} changes: first request p50 {after['p50_ms']} p99 "
+            f"{after['p99_ms']} ms, CPU p99 {after['cpu_p99_ms']} ms (a full rebuild: "
+            f"{changed['full_rebuild_seconds']} s); {changed['incremental_updates']} "
+            f"incremental updates, {changed['full_builds']} full builds",
             flush=True,
         )
     return out

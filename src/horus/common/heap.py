@@ -17,7 +17,7 @@ import gc
 import threading
 import time
 
-__all__ = ["settle"]
+__all__ = ["keep", "settle"]
 
 _lock = threading.Lock()
 
@@ -33,3 +33,12 @@ def settle() -> float:
         gc.collect()
         gc.freeze()
     return time.perf_counter() - t0
+
+
+def keep() -> None:
+    """Freeze what is alive now without a collection first: after a small change to the
+    long-lived data (an incremental update of the live state), whose new objects would
+    otherwise be walked by the next full collection; garbage cycles made since the last
+    :func:`settle` stay until the next one."""
+    with _lock:
+        gc.freeze()

@@ -20,6 +20,8 @@ replaces the core (:meth:`set_predictor`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from horus.api.assignment import PredictedUsage
 from horus.operator.livestate import UNKNOWN_KIND, LiveState
 from horus.predictor.interface import (
@@ -80,11 +82,18 @@ class PlacementSession:
             self._kind_profiles.setdefault(request.kind, request.profile)
         self.scheduler.remember(request)
 
-    def observe(self, live: LiveState) -> int:
+    def observe(self, live: LiveState, residents: Iterable[str] | None = None) -> int:
         """Take in one live state: the residents' profiles and every measured pair speed.
-        Returns how many measured pairs were handed to the core."""
-        for resident in live.residents.values():
-            self.remember(resident.request)
+        Returns how many measured pairs were handed to the core.
+
+        ``residents``: only these names' profiles (a state kept up to date from one this
+        session already took in: the rest were remembered then, and remembering is
+        first-one-wins per kind, so taking them in again changes nothing)."""
+        names = live.residents if residents is None else residents
+        for name in names:
+            resident = live.residents.get(name)
+            if resident is not None:
+                self.remember(resident.request)
         for kind, other, model, speed, error in live.observed_pairs:
             # the agent's own error of that reading sets its margin (issue 26); an entry
             # from an older agent has none and keeps the scheduler's observed_error

@@ -215,6 +215,26 @@ class ClusterState:
         }
         return new
 
+    def fork(self) -> ClusterState:
+        """An independent copy that shares each GPU's list of residents and each job's
+        record with this state: :meth:`add_job` and :meth:`release` replace a GPU's list
+        and a job's record rather than edit them, so neither state sees the other's
+        changes. What it saves: at 40,000 GPUs, :meth:`copy` spends most of its time
+        copying 40,000 small lists and every job's record (the extender's live state is
+        forked on every change of the cluster, issue 27). A caller that reorders a GPU's
+        residents must assign a new list, not sort the shared one."""
+        new = ClusterState.__new__(ClusterState)
+        new.__dict__.update(self.__dict__)
+        new.token = next(_STATE_TOKENS)
+        for name in ("mem_used", "core_used", "util_sum", "njobs", "sig_id", "healthy"):
+            setattr(new, name, getattr(self, name).copy())
+        new.residents = list(self.residents)
+        new.signatures = list(self.signatures)
+        new._sig_ids = dict(self._sig_ids)
+        new.kind_sigs = {k: set(v) for k, v in self.kind_sigs.items()}
+        new.jobs = dict(self.jobs)
+        return new
+
     def set_health(self, node: str, index: int, healthy: bool) -> None:
         self.healthy[self.gpu_id(node, index)] = healthy
         self.version += 1
@@ -266,9 +286,11 @@ class ClusterState:
                 )
             gpus.append(g)
         for s, g in zip(shares, gpus, strict=True):
-            self.residents[g].append(
-                _Resident(job.name, job.kind, s.core_percent, s.memory_mib, prediction.util_mean)
-            )
+            # A new list, not an append: a fork() shares the old one (see fork).
+            self.residents[g] = [
+                *self.residents[g],
+                _Resident(job.name, job.kind, s.core_percent, s.memory_mib, prediction.util_mean),
+            ]
             self.mem_used[g] += s.memory_mib
             self.core_used[g] += s.core_percent
             self.util_sum[g] += prediction.util_mean

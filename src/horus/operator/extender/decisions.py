@@ -34,6 +34,7 @@ from horus.operator.extender.demand import PodDemand, cached_profile, pod_demand
 from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
 from horus.operator.extender.source import ClusterSource
 from horus.operator.extender.wire import BindingArgs, ExtenderArgs
+from horus.operator.livedelta import LiveDelta
 from horus.operator.livestate import (
     LiveObjects,
     LiveState,
@@ -72,6 +73,37 @@ class NodeVerdict:
 #: Pods whose verdicts are kept for their prioritize call (the newest; each expires after the
 #: extender's ``cache_seconds`` too).
 VERDICT_CACHE_PODS = 4
+
+#: Incremental updates of the live state between two full collections (heap.settle).
+SETTLE_EVERY_UPDATES = 64
+
+
+def _pod_profile(pod: Mapping[str, Any]) -> GraphProfile | None:
+    """An assigned pod's graph profile, parsed through the cache (None: none or unreadable):
+    what sizes a resident plain pod."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    text = ann.get(c.ANNOTATION_GRAPH_PROFILE)
+    if not text or c.ANNOTATION_GPU_ASSIGNMENT not in ann:
+        return None
+    try:
+        return graph_profile(cached_profile(text))
+    except ValidationError:
+        return None
+
+
+def _node_units(nodes: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+    """Each node's MiB per ``horus.io/gpu-memory`` unit, and why a node's is unreadable."""
+    units: dict[str, int] = {}
+    unreadable: dict[str, str] = {}
+    for n in nodes:
+        meta = n.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        try:
+            units[name] = node_memory_unit_mib(meta.get("annotations"), f"node {name}")
+        except ValidationError as exc:
+            unreadable.setdefault(name, str(exc))
+    return units, unreadable
+
 
 _NO_INVENTORY = (
     f"{REASON_PREFIX}node has no Horus GPUs (no {c.ANNOTATION_GPU_INVENTORY} annotation; "
@@ -114,6 +146,14 @@ class Extender:
         self._state: tuple[object, LiveState, dict[str, int]] | None = None
         #: The live state the session last took residents and measured pairs from.
         self._observed: LiveState | None = None
+        #: Keeps the shared live state, counting again only what changed (issue 27).
+        self._delta = LiveDelta(self.predictor, _pod_profile)
+        #: Each node's MiB per memory unit and the nodes whose unit is unreadable, for the
+        #: delta's current nodes.
+        self._units: tuple[dict[str, int], dict[str, str]] | None = None
+        #: The last update: the state it started from, the one it made, and the residents
+        #: it counted again (the session then takes in only those).
+        self._step: tuple[LiveState | None, LiveState, tuple[str, ...]] | None = None
 
     def set_predictor(self, predictor: Predictor) -> None:
         """Place with ``predictor`` from the next request on (a reloaded artifact); filter
@@ -124,6 +164,7 @@ class Extender:
             self._observed = None  # the new session has seen no residents yet
         with self._state_lock:
             self._state = None  # residents were sized with the old model
+            self._delta = LiveDelta(predictor, _pod_profile)
 
     @property
     def predictor(self) -> Predictor:
@@ -154,45 +195,52 @@ class Extender:
             if cached is None or cached[0] != generation:
                 # Read after the generation: a change in between only makes the next
                 # request rebuild once more, never serve an older copy under a newer tag.
-                live, units = self._live_of("", self.source.list_objects())
+                live, units = self._updated(self.source.list_objects())
                 cached = self._state = (generation, live, units)
-                # The copy and this state live until the next change: keep the collector's
-                # full collections off them, or one lands on a request now and then.
-                heap.settle()
         if exclude in cached[1].residents:
             return self._live_of(exclude, self.source.list_objects())
         return cached[1], cached[2]
+
+    def _updated(self, objs: LiveObjects) -> tuple[LiveState, dict[str, int]]:
+        """The shared live state brought up to date with ``objs`` (:class:`LiveDelta`: only
+        what changed is counted again; the same answer as :meth:`_live_of`)."""
+        delta = self._delta
+        epoch, before = delta.nodes_epoch, self._state[1] if self._state is not None else None
+        live = delta.update(objs, self.keys())
+        self._step = (before, live, delta.added) if delta.nodes_epoch == epoch else None
+        if self._units is None or epoch != delta.nodes_epoch:
+            self._units = _node_units(objs.nodes)
+        units, unreadable = self._units
+        for name, why in unreadable.items():
+            live.excluded_nodes.setdefault(name, why)
+        # The copy and this state live until the next change: keep the collector's full
+        # collections off them, or one lands on a request now and then. After a full build
+        # (and every so often) that is one full collection; after a small update, a freeze.
+        if delta.nodes_epoch != epoch or delta.updates % SETTLE_EVERY_UPDATES == 0:
+            heap.settle()
+        else:
+            heap.keep()
+        return live, units
 
     def _live_of(self, exclude: str, objs: LiveObjects) -> tuple[LiveState, dict[str, int]]:
         live = self._build(objs)
         if exclude in live.residents:  # the pod's own earlier assignment (a retried bind)
             live.state.release(exclude)
             del live.residents[exclude]
-        units: dict[str, int] = {}
-        for n in objs.nodes:
-            meta = n.get("metadata") or {}
-            name = str(meta.get("name") or "")
-            try:
-                units[name] = node_memory_unit_mib(meta.get("annotations"), f"node {name}")
-            except ValidationError as exc:
-                live.excluded_nodes.setdefault(name, str(exc))
+        units, unreadable = _node_units(objs.nodes)
+        for name, why in unreadable.items():
+            live.excluded_nodes.setdefault(name, why)
         return live, units
 
     def _build(self, objs: LiveObjects) -> LiveState:
         """:func:`build_live_state`, with the pods' profiles parsed through the cache."""
         profiles: dict[str, GraphProfile] = {}
         for pod in objs.pods:
-            meta = pod.get("metadata") or {}
-            ann = meta.get("annotations") or {}
-            text = ann.get(c.ANNOTATION_GRAPH_PROFILE)
-            if not text or c.ANNOTATION_GPU_ASSIGNMENT not in ann:
-                continue
-            try:
-                profile = graph_profile(cached_profile(text))
-            except ValidationError:
-                continue
-            ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-            profiles[pod_job_name(ns, name)] = profile
+            profile = _pod_profile(pod)
+            if profile is not None:
+                meta = pod.get("metadata") or {}
+                ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+                profiles[pod_job_name(ns, name)] = profile
         # Only signed records count: a forged pod assignment or DLJob record holds nothing.
         return build_live_state(
             objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles=profiles, keys=self.keys()
@@ -300,7 +348,16 @@ class Extender:
         and measured pairs."""
         with self._session_lock:
             if live is not self._observed:  # a shared live state is taken in once
-                self.session.observe(live)
+                step = self._step
+                if (
+                    step is not None
+                    and step[0] is not None
+                    and step[0] is self._observed
+                    and step[1] is live
+                ):
+                    self.session.observe(live, step[2])  # what the update counted again
+                else:
+                    self.session.observe(live)
                 self._observed = live
             self.session.remember(job)
             return self.session.scheduler.evaluate(live.state, job, nodes)
