@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,32 @@ def test_the_discovery_identity_reads_only_what_discovery_needs(
         )
     finally:
         cluster.kubectl("delete", "namespace", f"{namespace}-other", "--wait=false", check=False)
+
+
+def test_the_discovery_token_lasts_the_clusters_life_and_dies_with_its_account(
+    cluster: Any, namespace: str, tmp_path: Path
+) -> None:
+    """Not renewed, so it must not run out while the cluster is up (24 h did: a demo left up
+    for a day lost its discovery): the apiserver grants the whole duration asked, the
+    certificates' validity; and it is no key that outlives its account."""
+    import base64
+
+    from horus.devcluster import certs
+
+    admin = KubeCli(cluster.kubeconfig, cluster.bin_dir, tmp_path / "helm")
+    path = prometheus.grant_discovery(
+        admin, cluster.state.server, cluster.state.ca_file(), tmp_path / "sd", namespace
+    )
+    token = yaml.safe_load(path.read_text())["users"][0]["user"]["token"]
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["exp"] - claims["iat"] == certs.VALIDITY.total_seconds()
+    sd = KubeCli(str(path), cluster.bin_dir, tmp_path / "helm")
+    assert sd.kubectl("get", "services", "-n", namespace, check=False).returncode == 0
+    admin.kubectl("delete", "serviceaccount", c.PROMETHEUS_SERVICE_ACCOUNT, "-n", namespace)
+    # (the apiserver caches a token's authentication for 10 s)
+    deadline = time.monotonic() + 30
+    while (gone := sd.kubectl("get", "services", "-n", namespace, check=False)).returncode == 0:
+        assert time.monotonic() < deadline, "the token still works 30 s after its account went"
+        time.sleep(1)
+    assert "Unauthorized" in gone.stderr, gone.stderr

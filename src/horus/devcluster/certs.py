@@ -26,6 +26,16 @@ from cryptography.x509.oid import NameOID
 from horus.common.errors import ClusterError
 
 SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range; never contacted
+#: How long every certificate of a local cluster is valid: longer than any cluster lives.
+VALIDITY = datetime.timedelta(days=365)
+#: ``kubectl create token --duration`` of the ServiceAccount tokens the dev cluster hands its
+#: host processes (Prometheus' discovery, the demo's operator and agent): the cluster's life,
+#: as its certificates. Not renewed, because a token cannot outlive the cluster anyway: it is
+#: signed by the service-account key ``up`` made and ``down`` deletes, and it dies with its
+#: ServiceAccount. It adds no reach either: it lies, 0600, in the cluster's 0700 folder beside
+#: the admin's static token (``system:masters``). (It was 24 h: a demo left up for a day lost
+#: its metrics discovery and its operator to 401s.)
+TOKEN_DURATION = f"{int(VALIDITY.total_seconds()) // 3600}h"
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ def generate(directory: Path, apiserver_address: str = "127.0.0.1") -> Credentia
     service-account keys and tokens in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
-    valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365))
+    valid = (now - datetime.timedelta(hours=1), now + VALIDITY)
     ca_key = _key()
     ca_cert = _ca_certificate(ca_key, valid)
     srv_key = _key()
@@ -222,7 +232,7 @@ def issue_client_cert(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=365))
+        .not_valid_after(now + VALIDITY)
         .add_extension(
             x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
         )

@@ -26,7 +26,7 @@ import yaml
 
 from horus.common import constants as c
 from horus.common.errors import ClusterError
-from horus.devcluster import prometheus
+from horus.devcluster import certs, prometheus
 from horus.devcluster.cluster import LocalCluster, write_kubeconfig
 from horus.devcluster.demo_state import DemoOptions, DemoState, helm, kubectl
 from horus.devcluster.demo_workload import ROOT
@@ -264,7 +264,7 @@ def _pod_mounts(state: DemoState, server: str, folder: Path) -> tuple[Path, dict
         ("agent", c.KWOK_AGENT_SERVICE_ACCOUNT),  # dev only: kwok_agent_rbac says why
     ):
         token = kubectl(
-            state, "create", "token", sa, "-n", NAMESPACE, "--duration=24h"
+            state, "create", "token", sa, "-n", NAMESPACE, f"--duration={certs.TOKEN_DURATION}"
         ).stdout.strip()
         path = folder / f"{role}.kubeconfig"
         write_kubeconfig(path, server, ca, token, f"system:serviceaccount:{NAMESPACE}:{sa}")

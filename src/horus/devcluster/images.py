@@ -19,7 +19,9 @@ CA, say) without the image keeping it.
 
 Each built image is pushed, uncompressed, into one OCI layout folder (``images/oci``; layers
 shared between images are stored once, and a push of an unchanged image copies nothing) and
-recorded as a *descriptor* (reference, manifest digest). ``horus dev cluster load-images``
+recorded as a *descriptor* (reference, manifest digest, the step images of its build).
+After each build, buildah's storage keeps only named images and the step cache the
+descriptors record (:func:`_prune_storage`). ``horus dev cluster load-images``
 streams it as an OCI archive into every real node's containerd (``ctr images import``),
 skipping nodes that already hold that manifest.
 
@@ -31,6 +33,8 @@ the binary (the pause program: its content digest).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -41,8 +45,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +134,9 @@ class BuiltImage:
     layout: str  # the OCI layout folder that holds its blobs
     descriptor: str = ""
     fingerprint: str = ""  # of its Dockerfile, bases and context (:func:`fingerprint`)
+    #: buildah's image of every step of its last build, all stages (full IDs): its step cache,
+    #: which :func:`_prune_storage` keeps. Empty in a descriptor written before they were kept.
+    steps: tuple[str, ...] = ()
 
 
 #: The registry name of locally built images (``--set images.registry=horus.local`` for the
@@ -174,8 +181,9 @@ def _run(argv: list[str], what: str, log: Log | None = None) -> str:
 
 def load_descriptor(path: Path) -> BuiltImage:
     try:
-        image = BuiltImage(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as exc:
+        raw = json.loads(path.read_text())
+        image = BuiltImage(**{**raw, "steps": tuple(raw.get("steps", ()))})
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise ClusterError(
             f"image descriptor {path} is unreadable ({exc}); rebuild with 'horus dev images build'"
         ) from None
@@ -288,17 +296,34 @@ def build(
     if unknown:
         raise ValidationError(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(IMAGES)}")
     out = []
-    for name in names:
-        spec = IMAGES[name]
-        tag, context = __version__, root
-        if spec.binary:
-            context = bin_dir or ensure_binaries()
-            tag = binary_tag(context, spec.binary)
-        out.append(
-            _build_one(root / spec.dockerfile, context, reference(spec.repository, tag), say)
-        )
-    _prune()
+    with _build_lock():
+        for name in names:
+            spec = IMAGES[name]
+            tag, context = __version__, root
+            if spec.binary:
+                context = bin_dir or ensure_binaries()
+                tag = binary_tag(context, spec.binary)
+            out.append(
+                _build_one(root / spec.dockerfile, context, reference(spec.repository, tag), say)
+            )
+        _prune()
+        _prune_storage(say)
     return out
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """One build at a time per cache: :func:`_prune_storage` tells the step images of other
+    builds from leftovers by what the descriptors record, and a build running beside it has
+    not recorded its own yet."""
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "build.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def fingerprint(dockerfile: Path, context: Path, base_ids: list[str]) -> str:
@@ -356,14 +381,15 @@ def _build_one(dockerfile: Path, context: Path, ref: str, log: Log) -> BuiltImag
     descriptor = folder / "descriptors" / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".json")
     key = fingerprint(dockerfile, context, _base_ids(dockerfile, log))
     known = _read_descriptor(descriptor)
-    if known is not None and known.fingerprint == key and _has_image(ref):
+    if known is not None and known.fingerprint == key and known.steps and _has_image(ref):
         return known
+    before = set(storage_images())
     (folder / "work").mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=folder / "work", suffix=".iid")
     os.close(fd)
     iidfile = Path(name)
     argv = _buildah(
-        *("bud", "--layers", "--pull=never", "--isolation", "chroot", "--quiet"),
+        *("bud", "--layers", "--pull=never", "--isolation", "chroot"),
         *("--iidfile", str(iidfile), "--file", str(dockerfile), "--tag", ref),
     )
     if CA_BUNDLE.is_file():
@@ -371,12 +397,18 @@ def _build_one(dockerfile: Path, context: Path, ref: str, log: Log) -> BuiltImag
     shown = dockerfile.relative_to(context) if dockerfile.is_relative_to(context) else dockerfile
     log(f"images: buildah bud {shown} -> {ref}")
     try:
-        _run([*argv, str(context)], f"buildah bud {shown}")
+        printed = _run([*argv, str(context)], f"buildah bud {shown}")
         image_id = iidfile.read_text().strip().removeprefix("sha256:")
     finally:
         iidfile.unlink(missing_ok=True)
+    # Its steps: those buildah took from its cache (it names them) and those it made (it does
+    # not name them: the images that are new since the build began, under the build lock).
+    steps = (set(storage_images()) - before) | set(_CACHED_STEP.findall(printed)) | {image_id}
+    recorded = tuple(sorted(steps))
     if known is not None and known.image_id == image_id:
-        image = BuiltImage(ref, known.manifest_digest, image_id, known.layout, str(descriptor), key)
+        image = BuiltImage(
+            ref, known.manifest_digest, image_id, known.layout, str(descriptor), key, recorded
+        )
         descriptor.write_text(json.dumps(asdict(image), indent=2))
         return image  # buildah found every step cached: pushed before, nothing to copy
     layout = folder / "oci"
@@ -385,10 +417,71 @@ def _build_one(dockerfile: Path, context: Path, ref: str, log: Log) -> BuiltImag
         f"buildah push {ref}",
     )
     digest = _manifest_digest(layout, ref)
-    image = BuiltImage(ref, digest, image_id, str(layout), str(descriptor), key)
+    image = BuiltImage(ref, digest, image_id, str(layout), str(descriptor), key, recorded)
     descriptor.parent.mkdir(parents=True, exist_ok=True)
     descriptor.write_text(json.dumps(asdict(image), indent=2))
     return image
+
+
+#: How ``buildah bud`` names a step it took from its cache.
+_CACHED_STEP = re.compile(r"^--> Using cache ([0-9a-f]{64})$", re.MULTILINE)
+
+
+def storage_images() -> dict[str, list[str]]:
+    """Every image in buildah's storage (intermediate ones too): full ID -> its names."""
+    listed = _run(
+        _buildah(
+            *("images", "--all", "--no-trunc", "--noheading"),
+            *("--format", "{{.ID}} {{.Name}}:{{.Tag}}"),
+        ),
+        "buildah images",
+    )
+    out: dict[str, list[str]] = {}
+    for line in listed.splitlines():
+        ident, _, name = line.strip().partition(" ")
+        names = out.setdefault(ident.removeprefix("sha256:"), [])
+        if name.strip() and name.strip() != "<none>:<none>":
+            names.append(name.strip())
+    return out
+
+
+def _prune_storage(log: Log) -> list[str]:
+    """Remove from buildah's storage every image no build needs; returns their IDs.
+
+    Kept: every named image (the bases, the built images) and every step image a descriptor
+    records, i.e. the step cache of each image's last build in every stage, so an unchanged
+    image stays seconds and a changed source rebuilds only from the step it touches. Gone:
+    the steps of earlier builds (an old source's ``COPY`` and everything after it). Not
+    ``buildah rmi --prune``: it counts a multi-stage build's first stage as dangling (no named
+    image stands on it) and drops the cache of its dependency layer. When a descriptor of an
+    image in storage records no steps (written before they were), nothing is removed: its
+    cache cannot be told from leftovers until that image is built once more."""
+    present = storage_images()
+    named = {ident for ident, names in present.items() if names}
+    keep = set(named)
+    for path in sorted((cache_dir() / "descriptors").glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if set(raw) - {f.name for f in fields(BuiltImage)}:
+            path.unlink(missing_ok=True)  # the hand-written builder's, read by nothing now
+            continue
+        if not raw.get("steps") and raw.get("image_id") in named:
+            log(f"images: buildah storage not pruned: {raw.get('ref')} has no recorded steps")
+            return []
+        keep.update(raw.get("steps") or ())
+    removed = []
+    for ident in present:
+        # in use by a working container (a build of another checkout's stale lock): kept
+        if (
+            ident not in keep
+            and subprocess.run(_buildah("rmi", ident), capture_output=True).returncode == 0
+        ):
+            removed.append(ident)
+    if removed:
+        log(f"images: removed {len(removed)} image(s) of earlier builds from buildah's storage")
+    return removed
 
 
 def _read_descriptor(path: Path) -> BuiltImage | None:
@@ -415,9 +508,7 @@ def _manifest_digest(layout: Path, ref: str) -> str:
 def _prune() -> None:
     """Drop what no named image of the OCI layout uses: a push under a name already there
     leaves the old manifest in the index without its name. Without this the layout only
-    grows. buildah's own storage is not pruned: ``buildah rmi --prune`` counts a multi-stage
-    build's first stage as dangling (no tagged image stands on it) and would drop its step
-    cache; ``buildah --root <cache>/images/storage/root rmi --all`` empties it by hand."""
+    grows. buildah's own storage: :func:`_prune_storage`."""
     for legacy in ("layers", "stages", "bases", "wheels"):  # the hand-written builder's cache
         shutil.rmtree(cache_dir() / legacy, ignore_errors=True)
     layout = cache_dir() / "oci"

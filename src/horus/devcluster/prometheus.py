@@ -40,6 +40,7 @@ import yaml
 
 from horus.common import constants as c
 from horus.common.errors import ClusterError
+from horus.devcluster import certs
 from horus.devcluster.binaries import ensure_binaries
 from horus.devcluster.cluster import write_kubeconfig
 
@@ -49,9 +50,6 @@ if TYPE_CHECKING:
 #: Prometheus job -> the chart's metrics Service it discovers its targets through (the job
 #: names the dashboards and alert rules expect).
 SCRAPE_JOBS = {"horus-operator": c.OPERATOR_METRICS_SERVICE, "horus-agent": c.NODE_METRICS_SERVICE}
-#: How long the discovery token lives (``kubectl create token --duration``), as the demo's
-#: other tokens: longer than any test or demo session runs.
-TOKEN_DURATION = "24h"
 
 
 def binary(name: str = "prometheus") -> Path:
@@ -107,7 +105,7 @@ def grant_discovery(
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(discovery_rbac(namespace)))
     sa = c.PROMETHEUS_SERVICE_ACCOUNT
     token = kube.kubectl(
-        "create", "token", sa, "-n", namespace, f"--duration={TOKEN_DURATION}"
+        "create", "token", sa, "-n", namespace, f"--duration={certs.TOKEN_DURATION}"
     ).stdout.strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_kubeconfig(path, server, ca_file, token, f"system:serviceaccount:{namespace}:{sa}")

@@ -139,3 +139,50 @@ def test_buildah_builds_caches_and_rebuilds_a_changed_source(
     images._prune()
     assert not (Path(image.layout) / "blobs" / "sha256" / image.manifest_digest[7:]).exists()
     assert (Path(changed.layout) / "blobs" / "sha256" / changed.manifest_digest[7:]).exists()
+
+
+@needs_buildah
+def test_storage_keeps_each_images_step_cache_and_drops_earlier_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Multi-stage, as the project's Dockerfiles: the first stage's steps are named by no image
+    (``buildah rmi --prune`` would drop them) and must stay; an old source's steps must go."""
+    monkeypatch.setenv("HORUS_CACHE_DIR", str(tmp_path / "cache"))
+    ctx = tmp_path / "ms"
+    ctx.mkdir()
+    (ctx / "deps").write_text("dependencies\n")
+    (ctx / "src").write_text("v1\n")
+    df = ctx / "Dockerfile"
+    df.write_text(
+        "FROM scratch AS build\nCOPY deps /deps\nCOPY src /src\n\n"
+        "FROM scratch\nCOPY --from=build /deps /opt/deps\nCOPY --from=build /src /opt/src\n"
+    )
+    ref = images.reference("unit-test-prune", "1")
+    quiet = lambda _: None  # noqa: E731
+    first = images._build_one(df, ctx, ref, quiet)
+    assert images._prune_storage(quiet) == []
+    # two steps a stage (COPY, COPY), both stages: all this build's, nothing else there
+    assert len(first.steps) == 4 and set(first.steps) == set(images.storage_images())
+
+    (ctx / "src").write_text("v2\n")
+    second = images._build_one(df, ctx, ref, quiet)
+    stale = set(first.steps) - set(second.steps)
+    assert stale and first.image_id in stale  # the old source's steps, the old image
+    assert set(first.steps) & set(second.steps)  # the unchanged dependency steps were reused
+    removed = images._prune_storage(quiet)
+    assert set(removed) == stale
+    left = images.storage_images()
+    assert set(left) == set(second.steps)
+    # the kept cache still serves: the same sources again make no new image at all
+    os.utime(ctx / "src")
+    third = images._build_one(df, ctx, ref, quiet)
+    assert third.image_id == second.image_id and set(images.storage_images()) == set(left)
+
+    # a descriptor that records no steps (written before they were): nothing is removed
+    descriptor = Path(third.descriptor)
+    raw = json.loads(descriptor.read_text())
+    descriptor.write_text(json.dumps({**raw, "steps": []}))
+    (ctx / "src").write_text("v3\n")
+    other = images.reference("unit-test-prune-other", "1")
+    images._build_one(df, ctx, other, quiet)
+    assert images._prune_storage(quiet) == []
