@@ -455,7 +455,8 @@ def _prune_storage(log: Log) -> list[str]:
     ``buildah rmi --prune``: it counts a multi-stage build's first stage as dangling (no named
     image stands on it) and drops the cache of its dependency layer. When a descriptor of an
     image in storage records no steps (written before they were), nothing is removed: its
-    cache cannot be told from leftovers until that image is built once more."""
+    cache cannot be told from leftovers until that image is built once more. Working
+    containers left by a killed build go first (every build holds :func:`_build_lock`)."""
     present = storage_images()
     named = {ident for ident, names in present.items() if names}
     keep = set(named)
@@ -471,6 +472,10 @@ def _prune_storage(log: Log) -> list[str]:
             log(f"images: buildah storage not pruned: {raw.get('ref')} has no recorded steps")
             return []
         keep.update(raw.get("steps") or ())
+    # Working containers: every build of this cache holds the build lock, so one left now is
+    # a killed build's (buildah bud removes its own); each holds a writable layer and its
+    # image.
+    subprocess.run(_buildah("rm", "--all"), capture_output=True)
     removed = []
     for ident in present:
         # in use by a working container (a build of another checkout's stale lock): kept

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -166,6 +167,11 @@ def test_storage_keeps_each_images_step_cache_and_drops_earlier_builds(
 
     (ctx / "src").write_text("v2\n")
     second = images._build_one(df, ctx, ref, quiet)
+    # a killed build's working container, holding an old step image: removed, and the image
+    leftover = subprocess.run(
+        images._buildah("from", "--quiet", first.image_id), capture_output=True, text=True
+    )
+    assert leftover.returncode == 0, leftover.stderr
     stale = set(first.steps) - set(second.steps)
     assert stale and first.image_id in stale  # the old source's steps, the old image
     assert set(first.steps) & set(second.steps)  # the unchanged dependency steps were reused
@@ -173,6 +179,8 @@ def test_storage_keeps_each_images_step_cache_and_drops_earlier_builds(
     assert set(removed) == stale
     left = images.storage_images()
     assert set(left) == set(second.steps)
+    containers = subprocess.run(images._buildah("containers", "--quiet"), capture_output=True)
+    assert containers.stdout.strip() == b""
     # the kept cache still serves: the same sources again make no new image at all
     os.utime(ctx / "src")
     third = images._build_one(df, ctx, ref, quiet)
