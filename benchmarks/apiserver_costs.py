@@ -12,7 +12,11 @@ Binding, Event) among them as the baseline, all in the same run. Requests go out
 client threads, as in the end-to-end benchmark; an idle window of the same length is
 measured too and subtracted. A probe: the same DLJob create and status patch on a copy of the
 CRD whose pod template is not validated (``lite_crd``), to tell what the template's schema —
-Kubernetes' full PodSpec, most of the CRD — costs each write.
+Kubernetes' full PodSpec, most of the CRD — costs each write; and (issue 27, third round) a
+custom resource with no schema, with a tiny body and with a whole DLJob's body (``tiny_crd``:
+what any custom resource's write costs, and what the body's size adds), the DLJob CRD with
+its profile's features one atomic field (``atomic_crd``), and a pod status merge patch (the
+same verb on a built-in).
 
 Writes ``benchmarks/results/apiserver-costs.json``.
 """
@@ -108,6 +112,67 @@ def lite_crd() -> dict[str, Any]:
     return dict(doc)
 
 
+TINY_PLURAL = "probes"
+ATOMIC_PLURAL = "dljobatomics"
+
+
+def atomic_crd() -> dict[str, Any]:
+    """The DLJob CRD as shipped, renamed ``DLJobAtomic``, with ``spec.profile.features``
+    marked ``x-kubernetes-map-type: atomic``: its tens of features are then one field to
+    the apiserver's field manager (``managedFields``) instead of one each. A probe of what
+    tracking them costs every write. Measurement only."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "manifests/crds/horus.io_dljobs.yaml").read_text())
+    doc["metadata"] = {"name": f"{ATOMIC_PLURAL}.{c.API_GROUP}"}
+    doc["spec"]["names"] = {
+        "kind": "DLJobAtomic",
+        "listKind": "DLJobAtomicList",
+        "plural": ATOMIC_PLURAL,
+        "singular": "dljobatomic",
+    }
+    for version in doc["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec["properties"]["profile"]["properties"]["features"]["x-kubernetes-map-type"] = "atomic"
+        version.pop("additionalPrinterColumns", None)
+    return dict(doc)
+
+
+def tiny_crd() -> dict[str, Any]:
+    """A custom resource with no schema to speak of (everything preserved, no CEL rules, no
+    printer columns) and a status subresource: a probe of what any custom resource's write
+    costs the apiserver, whatever its schema or size. Measurement only."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{TINY_PLURAL}.{c.API_GROUP}"},
+        "spec": {
+            "group": c.API_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": "Probe",
+                "listKind": "ProbeList",
+                "plural": TINY_PLURAL,
+                "singular": "probe",
+            },
+            "versions": [
+                {
+                    "name": c.API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def pod(i: int) -> dict[str, Any]:
     amount = {c.RESOURCE_GPU_CORE: "25", c.RESOURCE_GPU_MEMORY: "4"}
     return {
@@ -153,11 +218,16 @@ def main() -> int:
         core.create_namespace({"metadata": {"name": NS}})
         ext: Any = client.ApiextensionsV1Api(api)
         ext.create_custom_resource_definition(lite_crd())
-        for _ in range(300):  # until the apiserver serves it
-            conds = ext.read_custom_resource_definition(f"{LITE_PLURAL}.{c.API_GROUP}").status
-            if any(x.type == "Established" and x.status == "True" for x in conds.conditions or []):
-                break
-            time.sleep(0.1)
+        ext.create_custom_resource_definition(tiny_crd())
+        ext.create_custom_resource_definition(atomic_crd())
+        for plural in (LITE_PLURAL, TINY_PLURAL, ATOMIC_PLURAL):
+            for _ in range(300):  # until the apiserver serves it
+                conds = ext.read_custom_resource_definition(f"{plural}.{c.API_GROUP}").status
+                if any(
+                    x.type == "Established" and x.status == "True" for x in conds.conditions or []
+                ):
+                    break
+                time.sleep(0.1)
         pids = {p.name: p.pid for p in state.processes if p.name in ("kube-apiserver", "etcd")}
         if len(pids) != 2:
             raise RuntimeError(f"kube-apiserver and etcd not found among {state.processes}")
@@ -223,6 +293,81 @@ def main() -> int:
                 )
             )
 
+        def tiny_create(i: int) -> None:
+            body = {
+                "apiVersion": c.API_GROUP_VERSION,
+                "kind": "Probe",
+                "metadata": {"name": f"j-{i:04d}", "namespace": NS},
+                "spec": {"replicas": 1},
+            }
+            discard(
+                custom.create_namespaced_custom_object(
+                    c.API_GROUP, c.API_VERSION, NS, TINY_PLURAL, body, _preload_content=False
+                )
+            )
+
+        def sized_create(i: int) -> None:
+            body = {**dljob(f"s-{i:04d}"), "kind": "Probe"}  # a DLJob's body, no schema
+            discard(
+                custom.create_namespaced_custom_object(
+                    c.API_GROUP, c.API_VERSION, NS, TINY_PLURAL, body, _preload_content=False
+                )
+            )
+
+        def sized_status(i: int) -> None:
+            discard(
+                custom.patch_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    TINY_PLURAL,
+                    f"s-{i:04d}",
+                    status_patch(i),
+                    _preload_content=False,
+                )
+            )
+
+        def atomic_create(i: int) -> None:
+            body = {**dljob(f"j-{i:04d}"), "kind": "DLJobAtomic"}
+            discard(
+                custom.create_namespaced_custom_object(
+                    c.API_GROUP, c.API_VERSION, NS, ATOMIC_PLURAL, body, _preload_content=False
+                )
+            )
+
+        def atomic_status(i: int) -> None:
+            discard(
+                custom.patch_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    ATOMIC_PLURAL,
+                    f"j-{i:04d}",
+                    status_patch(i),
+                    _preload_content=False,
+                )
+            )
+
+        def tiny_status(i: int) -> None:
+            discard(
+                custom.patch_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    TINY_PLURAL,
+                    f"j-{i:04d}",
+                    status_patch(i),
+                    _preload_content=False,
+                )
+            )
+
+        def pod_status(i: int) -> None:
+            # the same kind of write on a built-in: a merge patch of the pod's status
+            body = {"status": {"message": f"probe {i}", "reason": "Probe"}}
+            discard(
+                core.patch_namespaced_pod_status(f"j-{i:04d}-0", NS, body, _preload_content=False)
+            )
+
         def pod_create(i: int) -> None:
             discard(core.create_namespaced_pod(NS, pod(i), _preload_content=False))
 
@@ -265,6 +410,18 @@ def main() -> int:
             # the probe: the same DLJob writes without the pod template's schema
             "dljob_lite_create": lite_create,
             "dljob_lite_status_patch": lite_status,
+            # the probes of issue 27's question (why a DLJob write costs several pod creates):
+            # the same status patch on a custom resource without a schema, and a status merge
+            # patch on a pod
+            "tiny_cr_create": tiny_create,
+            "tiny_cr_status_patch": tiny_status,
+            "pod_status_patch": pod_status,
+            # and on a schemaless custom resource carrying a whole DLJob's body: size alone
+            "sized_cr_create": sized_create,
+            "sized_cr_status_patch": sized_status,
+            # and the DLJob with its profile's features one atomic field
+            "dljob_atomic_features_create": atomic_create,
+            "dljob_atomic_features_status_patch": atomic_status,
         }
         per: dict[str, dict[str, float]] = {}
         for name, fn in kinds.items():
@@ -304,6 +461,20 @@ def main() -> int:
         )
         result["status_patch_ratio_full_schema_over_lite"] = round(
             total(["dljob_status_patch"]) / max(total(["dljob_lite_status_patch"]), 1e-9), 2
+        )
+        result["status_patch_ratio_dljob_over_schemaless_cr"] = round(
+            total(["dljob_status_patch"]) / max(total(["tiny_cr_status_patch"]), 1e-9), 2
+        )
+        result["status_patch_ratio_dljob_body_over_tiny_schemaless"] = round(
+            total(["sized_cr_status_patch"]) / max(total(["tiny_cr_status_patch"]), 1e-9), 2
+        )
+        result["status_patch_ratio_dljob_over_atomic_features"] = round(
+            total(["dljob_status_patch"])
+            / max(total(["dljob_atomic_features_status_patch"]), 1e-9),
+            2,
+        )
+        result["status_patch_ratio_schemaless_cr_over_pod"] = round(
+            total(["tiny_cr_status_patch"]) / max(total(["pod_status_patch"]), 1e-9), 2
         )
         result["create_ratio_full_schema_over_lite"] = round(
             total(["dljob_create"]) / max(total(["dljob_lite_create"]), 1e-9), 2
