@@ -120,6 +120,7 @@ class LiveDelta:
             or not _same(self._nodes, objs.nodes)
         ):
             return self._full(objs, keys)
+        self._nodes = list(objs.nodes)  # the same nodes; compare with these next time
         live = self._apply(objs, keys)
         if live is None or self._conflicted:  # a refusal here: the listing's order decides
             return self._full(objs, keys)
@@ -376,8 +377,21 @@ def _kept_order(old: Sequence[str], new: Mapping[str, Any], changed: Sequence[st
 
 
 def _same(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[str, Any]]) -> bool:
+    """The same nodes in the same order: each the same object, or one that differs only in
+    its ``resourceVersion`` (the view stores a node anew when its status renewed only what
+    its projection drops, such as a heartbeat — with 5,000 nodes one always has)."""
     return (
         old is not None
         and len(old) == len(new)
-        and all(a is b for a, b in zip(old, new, strict=True))
+        and all(a is b or _unversioned(a) == _unversioned(b) for a, b in zip(old, new, strict=True))
     )
+
+
+def _unversioned(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    meta = (
+        {k: v for k, v in meta.items() if k != "resourceVersion"}
+        if isinstance(meta, dict)
+        else meta
+    )
+    return {**obj, "metadata": meta}

@@ -179,6 +179,29 @@ def test_a_change_to_a_node_or_the_key_ring_or_the_order_rebuilds_in_full() -> N
     assert _snapshot(got) == _snapshot(build_live_state(moved, [pods[1], pods[0]], [], predictor))
 
 
+def test_a_node_stored_anew_with_only_a_new_version_is_no_change() -> None:
+    """The view replaces a node's dict when only its heartbeat moved (its projection drops
+    the heartbeat, the version still moves): that must not rebuild the whole state — with
+    thousands of nodes one always has — while a real change of a node must."""
+    predictor = load_default_predictor()
+    delta = LiveDelta(predictor, lambda p: None)
+    nodes = _nodes()
+    pods = [pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)]
+    delta.update(LiveObjects(nodes, pods, []), KEY)
+    renewed = copy.deepcopy(nodes)
+    renewed[0]["metadata"]["resourceVersion"] = "999"
+    delta.update(LiveObjects(renewed, pods[:2], []), KEY)
+    assert (delta.full_builds, delta.updates) == (1, 1)
+    cordoned = copy.deepcopy(renewed)
+    cordoned[1]["spec"] = {"unschedulable": True}
+    got = delta.update(LiveObjects(cordoned, pods[:2], []), KEY)
+    assert delta.full_builds == 2
+    assert "n1" in got.excluded_nodes
+    assert _snapshot(got) == _snapshot(
+        build_live_state(cordoned, pods[:2], [], predictor, keys=KEY)
+    )
+
+
 def test_an_overcommitted_gpu_is_rebuilt_in_full_when_the_winner_leaves() -> None:
     """Two records on one GPU that do not fit together: the listing's first wins. When it
     goes, the other must count (a delta of the one deleted pod alone would leave it out)."""
