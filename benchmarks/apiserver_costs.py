@@ -247,119 +247,45 @@ def main() -> int:
             out["wall"] = wall + 1.0
             return out
 
-        def dl_create(i: int) -> None:
-            discard(
-                custom.create_namespaced_custom_object(
-                    c.API_GROUP,
-                    c.API_VERSION,
-                    NS,
-                    c.DLJOB_PLURAL,
-                    dljob(f"j-{i:04d}"),
-                    _preload_content=False,
-                )
-            )
+        def creates(
+            plural: str, kind: str, body: Callable[[str], dict[str, Any]], prefix: str = "j"
+        ) -> Callable[[int], None]:
+            """Create request ``i`` of a custom resource: ``body(name)`` as ``kind``."""
 
-        def dl_status(i: int) -> None:
-            discard(
-                custom.patch_namespaced_custom_object_status(
-                    c.API_GROUP,
-                    c.API_VERSION,
-                    NS,
-                    c.DLJOB_PLURAL,
-                    f"j-{i:04d}",
-                    status_patch(i),
-                    _preload_content=False,
+            def create(i: int) -> None:
+                obj = {**body(f"{prefix}-{i:04d}"), "kind": kind}
+                discard(
+                    custom.create_namespaced_custom_object(
+                        c.API_GROUP, c.API_VERSION, NS, plural, obj, _preload_content=False
+                    )
                 )
-            )
 
-        def lite_create(i: int) -> None:
-            body = {**dljob(f"j-{i:04d}"), "kind": "DLJobLite"}
-            discard(
-                custom.create_namespaced_custom_object(
-                    c.API_GROUP, c.API_VERSION, NS, LITE_PLURAL, body, _preload_content=False
+            return create
+
+        def status_patches(plural: str, prefix: str = "j") -> Callable[[int], None]:
+            """Status merge patch ``i`` (the operator's placement record) of ``plural``."""
+
+            def patch(i: int) -> None:
+                discard(
+                    custom.patch_namespaced_custom_object_status(
+                        c.API_GROUP,
+                        c.API_VERSION,
+                        NS,
+                        plural,
+                        f"{prefix}-{i:04d}",
+                        status_patch(i),
+                        _preload_content=False,
+                    )
                 )
-            )
 
-        def lite_status(i: int) -> None:
-            discard(
-                custom.patch_namespaced_custom_object_status(
-                    c.API_GROUP,
-                    c.API_VERSION,
-                    NS,
-                    LITE_PLURAL,
-                    f"j-{i:04d}",
-                    status_patch(i),
-                    _preload_content=False,
-                )
-            )
+            return patch
 
-        def tiny_create(i: int) -> None:
-            body = {
+        def tiny(name: str) -> dict[str, Any]:
+            return {
                 "apiVersion": c.API_GROUP_VERSION,
-                "kind": "Probe",
-                "metadata": {"name": f"j-{i:04d}", "namespace": NS},
+                "metadata": {"name": name, "namespace": NS},
                 "spec": {"replicas": 1},
             }
-            discard(
-                custom.create_namespaced_custom_object(
-                    c.API_GROUP, c.API_VERSION, NS, TINY_PLURAL, body, _preload_content=False
-                )
-            )
-
-        def sized_create(i: int) -> None:
-            body = {**dljob(f"s-{i:04d}"), "kind": "Probe"}  # a DLJob's body, no schema
-            discard(
-                custom.create_namespaced_custom_object(
-                    c.API_GROUP, c.API_VERSION, NS, TINY_PLURAL, body, _preload_content=False
-                )
-            )
-
-        def sized_status(i: int) -> None:
-            discard(
-                custom.patch_namespaced_custom_object_status(
-                    c.API_GROUP,
-                    c.API_VERSION,
-                    NS,
-                    TINY_PLURAL,
-                    f"s-{i:04d}",
-                    status_patch(i),
-                    _preload_content=False,
-                )
-            )
-
-        def atomic_create(i: int) -> None:
-            body = {**dljob(f"j-{i:04d}"), "kind": "DLJobAtomic"}
-            discard(
-                custom.create_namespaced_custom_object(
-                    c.API_GROUP, c.API_VERSION, NS, ATOMIC_PLURAL, body, _preload_content=False
-                )
-            )
-
-        def atomic_status(i: int) -> None:
-            discard(
-                custom.patch_namespaced_custom_object_status(
-                    c.API_GROUP,
-                    c.API_VERSION,
-                    NS,
-                    ATOMIC_PLURAL,
-                    f"j-{i:04d}",
-                    status_patch(i),
-                    _preload_content=False,
-                )
-            )
-
-        def tiny_status(i: int) -> None:
-            discard(
-                custom.patch_namespaced_custom_object_status(
-                    c.API_GROUP,
-                    c.API_VERSION,
-                    NS,
-                    TINY_PLURAL,
-                    f"j-{i:04d}",
-                    status_patch(i),
-                    _preload_content=False,
-                )
-            )
 
         def pod_status(i: int) -> None:
             # the same kind of write on a built-in: a merge patch of the pod's status
@@ -402,26 +328,26 @@ def main() -> int:
         idle = window(None, 3.0)
         idle_rate = {k: idle[k] / idle["wall"] for k in pids}
         kinds = {
-            "dljob_create": dl_create,
-            "dljob_status_patch": dl_status,
+            "dljob_create": creates(c.DLJOB_PLURAL, c.DLJOB_KIND, dljob),
+            "dljob_status_patch": status_patches(c.DLJOB_PLURAL),
             "pod_create": pod_create,
             "binding": binding,
             "event": event,
             # the probe: the same DLJob writes without the pod template's schema
-            "dljob_lite_create": lite_create,
-            "dljob_lite_status_patch": lite_status,
+            "dljob_lite_create": creates(LITE_PLURAL, "DLJobLite", dljob),
+            "dljob_lite_status_patch": status_patches(LITE_PLURAL),
             # the probes of issue 27's question (why a DLJob write costs several pod creates):
             # the same status patch on a custom resource without a schema, and a status merge
             # patch on a pod
-            "tiny_cr_create": tiny_create,
-            "tiny_cr_status_patch": tiny_status,
+            "tiny_cr_create": creates(TINY_PLURAL, "Probe", tiny),
+            "tiny_cr_status_patch": status_patches(TINY_PLURAL),
             "pod_status_patch": pod_status,
             # and on a schemaless custom resource carrying a whole DLJob's body: size alone
-            "sized_cr_create": sized_create,
-            "sized_cr_status_patch": sized_status,
+            "sized_cr_create": creates(TINY_PLURAL, "Probe", dljob, prefix="s"),
+            "sized_cr_status_patch": status_patches(TINY_PLURAL, prefix="s"),
             # and the DLJob with its profile's features one atomic field
-            "dljob_atomic_features_create": atomic_create,
-            "dljob_atomic_features_status_patch": atomic_status,
+            "dljob_atomic_features_create": creates(ATOMIC_PLURAL, "DLJobAtomic", dljob),
+            "dljob_atomic_features_status_patch": status_patches(ATOMIC_PLURAL),
         }
         per: dict[str, dict[str, float]] = {}
         for name, fn in kinds.items():
