@@ -88,28 +88,39 @@ def status_patch(i: int) -> dict[str, Any]:
 LITE_PLURAL = "dljoblites"
 
 
-def lite_crd() -> dict[str, Any]:
-    """The DLJob CRD as shipped, renamed ``DLJobLite``, with ``spec.template`` not validated
-    (``x-kubernetes-preserve-unknown-fields``) instead of Kubernetes' PodSpec schema: a probe
-    of how much of a DLJob write the template's schema costs. Measurement only."""
+def dljob_crd_copy(
+    plural: str, kind: str, change: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """The DLJob CRD as shipped, renamed to ``kind``/``plural``, without printer columns,
+    with ``change`` applied to each version's ``spec`` schema. Measurement only."""
     import yaml
 
     doc = yaml.safe_load((ROOT / "manifests/crds/horus.io_dljobs.yaml").read_text())
-    doc["metadata"] = {"name": f"{LITE_PLURAL}.{c.API_GROUP}"}
+    doc["metadata"] = {"name": f"{plural}.{c.API_GROUP}"}
     doc["spec"]["names"] = {
-        "kind": "DLJobLite",
-        "listKind": "DLJobLiteList",
-        "plural": LITE_PLURAL,
-        "singular": "dljoblite",
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
     }
     for version in doc["spec"]["versions"]:
-        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        change(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+        version.pop("additionalPrinterColumns", None)
+    return dict(doc)
+
+
+def lite_crd() -> dict[str, Any]:
+    """``DLJobLite``: ``spec.template`` not validated (``x-kubernetes-preserve-unknown-fields``)
+    instead of Kubernetes' PodSpec schema: a probe of how much of a DLJob write the
+    template's schema costs."""
+
+    def change(spec: dict[str, Any]) -> None:
         spec["properties"]["template"] = {
             "type": "object",
             "x-kubernetes-preserve-unknown-fields": True,
         }
-        version.pop("additionalPrinterColumns", None)
-    return dict(doc)
+
+    return dljob_crd_copy(LITE_PLURAL, "DLJobLite", change)
 
 
 TINY_PLURAL = "probes"
@@ -117,25 +128,14 @@ ATOMIC_PLURAL = "dljobatomics"
 
 
 def atomic_crd() -> dict[str, Any]:
-    """The DLJob CRD as shipped, renamed ``DLJobAtomic``, with ``spec.profile.features``
-    marked ``x-kubernetes-map-type: atomic``: its tens of features are then one field to
-    the apiserver's field manager (``managedFields``) instead of one each. A probe of what
-    tracking them costs every write. Measurement only."""
-    import yaml
+    """``DLJobAtomic``: ``spec.profile.features`` marked ``x-kubernetes-map-type: atomic``,
+    so its tens of features are one field to the apiserver's field manager
+    (``managedFields``) instead of one each: a probe of what tracking them costs a write."""
 
-    doc = yaml.safe_load((ROOT / "manifests/crds/horus.io_dljobs.yaml").read_text())
-    doc["metadata"] = {"name": f"{ATOMIC_PLURAL}.{c.API_GROUP}"}
-    doc["spec"]["names"] = {
-        "kind": "DLJobAtomic",
-        "listKind": "DLJobAtomicList",
-        "plural": ATOMIC_PLURAL,
-        "singular": "dljobatomic",
-    }
-    for version in doc["spec"]["versions"]:
-        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    def change(spec: dict[str, Any]) -> None:
         spec["properties"]["profile"]["properties"]["features"]["x-kubernetes-map-type"] = "atomic"
-        version.pop("additionalPrinterColumns", None)
-    return dict(doc)
+
+    return dljob_crd_copy(ATOMIC_PLURAL, "DLJobAtomic", change)
 
 
 def tiny_crd() -> dict[str, Any]:
