@@ -228,10 +228,9 @@ class Measurer:
         # as the agent reads a pod in a pair: its share of the GPU's busy time
         procs = [window.util_of(r["nvml_pid"]) for r in (ra, rb)]
         scale = busy_share_scale(sum(u or 0.0 for u in procs), window.util())
-        for side, spec, rep in (("a", a, ra), ("b", b, rb)):
+        for (side, spec, rep), raw in zip((("a", a, ra), ("b", b, rb)), procs, strict=True):
             alone = solo[spec.key]
             rate = rep["steps"] / rep["seconds"]
-            raw = window.util_of(rep["nvml_pid"])
             u_pair = raw * scale if raw is not None else None
             u_alone = alone.get("proc_util") or alone["util"]
             out[side] = {
