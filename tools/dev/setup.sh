@@ -26,6 +26,8 @@ command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] || missing+=(gola
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+# ip: the apiserver's own address (devcluster/apiaddress.py, every `up` as root) and node bridges
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 if ((${#missing[@]})); then
