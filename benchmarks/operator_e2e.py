@@ -187,6 +187,8 @@ def plain_pod(name: str) -> dict[str, Any]:
 
 
 CLK = os.sysconf("SC_CLK_TCK")
+_WRITES = ("POST", "PATCH", "PUT", "DELETE")
+_WRITE_KEY = ("resource", "subresource", "verb")
 _RAW = ("get", "--raw", "/metrics")
 
 
@@ -209,9 +211,13 @@ def control_plane_cpu(state: Any) -> float:
     return sum(cpu_seconds(p.pid) for p in state.processes if p.name in ("kube-apiserver", "etcd"))
 
 
-def request_counts(state: Any, verb: str | None = None, by: str = "verb") -> dict[str, float]:
+def request_counts(
+    state: Any, verb: str | None = None, by: str | tuple[str, ...] = "verb"
+) -> dict[str, float]:
     """Requests the apiserver has served (its own ``apiserver_request_total``), summed by the
-    label ``by``; ``verb``: only requests of that verb."""
+    label ``by`` (several labels: their values joined by ``/``, empty ones left out);
+    ``verb``: only requests of that verb."""
+    names = (by,) if isinstance(by, str) else by
     text = subprocess.run(
         [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", state.kubeconfig, *_RAW],
         check=True,
@@ -225,7 +231,8 @@ def request_counts(state: Any, verb: str | None = None, by: str = "verb") -> dic
         labels, value = line.rsplit(" ", 1)
         if verb is not None and f'verb="{verb}"' not in labels:
             continue
-        key = labels.split(f'{by}="', 1)[1].split('"', 1)[0] if f'{by}="' in labels else "?"
+        parts = [labels.split(f'{n}="', 1)[1].split('"', 1)[0] for n in names if f'{n}="' in labels]
+        key = "/".join(p for p in parts if p) or "?"
         out[key] = out.get(key, 0.0) + float(value)
     return out
 
@@ -254,6 +261,7 @@ def run_round(
 
     cpu0 = control_plane_cpu(state) if state is not None else 0.0
     req0 = request_counts(state) if state is not None else {}
+    writes0 = request_counts(state, by=_WRITE_KEY) if state is not None else {}
     t0 = time.time()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(create, range(jobs)))
@@ -269,11 +277,18 @@ def run_round(
         cpu = control_plane_cpu(state) - cpu0
         req1 = request_counts(state)
         per_verb = {v: round((req1[v] - req0.get(v, 0.0)) / jobs, 2) for v in sorted(req1)}
-        writes = sum(per_verb.get(v, 0.0) for v in ("POST", "PATCH", "PUT", "DELETE"))
+        writes = sum(per_verb.get(v, 0.0) for v in _WRITES)
+        writes1 = request_counts(state, by=_WRITE_KEY)
+        by_kind = {
+            k: round((n - writes0.get(k, 0.0)) / jobs, 2)
+            for k, n in sorted(writes1.items())
+            if k.rsplit("/", 1)[-1] in _WRITES
+        }
         extra = {
             "control_plane_cpu_ms_per_job": round(cpu * 1e3 / jobs, 2),
             "requests_per_job_by_verb": {k: v for k, v in per_verb.items() if v},
             "writes_per_job": round(writes, 2),
+            "writes_per_job_by_resource": {k: v for k, v in by_kind.items() if v},
         }
     lat = [watch.bound[pod_of[n]] - t for n, t in created.items() if pod_of[n] in watch.bound]
     last = max(watch.bound.values()) if watch.bound else float("nan")

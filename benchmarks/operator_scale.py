@@ -37,7 +37,7 @@ from operator_e2e import cpu_seconds, dljob, request_counts, rss_mib  # noqa: E4
 
 from horus.api.raw import discard  # noqa: E402
 from horus.common import constants as c  # noqa: E402
-from horus.devcluster.cluster import LocalCluster  # noqa: E402
+from horus.devcluster.cluster import DEFAULT_NODE_LEASE_SECONDS, LocalCluster  # noqa: E402
 from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
 
 NS = "scale"
@@ -144,6 +144,22 @@ def add_nodes(api: Any, count: int, gpus: int) -> None:
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(count)))
+    # Wait until kwok has taken every node over (Ready): before that, kwok relists pods
+    # node by node, and those LISTs would count in the first cycle's steady window.
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
+        ready = sum(
+            any(
+                x.get("type") == "Ready" and x.get("status") == "True"
+                for x in (n.get("status") or {}).get("conditions") or []
+            )
+            for n in nodes
+        )
+        if ready >= count:
+            return
+        time.sleep(2.0)
+    raise RuntimeError(f"{count} nodes not Ready in 600 s")
 
 
 def main() -> int:
@@ -155,14 +171,22 @@ def main() -> int:
     ap.add_argument("--steady", type=float, default=30.0, help="seconds of steady state")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per cycle, seconds")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/operator-scale.json")
+    ap.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=DEFAULT_NODE_LEASE_SECONDS,
+        help="the kwok nodes' lease, renewed every quarter of it (a kubelet's: 40 s; 10..3600)",
+    )
     args = ap.parse_args()
+    if not 10 <= args.node_lease_seconds <= 3600:
+        ap.error(f"--node-lease-seconds must be 10..3600, got {args.node_lease_seconds}")
     cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
     if cached and "HORUS_BIN_DIR" not in os.environ:
         os.environ["HORUS_BIN_DIR"] = str(cached[-1])
     import tempfile
 
     local = LocalCluster(Path(tempfile.mkdtemp(prefix="horus-bench-scale-")) / "c")
-    state = local.up(timeout=180)
+    state = local.up(timeout=180, node_lease_seconds=args.node_lease_seconds)
     op: subprocess.Popen[bytes] | None = None
     try:
         from kubernetes import client
@@ -276,7 +300,11 @@ def main() -> int:
         result = {
             "benchmark": "operator-scale",
             "command": "benchmarks/operator_scale.py " + " ".join(sys.argv[1:]),
-            "cluster": {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node},
+            "cluster": {
+                "nodes": args.nodes,
+                "gpus_per_node": args.gpus_per_node,
+                "node_lease_seconds": args.node_lease_seconds,
+            },
             "jobs_per_cycle": args.jobs,
             "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
             "operator_rss_start_mib": round(rss_start, 1),
