@@ -28,6 +28,7 @@ from horus.api.assignment import decode_assignment
 from horus.api.inventory import decode_inventory
 from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, add_nodes
+from horus.devcluster.processes import spawn
 
 ROOT = Path(__file__).resolve().parents[3]
 NODE_PREFIX = "opnode"
@@ -414,3 +415,45 @@ def request_counts(
         if key in out:
             out[key] += float(m.group(2))
     return out
+
+
+def restart_apiserver(cluster: Any) -> None:
+    """Kill the kube-apiserver (SIGKILL: a crash, every watch cut at once) and start it again
+    with the same command line."""
+    state = cluster.state
+    i, proc = next((i, p) for i, p in enumerate(state.processes) if p.name == "kube-apiserver")
+    argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+    os.kill(proc.pid, signal.SIGKILL)
+    wait_for("the apiserver to stop", lambda: not proc.running(), 60)
+
+    def ready() -> bool:
+        got = cluster.kubectl("get", "--raw", "/readyz", check=False)
+        return got.returncode == 0 and got.stdout.strip() == "ok"
+
+    def started() -> bool:
+        # The killed process's port can stay taken for a moment after it is gone (seen in
+        # CI: "bind: address already in use"): a start that exits is tried again.
+        if not state.processes[i].running():
+            state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
+            state.save()
+            return False
+        return ready()
+
+    state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
+    state.save()
+    try:
+        wait_for("the apiserver to be ready again", started, 240)
+    except AssertionError:
+        raise AssertionError(
+            "the restarted apiserver is not ready:\n" + state.processes[i].log_tail()
+        ) from None
+
+
+def wait_for(what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``cond`` every 0.2 s until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -8,30 +8,16 @@ or an object the view kept after it vanished fails the test.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_support import Kube, dljob_body, request_counts
+from operator_support import Kube, dljob_body, request_counts, restart_apiserver, wait_for
 
 from horus.common import constants as c
-from horus.devcluster.processes import spawn
 from horus.operator.view import ClusterView
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _names(items: list[dict[str, Any]], namespace: str) -> set[str]:
@@ -53,38 +39,6 @@ def _plain_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any
             "containers": [{"name": "c", "image": "busybox"}],
         },
     }
-
-
-def _restart_apiserver(cluster: Any) -> None:
-    """Kill the kube-apiserver (SIGKILL: a crash, every watch cut at once) and start it again
-    with the same command line."""
-    state = cluster.state
-    i, proc = next((i, p) for i, p in enumerate(state.processes) if p.name == "kube-apiserver")
-    argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
-    os.kill(proc.pid, signal.SIGKILL)
-    _wait("the apiserver to stop", lambda: not proc.running(), 60)
-
-    def ready() -> bool:
-        got = cluster.kubectl("get", "--raw", "/readyz", check=False)
-        return got.returncode == 0 and got.stdout.strip() == "ok"
-
-    def started() -> bool:
-        # The killed process's port can stay taken for a moment after it is gone (seen in
-        # CI: "bind: address already in use"): a start that exits is tried again.
-        if not state.processes[i].running():
-            state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
-            state.save()
-            return False
-        return ready()
-
-    state.processes[i] = spawn("kube-apiserver", argv, Path(state.directory))
-    state.save()
-    try:
-        _wait("the apiserver to be ready again", started, 240)
-    except AssertionError:
-        raise AssertionError(
-            "the restarted apiserver is not ready:\n" + state.processes[i].log_tail()
-        ) from None
 
 
 @pytest.fixture
@@ -110,7 +64,7 @@ def test_the_view_relists_when_its_watch_expires_and_sees_what_changed_meanwhile
 ) -> None:
     ns = kube.namespace
     kube.create_jobs([dljob_body(f"v{i}") for i in range(3)])
-    _wait(
+    wait_for(
         "the view to hold the 3 jobs", lambda: _names(view.dljobs.items(), ns) == {"v0", "v1", "v2"}
     )
     informer = view.dljobs
@@ -133,8 +87,8 @@ def test_the_view_relists_when_its_watch_expires_and_sees_what_changed_meanwhile
         return real(**kwargs)
 
     informer._list_fn = expiring
-    _wait("the view to relist", lambda: informer.counts.expired >= 1 and not armed[0], 30)
-    _wait("the view to match a LIST", lambda: _names(informer.items(), ns) == _listed_jobs(kube))
+    wait_for("the view to relist", lambda: informer.counts.expired >= 1 and not armed[0], 30)
+    wait_for("the view to match a LIST", lambda: _names(informer.items(), ns) == _listed_jobs(kube))
     assert _names(informer.items(), ns) == {"v1", "v2", "v3"}
     assert informer.counts.lists == lists + 1  # one relist, for the one expiry
     assert ("dljobs", f"{ns}/v0", True) in changes  # the deletion it never saw as an event
@@ -148,20 +102,20 @@ def test_the_view_follows_an_apiserver_restart(
     kube.create_jobs([dljob_body(f"r{i}") for i in range(3)])
     kube.core.create_namespaced_pod(ns, _plain_pod("tenant"))
     kube.core.create_namespaced_pod(ns, _plain_pod("mine", {c.LABEL_DLJOB_NAME: "r0"}))
-    _wait("the view to hold the jobs and pods", lambda: len(_names(view.pods.items(), ns)) == 2)
-    _wait("the view to hold the jobs", lambda: len(_names(view.dljobs.items(), ns)) == 3)
+    wait_for("the view to hold the jobs and pods", lambda: len(_names(view.pods.items(), ns)) == 2)
+    wait_for("the view to hold the jobs", lambda: len(_names(view.dljobs.items(), ns)) == 3)
     # A pod that does not matter to Horus is kept as its identity only; one that does, whole.
     assert "spec" not in view.pods.get(f"{ns}/tenant")
     assert view.pods.get(f"{ns}/mine")["spec"]["schedulerName"] == "nobody"
 
-    _restart_apiserver(cluster)
+    restart_apiserver(cluster)
     kube.custom.delete_namespaced_custom_object(
         c.API_GROUP, c.API_VERSION, ns, c.DLJOB_PLURAL, "r1"
     )
     kube.create_jobs([dljob_body("r3")])
     kube.core.delete_namespaced_pod("tenant", ns, grace_period_seconds=0)
 
-    _wait(
+    wait_for(
         "the view to match a LIST after the restart",
         lambda: (
             _names(view.dljobs.items(), ns) == _listed_jobs(kube) == {"r0", "r2", "r3"}
