@@ -39,10 +39,28 @@ from horus.api.raw import discard  # noqa: E402
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.cluster import DEFAULT_NODE_LEASE_SECONDS, LocalCluster  # noqa: E402
 from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
+from horus.devcluster.processes import free_port  # noqa: E402
 
 NS = "scale"
-_OP_ARGS = ("--metrics-port", "0", "--identity", "scale")
+_OP_ARGS = ("--metrics-host", "127.0.0.1", "--identity", "scale")
 _RESOURCES = ("dljobs", "pods", "nodes", "priorityclasses", "resourceclaims", "resourceslices")
+
+
+def operator_lists(port: int) -> dict[str, float]:
+    """LISTs the operator's own view has made so far, by resource (its
+    ``horus_operator_view_requests_total{verb="list"}``): the apiserver's counter has no
+    client label, and kwok and the controllers list too."""
+    import urllib.request
+
+    prefix = f"{c.METRIC_VIEW_REQUESTS}_total{{"
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(prefix) and 'verb="list"' in line:
+                labels, value = line.rsplit(" ", 1)
+                resource = labels.split('resource="', 1)[1].split('"', 1)[0]
+                out[resource] = out.get(resource, 0.0) + float(value)
+    return out
 
 
 def list_counts(state: Any) -> dict[str, float]:
@@ -208,8 +226,18 @@ def main() -> int:
         custom: Any = client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NS}})
         log = local.directory / "operator.log"
+        metrics_port = free_port()
         op = subprocess.Popen(
-            [sys.executable, "-m", "horus.operator", "--kubeconfig", state.kubeconfig, *_OP_ARGS],
+            [
+                sys.executable,
+                "-m",
+                "horus.operator",
+                "--kubeconfig",
+                state.kubeconfig,
+                "--metrics-port",
+                str(metrics_port),
+                *_OP_ARGS,
+            ],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
         )
@@ -259,12 +287,19 @@ def main() -> int:
             while time.monotonic() - follow.changed < 10 and time.monotonic() - quiet < 300:
                 time.sleep(1.0)
             before, steady_cpu0 = list_counts(state), cpu_seconds(op.pid)
+            own_before = operator_lists(metrics_port)
             time.sleep(args.steady)
             after, steady_cpu = list_counts(state), cpu_seconds(op.pid) - steady_cpu0
+            own_after = operator_lists(metrics_port)
+            own = {k: own_after[k] - own_before.get(k, 0.0) for k in sorted(own_after)}
             lists = {k: after[k] - before[k] for k in _RESOURCES}
             rss_peak = max(peak[0], rss_mib(op.pid))
             cpu = cpu_seconds(op.pid) - cpu0
-            print(f"cycle {cycle}: steady LISTs {lists}, RSS peak {rss_peak:.0f} MiB", flush=True)
+            print(
+                f"cycle {cycle}: steady LISTs (apiserver) {lists}, the operator's own {own}, "
+                f"RSS peak {rss_peak:.0f} MiB",
+                flush=True,
+            )
             for _ in range(10):
                 try:
                     custom.delete_collection_namespaced_custom_object(
@@ -285,6 +320,7 @@ def main() -> int:
                 "create_seconds": round(created_s, 1),
                 "all_decided_seconds": round(decided_s, 1),
                 "steady_lists_by_resource": lists,
+                "steady_operator_lists_by_resource": own,
                 "steady_seconds": args.steady,
                 "steady_operator_cpu_seconds": round(steady_cpu, 2),
                 "operator_rss_peak_mib": round(rss_peak, 1),
@@ -316,6 +352,9 @@ def main() -> int:
             else None,
             "steady_state_lists_total": sum(
                 sum(r["steady_lists_by_resource"].values()) for r in cycles
+            ),
+            "steady_state_operator_lists_total": sum(
+                sum(r["steady_operator_lists_by_resource"].values()) for r in cycles
             ),
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -161,6 +161,11 @@ METRIC_EXTENDER_LATENCY: Final = "horus_extender_request_duration_seconds"
 METRIC_EXTENDER_TLS_REFUSED: Final = "horus_extender_tls_refused"  # client adds _total
 METRIC_MIGRATIONS: Final = "horus_migrations"  # client adds _total; label reason
 METRIC_SIGNING_KEY_AVAILABLE: Final = "horus_signing_key_available"  # 0: placement paused
+# the operator's watch-fed view: its LIST and WATCH requests (label verb), by resource
+METRIC_VIEW_REQUESTS: Final = "horus_operator_view_requests"  # _total; labels resource, verb
+# watches that ended with 410 Gone (each followed by a relist) or an error, by resource
+METRIC_VIEW_WATCH_BREAKS: Final = "horus_operator_view_watch_breaks"  # _total; resource, reason
+METRIC_VIEW_EVENTS: Final = "horus_operator_view_events"  # _total; watch events, by resource
 
 MIB: Final = 1024 * 1024  # bytes in one MiB: shares, NVML and torch readings convert with it
 

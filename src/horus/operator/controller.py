@@ -179,6 +179,7 @@ class Controller:
             lifecycle_events=s.lifecycle_events,
         )
         self.metrics.set_predictor(predictor.version)
+        self.metrics.watch_view(self.view.counts)
         self.metrics.serve(s.metrics_port, s.metrics_host)
         self.tasks = [
             asyncio.create_task(self._lease_loop(), name="horus-lease"),

@@ -11,9 +11,11 @@ process) from colliding on the global registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from horus.common import constants as c
 from horus.scheduler import ClusterState, GpuView
@@ -148,7 +150,51 @@ class OperatorMetrics:
         self._queue_reasons.clear()
         self._gpu_values.clear()
 
+    def watch_view(self, counts: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
+        """Export the watch-fed view's own request counters (:class:`ViewCollector`)."""
+        self.registry.register(ViewCollector(counts))
+
     def serve(self, port: int, host: str) -> None:
         """Serve ``/metrics`` on ``host:port`` from a daemon thread (port 0: do nothing)."""
         if port:
             start_http_server(port, addr=host, registry=self.registry)
+
+
+class ViewCollector(Collector):
+    """The view's LISTs, WATCHes, broken watches and events, read at scrape time.
+
+    Why: "no full LIST in the steady state" is the view's whole point, and the apiserver's
+    own ``apiserver_request_total`` cannot tell whose LIST it served (it has no client
+    label; kube-scheduler, the controller-manager and kwok list too). These counters are the
+    operator's own, so a relist storm (a watch window too short for a busy cluster, a
+    proxy cutting watches) shows on its dashboard, and the benchmarks count its LISTs
+    exactly. ``counts`` is :meth:`horus.operator.view.ClusterView.counts`.
+    """
+
+    def __init__(self, counts: Callable[[], Mapping[str, Mapping[str, int]]]) -> None:
+        self._counts = counts
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # families are made at collect time; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            c.METRIC_VIEW_REQUESTS,
+            "LIST and WATCH requests the operator's watch-fed view made, by resource",
+            labels=["resource", "verb"],
+        )
+        breaks = CounterMetricFamily(
+            c.METRIC_VIEW_WATCH_BREAKS,
+            "Watches of the view that ended with 410 Gone (then relisted) or an error",
+            labels=["resource", "reason"],
+        )
+        events = CounterMetricFamily(
+            c.METRIC_VIEW_EVENTS, "Watch events the view applied, by resource", labels=["resource"]
+        )
+        for resource, n in sorted(self._counts().items()):
+            requests.add_metric([resource, "list"], n.get("lists", 0))
+            requests.add_metric([resource, "watch"], n.get("watches", 0))
+            breaks.add_metric([resource, "expired"], n.get("expired", 0))
+            breaks.add_metric([resource, "error"], n.get("errors", 0))
+            events.add_metric([resource], n.get("events", 0))
+        yield from (requests, breaks, events)

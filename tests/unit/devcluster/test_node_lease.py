@@ -33,6 +33,6 @@ def test_up_refuses_a_lease_out_of_range_before_starting_anything(
     tmp_path: Path, seconds: int
 ) -> None:
     cluster = LocalCluster(tmp_path / "c")
-    with pytest.raises(ValueError, match="node_lease_seconds must be 10..3600"):
+    with pytest.raises(ValueError, match=r"node_lease_seconds must be 10\.\.3600"):
         cluster.up(node_lease_seconds=seconds)
     assert not (tmp_path / "c").exists()
