@@ -180,6 +180,35 @@ def add_nodes(api: Any, count: int, gpus: int) -> None:
     raise RuntimeError(f"{count} nodes not Ready in 600 s")
 
 
+def delete_jobs(custom: Any, names: list[str]) -> None:
+    """Delete every DLJob one by one from 16 threads (404: gone already). One collection
+    delete of 10,000 DLJobs outlives the apiserver's request timeout (HTTP 504) or has its
+    connection dropped, and stops where it was; single deletes each finish in time."""
+    from kubernetes.client.exceptions import ApiException
+
+    def one(name: str) -> None:
+        for attempt in range(20):
+            try:
+                discard(
+                    custom.delete_namespaced_custom_object(
+                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, name, _preload_content=False
+                    )
+                )
+                return
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                if exc.status not in (429, 500, 503, 504):
+                    raise
+            except Exception:  # a dropped connection on a busy apiserver: try again
+                pass
+            time.sleep(min(5.0, 0.5 * (attempt + 1)))
+        raise RuntimeError(f"DLJob {NS}/{name} not deleted after 20 attempts")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, names))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=5000)
@@ -265,11 +294,28 @@ def main() -> int:
 
             def create(i: int, cycle: int = cycle) -> None:
                 body = dljob(f"c{cycle}-{i:05d}")
-                discard(
-                    custom.create_namespaced_custom_object(
-                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, body, _preload_content=False
-                    )
-                )
+                for attempt in range(20):
+                    try:
+                        discard(
+                            custom.create_namespaced_custom_object(
+                                c.API_GROUP,
+                                c.API_VERSION,
+                                NS,
+                                c.DLJOB_PLURAL,
+                                body,
+                                _preload_content=False,
+                            )
+                        )
+                        return
+                    except client.exceptions.ApiException as exc:
+                        if exc.status == 409:  # an attempt cut off after its write landed
+                            return
+                        if exc.status not in (429, 500, 503, 504):
+                            raise
+                    except Exception:  # a dropped connection on a busy apiserver
+                        pass
+                    time.sleep(min(5.0, 0.5 * (attempt + 1)))
+                raise RuntimeError(f"DLJob {body['metadata']['name']} not created")
 
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(create, range(args.jobs)))
@@ -300,17 +346,8 @@ def main() -> int:
                 f"RSS peak {rss_peak:.0f} MiB",
                 flush=True,
             )
-            for _ in range(10):
-                try:
-                    custom.delete_collection_namespaced_custom_object(
-                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL
-                    )
-                    break
-                except client.exceptions.ApiException as exc:
-                    # 504: the apiserver's request timeout ran out and it stopped deleting
-                    # where it was; the next request deletes the rest
-                    print(f"delete of the DLJobs: HTTP {exc.status}; again", flush=True)
             t1 = time.time()
+            delete_jobs(custom, [f"c{cycle}-{i:05d}" for i in range(args.jobs)])
             while (follow.jobs or follow.pods) and time.time() - t1 < args.timeout:
                 time.sleep(1.0)
             time.sleep(5.0)
