@@ -16,7 +16,8 @@ Kubernetes' full PodSpec, most of the CRD — costs each write; and (issue 27, t
 custom resource with no schema, with a tiny body and with a whole DLJob's body (``tiny_crd``:
 what any custom resource's write costs, and what the body's size adds), the DLJob CRD with
 its profile's features one atomic field (``atomic_crd``), and a pod status merge patch (the
-same verb on a built-in).
+same verb on a built-in); and the DLJob's status written again by a PUT of the whole object
+instead of a merge patch (``dljob_status_put``: whether the server-side merge is the cost).
 
 Writes ``benchmarks/results/apiserver-costs.json``.
 """
@@ -262,23 +263,45 @@ def main() -> int:
 
             return create
 
+        #: The DLJobs as their status patch left them (the PUT probe replaces their status).
+        patched: dict[int, dict[str, Any]] = {}
+
         def status_patches(plural: str, prefix: str = "j") -> Callable[[int], None]:
             """Status merge patch ``i`` (the operator's placement record) of ``plural``."""
 
             def patch(i: int) -> None:
-                discard(
-                    custom.patch_namespaced_custom_object_status(
-                        c.API_GROUP,
-                        c.API_VERSION,
-                        NS,
-                        plural,
-                        f"{prefix}-{i:04d}",
-                        status_patch(i),
-                        _preload_content=False,
-                    )
+                resp = custom.patch_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    plural,
+                    f"{prefix}-{i:04d}",
+                    status_patch(i),
+                    _preload_content=False,
                 )
+                if plural == c.DLJOB_PLURAL and prefix == "j":
+                    patched[i] = json.loads(resp.data)
+                else:
+                    discard(resp)
 
             return patch
+
+        def status_put(i: int) -> None:
+            """The same record as a PUT of the whole object (with its resourceVersion, as a
+            precondition), the patch's alternative: no merge on the server's side."""
+            obj = patched[i]
+            obj["status"] = {**obj["status"], "message": f"replaced {i}"}
+            discard(
+                custom.replace_namespaced_custom_object_status(
+                    c.API_GROUP,
+                    c.API_VERSION,
+                    NS,
+                    c.DLJOB_PLURAL,
+                    f"j-{i:04d}",
+                    obj,
+                    _preload_content=False,
+                )
+            )
 
         def tiny(name: str) -> dict[str, Any]:
             return {
@@ -348,6 +371,8 @@ def main() -> int:
             # and the DLJob with its profile's features one atomic field
             "dljob_atomic_features_create": creates(ATOMIC_PLURAL, "DLJobAtomic", dljob),
             "dljob_atomic_features_status_patch": status_patches(ATOMIC_PLURAL),
+            # and the DLJob's status written by PUT instead of a merge patch (a second write)
+            "dljob_status_put": status_put,
         }
         per: dict[str, dict[str, float]] = {}
         for name, fn in kinds.items():
@@ -401,6 +426,9 @@ def main() -> int:
         )
         result["status_patch_ratio_schemaless_cr_over_pod"] = round(
             total(["tiny_cr_status_patch"]) / max(total(["pod_status_patch"]), 1e-9), 2
+        )
+        result["status_put_over_patch"] = round(
+            total(["dljob_status_put"]) / max(total(["dljob_status_patch"]), 1e-9), 2
         )
         result["create_ratio_full_schema_over_lite"] = round(
             total(["dljob_create"]) / max(total(["dljob_lite_create"]), 1e-9), 2
