@@ -17,7 +17,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from horus.api.assignment import PredictedUsage
@@ -81,6 +81,14 @@ class Admission:
     # --- profiles --------------------------------------------------------------------------
     def known_profile(self, uid: str) -> GraphProfile | None:
         return self._profiles.get(uid)
+
+    def retain(self, uids: Collection[str]) -> None:
+        """Forget the profiles of jobs not in ``uids`` (each pass: the DLJobs that exist).
+        Without it every job ever admitted kept its profile for the life of the process —
+        the operator's memory grew with each create/delete cycle (issue 27)."""
+        with self._lock:
+            for uid in [u for u in self._profiles if u not in uids]:
+                del self._profiles[uid]
 
     def profile(self, ctx: JobCtx) -> GraphProfile:
         """The job's profile (cached by uid): inline, or read from its ConfigMap.

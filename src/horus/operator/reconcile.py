@@ -240,6 +240,7 @@ class Reconciler:
         self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
         every = self._contexts(snap)
+        self.admission.retain({x.uid for x in every.values()})
         ring = self.keys()
         self._distrust_rollbacks(every, ring, snap.claims)
         self.metrics.signing_key.set(1 if ring.can_sign else 0)
