@@ -118,20 +118,39 @@ def placement_message(
     return "\n".join(("horus-placements-v2", *fields)).encode()
 
 
-_VERIFIED: dict[tuple[tuple[bytes, ...], bytes, bytes], bool] = {}
-_VERIFIED_MAX = 1 << 16
+_VerifyKey = tuple[tuple[bytes, ...], bytes, bytes]
+#: Two generations of verified signatures: new answers go into the young one; when it is
+#: full it becomes the old one and the previous old one is dropped. A signature asked about
+#: again is moved up to the young generation, so what passes keep asking about stays and the
+#: signatures of deleted objects go within two generations — the memory is bounded and does
+#: not grow with each create/delete cycle, and a full cache never makes the next pass verify
+#: every live signature again (as clearing it did).
+_VERIFIED_YOUNG: dict[_VerifyKey, bool] = {}
+_VERIFIED_OLD: dict[_VerifyKey, bool] = {}
+_VERIFIED_GENERATION = 1 << 15
 _VERIFIED_LOCK = threading.Lock()
+
+
+def _remember(key: _VerifyKey, ok: bool) -> None:
+    global _VERIFIED_YOUNG, _VERIFIED_OLD
+    if len(_VERIFIED_YOUNG) >= _VERIFIED_GENERATION:
+        _VERIFIED_OLD, _VERIFIED_YOUNG = _VERIFIED_YOUNG, {}
+    _VERIFIED_YOUNG[key] = ok
 
 
 def _verified(raw: tuple[bytes, ...], digest: bytes, message: bytes, sig: bytes) -> bool:
     """Whether ``sig`` is a signature of ``message`` by one of the keys ``raw``, remembered by
     (keys, message digest, signature). Why: every placer pass verifies every record and pod
     assignment again, an Ed25519 verify costs 0.35-0.5 ms on this project's loaded 2-core
-    machine (HMAC took 9 µs), and the same signed objects come back pass after pass. Bounded:
-    cleared when full."""
+    machine (HMAC took 9 µs), and the same signed objects come back pass after pass. Bounded
+    to two generations of :data:`_VERIFIED_GENERATION` answers (see there)."""
     key = (raw, digest, sig)
     with _VERIFIED_LOCK:
-        hit = _VERIFIED.get(key)
+        hit = _VERIFIED_YOUNG.get(key)
+        if hit is None:
+            hit = _VERIFIED_OLD.pop(key, None)
+            if hit is not None:
+                _remember(key, hit)
     if hit is not None:
         return hit
     ok = False
@@ -143,9 +162,7 @@ def _verified(raw: tuple[bytes, ...], digest: bytes, message: bytes, sig: bytes)
         ok = True
         break
     with _VERIFIED_LOCK:
-        if len(_VERIFIED) >= _VERIFIED_MAX:
-            _VERIFIED.clear()
-        _VERIFIED[key] = ok
+        _remember(key, ok)
     return ok
 
 

@@ -4,6 +4,7 @@ epoch and text they were made for, and a node's public keys cannot make one."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,35 @@ def test_key_file_ring_follows_an_update_of_the_mounted_configmap(tmp_path: Path
         keys.ring()
     with pytest.raises(ConfigError, match="does not exist"):
         KeyFileRing(tmp_path / "missing").ring()
+
+
+def test_verified_signatures_are_kept_by_use_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verify cache keeps what passes keep asking about and drops what nobody asks about
+    any more (a deleted job's signatures), within two generations."""
+    from horus.api import signing
+
+    monkeypatch.setattr(signing, "_VERIFIED_GENERATION", 4)
+    monkeypatch.setattr(signing, "_VERIFIED_YOUNG", {})
+    monkeypatch.setattr(signing, "_VERIFIED_OLD", {})
+    ring = KeyRing.generate()  # (making the ring reads its public key once)
+    calls: list[bytes] = []
+    real = signing.Ed25519PublicKey.from_public_bytes
+
+    def counting(data: bytes) -> Any:
+        calls.append(data)
+        return real(data)
+
+    monkeypatch.setattr(signing.Ed25519PublicKey, "from_public_bytes", counting)
+    live = [("ns", f"live-{i}") for i in range(2)]
+    signed = {p: ring.sign_assignment(*p, "uid", "job", 1, "text") for p in live}
+    for cycle in range(5):  # each cycle: the live pods again, and 3 pods seen once
+        for p, sig in signed.items():
+            assert ring.verify_assignment(*p, "uid", "job", "text", sig) == 1
+        for i in range(3):
+            gone = ("ns", f"c{cycle}-{i}")
+            sig = ring.sign_assignment(*gone, "uid", "job", 1, "text")
+            assert ring.verify_assignment(*gone, "uid", "job", "text", sig) == 1
+    held = len(signing._VERIFIED_YOUNG) + len(signing._VERIFIED_OLD)
+    assert held <= 2 * 4  # bounded, though 17 signatures were verified
+    # the live pods' answers survived every rotation: verified once each, not once a cycle
+    assert len(calls) == 2 + 5 * 3
