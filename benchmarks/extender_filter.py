@@ -46,6 +46,7 @@ from horus.api.signing import KeyRing, SigningKey  # noqa: E402
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
 from horus.operator.extender import Extender, parse_extender_args  # noqa: E402
+from horus.operator.livedelta import Change  # noqa: E402
 from horus.operator.livestate import LiveObjects  # noqa: E402
 from horus.predictor import load_default_predictor  # noqa: E402
 
@@ -142,11 +143,31 @@ def obj_uuid(node: dict[str, Any], index: int) -> str:
 
 class Source:
     """The extender's ClusterSource over fixed objects; ``generation`` None: no copy (today).
-    ``gen`` moves when the benchmark changes the objects (as the watch-fed copy's does)."""
+    ``gen`` moves when the benchmark changes the objects (as the watch-fed copy's does), and
+    :meth:`changed` logs each change as the watch-fed view's change feed does
+    (``changes_since``, ``lookup``)."""
 
     def __init__(self, objs: LiveObjects, cached: bool) -> None:
         self.objs, self.cached = objs, cached
         self.gen = 1
+        self.log: list[Change] = []
+        self.pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in objs.pods}
+
+    def changed(self, pod: dict[str, Any], added: bool, deleted: bool) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if deleted:
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = pod
+        self.log.append(Change("pods", key, added, deleted))
+        self.gen += 1
+
+    def changes_since(self, mark: object) -> tuple[object, list[Change] | None]:
+        now = len(self.log)
+        return now, (self.log[mark:] if isinstance(mark, int) else None)
+
+    def lookup(self, kind: str, key: str) -> dict[str, Any] | None:
+        return self.pods.get(key) if kind == "pods" else None
 
     def list_objects(self) -> LiveObjects:
         return self.objs
@@ -236,14 +257,15 @@ def after_changes(
             new = json.loads(json.dumps(pods[k]))
             new["metadata"]["resourceVersion"] = str(100 + i)
             pods[k] = new
+            src.changed(new, added=False, deleted=False)
         elif kind == 1:
-            pods.pop(rng.randrange(len(pods)))
+            src.changed(pods.pop(rng.randrange(len(pods))), added=False, deleted=True)
         else:
             donor = json.loads(json.dumps(pods[rng.randrange(len(pods))]))
             donor["metadata"]["name"] += f"-again-{i}"
             donor["metadata"]["annotations"].pop(c.ANNOTATION_GPU_ASSIGNMENT)
             pods.append(donor)  # a new pending pod (no share yet)
-        src.gen += 1
+            src.changed(donor, added=True, deleted=False)
         p = probes[i % len(probes)]
         body = {"Pod": p, "NodeNames": names}
         t0, c0 = time.perf_counter(), time.process_time()

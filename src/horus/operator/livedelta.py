@@ -27,9 +27,10 @@ builds.
 from __future__ import annotations
 
 import bisect
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from horus.api.assignment import GpuAssignment
 from horus.api.podassignment import read_pod_assignment
@@ -51,11 +52,43 @@ from horus.operator.records import annotations_of, key_of
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import ClusterState
 
-__all__ = ["LiveDelta"]
+__all__ = ["Change", "LiveDelta"]
+
+
+class Change(NamedTuple):
+    """One change of the watch-fed copy as its watch delivered it, in order (what
+    :meth:`LiveDelta.update_changes` takes instead of reading the whole listing).
+
+    ``kind``: the listing it belongs to (``"pods"``, ``"dljobs"``, ``"nodes"``; others are
+    ignored); ``added``: the copy held nothing under ``key`` before (the object goes to the
+    end of the listing); ``deleted``: it holds nothing now. Neither: replaced in its place.
+    """
+
+    kind: str
+    key: str
+    added: bool
+    deleted: bool
+
+
+#: The object a change's key holds now in the listing (None: not listed), by (kind, key).
+Lookup = Callable[[str, str], Mapping[str, Any] | None]
 
 #: A pod's graph profile as the caller resolves it (None: none), keyed by the pod.
 ProfileOf = Callable[[Mapping[str, Any]], GraphProfile | None]
 _Member = tuple[Mapping[str, Any], GpuAssignment]
+#: What changed: (DLJobs by key in the listing's order, their changed keys, their places;
+#: the same of the pods).
+_Found = tuple[
+    dict[str, Mapping[str, Any]],
+    list[str],
+    dict[str, int],
+    dict[str, Mapping[str, Any]],
+    list[str],
+    dict[str, int],
+]
+#: Where the full build adds a job (see :meth:`LiveDelta._rank`); _LAST: no place known.
+_Rank = tuple[int, int, int]
+_LAST: _Rank = (2, 0, 0)
 
 
 @dataclass
@@ -92,8 +125,20 @@ class LiveDelta:
         self._dl: dict[str, _DLJobPart] = {}
         self._pods: dict[str, _PodPart] = {}
         self._group_problems: dict[str, list[str]] = {}
-        self._dl_keys: list[str] = []
-        self._pod_keys: list[str] = []
+        #: The listing as last seen (key → object, in the listing's order), and each key's
+        #: place in it: a number that only grows along the listing, kept for an object
+        #: replaced in its place, a new one for an object added at the end — what the full
+        #: build's order is decided by (positions after a diff of the whole listing).
+        self._dl_objs: dict[str, Mapping[str, Any]] = {}
+        self._pod_objs: dict[str, Mapping[str, Any]] = {}
+        self._dl_seq: dict[str, int] = {}
+        self._pod_seq: dict[str, int] = {}
+        self._next_seq = 0
+        #: Places the last replay of the watch's events gave up or renewed, as they were.
+        self._was_dl: dict[str, int] = {}
+        self._was_pods: dict[str, int] = {}
+        #: The DLJob records that count (the jobs whose pods group under them).
+        self._recorded: set[str] = set()
         #: Indexes over the pods: object id → key (for the objects held), the job each pod's
         #: share would count under → pods, the group each counts in → pods, and the pods
         #: with something to say in ``problems``.
@@ -122,9 +167,32 @@ class LiveDelta:
         ):
             return self._full(objs, keys)
         self._nodes = list(objs.nodes)  # the same nodes; compare with these next time
-        live = self._apply(objs, keys)
+        found = self._diff(objs)
+        live = None if found is None else self._apply(*found, keys)
         if live is None or self._conflicted:  # a refusal here: the listing's order decides
             return self._full(objs, keys)
+        self.updates += 1
+        return live
+
+    def update_changes(
+        self,
+        changes: Sequence[Change] | None,
+        lookup: Lookup,
+        listing: Callable[[], LiveObjects],
+        keys: KeyRing | None,
+    ) -> LiveState:
+        """The live state after ``changes`` (the watch's events since the last update, in
+        order; each key's object now from ``lookup``), without reading the whole listing —
+        the work is that of the changes, not of the cluster. ``changes`` None (not known: a
+        relist, a gap in the feed), a node among them, or a change that does not fit what
+        is held (an object back in the listing without being added): :meth:`update` with
+        ``listing()``, which finds what changed itself."""
+        if changes is None or self._live is None or self._conflicted or keys != self._keys:
+            return self.update(listing(), keys)
+        found = self._replay(changes, lookup)
+        live = None if found is None else self._apply(*found, keys, fast=True)
+        if live is None or self._conflicted:
+            return self.update(listing(), keys)
         self.updates += 1
         return live
 
@@ -137,31 +205,118 @@ class LiveDelta:
         self._dl, self._pods, self._group_problems = {}, {}, {}
         self._dl_ids, self._pod_ids = {}, {}
         self._by_candidate, self._by_group, self._with_problems = {}, {}, set()
+        self._recorded = set()
+        self._dl_objs, self._pod_objs = {}, {}
         self._live = LiveState(state=base.state)
-        live = self._apply(objs, keys, everything=True)
+        found = self._diff(objs, everything=True)
+        live = None if found is None else self._apply(*found, keys, everything=True)
         assert live is not None
         return live
 
     # --- what changed -----------------------------------------------------------------------
-    def _apply(
-        self, objs: LiveObjects, keys: KeyRing | None, everything: bool = False
-    ) -> LiveState | None:
-        assert self._live is not None
+    def _diff(self, objs: LiveObjects, everything: bool = False) -> _Found | None:
+        """What changed between the listing held and ``objs`` (None: a key twice, or
+        unchanged objects listed in another order — only the listing's order decides)."""
         dl_diff = _diff(objs.dljobs, self._dl, self._dl_ids)
         pod_diff = _diff(objs.pods, self._pods, self._pod_ids)
         if dl_diff is None or pod_diff is None:
             return None  # the same key twice: only the listing's order decides
         (dl_new, dl_changed), (pod_new, pod_changed) = dl_diff, pod_diff
         if not everything and not (
-            _kept_order(self._dl_keys, dl_new, dl_changed)
-            and _kept_order(self._pod_keys, pod_new, pod_changed)
+            _kept_order(list(self._dl_objs), dl_new, dl_changed)
+            and _kept_order(list(self._pod_objs), pod_new, pod_changed)
         ):
             return None  # unchanged objects moved in the listing: the order decides ties
+        dl_seq = dict(zip(dl_new, range(len(dl_new)), strict=True))  # no Python loop
+        pod_seq = dict(zip(pod_new, range(len(pod_new)), strict=True))
+        self._next_seq = max(len(dl_new), len(pod_new))
+        return dl_new, dl_changed, dl_seq, pod_new, pod_changed, pod_seq
+
+    def _replay(self, changes: Sequence[Change], lookup: Lookup) -> _Found | None:
+        """:meth:`_diff` from the watch's events: the listing held, changed in place (C-level
+        copies of its dicts; no Python step per object). None where the events do not fit
+        what is held, or a node changed."""
+        # changed in place (no copy of 24,000 entries per change): where the events turn out
+        # not to fit, the diff that follows finds the listing moved and builds in full
+        dl_objs, pod_objs = self._dl_objs, self._pod_objs
+        dl_seq, pod_seq = self._dl_seq, self._pod_seq
+        nxt = self._next_seq
+        touched: dict[str, dict[str, None]] = {"dljobs": {}, "pods": {}}
+        #: Each place given up or given anew, as it was (what the ranks before the change
+        #: are read from) — and the keys with a new place.
+        was: dict[str, dict[str, int]] = {"dljobs": {}, "pods": {}}
+        renewed: set[tuple[str, str]] = set()
+        for ch in changes:
+            if ch.kind == "nodes":
+                return None  # the nodes decide the whole state: a full build
+            if ch.kind not in touched:
+                continue
+            seq = pod_seq if ch.kind == "pods" else dl_seq
+            if ch.deleted or ch.added:
+                old_place = seq.pop(ch.key, None)
+                if old_place is not None:
+                    was[ch.kind].setdefault(ch.key, old_place)
+            if ch.added:
+                seq[ch.key], nxt = nxt, nxt + 1
+                renewed.add((ch.kind, ch.key))
+            touched[ch.kind][ch.key] = None
+        self._was_dl, self._was_pods = was["dljobs"], was["pods"]
+        out: list[tuple[dict[str, Mapping[str, Any]], list[str]]] = []
+        for kind, objs, seq, held in (
+            ("dljobs", dl_objs, dl_seq, self._dl),
+            ("pods", pod_objs, pod_seq, self._pods),
+        ):
+            changed: list[str] = []
+            appended: dict[str, Mapping[str, Any]] = {}
+            for key in touched[kind]:
+                obj = lookup(kind, key)
+                if obj is None:  # deleted, or no longer listed (a finished pod)
+                    objs.pop(key, None)
+                    place = seq.pop(key, None)
+                    if place is not None:
+                        was[kind].setdefault(key, place)
+                elif key not in seq:
+                    return None  # listed again without being added: its place is unknown
+                elif key in objs and (kind, key) not in renewed:
+                    objs[key] = obj  # replaced in its place
+                else:  # added: a place at the end
+                    objs.pop(key, None)
+                    appended[key] = obj
+                part = held.get(key)
+                if (part.obj if part is not None else None) is not obj:
+                    changed.append(key)
+            if appended:  # after every object held, in the order they were added
+                tail = next(reversed(objs), None)
+                ordered = sorted(appended, key=seq.__getitem__)
+                if tail is not None and seq[tail] > seq[ordered[0]]:
+                    return None
+                for key in ordered:
+                    objs[key] = appended[key]
+            out.append((objs, changed))
+        self._next_seq = nxt
+        (dl_new, dl_changed), (pod_new, pod_changed) = out
+        return dl_new, dl_changed, dl_seq, pod_new, pod_changed, pod_seq
+
+    def _seq_of(self, kind: str, key: str) -> int | None:
+        return (self._pod_seq if kind == "pods" else self._dl_seq).get(key)
+
+    def _apply(
+        self,
+        dl_new: dict[str, Mapping[str, Any]],
+        dl_changed: list[str],
+        dl_seq: dict[str, int],
+        pod_new: dict[str, Mapping[str, Any]],
+        pod_changed: list[str],
+        pod_seq: dict[str, int],
+        keys: KeyRing | None,
+        everything: bool = False,
+        fast: bool = False,
+    ) -> LiveState | None:
+        assert self._live is not None
         if not everything and not pod_changed and not dl_changed:
+            self._dl_objs, self._pod_objs = dl_new, pod_new
+            self._dl_seq, self._pod_seq = dl_seq, pod_seq
             return self._live
-        self._dl_keys, self._pod_keys = list(dl_new), list(pod_new)
-        _reindex(self._dl_ids, self._dl, dl_new, dl_changed)
-        _reindex(self._pod_ids, self._pods, pod_new, pod_changed)
         affected: set[str] = set()
         for key in dl_changed:
             old = self._dl.get(key)
@@ -169,33 +324,60 @@ class LiveDelta:
                 affected.add(old.jname)
             if key in dl_new:
                 affected.add(_dljob_name(dl_new[key]))
+        new_parts: dict[str, _PodPart] = {}
+        for key in pod_changed:
+            gone = self._pods.get(key)
+            if gone is not None and gone.candidate is not None:
+                affected.add(gone.candidate)
+            if key in pod_new:
+                part = new_parts[key] = _PodPart(pod_new[key], _candidate(pod_new[key], keys))
+                if part.candidate is not None:
+                    affected.add(part.candidate)
+        # each affected job's rank before the change (in the places held until now)
+        old_ranks = (
+            {
+                j: self._rank(
+                    j, ChainMap(self._was_dl, self._dl_seq), ChainMap(self._was_pods, self._pod_seq)
+                )
+                for a in affected
+                for j in (a, a + MOVING_SUFFIX)
+            }
+            if fast
+            else {}
+        )
+        self._dl_objs, self._pod_objs = dl_new, pod_new
+        self._dl_seq, self._pod_seq = dl_seq, pod_seq
+        order = pod_seq
+        _reindex(self._dl_ids, self._dl, dl_new, dl_changed)
+        _reindex(self._pod_ids, self._pods, pod_new, pod_changed)
         for key in pod_changed:
             gone = self._pods.pop(key, None)
             if gone is not None:
                 self._unindex(key, gone)
-                if gone.candidate is not None:
-                    affected.add(gone.candidate)
-            if key in pod_new:
-                part = _PodPart(pod_new[key], _candidate(pod_new[key], keys))
-                self._pods[key] = part
-                if part.candidate is not None:
-                    affected.add(part.candidate)
-                    self._by_candidate.setdefault(part.candidate, set()).add(key)
+            fresh = new_parts.get(key)
+            if fresh is not None:
+                self._pods[key] = fresh
+                if fresh.candidate is not None:
+                    self._by_candidate.setdefault(fresh.candidate, set()).add(key)
         old_live = self._live
         state = old_live.state if everything else old_live.state.fork()
         residents = dict(old_live.residents)
         touched: set[int] = set()
+        released: list[str] = []
         for jname in affected:
             for name in (jname, jname + MOVING_SUFFIX):
                 if name in state.jobs:
                     touched.update(state.jobs[name].gpus)
                     state.release(name)
                     residents.pop(name, None)
+                    released.append(name)
         scratch = LiveState(state=state)
         # (a) the DLJob records that changed, and those of the jobs whose pods changed (a
         # DLJob's record and its pods' shares go by one name: both were released)
         for key in [*dl_changed, *(j for j in affected if j in dl_new and j not in dl_changed)]:
-            self._dl.pop(key, None)
+            gone_part = self._dl.pop(key, None)
+            if gone_part is not None:
+                self._recorded.discard(gone_part.jname)
             if key not in dl_new:
                 continue
             scratch.problems, scratch.observed_pairs = [], []
@@ -205,9 +387,10 @@ class LiveDelta:
             self._dl[key] = _DLJobPart(
                 obj, jname, scratch.problems, scratch.observed_pairs, jname in recorded
             )
-        recorded_now = {p.jname for p in self._dl.values() if p.recorded}
+            if jname in recorded:
+                self._recorded.add(jname)
+        recorded_now = self._recorded
         # (b) every pod whose job is counted again: its group (and what it says) anew
-        order = dict(zip(pod_new, range(len(pod_new)), strict=True))  # no Python loop
         members_of: dict[str, list[tuple[int, _Member]]] = {}
         for jname in affected:
             self._group_problems.pop(jname, None)
@@ -241,7 +424,82 @@ class LiveDelta:
                     added.append(job)
                     touched.update(state.jobs[job].gpus)
         self.added = tuple(added)
-        return self._settle(state, residents, touched, added, dl_new, order, everything)
+        kept_order = (
+            self._in_place(old_live, state, residents, released, added, old_ranks, dl_seq, order)
+            if fast
+            else None
+        )
+        return self._settle(
+            state, residents, touched, added, dl_new, dl_seq, order, everything, kept_order
+        )
+
+    def _rank(self, job: str, dl_seq: Mapping[str, int], order: Mapping[str, int]) -> _Rank:
+        """Where the full build adds ``job``: records in the DLJobs' order (a move's old
+        GPUs right after), then the pods' groups in their first pod's order."""
+        base = job.removesuffix(MOVING_SUFFIX)
+        record = self._dl.get(base)
+        if record is not None and record.recorded:
+            return (0, dl_seq[base], int(base != job))
+        members = self._by_group.get(job)
+        if members:
+            return (1, min(order[k] for k in members), 0)
+        return _LAST
+
+    def _in_place(
+        self,
+        old_live: LiveState,
+        state: ClusterState,
+        residents: Mapping[str, Any],
+        released: Sequence[str],
+        added: Sequence[str],
+        old_ranks: Mapping[str, _Rank],
+        dl_seq: Mapping[str, int],
+        order: Mapping[str, int],
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The jobs and residents in the full build's order without sorting all of them:
+        the previous state's order (C-level dict copies) with the jobs gone taken out and
+        each job counted again put back in its old place — right when its rank did not
+        move (places are numbers that only grow, kept for unchanged objects, so every other
+        job's rank is as before) — and new jobs at the end when they rank after every
+        other. None: a rank moved; :meth:`_settle` sorts them in."""
+        jobs = dict(old_live.state.jobs)
+        kept = dict(old_live.residents)
+        again = set(added)
+        for name in released:
+            if name not in again:
+                jobs.pop(name, None)
+                kept.pop(name, None)
+        new: list[tuple[_Rank, str]] = []
+        for name in added:
+            rank = self._rank(name, dl_seq, order)
+            if rank == _LAST:
+                return None
+            if name in jobs:
+                if old_ranks.get(name) != rank or name not in kept:
+                    return None  # moved, or not a resident before: sort them in
+            else:
+                new.append((rank, name))
+        if new:
+            new.sort()
+            tail = next(reversed(jobs), None)
+            if tail is not None and self._rank(tail, dl_seq, order) >= new[0][0]:
+                return None
+        for name in added:
+            if name in jobs:
+                jobs[name] = state.jobs[name]
+        for _, name in new:
+            jobs[name] = state.jobs[name]
+        # the same jobs as the state's: it holds every job not released, and of those released
+        # exactly the ones added again (and the new ones), all of which ``jobs`` holds
+        if len(jobs) != len(state.jobs) or any(
+            (name in state.jobs) != (name in again) for name in released
+        ):
+            return None
+        for name in added:
+            kept[name] = residents[name]
+        for _, name in new:
+            kept[name] = residents[name]
+        return jobs, kept
 
     def _unindex(self, key: str, part: _PodPart) -> None:
         """Forget what ``part`` (pod ``key``) contributed to the indexes."""
@@ -272,25 +530,16 @@ class LiveDelta:
         touched: set[int],
         added: Sequence[str],
         dl_new: Mapping[str, Mapping[str, Any]],
+        dl_seq: Mapping[str, int],
         order: Mapping[str, int],
         everything: bool,
+        in_place: tuple[dict[str, Any], dict[str, Any]] | None,
     ) -> LiveState:
-        dl_pos = dict(zip(dl_new, range(len(dl_new)), strict=True))
-        last = (2, 0, 0)
+        ranks: dict[str, _Rank] = {}
 
-        def rank(job: str) -> tuple[int, int, int]:
-            """Where the full build adds ``job``: records in the DLJobs' order (a move's
-            old GPUs right after), then the pods' groups in their first pod's order."""
-            base = job.removesuffix(MOVING_SUFFIX)
-            record = self._dl.get(base)
-            if record is not None and record.recorded:
-                return (0, dl_pos[base], int(base != job))
-            members = self._by_group.get(job)
-            if members:
-                return (1, min(order[k] for k in members), 0)
-            return last
+        def rank(job: str) -> _Rank:
+            return self._rank(job, dl_seq, order)
 
-        ranks: dict[str, tuple[int, int, int]] = {}
         for g in touched:
             on = state.residents[g]
             for r in on:
@@ -302,20 +551,23 @@ class LiveDelta:
             for r in on:
                 total += r.util
             state.util_sum[g] = total
-        if everything:
-            names = sorted(state.jobs, key=rank)
-        else:  # the others kept their order: put each job added again in its place
-            moved = set(added)
-            names = [j for j in state.jobs if j not in moved]
-            for job in sorted(added, key=rank):
-                at = bisect.bisect_left(names, rank(job), key=rank)
-                names.insert(at, job)
-        state.jobs = dict(zip(names, map(state.jobs.__getitem__, names), strict=True))
-        kept = (
-            dict(zip(names, map(residents.__getitem__, names), strict=True))
-            if residents.keys() == state.jobs.keys()  # every job counted is a resident
-            else {k: residents[k] for k in names if k in residents}
-        )
+        if in_place is not None:
+            state.jobs, kept = in_place
+        else:
+            if everything:
+                names = sorted(state.jobs, key=rank)
+            else:  # the others kept their order: put each job added again in its place
+                moved = set(added)
+                names = [j for j in state.jobs if j not in moved]
+                for job in sorted(added, key=rank):
+                    at = bisect.bisect_left(names, rank(job), key=rank)
+                    names.insert(at, job)
+            state.jobs = dict(zip(names, map(state.jobs.__getitem__, names), strict=True))
+            kept = (
+                dict(zip(names, map(residents.__getitem__, names), strict=True))
+                if residents.keys() == state.jobs.keys()  # every job counted is a resident
+                else {k: residents[k] for k in names if k in residents}
+            )
         live = LiveState(
             state=state,
             residents=kept,

@@ -27,11 +27,13 @@ reconcile pass copies what it edits (``JobCtx.status``), as it did with a listin
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from horus.common import constants as c
 from horus.kube.informer import Informer, wait_all_synced
+from horus.operator.livedelta import Change
 
 __all__ = ["ClusterView", "lean", "node_projection", "pod_matters", "pod_projection"]
 
@@ -134,11 +136,23 @@ class ClusterView:
         custom: Any = client.CustomObjectsApi(api_client)
         scheduling: Any = client.SchedulingV1Api(api_client)
         self.on_change = on_change
+        #: Every change in the order the informers told it (the extender's live state is
+        #: brought up to date from these, not from a diff of the whole copy); entries before
+        #: ``_log_base`` were dropped (:data:`~horus.common.constants.VIEW_CHANGE_LOG_MAX`).
+        self._log: list[Change] = []
+        self._log_base = 0
+        self._log_lock = threading.Lock()
 
         def tell(kind: str) -> Any:
             def handler(
                 key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
             ) -> None:
+                with self._log_lock:
+                    self._log.append(Change(kind, key, old is None, new is None))
+                    if len(self._log) > c.VIEW_CHANGE_LOG_MAX:
+                        drop = len(self._log) // 2
+                        del self._log[:drop]
+                        self._log_base += drop
                 if self.on_change is not None:
                     self.on_change(kind, key, old, new)
 
@@ -200,6 +214,36 @@ class ClusterView:
     def generation(self) -> tuple[int, ...]:
         """Moves whenever any kept object changed."""
         return tuple(i.generation for i in self.informers)
+
+    def change_mark(self) -> tuple[int, int, int]:
+        """Where the change log is now: (entries so far, the informers' generations summed,
+        their LISTs summed). The entry count is read first: an informer bumps its generation
+        before it tells the change, so a change under way shows as a generation without
+        its entry."""
+        with self._log_lock:
+            pos = self._log_base + len(self._log)
+        fed = self._fed()
+        return (pos, sum(i.generation for i in fed), sum(i.counts.lists for i in fed))
+
+    def changes_since(
+        self, mark: tuple[int, int, int] | None
+    ) -> tuple[tuple[int, int, int], list[Change] | None]:
+        """The mark now and the changes since ``mark``, in order — or None where they may
+        not be all: no mark, entries dropped, a LIST since (a relist reorders the copy and
+        tells only what changed), or generations that moved by other than one per entry
+        (a relist, a change under way at either mark, a delete of an object not held)."""
+        now = self.change_mark()
+        if mark is None or mark[2] != now[2] or now[1] - mark[1] != now[0] - mark[0]:
+            return now, None
+        with self._log_lock:
+            if mark[0] < self._log_base:
+                return now, None
+            return now, self._log[mark[0] - self._log_base : now[0] - self._log_base]
+
+    def _fed(self) -> list[Informer]:
+        """Every informer whose changes the log holds (each tells through it)."""
+        out = [self.pods, self.dljobs, self.nodes, self.priority_classes]
+        return out + [i for i in (self.claims, self.slices) if i is not None]
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per informer: LISTs, WATCHes, expiries, errors and events so far."""

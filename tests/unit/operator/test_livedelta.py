@@ -22,7 +22,7 @@ from opfixtures import assignment, dljob, node, pod, profile_doc, share
 
 from horus.common import constants as c
 from horus.operator.extender import Extender, parse_extender_args
-from horus.operator.livedelta import LiveDelta
+from horus.operator.livedelta import Change, LiveDelta
 from horus.operator.livestate import LiveObjects, LiveState, build_live_state
 from horus.predictor import load_default_predictor
 from signing_keys import KEY, sign_pod
@@ -263,3 +263,142 @@ def test_the_extender_answers_alike_from_the_kept_state_and_a_rebuild() -> None:
         assert kept.filter(body) == rebuilt.filter(body), f"step {i}"
         assert kept.prioritize(body) == rebuilt.prioritize(body), f"step {i}"
     assert kept._delta.updates > 20
+
+
+def _events(kind: str, before: dict[str, Any], after: dict[str, Any]) -> list[Change]:
+    """The watch's events for one step of :func:`_step` (keys as the view's informer
+    writes them): deleted, replaced in place, added at the end."""
+    out = [Change(kind, k, False, True) for k in before if k not in after]
+    out += [
+        Change(kind, k, False, False) for k in after if k in before and after[k] is not before[k]
+    ]
+    out += [Change(kind, k, True, False) for k in after if k not in before]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_updates_from_the_watchs_events_equal_a_full_rebuild(seed: int) -> None:
+    """:meth:`LiveDelta.update_changes` — the changed keys from the watch, no diff of the
+    listing — gives the full build after every step, and reads the listing only where the
+    events cannot be followed (a refusal for lack of room)."""
+    rng = random.Random(100 + seed)
+    predictor = load_default_predictor()
+    delta = LiveDelta(predictor, lambda p: None)
+    nodes = _nodes()
+    jobs = {f"j{k}": _random_dljob(rng, f"j{k}") for k in range(4)}
+    pods: dict[str, dict[str, Any]] = {}
+    for k in range(14):
+        p = _random_pod(rng, k, list(jobs))
+        pods[f"default/{p['metadata']['name']}"] = p
+    listed = 0
+
+    def listing() -> LiveObjects:
+        nonlocal listed
+        listed += 1
+        return _objs(nodes, pods, jobs)
+
+    def lookup(kind: str, key: str) -> dict[str, Any] | None:
+        return (pods if kind == "pods" else jobs if kind == "dljobs" else {}).get(key)
+
+    delta.update_changes(None, lookup, listing, KEY)
+    dl_keys = {f"default/{k}": k for k in jobs}
+    for i in range(100, 160):
+        before_pods, before_jobs = dict(pods), {f"default/{k}": v for k, v in jobs.items()}
+        _step(rng, pods, jobs, i)
+        after_jobs = {f"default/{k}": v for k, v in jobs.items()}
+        dl_keys.update({f"default/{k}": k for k in jobs})
+        changes = _events("dljobs", before_jobs, after_jobs) + _events("pods", before_pods, pods)
+        got = delta.update_changes(
+            changes,
+            lambda kind, key: (
+                jobs.get(dl_keys.get(key, "")) if kind == "dljobs" else lookup(kind, key)
+            ),
+            listing,
+            KEY,
+        )
+        objs = _objs(nodes, pods, jobs)
+        want = build_live_state(objs.nodes, objs.pods, objs.dljobs, predictor, keys=KEY)
+        assert _snapshot(got) == _snapshot(want), f"step {i}"
+    assert delta.updates > 0
+    assert listed < delta.full_builds + 60 - delta.updates // 2  # most steps read no listing
+
+
+def test_a_change_the_events_leave_out_is_not_seen() -> None:
+    """The events are all the update reads: a replaced pod they do not name keeps its old
+    share (so the view's log must name every change — test_view_change_log), while the same
+    change named is counted."""
+    predictor = load_default_predictor()
+    delta = LiveDelta(predictor, lambda p: None)
+    nodes = _nodes()
+    pods = {f"default/p{k}": pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)}
+
+    def listing() -> LiveObjects:
+        return _objs(nodes, pods, {})
+
+    delta.update_changes(None, lambda k, key: pods.get(key), listing, KEY)
+    pods["default/p1"] = pod("p1", assignment("n0", 1, 60, 2000))
+    missed = delta.update_changes([], lambda k, key: pods.get(key), listing, KEY)
+    assert int(missed.state.core_used[missed.state.gpu_id("n0", 1)]) == 20
+    seen = delta.update_changes(
+        [Change("pods", "default/p1", False, False)], lambda k, key: pods.get(key), listing, KEY
+    )
+    assert int(seen.state.core_used[seen.state.gpu_id("n0", 1)]) == 60
+    want = build_live_state(nodes, list(pods.values()), [], predictor, keys=KEY)
+    assert _snapshot(seen) == _snapshot(want)
+    assert (delta.full_builds, delta.updates) == (1, 2)
+
+
+class _FedSource(_ViewSource):
+    """:class:`_ViewSource` with the view's change feed (``changes_since``, ``lookup``)."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        super().__init__(nodes)
+        self.log: list[Change] = []
+
+    def step(self, rng: random.Random, i: int) -> None:
+        before_pods, before_jobs = dict(self.pods), dict(self.jobs)
+        _step(rng, self.pods, self.jobs, i)
+        self.log += _events("dljobs", _keyed(before_jobs), _keyed(self.jobs))
+        self.log += _events("pods", before_pods, self.pods)
+        self.gen += 1
+
+    def changes_since(self, mark: object) -> tuple[object, list[Change] | None]:
+        return len(self.log), (self.log[mark:] if isinstance(mark, int) else None)
+
+    def lookup(self, kind: str, key: str) -> dict[str, Any] | None:
+        if kind == "dljobs":
+            return _keyed(self.jobs).get(key)
+        return self.pods.get(key) if kind == "pods" else None
+
+
+def _keyed(jobs: dict[str, Any]) -> dict[str, Any]:
+    return {f"{v['metadata'].get('namespace', 'default')}/{k}": v for k, v in jobs.items()}
+
+
+def test_the_extender_fed_the_watchs_events_answers_as_a_rebuild() -> None:
+    rng = random.Random(11)
+    predictor = load_default_predictor()
+    fed = _FedSource(_nodes())
+    rebuilt_src = _ViewSource(fed.nodes)
+    rebuilt_src.cached = False
+    kept = Extender(fed, predictor, key=KEY, cache_seconds=0)
+    rebuilt = Extender(rebuilt_src, predictor, key=KEY, cache_seconds=0)
+    names = [*NODES, "down", "missing"]
+    listed = 0
+    lister = fed.list_objects
+
+    def counted() -> LiveObjects:
+        nonlocal listed
+        listed += 1
+        return lister()
+
+    fed.list_objects = counted  # type: ignore[method-assign]
+    for i in range(40):
+        fed.step(rng, i)
+        rebuilt_src.pods, rebuilt_src.jobs = fed.pods, fed.jobs
+        probe = sign_pod(plain_pod(f"probe{i}", rng.choice([10, 40, 90]), 8000))
+        body = parse_extender_args({"Pod": probe, "NodeNames": names})
+        assert kept.filter(body) == rebuilt.filter(body), f"step {i}"
+        assert kept.prioritize(body) == rebuilt.prioritize(body), f"step {i}"
+    assert kept._delta.updates > 20
+    assert listed < 40 - kept._delta.updates // 2  # the events, not the listing, were read

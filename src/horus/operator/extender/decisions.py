@@ -34,7 +34,7 @@ from horus.operator.extender.demand import PodDemand, cached_profile, pod_demand
 from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
 from horus.operator.extender.source import ClusterSource
 from horus.operator.extender.wire import BindingArgs, ExtenderArgs
-from horus.operator.livedelta import LiveDelta
+from horus.operator.livedelta import Change, LiveDelta
 from horus.operator.livestate import (
     LiveObjects,
     LiveState,
@@ -154,6 +154,8 @@ class Extender:
         #: The last update: the state it started from, the one it made, and the residents
         #: it counted again (the session then takes in only those).
         self._step: tuple[LiveState | None, LiveState, tuple[str, ...]] | None = None
+        #: Where the source's change feed stood at the last update (``changes_since``).
+        self._mark: object = None
 
     def set_predictor(self, predictor: Predictor) -> None:
         """Place with ``predictor`` from the next request on (a reloaded artifact); filter
@@ -165,6 +167,7 @@ class Extender:
         with self._state_lock:
             self._state = None  # residents were sized with the old model
             self._delta = LiveDelta(predictor, _pod_profile)
+            self._mark = None
 
     @property
     def predictor(self) -> Predictor:
@@ -190,26 +193,45 @@ class Extender:
         generation = self.source.generation()
         if generation is None:
             return self._live_of(exclude, self.source.list_objects())
+        feed = getattr(self.source, "changes_since", None)
         with self._state_lock:
             cached = self._state
+            changes = None
+            if feed is not None:  # the watch's changes: the state follows them, no diff
+                mark, changes = feed(self._mark)
+                generation = (generation, mark) if mark is not None else generation
             if cached is None or cached[0] != generation:
                 # Read after the generation: a change in between only makes the next
                 # request rebuild once more, never serve an older copy under a newer tag.
-                live, units = self._updated(self.source.list_objects())
+                live, units = self._updated(changes)
                 cached = self._state = (generation, live, units)
+                if feed is not None:
+                    self._mark = mark
         if exclude in cached[1].residents:
             return self._live_of(exclude, self.source.list_objects())
         return cached[1], cached[2]
 
-    def _updated(self, objs: LiveObjects) -> tuple[LiveState, dict[str, int]]:
-        """The shared live state brought up to date with ``objs`` (:class:`LiveDelta`: only
-        what changed is counted again; the same answer as :meth:`_live_of`)."""
+    def _updated(self, changes: Sequence[Change] | None) -> tuple[LiveState, dict[str, int]]:
+        """The shared live state brought up to date (:class:`LiveDelta`: only what changed
+        is counted again; the same answer as :meth:`_live_of`): from ``changes`` where the
+        source tells them (its watch's events), else from a diff of its whole listing."""
         delta = self._delta
         epoch, before = delta.nodes_epoch, self._state[1] if self._state is not None else None
-        live = delta.update(objs, self.keys())
+        listed: list[LiveObjects] = []
+
+        def listing() -> LiveObjects:
+            if not listed:
+                listed.append(self.source.list_objects())
+            return listed[0]
+
+        lookup = getattr(self.source, "lookup", None)
+        if changes is not None and lookup is not None:
+            live = delta.update_changes(changes, lookup, listing, self.keys())
+        else:
+            live = delta.update(listing(), self.keys())
         self._step = (before, live, delta.added) if delta.nodes_epoch == epoch else None
         if self._units is None or epoch != delta.nodes_epoch:
-            self._units = _node_units(objs.nodes)
+            self._units = _node_units(listing().nodes)
         units, unreadable = self._units
         for name, why in unreadable.items():
             live.excluded_nodes.setdefault(name, why)

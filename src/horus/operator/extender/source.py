@@ -8,7 +8,8 @@ from typing import Any, Protocol
 from horus.api.raw import discard, read_object
 from horus.kube.errors import Conflict
 from horus.operator.jobapi import KubeJobApi
-from horus.operator.livestate import LiveObjects
+from horus.operator.livedelta import Change
+from horus.operator.livestate import TERMINAL_POD_PHASES, LiveObjects
 from horus.operator.view import ClusterView
 
 
@@ -67,6 +68,28 @@ class KubeClusterSource:
 
     def generation(self) -> object:
         return None if self.view is None else self.view.generation
+
+    def changes_since(self, mark: object) -> tuple[object, list[Change] | None]:
+        """The view's changes since ``mark`` (:meth:`ClusterView.changes_since`): what the
+        extender's live state is brought up to date with. No view: (None, None)."""
+        if self.view is None:
+            return None, None
+        return self.view.changes_since(mark if isinstance(mark, tuple) else None)
+
+    def lookup(self, kind: str, key: str) -> Mapping[str, Any] | None:
+        """What :meth:`list_objects` lists under ``key`` now (None: nothing, or a finished
+        pod, which :meth:`ClusterView.active_pods` leaves out)."""
+        if self.view is None:
+            return None
+        informer = {"pods": self.view.pods, "dljobs": self.view.dljobs, "nodes": self.view.nodes}
+        obj = informer[kind].get(key) if kind in informer else None
+        if (
+            kind == "pods"
+            and obj is not None
+            and (obj.get("status") or {}).get("phase") in TERMINAL_POD_PHASES
+        ):
+            return None
+        return obj
 
     def fresh_objects(self) -> LiveObjects:
         from kubernetes.client.exceptions import ApiException
