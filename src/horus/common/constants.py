@@ -166,9 +166,9 @@ METRIC_VIEW_REQUESTS: Final = "horus_operator_view_requests"  # _total; labels r
 # watches that ended with 410 Gone (each followed by a relist) or an error, by resource
 METRIC_VIEW_WATCH_BREAKS: Final = "horus_operator_view_watch_breaks"  # _total; resource, reason
 METRIC_VIEW_EVENTS: Final = "horus_operator_view_events"  # _total; watch events, by resource
-#: Changes the watch-fed view keeps for its readers (the extender's live state is brought up
-#: to date from them); a reader further behind diffs the whole copy instead.
-VIEW_CHANGE_LOG_MAX: Final = 100_000
+#: Changes the extender's watch-fed view keeps for it (its live state is brought up to date
+#: from them, once per request after a change); a reader further behind diffs the whole copy.
+VIEW_CHANGE_LOG_MAX: Final = 20_000
 
 MIB: Final = 1024 * 1024  # bytes in one MiB: shares, NVML and torch readings convert with it
 

@@ -118,7 +118,10 @@ class ClusterView:
     ``on_change(kind, key, old, new)`` hears every change (``new`` None: deleted), from the
     informer's thread. ``claims``: also keep ResourceClaims and ResourceSlices (the DRA
     path);
-    ``priority_classes``: keep PriorityClasses (not started when False).
+    ``priority_classes``: keep PriorityClasses (not started when False). ``change_log``: keep
+    the log of changes :meth:`changes_since` reads (the extender; the operator's pass does not
+    read it, and it would hold up to :data:`~horus.common.constants.VIEW_CHANGE_LOG_MAX`
+    entries for nothing).
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class ClusterView:
         claims: bool = False,
         watch_seconds: int = 300,
         priority_classes: bool = True,
+        change_log: bool = False,
     ) -> None:
         from kubernetes import client
 
@@ -142,17 +146,19 @@ class ClusterView:
         self._log: list[Change] = []
         self._log_base = 0
         self._log_lock = threading.Lock()
+        self.change_log = change_log
 
         def tell(kind: str) -> Any:
             def handler(
                 key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
             ) -> None:
-                with self._log_lock:
-                    self._log.append(Change(kind, key, old is None, new is None))
-                    if len(self._log) > c.VIEW_CHANGE_LOG_MAX:
-                        drop = len(self._log) // 2
-                        del self._log[:drop]
-                        self._log_base += drop
+                if self.change_log:
+                    with self._log_lock:
+                        self._log.append(Change(kind, key, old is None, new is None))
+                        if len(self._log) > c.VIEW_CHANGE_LOG_MAX:
+                            drop = len(self._log) // 2
+                            del self._log[:drop]
+                            self._log_base += drop
                 if self.on_change is not None:
                     self.on_change(kind, key, old, new)
 
@@ -231,9 +237,15 @@ class ClusterView:
         """The mark now and the changes since ``mark``, in order — or None where they may
         not be all: no mark, entries dropped, a LIST since (a relist reorders the copy and
         tells only what changed), or generations that moved by other than one per entry
-        (a relist, a change under way at either mark, a delete of an object not held)."""
+        (a relist, a change under way at either mark, a delete of an object not held); always
+        None without ``change_log``."""
         now = self.change_mark()
-        if mark is None or mark[2] != now[2] or now[1] - mark[1] != now[0] - mark[0]:
+        if (
+            not self.change_log
+            or mark is None
+            or mark[2] != now[2]
+            or now[1] - mark[1] != now[0] - mark[0]
+        ):
             return now, None
         with self._log_lock:
             if mark[0] < self._log_base:

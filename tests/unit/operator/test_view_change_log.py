@@ -31,7 +31,7 @@ class _Listed:
 
 
 def test_every_event_is_logged_in_order_and_a_relist_breaks_the_log() -> None:
-    view = ClusterView(None)
+    view = ClusterView(None, change_log=True)
     mark, changes = view.changes_since(None)
     assert changes is None  # no mark yet: the reader lists
     pods = view.pods
@@ -64,7 +64,7 @@ def test_every_event_is_logged_in_order_and_a_relist_breaks_the_log() -> None:
 def test_the_source_looks_up_what_it_lists() -> None:
     from horus.operator.extender.source import KubeClusterSource
 
-    view = ClusterView(None)
+    view = ClusterView(None, change_log=True)
     src = KubeClusterSource.__new__(KubeClusterSource)
     src.view = view
     view.pods._apply({"type": "ADDED", "object": _pod("a", "1")})
@@ -74,3 +74,12 @@ def test_the_source_looks_up_what_it_lists() -> None:
     mark, _ = src.changes_since(None)
     view.pods._apply({"type": "DELETED", "object": _pod("a", "3")})
     assert src.changes_since(mark)[1] == [Change("pods", "ns/a", False, True)]
+
+
+def test_without_the_log_nothing_is_kept_and_nothing_is_told() -> None:
+    """The operator's view (no ``change_log``) keeps no entries; its reader always diffs."""
+    view = ClusterView(None)
+    mark, _ = view.changes_since(None)
+    view.pods._apply({"type": "ADDED", "object": _pod("a", "1")})
+    assert view.changes_since(mark)[1] is None
+    assert view._log == []

@@ -51,6 +51,7 @@ def build_extender(
         api_client,
         claims=settings.placement_path == c.PLACEMENT_PATH_DRA,
         priority_classes=False,
+        change_log=True,  # the live state follows the watch's changes (LiveDelta)
     )
     if not view.start(120.0):
         log.warning("the cluster view is not synced yet; requests wait for it")
