@@ -119,7 +119,7 @@ class Controller:
 
         from horus.operator.assignment_key import AssignmentKeySource
         from horus.operator.jobapi import KubeJobApi
-        from horus.operator.reconcile import Reconciler
+        from horus.operator.reconcile import Reconciler, cleanup_workers
         from horus.operator.view import ClusterView
 
         s = self.settings
@@ -127,9 +127,13 @@ class Controller:
         self._loop = asyncio.get_running_loop()
         # One connection pool for every thread that talks to the apiserver: the commit
         # chains and their replicas (2 × workers), the event posters (workers / 4), the
-        # Lease thread and the pass's own lists. Smaller, and urllib3 would open and drop
+        # leftover deletions (workers / 4, at least 2), the Lease thread and the pass's own
+        # lists. Smaller, and urllib3 would open and drop
         # extra connections under load ("Connection pool is full").
-        api = api_client(s.kubeconfig or None, 2 * s.workers + max(2, s.workers // 4) + 4)
+        api = api_client(
+            s.kubeconfig or None,
+            2 * s.workers + max(2, s.workers // 4) + cleanup_workers(s.workers) + 4,
+        )
         key_file = Path(s.assignment_key_file) if s.assignment_key_file else None
         # The namespace first: the signing key's Secret lives there, and a first start whose
         # Secret create fails (namespace missing) places nothing until the key is read again.

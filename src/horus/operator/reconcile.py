@@ -38,7 +38,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,7 @@ from horus.scheduler import (
 )
 from horus.scheduler.types import MigrationSettings, PreemptionSettings
 
-__all__ = ["COMPONENT", "Conflict", "JobCtx", "PassReport", "Reconciler"]
+__all__ = ["COMPONENT", "Conflict", "JobCtx", "PassReport", "Reconciler", "cleanup_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,12 @@ class Reconciler:
         self.replica_pool = ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="horus-replica"
         )
+        #: Deletions of leftover pods and claims (a gone job's): up to ``workers / 4`` at a
+        #: time, beside the pass instead of one by one inside it — at 5,000 nodes a pass that
+        #: found 5,683 pods of deleted jobs spent 422 s deleting them before placing anything.
+        self.cleanup_pool = ThreadPoolExecutor(
+            max_workers=cleanup_workers(workers), thread_name_prefix="horus-cleanup"
+        )
         self.writer = StatusWriter(
             self.api, self.keys, self.metrics, identity, workers // 4, lifecycle_events
         )
@@ -226,6 +232,7 @@ class Reconciler:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.replica_pool.shutdown(wait=True, cancel_futures=True)
+        self.cleanup_pool.shutdown(wait=True, cancel_futures=True)
         self.writer.close()
 
     # --- the pass ------------------------------------------------------------------------
@@ -254,8 +261,9 @@ class Reconciler:
             for x in ctxs.values()
             if x.status.get("placements") and x.phase not in TERMINAL_PHASES
         ]
-        self._cleanup(every, snap.pods, report)
-        self._cleanup_claims(every, snap.claims, report)
+        deleting: list[Future[None]] = []
+        self._cleanup(every, snap.pods, report, deleting)
+        self._cleanup_claims(every, snap.claims, report, deleting)
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
         t_admit = time.monotonic()
@@ -272,6 +280,7 @@ class Reconciler:
             Counter(str(x.phase or c.DLJOB_PHASE_PENDING) for x in ctxs.values())
         )
         self.metrics.set_state_gpus(live.state)
+        wait(deleting)  # the pass's report counts its deletions
         sweep_all()  # answers about objects this pass no longer saw (deleted) go
         report.seconds = time.monotonic() - t0
         return report
@@ -451,7 +460,11 @@ class Reconciler:
         ]
 
     def _cleanup(
-        self, ctxs: Mapping[str, JobCtx], pods: list[dict[str, Any]], report: PassReport
+        self,
+        ctxs: Mapping[str, JobCtx],
+        pods: list[dict[str, Any]],
+        report: PassReport,
+        deleting: list[Future[None]],
     ) -> None:
         """Delete pods Horus made for a DLJob that is gone, and still-running pods of a (signed)
         Failed job or of a job back in the queue (a preemption a crash interrupted before its
@@ -469,10 +482,23 @@ class Reconciler:
             running = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
             if ctx is None or (running and _must_stop(ctx)):
                 # Only the pod read here: one re-created under its name is not touched.
-                self._delete_leftover("pod", meta, self.api.delete_pod, "pods_deleted", report)
+                deleting.append(
+                    self.cleanup_pool.submit(
+                        self._delete_leftover,
+                        "pod",
+                        meta,
+                        self.api.delete_pod,
+                        "pods_deleted",
+                        report,
+                    )
+                )
 
     def _cleanup_claims(
-        self, ctxs: Mapping[str, JobCtx], claims: list[dict[str, Any]], report: PassReport
+        self,
+        ctxs: Mapping[str, JobCtx],
+        claims: list[dict[str, Any]],
+        report: PassReport,
+        deleting: list[Future[None]],
     ) -> None:
         """The DRA path's :meth:`_cleanup`: delete claims Horus made for a DLJob (controller
         ownerReference) that is gone, failed or back in the queue without placements (a
@@ -490,7 +516,11 @@ class Reconciler:
             ctx = jobs.get((str(meta.get("namespace")), owner))
             if ctx is None or _must_stop(ctx):
                 delete = self.api.delete_resource_claim
-                self._delete_leftover("claim", meta, delete, "claims_deleted", report)
+                deleting.append(
+                    self.cleanup_pool.submit(
+                        self._delete_leftover, "claim", meta, delete, "claims_deleted", report
+                    )
+                )
 
     def _delete_leftover(
         self,
@@ -951,3 +981,9 @@ def _node_units(nodes: list[dict[str, Any]]) -> dict[str, int]:
             log.warning("%s; assuming 1 MiB units", exc)
             out[name] = 1
     return out
+
+
+def cleanup_workers(workers: int) -> int:
+    """Threads deleting leftover pods and claims for a reconciler of ``workers`` commit chains
+    (the operator sizes its connection pool with it)."""
+    return max(2, workers // 4)
