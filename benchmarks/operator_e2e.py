@@ -192,6 +192,11 @@ _WRITE_KEY = ("resource", "subresource", "verb")
 _RAW = ("get", "--raw", "/metrics")
 
 
+def operator_command(kubeconfig: str, *args: str) -> list[str]:
+    """The operator as a subprocess of this Python, against ``kubeconfig``, with ``args``."""
+    return [sys.executable, "-m", "horus.operator", "--kubeconfig", kubeconfig, *args]
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -352,17 +357,7 @@ def main() -> int:
     try:
         log = folder / "operator.log"
         op = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "horus.operator",
-                "--kubeconfig",
-                state.kubeconfig,
-                "--metrics-port",
-                "0",
-                "--identity",
-                "bench",
-            ],
+            operator_command(state.kubeconfig, "--metrics-port", "0", "--identity", "bench"),
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
         )

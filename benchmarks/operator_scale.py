@@ -33,7 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from operator_e2e import cpu_seconds, dljob, request_counts, rss_mib  # noqa: E402
+from operator_e2e import (  # noqa: E402
+    cpu_seconds,
+    dljob,
+    operator_command,
+    request_counts,
+    rss_mib,
+)
 
 from horus.api.raw import discard  # noqa: E402
 from horus.common import constants as c  # noqa: E402
@@ -257,16 +263,7 @@ def main() -> int:
         log = local.directory / "operator.log"
         metrics_port = free_port()
         op = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "horus.operator",
-                "--kubeconfig",
-                state.kubeconfig,
-                "--metrics-port",
-                str(metrics_port),
-                *_OP_ARGS,
-            ],
+            operator_command(state.kubeconfig, "--metrics-port", str(metrics_port), *_OP_ARGS),
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
         )

@@ -139,17 +139,34 @@ def _objs(nodes: list[dict[str, Any]], pods: dict[str, Any], jobs: dict[str, Any
     return LiveObjects(nodes, list(pods.values()), list(jobs.values()))
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_each_update_equals_a_full_rebuild(seed: int) -> None:
-    rng = random.Random(seed)
+def _start(
+    rng: random.Random,
+) -> tuple[Any, LiveDelta, list[dict[str, Any]], dict[str, Any], dict[str, dict[str, Any]]]:
+    """A predictor, an empty LiveDelta, the nodes, 4 random DLJobs and 14 random pods."""
     predictor = load_default_predictor()
     delta = LiveDelta(predictor, lambda p: None)
-    nodes = _nodes()
     jobs = {f"j{k}": _random_dljob(rng, f"j{k}") for k in range(4)}
     pods: dict[str, dict[str, Any]] = {}
     for k in range(14):
         p = _random_pod(rng, k, list(jobs))
         pods[f"default/{p['metadata']['name']}"] = p
+    return predictor, delta, _nodes(), jobs, pods
+
+
+def _same_answers(
+    kept: Extender, rebuilt: Extender, rng: random.Random, i: int, names: list[str]
+) -> None:
+    """A random pod's filter and prioritize answers are the same from both extenders."""
+    probe = sign_pod(plain_pod(f"probe{i}", rng.choice([10, 40, 90]), 8000))
+    body = parse_extender_args({"Pod": probe, "NodeNames": names})
+    assert kept.filter(body) == rebuilt.filter(body), f"step {i}"
+    assert kept.prioritize(body) == rebuilt.prioritize(body), f"step {i}"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_each_update_equals_a_full_rebuild(seed: int) -> None:
+    rng = random.Random(seed)
+    predictor, delta, nodes, jobs, pods = _start(rng)
     for i in range(100, 160):
         _step(rng, pods, jobs, i)
         objs = _objs(nodes, pods, jobs)
@@ -258,10 +275,7 @@ def test_the_extender_answers_alike_from_the_kept_state_and_a_rebuild() -> None:
         _step(rng, kept_src.pods, kept_src.jobs, i)
         kept_src.gen += 1
         rebuilt_src.pods, rebuilt_src.jobs = kept_src.pods, kept_src.jobs
-        probe = sign_pod(plain_pod(f"probe{i}", rng.choice([10, 40, 90]), 8000))
-        body = parse_extender_args({"Pod": probe, "NodeNames": names})
-        assert kept.filter(body) == rebuilt.filter(body), f"step {i}"
-        assert kept.prioritize(body) == rebuilt.prioritize(body), f"step {i}"
+        _same_answers(kept, rebuilt, rng, i, names)
     assert kept._delta.updates > 20
 
 
@@ -282,14 +296,7 @@ def test_updates_from_the_watchs_events_equal_a_full_rebuild(seed: int) -> None:
     listing — gives the full build after every step, and reads the listing only where the
     events cannot be followed (a refusal for lack of room)."""
     rng = random.Random(100 + seed)
-    predictor = load_default_predictor()
-    delta = LiveDelta(predictor, lambda p: None)
-    nodes = _nodes()
-    jobs = {f"j{k}": _random_dljob(rng, f"j{k}") for k in range(4)}
-    pods: dict[str, dict[str, Any]] = {}
-    for k in range(14):
-        p = _random_pod(rng, k, list(jobs))
-        pods[f"default/{p['metadata']['name']}"] = p
+    predictor, delta, nodes, jobs, pods = _start(rng)
     listed = 0
 
     def listing() -> LiveObjects:
@@ -396,10 +403,7 @@ def test_the_extender_fed_the_watchs_events_answers_as_a_rebuild() -> None:
     for i in range(40):
         fed.step(rng, i)
         rebuilt_src.pods, rebuilt_src.jobs = fed.pods, fed.jobs
-        probe = sign_pod(plain_pod(f"probe{i}", rng.choice([10, 40, 90]), 8000))
-        body = parse_extender_args({"Pod": probe, "NodeNames": names})
-        assert kept.filter(body) == rebuilt.filter(body), f"step {i}"
-        assert kept.prioritize(body) == rebuilt.prioritize(body), f"step {i}"
+        _same_answers(kept, rebuilt, rng, i, names)
     assert kept._delta.updates > 20
     # the events, not the listing, were read: only each full build (its first, and after
     # an over-committed GPU) listed
