@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -186,30 +187,40 @@ def add_nodes(api: Any, count: int, gpus: int) -> None:
     raise RuntimeError(f"{count} nodes not Ready in 600 s")
 
 
+def retried(call: Callable[[], Any], done: int, what: str) -> None:
+    """``call`` (an API write), again after a dropped connection or HTTP 429/5xx from a busy
+    apiserver, up to 20 times; HTTP ``done`` counts as success (404 for a delete, 409 for a
+    create whose cut-off attempt had landed)."""
+    from kubernetes.client.exceptions import ApiException
+
+    for attempt in range(20):
+        try:
+            discard(call())
+            return
+        except ApiException as exc:
+            if exc.status == done:
+                return
+            if exc.status not in (429, 500, 503, 504):
+                raise
+        except Exception:  # a dropped connection on a busy apiserver: try again
+            pass
+        time.sleep(min(5.0, 0.5 * (attempt + 1)))
+    raise RuntimeError(f"{what}: not done after 20 attempts")
+
+
 def delete_jobs(custom: Any, names: list[str]) -> None:
     """Delete every DLJob one by one from 16 threads (404: gone already). One collection
     delete of 10,000 DLJobs outlives the apiserver's request timeout (HTTP 504) or has its
     connection dropped, and stops where it was; single deletes each finish in time."""
-    from kubernetes.client.exceptions import ApiException
 
     def one(name: str) -> None:
-        for attempt in range(20):
-            try:
-                discard(
-                    custom.delete_namespaced_custom_object(
-                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, name, _preload_content=False
-                    )
-                )
-                return
-            except ApiException as exc:
-                if exc.status == 404:
-                    return
-                if exc.status not in (429, 500, 503, 504):
-                    raise
-            except Exception:  # a dropped connection on a busy apiserver: try again
-                pass
-            time.sleep(min(5.0, 0.5 * (attempt + 1)))
-        raise RuntimeError(f"DLJob {NS}/{name} not deleted after 20 attempts")
+        retried(
+            lambda: custom.delete_namespaced_custom_object(
+                c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, name, _preload_content=False
+            ),
+            404,
+            f"delete of DLJob {NS}/{name}",
+        )
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, names))
@@ -291,28 +302,13 @@ def main() -> int:
 
             def create(i: int, cycle: int = cycle) -> None:
                 body = dljob(f"c{cycle}-{i:05d}")
-                for attempt in range(20):
-                    try:
-                        discard(
-                            custom.create_namespaced_custom_object(
-                                c.API_GROUP,
-                                c.API_VERSION,
-                                NS,
-                                c.DLJOB_PLURAL,
-                                body,
-                                _preload_content=False,
-                            )
-                        )
-                        return
-                    except client.exceptions.ApiException as exc:
-                        if exc.status == 409:  # an attempt cut off after its write landed
-                            return
-                        if exc.status not in (429, 500, 503, 504):
-                            raise
-                    except Exception:  # a dropped connection on a busy apiserver
-                        pass
-                    time.sleep(min(5.0, 0.5 * (attempt + 1)))
-                raise RuntimeError(f"DLJob {body['metadata']['name']} not created")
+                retried(
+                    lambda: custom.create_namespaced_custom_object(
+                        c.API_GROUP, c.API_VERSION, NS, c.DLJOB_PLURAL, body, _preload_content=False
+                    ),
+                    409,
+                    f"create of DLJob {NS}/{body['metadata']['name']}",
+                )
 
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(create, range(args.jobs)))
