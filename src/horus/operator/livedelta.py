@@ -233,9 +233,9 @@ class LiveDelta:
         return dl_new, dl_changed, dl_seq, pod_new, pod_changed, pod_seq
 
     def _replay(self, changes: Sequence[Change], lookup: Lookup) -> _Found | None:
-        """:meth:`_diff` from the watch's events: the listing held, changed in place (C-level
-        copies of its dicts; no Python step per object). None where the events do not fit
-        what is held, or a node changed."""
+        """:meth:`_diff` from the watch's events: the listing held, changed in place (a step
+        per change, none per object held). None where the events do not fit what is held,
+        or a node changed."""
         # changed in place (no copy of 24,000 entries per change): where the events turn out
         # not to fit, the diff that follows finds the listing moved and builds in full
         dl_objs, pod_objs = self._dl_objs, self._pod_objs
@@ -296,9 +296,6 @@ class LiveDelta:
         self._next_seq = nxt
         (dl_new, dl_changed), (pod_new, pod_changed) = out
         return dl_new, dl_changed, dl_seq, pod_new, pod_changed, pod_seq
-
-    def _seq_of(self, kind: str, key: str) -> int | None:
-        return (self._pod_seq if kind == "pods" else self._dl_seq).get(key)
 
     def _apply(
         self,

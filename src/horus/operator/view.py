@@ -34,6 +34,7 @@ from typing import Any
 from horus.common import constants as c
 from horus.kube.informer import Informer, wait_all_synced
 from horus.operator.livedelta import Change
+from horus.operator.livestate import TERMINAL_POD_PHASES
 
 __all__ = ["ClusterView", "lean", "node_projection", "pod_matters", "pod_projection"]
 
@@ -263,8 +264,13 @@ class ClusterView:
 
     def active_pods(self) -> list[dict[str, Any]]:
         """Pods not Succeeded or Failed (what the extender counts)."""
-        return [
-            p
-            for p in self.pods.items()
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
+        return [p for p in self.pods.items() if _active(p)]
+
+    def active_pod(self, key: str) -> dict[str, Any] | None:
+        """The pod under ``key`` if :meth:`active_pods` lists it, else None."""
+        pod = self.pods.get(key)
+        return pod if pod is not None and _active(pod) else None
+
+
+def _active(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES

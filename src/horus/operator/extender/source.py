@@ -9,7 +9,7 @@ from horus.api.raw import discard, read_object
 from horus.kube.errors import Conflict
 from horus.operator.jobapi import KubeJobApi
 from horus.operator.livedelta import Change
-from horus.operator.livestate import TERMINAL_POD_PHASES, LiveObjects
+from horus.operator.livestate import LiveObjects
 from horus.operator.view import ClusterView
 
 
@@ -81,15 +81,10 @@ class KubeClusterSource:
         pod, which :meth:`ClusterView.active_pods` leaves out)."""
         if self.view is None:
             return None
-        informer = {"pods": self.view.pods, "dljobs": self.view.dljobs, "nodes": self.view.nodes}
-        obj = informer[kind].get(key) if kind in informer else None
-        if (
-            kind == "pods"
-            and obj is not None
-            and (obj.get("status") or {}).get("phase") in TERMINAL_POD_PHASES
-        ):
-            return None
-        return obj
+        if kind == "pods":
+            return self.view.active_pod(key)
+        informer = {"dljobs": self.view.dljobs, "nodes": self.view.nodes}.get(kind)
+        return None if informer is None else informer.get(key)
 
     def fresh_objects(self) -> LiveObjects:
         from kubernetes.client.exceptions import ApiException
