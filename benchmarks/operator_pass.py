@@ -90,7 +90,16 @@ def peak_mib(rec: Reconciler) -> float:
 
 def one(nodes: int, running: int, queued: int) -> dict[str, Any]:
     api = ViewApi([node(f"n{i:05d}", gpus=8) for i in range(nodes)])
-    rec = Reconciler(api, load_default_predictor(), KEY, workers=8, progress_deadline=3600.0)
+    # no per-pass cap: the set-up places every running job in its first pass, and the
+    # placing pass measures all ``queued`` jobs at once
+    rec = Reconciler(
+        api,
+        load_default_predictor(),
+        KEY,
+        workers=8,
+        progress_deadline=3600.0,
+        max_jobs_per_pass=100_000,
+    )
     try:
         for i in range(running):
             api.add_dljob(job(f"run-{i:05d}"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -226,6 +227,15 @@ def delete_jobs(custom: Any, names: list[str]) -> None:
         list(pool.map(one, names))
 
 
+def largest_pass(log: Path, start: int) -> int:
+    """The most jobs one operator pass placed, from its log after byte ``start`` (its INFO
+    line ``pass N: placed K, …``): the pass whose temporaries the process keeps room for."""
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    return max((int(m) for m in re.findall(r"pass \d+: placed (\d+),", text)), default=0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=5000)
@@ -240,6 +250,12 @@ def main() -> int:
         type=int,
         default=DEFAULT_NODE_LEASE_SECONDS,
         help="the kwok nodes' lease, renewed every quarter of it (a kubelet's: 40 s; 10..3600)",
+    )
+    ap.add_argument(
+        "--max-jobs-per-pass",
+        type=int,
+        default=None,
+        help="the operator's --max-jobs-per-pass (default: the operator's own default)",
     )
     args = ap.parse_args()
     if not 10 <= args.node_lease_seconds <= 3600:
@@ -274,7 +290,17 @@ def main() -> int:
         log = local.directory / "operator.log"
         metrics_port = free_port()
         op = subprocess.Popen(
-            operator_command(state.kubeconfig, "--metrics-port", str(metrics_port), *_OP_ARGS),
+            operator_command(
+                state.kubeconfig,
+                "--metrics-port",
+                str(metrics_port),
+                *_OP_ARGS,
+                *(
+                    ("--max-jobs-per-pass", str(args.max_jobs_per_pass))
+                    if args.max_jobs_per_pass is not None
+                    else ()
+                ),
+            ),
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
         )
@@ -296,6 +322,7 @@ def main() -> int:
         rss_start = rss_mib(op.pid)
         cycles: list[dict[str, Any]] = []
         for cycle in range(args.cycles):
+            log_from = log.stat().st_size
             peak[0] = 0.0
             cpu0 = cpu_seconds(op.pid)
             t0 = time.time()
@@ -357,6 +384,7 @@ def main() -> int:
                 "operator_rss_after_cycle_mib": round(rss_mib(op.pid), 1),
                 "operator_cpu_seconds": round(cpu, 1),
                 "deleted_seconds": round(time.time() - t1, 1),
+                "largest_pass_placed": largest_pass(log, log_from),
             }
             cycles.append(row)
             print(json.dumps(row), flush=True)

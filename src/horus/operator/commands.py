@@ -93,6 +93,12 @@ def _register_run(rsub: Any) -> None:
         default=None,
         help="also post the Scheduled/Running/Succeeded Events; the conditions say it (false)",
     )
+    run.add_argument(
+        "--max-jobs-per-pass",
+        type=int,
+        default=None,
+        help="new DLJobs admitted, and jobs placed, per pass at most; the rest next pass (1000)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -125,6 +131,7 @@ def _run(args: argparse.Namespace) -> int:
         "restart_seconds",
         "placement_path",
         "lifecycle_events",
+        "max_jobs_per_pass",
     )
     cli = {f: getattr(args, f) for f in fields}
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)

@@ -181,6 +181,7 @@ class Controller:
             restart_seconds=s.restart_seconds,
             placement_path=s.placement_path,
             lifecycle_events=s.lifecycle_events,
+            max_jobs_per_pass=s.max_jobs_per_pass,
         )
         self.metrics.set_predictor(predictor.version)
         self.metrics.watch_view(self.view.counts)
@@ -356,8 +357,8 @@ class Controller:
                 )
             for problem in report.problems[:5]:
                 log.warning("%s", problem)
-            if report.conflicts:
-                self.nudge.set()  # a lost race: look again soon
+            if report.conflicts or report.held_back:
+                self.nudge.set()  # a lost race, or jobs past the pass's cap: look again
             elif report.deferred:  # Running writes held back while placing: come back for them
                 asyncio.get_running_loop().call_later(1.0, self.nudge.set)
 

@@ -106,6 +106,9 @@ class PassReport:
     pairs_observed: int = 0
     #: passes that placed nothing for want of a signing key (reconcile._hold)
     held: int = 0
+    #: jobs left for the next pass by the per-pass cap (new jobs not admitted, queued jobs
+    #: the scheduler did not reach): the controller runs the next pass at once
+    held_back: int = 0
     #: the DRA path: ResourceClaims created and deleted, decisions re-placed because the
     #: kube-scheduler could not honour them (horus.operator.claimcommit)
     claims_created: int = 0

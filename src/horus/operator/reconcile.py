@@ -158,6 +158,7 @@ class Reconciler:
         restart_seconds: float = 60.0,
         placement_path: str = c.PLACEMENT_PATH_DEVICE_PLUGIN,
         lifecycle_events: bool = False,
+        max_jobs_per_pass: int = 1000,
     ) -> None:
         #: a :class:`JobApi`, or a ``kubernetes.client.ApiClient`` to make a KubeJobApi of
         self.api: JobApi = api if hasattr(api, "list_dljobs") else KubeJobApi(api)
@@ -166,6 +167,9 @@ class Reconciler:
         self.is_leader = is_leader
         self.identity = identity
         self.session = PlacementSession(policy, predictor, scheduler_settings)
+        #: New jobs admitted, and jobs placed, in one pass at most (``OperatorSettings``):
+        #: the rest wait, untouched, for the next pass (``PassReport.held_back``).
+        self.max_jobs_per_pass = max_jobs_per_pass
         #: One job's commit chain (status → its pods → their Bindings) per task: up to
         #: ``workers`` chains in flight, each in its own order.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")
@@ -585,6 +589,10 @@ class Reconciler:
             for ctx in ctxs.values()
             if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements")
         ]
+        if len(new) > self.max_jobs_per_pass:  # the oldest first; the rest next pass
+            new.sort(key=_arrival)
+            report.count("held_back", len(new) - self.max_jobs_per_pass)
+            new = new[: self.max_jobs_per_pass]
         classes = self._priority_classes() if new else None
         admitted = [
             self.pool.submit(self._guarded, self._admit, ctx, model, max_gpu_mib, classes, report)
@@ -718,7 +726,12 @@ class Reconciler:
         report: PassReport,
     ) -> None:
         t1 = time.perf_counter()
-        result = self.scheduler.schedule(state, list(requests.values()), now=time.time())
+        result = self.scheduler.schedule(
+            state, list(requests.values()), now=time.time(), limit=self.max_jobs_per_pass
+        )
+        unreached = len(requests) - len(result.placed) - len(result.refused)
+        if unreached:  # past the pass's placements: decided (and written) next pass
+            report.count("held_back", unreached)
         self.metrics.latency.observe(time.perf_counter() - t1)
         report.timings["schedule"] = time.perf_counter() - t1
         for placement in result.placed:
@@ -900,6 +913,12 @@ class Reconciler:
 def _signing_condition(ctx: JobCtx, status: str) -> bool:
     cond = st.condition(ctx.status.get("conditions") or [], COND_SIGNING_KEY)
     return cond is not None and cond.get("status") == status
+
+
+def _arrival(ctx: JobCtx) -> tuple[str, str]:
+    """Admission order when a pass cannot admit every new job: creation time (RFC 3339 in
+    UTC, so the text sorts as the time), then the job's key."""
+    return (str(ctx.meta.get("creationTimestamp") or ""), ctx.key)
 
 
 def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -86,6 +86,13 @@ class OperatorSettings:
     #: apiserver writes (issue 27). Warnings — refusals when their reason changes, failures,
     #: errors — are posted either way.
     lifecycle_events: bool = False
+    #: At most this many new DLJobs admitted, and this many jobs placed, in one pass; the
+    #: rest wait, untouched, for the next pass, which starts at once. A pass keeps what it
+    #: commits in memory until it ends, and a process keeps the memory its largest pass
+    #: needed: at 5,000 nodes one pass that placed 10,000 arrivals left the operator 40 %
+    #: larger for good than passes of 6,000 did (issue 27). Jobs are taken in the order the
+    #: scheduler would take them (admission: oldest first), so the cap delays, never reorders.
+    max_jobs_per_pass: int = 1000
 
     def __post_init__(self) -> None:
         check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")
@@ -103,6 +110,7 @@ class OperatorSettings:
             raise ValueError("namespace and lease_name must not be empty")
         if self.debounce < 0:
             raise ValueError(f"debounce must be >= 0, got {self.debounce}")
+        check_range("max_jobs_per_pass", self.max_jobs_per_pass, 1, 100_000)
         check_range("correction_period", self.correction_period, 0.0, 86400.0, unit=" seconds")
         check_range("restart_seconds", self.restart_seconds, 0.0, 86400.0, unit=" seconds")
         check_range("progress_deadline", self.progress_deadline, 10.0, 7 * 86400.0, unit=" seconds")

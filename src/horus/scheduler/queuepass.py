@@ -48,9 +48,13 @@ class QueuePass:
         self.barrier: JobRequest | None = None
         self.protect: BoolArray | None = None
 
-    def run(self, only: Collection[str] | None) -> ScheduleResult:
-        """Try the queue (``only``: just those jobs); see ``Scheduler.schedule``."""
+    def run(self, only: Collection[str] | None, limit: int | None = None) -> ScheduleResult:
+        """Try the queue (``only``: just those jobs); see ``Scheduler.schedule``. With
+        ``limit``, the pass ends once that many jobs are placed: the jobs after that point
+        are neither placed nor refused (the caller's next pass takes them up)."""
         for pos, job in enumerate(self._jobs(only)):
+            if limit is not None and len(self.placed) >= limit:
+                break
             if not self._consider(pos, job):
                 break
         if self.barrier is None:

@@ -555,6 +555,7 @@ class Scheduler:
         now: float | None = None,
         explain: bool = True,
         only: Collection[str] | None = None,
+        limit: int | None = None,
     ) -> ScheduleResult:
         """One scheduling pass over ``queue``; placements are applied to ``state``.
 
@@ -563,10 +564,11 @@ class Scheduler:
         jobs' ``submit_time``) enables the starvation guard. With ``explain=False`` refusals
         carry no reason (the simulator's fast path). ``only`` restricts the pass to those job
         names, for a caller that knows the others already failed against an unchanged state
-        (a reservation made by an earlier pass still binds them).
+        (a reservation made by an earlier pass still binds them). ``limit``: at most that many
+        placements; the jobs the pass did not reach are in neither list of the result.
         """
         q = queue if isinstance(queue, JobQueue) else self.new_queue(state, queue)
-        return QueuePass(self, state, q, now, explain).run(only)
+        return QueuePass(self, state, q, now, explain).run(only, limit)
 
 
 def _best_per_node(fits: BoolArray, score: FloatArray, bounds: IntArray) -> IntArray:

@@ -109,6 +109,11 @@ def test_settings_precedence_and_errors(tmp_path: Any) -> None:
         load_settings(OperatorSettings, SECTION, cli={"policy": "nope"}, env={})
     with pytest.raises(ConfigError, match="--lease-duration"):
         load_settings(OperatorSettings, SECTION, cli={"lease_duration": 0.1}, env={})
+    env = {"HORUS_OPERATOR_MAX_JOBS_PER_PASS": "250"}
+    assert load_settings(OperatorSettings, SECTION, env=env).max_jobs_per_pass == 250
+    for bad in (0, 100_001):
+        with pytest.raises(ConfigError, match="--max-jobs-per-pass"):
+            load_settings(OperatorSettings, SECTION, cli={"max_jobs_per_pass": bad}, env={})
 
 
 # --- lease ------------------------------------------------------------------------------------
