@@ -175,3 +175,22 @@ def test_operator_lifecycle_events_value_reaches_the_operators_settings(
         text=True,
     )
     assert bad.returncode != 0 and "lifecycleEvents" in bad.stderr
+
+
+@pytest.mark.parametrize("value", [None, "250"])
+def test_operator_max_jobs_per_pass_value_reaches_the_operators_settings(
+    tmp_path: Path, value: str | None
+) -> None:
+    """``operator.maxJobsPerPass`` (the per-pass cap, issue 27) is what the operator loads from
+    the chart's config; one outside 1..100000 is refused by the schema."""
+    args = ["--set", f"operator.maxJobsPerPass={value}"] if value else []
+    file = tmp_path / "config.yaml"
+    file.write_text(render(*args)[("ConfigMap", "horus-config")]["data"]["config.yaml"])
+    loaded = load_settings(OperatorSettings, "operator", env={}, config_file=file)
+    assert loaded.max_jobs_per_pass == int(value or 1000)
+    bad = subprocess.run(
+        [_helm(), "template", "horus", str(CHART), "--set", "operator.maxJobsPerPass=0"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "maxJobsPerPass" in bad.stderr
