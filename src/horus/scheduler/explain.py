@@ -71,7 +71,7 @@ def _too_little_memory(
 ) -> str:
     return (
         f"needs {gib(job.memory_mib or predict(job, state.models[0]).memory_mib_upper)} "
-        f"per GPU but the largest GPU has {gib(int(state.mem_total.max(initial=0)))}"
+        f"per GPU but the largest GPU has {gib(state.largest_gpu_mib)}"
     )
 
 
@@ -220,7 +220,7 @@ def _memory(ctx: ScoreContext, headroom: int, need: int, fits: int, best: int, f
 
 def _slots(ctx: ScoreContext, policy: Policy) -> Reason:
     return (
-        f"every GPU with {gib(int(ctx.mem_need.max()))} free already runs "
+        f"every GPU with {gib(ctx.largest_mem_need())} free already runs "
         f"{policy.max_jobs_per_gpu(ctx.settings)} jobs (the most per GPU)",
         RefusalCode.SLOTS,
     )
@@ -238,7 +238,7 @@ def _core(ctx: ScoreContext, plural: str, best: int, free: int) -> Reason:
 def _util_cap(ctx: ScoreContext) -> Reason:
     return (
         f"every GPU with room would exceed the summed-utilisation cap of "
-        f"{ctx.settings.util_cap:.0f}% (job predicted at {float(ctx.util_need.max()):.0f}%)",
+        f"{ctx.settings.util_cap:.0f}% (job predicted at {ctx.largest_util_need():.0f}%)",
         RefusalCode.CORE,
     )
 

@@ -80,6 +80,22 @@ class ScoreContext:
         margin = self.model_margin.get(model, self.pair_margin)
         return term_margin(margin, self.observed, kind, model, sig, self.observed_z)
 
+    #: The job's largest memory need (MiB) and predicted utilisation over every GPU of the
+    #: cluster, where the arrays above cover only some of its GPUs (``Scheduler.evaluate``
+    #: scores the candidate nodes' alone); None: they cover every GPU. What a refusal
+    #: sentence quotes, so it reads the same either way.
+    cluster_need: tuple[int, float] | None = None
+
+    def largest_mem_need(self) -> int:
+        """The memory the job needs on the GPU where it needs most, cluster-wide."""
+        return self.cluster_need[0] if self.cluster_need is not None else int(self.mem_need.max())
+
+    def largest_util_need(self) -> float:
+        """The job's predicted utilisation on the GPU where it is highest, cluster-wide."""
+        return (
+            self.cluster_need[1] if self.cluster_need is not None else float(self.util_need.max())
+        )
+
     # Filled by the interference-aware policies' ``score``, read only to explain a refusal:
     #: predicted gain per GPU, −inf off the scored mask;
     gains: FloatArray | None = None
@@ -138,6 +154,13 @@ class Policy:
     ``refine`` and ``score`` judge each GPU by itself: a GPU's verdict and score may depend
     on the state and the job, never on which other GPUs are in the mask. That is what lets
     ``Scheduler.evaluate`` score every GPU once and answer per node.
+
+    Where ``per_gpu`` holds they go further: a GPU's verdict and score read only that GPU's
+    own figures, the state's signatures and the job (its number only through its order among
+    its node's GPUs) — no other GPU of the state, no cluster-wide sum, maximum or rank. Then
+    ``Scheduler.evaluate`` scores only the candidate nodes' GPUs (a
+    :class:`~horus.scheduler.state.NodeSubset`), with the same answers. A policy with a
+    cluster-wide term sets it False and is scored on every GPU.
     """
 
     name = "base"
@@ -153,6 +176,8 @@ class Policy:
     #: predicted utilisation (``refine``) and a sharing rule (``turned_down``); a refusal
     #: then names the cap or the rule when they, not room, kept the job out.
     interference_aware = False
+    #: ``refine`` and ``score`` read each GPU's own figures only (see the class docstring).
+    per_gpu = True
 
     def max_jobs_per_gpu(self, settings: SchedulerSettings) -> int:
         return settings.max_jobs_per_gpu if self.max_jobs is None else self.max_jobs

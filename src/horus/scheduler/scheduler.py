@@ -23,7 +23,7 @@ lives in :mod:`horus.scheduler.estimates`.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -44,7 +44,7 @@ from horus.scheduler.prepared import Prepared, scored_on
 from horus.scheduler.queue import JobQueue
 from horus.scheduler.queuepass import QueuePass
 from horus.scheduler.reservation import Reservation, soonest_free
-from horus.scheduler.state import BoolArray, ClusterState, FloatArray, IntArray
+from horus.scheduler.state import BoolArray, ClusterState, FloatArray, IntArray, NodeSubset
 from horus.scheduler.types import (
     GpuShare,
     JobRequest,
@@ -219,28 +219,66 @@ class Scheduler:
         (:func:`~horus.scheduler.explain.explain_nodes`); only a node whose sentence hangs on
         an over-committed GPU is replayed.
         """
-        pre = self._prefilter(state, job)
-        bounds = np.searchsorted(state.node_of, np.arange(len(state.node_names) + 1))
         names = list(nodes)
         if job.gpu_count != 1 or not names:
-            return {name: self._decide_on(pre, bounds, name) for name in names}
+            pre = self._prefilter(state, job)
+            return {name: self._decide_on(pre, state.node_bounds, name) for name in names}
+        if not self.policy.per_gpu:
+            return self._one_gpu_answers(self._prefilter(state, job), names, None)
+        # kube-scheduler's candidates only (500 of 5,000 nodes by default): their GPUs judged
+        # alone give each of them the answer judging every GPU gives (Policy.per_gpu), and
+        # whatever needs the whole cluster — a node the state lacks, a sentence the replay
+        # takes from another node's GPU — is answered from the whole state, worked out once
+        # and only then.
+        picked = sorted({n for n in map(state.node_index, names) if n >= 0})
+        if not picked:
+            return self._one_gpu_answers(self._prefilter(state, job), names, None)
+        held: list[Prepared] = []
+
+        def whole(name: str) -> Placement | Refusal:
+            if not held:
+                held.append(self._prefilter(state, job))
+            return self._decide_on(held[0], state.node_bounds, name)
+
+        return self._one_gpu_answers(self._prefilter(NodeSubset(state, picked), job), names, whole)
+
+    def _one_gpu_answers(
+        self,
+        pre: Prepared,
+        names: list[str],
+        whole: Callable[[str], Placement | Refusal] | None,
+    ) -> dict[str, Placement | Refusal]:
+        """:meth:`evaluate` of a one-GPU job prepared on ``pre.state`` (the whole state, or a
+        :class:`NodeSubset` of the named nodes, where ``whole`` answers a name from the whole
+        state: one the subset lacks, or one left to the replay)."""
+        state, job = pre.state, pre.job
+        bounds = state.node_bounds
+
+        def replay(name: str) -> Placement | Refusal:
+            return self._decide_on(pre, bounds, name) if whole is None else whole(name)
+
         refined = pre.refined() if pre.room.any() else pre.room
         fits = refined & pre.finite() if refined.any() else refined
         per_node = np.concatenate(([0], np.cumsum(fits, dtype=np.int64)))
         has = per_node[bounds[1:]] > per_node[bounds[:-1]]
         best = _best_per_node(fits, pre.score(), bounds) if fits.any() else None
-        ctx = replace(pre.ctx, gains=None, admissible=None)  # as _decide's for one node
-        effects: dict[tuple[int, int], tuple[float, float]] = {}
         out: dict[str, Placement | Refusal] = {}
+        placed: list[tuple[str, int]] = []
         refused: list[tuple[str, int]] = []
         for name in names:
             n = state.node_index(name)
             if n >= 0 and has[n] and best is not None:
-                out[name] = self._one_gpu(state, job, int(best[n]), ctx, pre.preds, effects)
+                placed.append((name, n))
             elif n < 0:
-                out[name] = self._decide_on(pre, bounds, name)
+                out[name] = replay(name)
             else:
                 refused.append((name, n))
+        if placed and best is not None:
+            ctx = replace(pre.ctx, gains=None, admissible=None)  # as _decide's for one node
+            gpus = best[np.array([n for _, n in placed], dtype=np.int64)]
+            made = self._one_gpu_placements(state, job, gpus, ctx, pre.preds)
+            for (name, _), placement in zip(placed, made, strict=True):
+                out[name] = placement
         if refused:
             filters = NodeFilters(
                 pre.allowed,
@@ -255,7 +293,7 @@ class Scheduler:
             told = explain_nodes(pre.ctx, self.policy, filters, bounds, at, self.predict)
             for (name, _), refusal in zip(refused, told, strict=True):
                 # None: an over-committed GPU decides the sentence; the replay knows it
-                out[name] = refusal if refusal is not None else self._decide_on(pre, bounds, name)
+                out[name] = refusal if refusal is not None else replay(name)
         return {name: out[name] for name in names}
 
     def evaluate_each(
@@ -264,8 +302,7 @@ class Scheduler:
         """:meth:`evaluate` by a full replay of the filters for every node (the reference
         the vectorised answer is tested and benchmarked against)."""
         pre = self._prefilter(state, job)
-        bounds = np.searchsorted(state.node_of, np.arange(len(state.node_names) + 1))
-        return {name: self._decide_on(pre, bounds, name) for name in nodes}
+        return {name: self._decide_on(pre, state.node_bounds, name) for name in nodes}
 
     def _decide_on(self, pre: Prepared, bounds: IntArray, name: str) -> Placement | Refusal:
         """:meth:`_decide` on node ``name``'s GPUs alone (GPUs are numbered in node order,
@@ -312,7 +349,11 @@ class Scheduler:
         return ok_gpu
 
     def _needs(self, st: ClusterState, job: JobRequest) -> _Needs:
-        """Per-GPU memory, core and utilisation of ``job`` (cached: they depend on no state)."""
+        """Per-GPU memory, core and utilisation of ``job`` (cached: they depend on no state);
+        a subset's are the whole state's, gathered."""
+        if isinstance(st, NodeSubset):
+            preds, mem, core, util = self._needs(st.whole, job)
+            return preds, mem[st.gpus], core[st.gpus], util[st.gpus]
         key = (st.layout_token, job.kind, job.memory_mib, job.core_percent, job.prediction)
         hit = self._needs_cache.get(key)
         if hit is not None:
@@ -371,6 +412,9 @@ class Scheduler:
             model_margin=self.estimates.model_margins(),
             observed_z=cfg.uncertainty_z,
         )
+        if isinstance(st, NodeSubset):  # the sentences quote the cluster's largest needs
+            _, mem_all, _, util_all = self._needs(st.whole, job)
+            ctx.cluster_need = (int(mem_all.max()), float(util_all.max()))
         room = usable & mem_ok & core_ok & slots_ok
         return Prepared(st, job, pol, preds, ctx, allowed, usable, mem_ok, core_ok, slots_ok, room)
 
@@ -457,38 +501,42 @@ class Scheduler:
             predicted_gain=gain,
         )
 
-    def _one_gpu(
+    def _one_gpu_placements(
         self,
         st: ClusterState,
         job: JobRequest,
-        g: int,
+        gpus: IntArray,
         ctx: ScoreContext,
         preds: list[ResourcePrediction],
-        effects: dict[tuple[int, int], tuple[float, float]],
-    ) -> Placement:
-        """``_placement(st, job, [[g]], ctx, preds, effects)``, the same object, made with
-        fewer steps: :meth:`evaluate` makes one per node a one-GPU job fits."""
-        model = int(st.model_of[g])
-        look = (model, int(st.sig_id[g]))
-        effect = effects.get(look)
-        if effect is None:
-            effect = effects[look] = self.predicted_effect(st, job, g)
-        node = st.node_names[int(st.node_of[g])]
-        share = GpuShare(
-            node=node,
-            gpu_index=st.gpu_index[g],
-            gpu_uuid=st.gpu_uuid[g],
-            core_percent=int(ctx.core_need[g]),
-            memory_mib=int(st.mem_total[g]) if self.policy.whole_gpu else int(ctx.mem_need[g]),
-        )
-        return Placement(
-            job=job.name,
-            replicas=(ReplicaPlacement(0, node, (share,)),),
-            policy=self.policy.name,
-            prediction=preds[model],
-            predicted_speed=min(1.0, effect[0]),
-            predicted_gain=0.0 + effect[1],
-        )
+    ) -> list[Placement]:
+        """``_placement(st, job, [[g]], ctx, preds)`` for each GPU ``g`` of ``gpus``, the same
+        objects, made with fewer steps: :meth:`evaluate` makes one per node a one-GPU job
+        fits (hundreds per pod), so each figure is read for all of them at once and the
+        predicted effect once per (GPU model, residents' signature)."""
+        memory = st.mem_total if self.policy.whole_gpu else ctx.mem_need
+        models, sigs = st.model_of[gpus].tolist(), st.sig_id[gpus].tolist()
+        nodes, cores = st.node_of[gpus].tolist(), ctx.core_need[gpus].tolist()
+        mibs = memory[gpus].tolist()
+        effects: dict[tuple[int, int], tuple[float, float]] = {}
+        out: list[Placement] = []
+        for i, g in enumerate(gpus.tolist()):
+            look = (models[i], sigs[i])
+            effect = effects.get(look)
+            if effect is None:
+                effect = effects[look] = self.predicted_effect(st, job, g)
+            node = st.node_names[nodes[i]]
+            share = GpuShare(node, st.gpu_index[g], st.gpu_uuid[g], cores[i], mibs[i])
+            out.append(
+                Placement(
+                    job=job.name,
+                    replicas=(ReplicaPlacement(0, node, (share,)),),
+                    policy=self.policy.name,
+                    prediction=preds[models[i]],
+                    predicted_speed=min(1.0, effect[0]),
+                    predicted_gain=0.0 + effect[1],
+                )
+            )
+        return out
 
     def predicted_effect(self, st: ClusterState, job: JobRequest, g: int) -> tuple[float, float]:
         """What ``job`` joining GPU ``g`` as it is in ``st`` does, as (the job's predicted

@@ -9,14 +9,16 @@ cases where the right answer is obvious.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sched_helpers import cluster, job, synthetic_predictor
+from sched_helpers import TablePredictor, cluster, job, synthetic_predictor
 
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common.constants import GPU_UNHEALTHY
-from horus.predictor.interface import GraphProfile
+from horus.common.errors import ValidationError
+from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.scheduler import (
     POLICY_NAMES,
     ClusterState,
@@ -27,6 +29,8 @@ from horus.scheduler import (
     RefusalCode,
     Scheduler,
 )
+from horus.scheduler.policies import Binpack, ScoreContext
+from horus.scheduler.state import BoolArray, NodeSubset
 
 pytestmark = pytest.mark.unit
 
@@ -367,3 +371,226 @@ def test_every_refusal_of_a_one_gpu_job_is_the_replays(policy: str) -> None:
         assert "summed-utilisation cap" in fast["node-4"].reason  # type: ignore[union-attr]
     if policy == "horus":
         assert codes["node-5"] == RefusalCode.INTERFERENCE
+
+
+# --- the candidate nodes' GPUs alone (NodeSubset): kube-scheduler sends 500 of 5,000 ---------
+class _ByModel(TablePredictor):
+    """``PRED`` with needs that differ by GPU model (V100: 30 % more utilisation, 20 % less
+    memory), so the job's largest need over the cluster differs from the candidates' where
+    only some models are among them — what a refusal quotes."""
+
+    def predict(self, profile: GraphProfile, gpu: str) -> ResourcePrediction:
+        p = super().predict(profile, gpu)
+        if gpu != "V100":
+            return p
+        return ResourcePrediction(
+            p.util_mean * 1.3, p.util_upper * 1.3, p.memory_mib_mean * 0.8, p.memory_mib_upper * 0.8
+        )
+
+
+BY_MODEL = _ByModel(PRED.usage, PRED.pairs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    policy=st.sampled_from(POLICY_NAMES),
+    sizes=st.lists(
+        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
+        min_size=1,
+        max_size=8,
+    ),
+    sick=st.sampled_from([0, 0, 3, 5]),
+    running=st.lists(st.one_of(one_gpu_spec, job_spec), max_size=60),
+    probes=st.lists(st.one_of(one_gpu_spec, one_gpu_spec, job_spec), min_size=1, max_size=4),
+    picks=st.lists(st.integers(0, 8), max_size=4),
+    measured=st.booleans(),
+    by_model=st.booleans(),
+)
+def test_candidate_nodes_alone_answer_as_every_gpu_does(
+    policy: str,
+    sizes: list[tuple[str, int]],
+    sick: int,
+    running: list[Spec],
+    probes: list[Spec],
+    picks: list[int],
+    measured: bool,
+    by_model: bool,
+) -> None:
+    """``evaluate`` judges only the named nodes' GPUs (a ``NodeSubset``, issue 27): for any
+    subset of the nodes, in any order, with unknown names and repeats among them, each
+    node's answer is the full per-node replay's on the whole state — also where the answer
+    quotes something of the whole cluster (its largest GPU, the job's largest need on any
+    GPU model: the predictor here makes needs differ by model) and where a sentence comes
+    from another node's GPU (the replay on the whole state answers those)."""
+    state = _mixed_cluster(sizes, sick)
+    pred = BY_MODEL if by_model else PRED
+    sched = Scheduler(policy, pred, pair_speed=_measured if policy == "oracle" else None)
+    sched.schedule(state, [_request(f"run-{i}", s) for i, s in enumerate(running)])
+    if measured:
+        sched.observe_pair("m1@32", "m2@32", "A100", 0.9)
+        sched.observe_pair("m0@32", "m3@32", "V100", 0.4)
+    names = [state.node_names[p] if p < len(state.node_names) else "no-such-node" for p in picks]
+    for i, spec in enumerate(probes):
+        probe = _request(f"probe-{i}", spec)
+        version = state.version
+        fast = sched.evaluate(state, probe, names)
+        slow = sched.evaluate_each(state, probe, names)
+        assert state.version == version
+        assert list(fast) == list(slow) == list(dict.fromkeys(names))
+        for node in fast:
+            _same(fast[node], slow[node])
+
+
+def _two_models() -> ClusterState:
+    """node-0, node-1: two V100s (16 GiB) each; node-2: two A100s (40 GiB)."""
+    return _mixed_cluster([("V100", 2), ("V100", 2), ("A100", 2)], 0)
+
+
+def test_a_refusal_among_candidates_quotes_the_whole_clusters_largest_gpu() -> None:
+    """A job too big for the V100 candidates is told the cluster's largest GPU (an A100 not
+    among them), as when every GPU is judged."""
+    state = _two_models()
+    sched = Scheduler("horus", PRED)
+    probe = job("big", "m5", memory_mib=30000)  # fits only an A100
+    answers = sched.evaluate(state, probe, ["node-0"])
+    refused = answers["node-0"]
+    assert isinstance(refused, Refusal) and refused.code == RefusalCode.IMPOSSIBLE
+    assert "the largest GPU has 40.0 GiB" in refused.reason
+    _same(refused, sched.evaluate_each(state, probe, ["node-0"])["node-0"])
+
+
+@pytest.mark.parametrize("policy", ["binpack", "horus"])
+def test_a_refusal_among_candidates_quotes_the_jobs_largest_need_on_any_model(
+    policy: str,
+) -> None:
+    """The slots sentence quotes the job's largest memory need over every GPU of the
+    cluster: with needs that differ by model and only V100 candidates, that is its A100
+    need, which no candidate GPU has."""
+    state = _two_models()
+    sched = Scheduler(policy, BY_MODEL)
+    for g in range(2):
+        for k in range(sched.policy.max_jobs_per_gpu(sched.settings)):
+            share = GpuShare("node-0", g, simulated_gpu_uuid("node-0", g), 5, 100)
+            pred = BY_MODEL.predict(GraphProfile("m0", 32), "V100")
+            state.add_job(job(f"slot-{g}-{k}", "m0"), [share], pred)
+    probe = job("probe", "m2")
+    fast = sched.evaluate(state, probe, ["node-0"])["node-0"]
+    assert isinstance(fast, Refusal) and fast.code == RefusalCode.SLOTS
+    need_a100 = BY_MODEL.predict(GraphProfile("m2", 32), "A100").memory_mib_upper
+    assert f"every GPU with {need_a100 / 1024:.1f} GiB free" in fast.reason
+    _same(fast, sched.evaluate_each(state, probe, ["node-0"])["node-0"])
+
+
+def test_a_refusal_among_candidates_quotes_the_jobs_highest_utilisation_on_any_model() -> None:
+    """The utilisation-cap sentence quotes the job's highest predicted utilisation over every
+    GPU of the cluster: with only the A100 node a candidate, that is its V100 figure."""
+    state = _two_models()
+    sched = Scheduler("horus", BY_MODEL)
+    for g in range(2):
+        for k in range(2):  # summed utilisation 99 + 99: no room under the cap for more
+            share = GpuShare("node-2", g, simulated_gpu_uuid("node-2", g), 10, 1000)
+            pred = BY_MODEL.predict(GraphProfile("m4", 32), "A100")
+            state.add_job(job(f"hot-{g}-{k}", "m4"), [share], pred)
+    probe = job("probe", "m0")
+    fast = sched.evaluate(state, probe, ["node-2"])["node-2"]
+    assert isinstance(fast, Refusal) and "summed-utilisation cap" in fast.reason
+    on_v100 = BY_MODEL.predict(GraphProfile("m0", 32), "V100").util_mean
+    assert f"(job predicted at {on_v100:.0f}%)" in fast.reason
+    _same(fast, sched.evaluate_each(state, probe, ["node-2"])["node-2"])
+
+
+def test_a_sentence_from_another_nodes_gpu_among_candidates_is_the_whole_replays() -> None:
+    """Where a node's GPUs are inside ``horus-original``'s headroom the replay's sentence
+    names a GPU of another node of the whole state; with only some nodes as candidates it
+    is still that GPU (the whole state's replay answers it), not one of the candidates'."""
+    state = cluster(3, 2, memory_mib=24576)
+    sched = Scheduler("horus-original", PRED)
+    for g in range(2):
+        share = GpuShare("node-0", g, simulated_gpu_uuid("node-0", g), 10, 24276)
+        state.add_job(job(f"fill-{g}", "m0"), [share], PRED.predict(GraphProfile("m0", 32), ""))
+    probe = job("probe", "m0", memory_mib=20000, core_percent=10)
+    for names in (["node-0"], ["node-2", "node-0"]):
+        fast = sched.evaluate(state, probe, names)
+        slow = sched.evaluate_each(state, probe, names)
+        assert "node-1/gpu-0" in fast["node-0"].reason  # type: ignore[union-attr]
+        for node in names:
+            _same(fast[node], slow[node])
+
+
+class _BelowMedian(Binpack):
+    """A policy with a cluster-wide term: only GPUs running no more jobs than the median GPU
+    of the whole state pass its filter."""
+
+    name = "below-median"
+    per_gpu = False
+
+    def refine(self, ctx: ScoreContext, mask: BoolArray) -> BoolArray:
+        return mask & (ctx.state.njobs <= np.median(ctx.state.njobs))
+
+
+def _crowded_node_0() -> ClusterState:
+    """Three nodes of two GPUs; node-0's GPUs run two jobs each, the others none (the median
+    GPU of the cluster runs none; of node-0 alone, two)."""
+    state = cluster(3, 2)
+    for g in range(2):
+        for k in range(2):
+            share = GpuShare("node-0", g, simulated_gpu_uuid("node-0", g), 10, 1000)
+            pred = PRED.predict(GraphProfile("m0", 32), "")
+            state.add_job(job(f"fill-{g}-{k}", "m0"), [share], pred)
+    return state
+
+
+def test_a_policy_with_a_cluster_wide_term_is_judged_on_every_gpu() -> None:
+    """A policy that says its filter reads the whole state (``per_gpu = False``) is scored
+    on every GPU, whatever the candidates: node-0 is refused as when all nodes are asked."""
+    state = _crowded_node_0()
+    sched = Scheduler(_BelowMedian(), PRED)
+    probe = job("probe", "m0")
+    alone = sched.evaluate(state, probe, ["node-0"])["node-0"]
+    assert isinstance(alone, Refusal)
+    _same(alone, sched.evaluate_each(state, probe, ["node-0"])["node-0"])
+    _same(alone, sched.evaluate(state, probe, state.node_names)["node-0"])
+
+
+def test_the_differential_sees_a_cluster_wide_term_judged_on_the_candidates_alone() -> None:
+    """The same policy claiming ``per_gpu`` is judged on node-0's GPUs alone (median two
+    there) and placed — unlike the replay on every GPU. What the property test above would
+    catch if a policy's score or filter read the whole state."""
+    state = _crowded_node_0()
+    claims = _BelowMedian()
+    claims.per_gpu = True
+    sched = Scheduler(claims, PRED)
+    probe = job("probe", "m0")
+    assert isinstance(sched.evaluate(state, probe, ["node-0"])["node-0"], Placement)
+    assert isinstance(sched.evaluate_each(state, probe, ["node-0"])["node-0"], Refusal)
+
+
+def test_a_node_subset_is_the_whole_states_gpus_read_only() -> None:
+    """``NodeSubset``: the named nodes' GPUs in the whole state's order with their figures,
+    the whole cluster's largest GPU, GPU numbers mapped both ways; every change refused."""
+    state = _two_models()
+    sched = Scheduler("horus", PRED)
+    sched.place(state, job("a", "m1", nodes=frozenset({"node-2"})))
+    sub = NodeSubset(state, [0, 2])
+    assert sub.node_names == ["node-0", "node-2"] and sub.gpu_count == 4
+    assert sub.gpus.tolist() == [0, 1, 4, 5]
+    assert sub.node_of.tolist() == [0, 0, 1, 1]
+    assert (sub.mem_used == state.mem_used[[0, 1, 4, 5]]).all()
+    assert (sub.sig_id == state.sig_id[[0, 1, 4, 5]]).all()
+    assert sub.largest_gpu_mib == state.largest_gpu_mib == 40960
+    assert NodeSubset(state, [0]).largest_gpu_mib == 40960  # not its own 16 GiB
+    assert sub.label(2) == "node-2/gpu-0" and sub.gpu_id("node-2", 1) == 3
+    assert sub.node_index("node-2") == 1 and sub.node_index("node-1") == -1
+    with pytest.raises(ValidationError):
+        sub.gpu_id("node-1", 0)
+    share = GpuShare("node-0", 0, simulated_gpu_uuid("node-0", 0), 10, 100)
+    pred = PRED.predict(GraphProfile("m0", 32), "")
+    for change in (
+        lambda: sub.add_job(job("b", "m0"), [share], pred),
+        lambda: sub.release("a"),
+        lambda: sub.set_health("node-0", 0, False),
+        lambda: sub.fork(),
+        lambda: sub.copy(),
+    ):
+        with pytest.raises(TypeError, match="read-only"):
+            change()

@@ -319,7 +319,7 @@ class Extender:
             return {n: NodeVerdict(n, reason=reason, unresolvable=True) for n in node_names}
         live, units = self._live(demand.request.name)
         out: dict[str, NodeVerdict] = {}
-        known = set(live.state.node_names)
+        known = live.state.node_set
         # Nodes with the same gpu-memory unit read the pod's quantity alike: one core call each.
         by_unit: dict[int, list[str]] = {}
         for name in node_names:
