@@ -11,10 +11,11 @@ A pass over the queue (:meth:`Scheduler.schedule`: order, backfill, the starvati
 is :mod:`horus.scheduler.queuepass`.
 
 Per-node answers (:meth:`Scheduler.evaluate`, for the scheduler extender): the job's needs
-and the common filters are worked out once for every GPU (kube-scheduler's PreFilter), the
-policy refines and scores every GPU once, then each node is judged on its own GPUs alone
-(its Filter and Score) — the same answer :meth:`Scheduler.place` gives when that node is the
-only one usable, because a policy's filter and score judge each GPU by itself.
+and the common filters are worked out once per GPU (kube-scheduler's PreFilter; for a plain
+pod only on the candidate nodes' GPUs), the policy refines and scores each GPU once, then
+each node is judged on its own GPUs alone (its Filter and Score) — the same answer
+:meth:`Scheduler.place` gives when that node is the only one usable, because a policy's
+filter and score judge each GPU by itself.
 
 What the scheduler believes about jobs (predictions, pair speeds, measured pairs, margins)
 lives in :mod:`horus.scheduler.estimates`.
@@ -211,13 +212,18 @@ class Scheduler:
         know has no GPUs). Nothing is applied to ``state``.
 
         The job's needs, the common filters, the policy's filter and its score are computed
-        once for every GPU (kube-scheduler's PreFilter). A one-GPU job (every plain pod)
-        then finds the nodes it fits in one vectorised step and takes each such node's best
-        GPU from its few scores. The nodes it does not fit get their reasons — each a
-        function of that node's GPUs alone, the sentence the per-node replay of the filters
-        (:meth:`evaluate_each`) gives — from one vectorised step over all of them
+        once per GPU (kube-scheduler's PreFilter) — for a one-GPU job (every plain pod) and
+        a policy that judges each GPU by its own figures (``Policy.per_gpu``), only on the
+        named nodes' GPUs (a :class:`~horus.scheduler.state.NodeSubset`: kube-scheduler
+        names 500 of 5,000 nodes by default), otherwise on every GPU. A one-GPU job then
+        finds the nodes it fits in one vectorised step and takes each such node's best GPU
+        from its few scores. The nodes it does not fit get their reasons — each a function
+        of that node's GPUs alone and of figures of the whole cluster the subset carries
+        (its largest GPU, the job's largest need), the sentence the per-node replay of the
+        filters (:meth:`evaluate_each`) gives — from one vectorised step over all of them
         (:func:`~horus.scheduler.explain.explain_nodes`); only a node whose sentence hangs on
-        an over-committed GPU is replayed.
+        an over-committed GPU (the replay then names another node's GPU) is replayed, on the
+        whole state.
         """
         names = list(nodes)
         if job.gpu_count != 1 or not names:

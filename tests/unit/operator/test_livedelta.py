@@ -355,6 +355,48 @@ def test_a_change_the_events_leave_out_is_not_seen() -> None:
     assert (delta.full_builds, delta.updates) == (1, 2)
 
 
+def test_a_pod_that_counts_under_no_job_changes_nothing() -> None:
+    """A pending pod (no assignment) created, changed and deleted, and a finished one: the
+    full build skips such pods, so the update hands back the state it holds — not a fork
+    with nothing released — and that state is still the full build's. A pod that does
+    count, changed next, is counted again in a new state."""
+    predictor = load_default_predictor()
+    delta = LiveDelta(predictor, lambda p: None)
+    nodes = _nodes()
+    pods = {f"default/p{k}": pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)}
+
+    def listing() -> LiveObjects:
+        return _objs(nodes, pods, {})
+
+    def lookup(kind: str, key: str) -> dict[str, Any] | None:
+        return pods.get(key)
+
+    held = delta.update_changes(None, lookup, listing, KEY)
+    steps: list[tuple[Change, dict[str, Any] | None]] = [
+        (Change("pods", "default/wait", True, False), pod("wait", None)),
+        (Change("pods", "default/wait", False, False), pod("wait", None, phase="Pending")),
+        (Change("pods", "default/done", True, False), pod("done", None, phase="Succeeded")),
+        (Change("pods", "default/wait", False, True), None),
+    ]
+    for change, obj in steps:
+        if obj is None:
+            del pods[change.key]
+        else:
+            pods[change.key] = obj
+        got = delta.update_changes([change], lookup, listing, KEY)
+        assert got is held and delta.added == ()
+        want = build_live_state(nodes, list(pods.values()), [], predictor, keys=KEY)
+        assert _snapshot(got) == _snapshot(want)
+    pods["default/p1"] = pod("p1", assignment("n0", 1, 60, 2000))
+    moved = delta.update_changes([Change("pods", "default/p1", False, False)], lookup, listing, KEY)
+    assert moved is not held and delta.added == ("pod:default/p1",)
+    assert int(moved.state.core_used[moved.state.gpu_id("n0", 1)]) == 60
+    assert int(held.state.core_used[held.state.gpu_id("n0", 1)]) == 20  # left as it was
+    want = build_live_state(nodes, list(pods.values()), [], predictor, keys=KEY)
+    assert _snapshot(moved) == _snapshot(want)
+    assert (delta.full_builds, delta.updates) == (1, 5)
+
+
 class _FedSource(_ViewSource):
     """:class:`_ViewSource` with the view's change feed (``changes_since``, ``lookup``)."""
 
