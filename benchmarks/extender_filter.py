@@ -13,7 +13,7 @@ the GPUs — some nodes full, so both placements and refusals are answered), ask
 * **view** — the live state built once and then kept up to date per change of the
   watch-fed copy (:class:`~horus.operator.livedelta.LiveDelta`: only what changed is counted
   again), and the vectorised per-node answer (``Scheduler.evaluate``). Timed on a cluster
-  that does not change, and as the first request after each of 30 changes (a pod replaced,
+  that does not change, and as the first request after each of 100 changes (a pod replaced,
   deleted, added), whose answers are checked against today's full rebuild. Before either is
   timed the view answers one pod of each profile (:func:`warm_up`: the per-kind caches a
   running extender has); that first request of a new extender is reported on its own.
@@ -58,8 +58,10 @@ PROFILES = [
 ]
 GPUS = 8
 GPU_MIB = 81920
-#: Cluster changes timed per size (each followed by one pod's filter + prioritize).
-CHANGES = 30
+#: Cluster changes timed per size (each followed by one pod's filter + prioritize): as many
+#: as pods asked on an unchanged cluster, so that p99 is not simply the slowest (of 30, the
+#: nearest-rank p99 was the maximum, one stall of the shared machine).
+CHANGES = 100
 
 
 def key_ring() -> KeyRing:
@@ -225,6 +227,8 @@ def summary(times: list[tuple[float, float]]) -> dict[str, float]:
         "mean_ms": round(statistics.fmean(ms), 2),
         "cpu_p50_ms": round(percentile(cpu, 50), 2),
         "cpu_p99_ms": round(percentile(cpu, 99), 2),
+        "max_ms": round(max(ms), 2),
+        "cpu_max_ms": round(max(cpu), 2),
     }
 
 
@@ -285,7 +289,7 @@ def after_changes(
         else:
             donor = json.loads(json.dumps(pods[rng.randrange(len(pods))]))
             donor["metadata"]["name"] += f"-again-{i}"
-            donor["metadata"]["annotations"].pop(c.ANNOTATION_GPU_ASSIGNMENT)
+            donor["metadata"]["annotations"].pop(c.ANNOTATION_GPU_ASSIGNMENT, None)
             pods.append(donor)  # a new pending pod (no share yet)
             src.changed(donor, added=True, deleted=False)
         p = probes[i % len(probes)]
@@ -373,14 +377,16 @@ def one_size(nodes: int, pods: int, baseline_pods: int, seed: int) -> dict[str, 
             f"{nodes} nodes, {len(cand)} candidates: today p50 {out[label]['today']['p50_ms']} "
             f"p99 {out[label]['today']['p99_ms']} ms ({len(base_probes)} pods) | view p50 "
             f"{out[label]['view']['p50_ms']} p99 {out[label]['view']['p99_ms']} ms, CPU p50 "
-            f"{out[label]['view']['cpu_p50_ms']} p99 {out[label]['view']['cpu_p99_ms']} ms "
+            f"{out[label]['view']['cpu_p50_ms']} p99 {out[label]['view']['cpu_p99_ms']} max "
+            f"{out[label]['view']['cpu_max_ms']} ms "
             f"({pods} pods) | identical answers: {identical}",
             flush=True,
         )
         after = changed["first_request_after_a_change"]
         print(
             f"  after each of {CHANGES} changes: first request p50 {after['p50_ms']} p99 "
-            f"{after['p99_ms']} ms, CPU p50 {after['cpu_p50_ms']} p99 {after['cpu_p99_ms']} ms "
+            f"{after['p99_ms']} ms, CPU p50 {after['cpu_p50_ms']} p99 {after['cpu_p99_ms']} max "
+            f"{after['cpu_max_ms']} ms "
             f"(a full rebuild: "
             f"{changed['full_rebuild_seconds']} s); {changed['incremental_updates']} "
             f"incremental updates, {changed['full_builds']} full builds; a new extender's "
