@@ -571,7 +571,7 @@ def test_a_node_subset_is_the_whole_states_gpus_read_only() -> None:
     state = _two_models()
     sched = Scheduler("horus", PRED)
     sched.place(state, job("a", "m1", nodes=frozenset({"node-2"})))
-    sub = NodeSubset(state, [0, 2])
+    sub = NodeSubset(state, [2, 0, 2])  # taken in order, once each
     assert sub.node_names == ["node-0", "node-2"] and sub.gpu_count == 4
     assert sub.gpus.tolist() == [0, 1, 4, 5]
     assert sub.node_of.tolist() == [0, 0, 1, 1]
