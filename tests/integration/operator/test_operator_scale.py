@@ -4,6 +4,7 @@ in step with pods, and jobs that cannot run now say why."""
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from operator_support import Kube, check_invariants, dljob_body
@@ -73,3 +74,25 @@ def test_200_dljobs_reach_running(gpu_nodes: list[str], kube: Kube, operator_fac
     assert reasons.get(("job-000", "Running")) is None
     refusals = [n for (job, _), n in reasons.items() if job == "too-wide"]
     assert refusals and max(refusals) == 1, reasons
+
+
+def test_a_pass_takes_on_at_most_max_jobs_per_pass(
+    gpu_nodes: list[str], kube: Kube, operator_factory: Any
+) -> None:
+    """The per-pass cap (issue 27) with the real apiserver and controller loop: 60 jobs arrive
+    at once, no pass places more than 7 (the operator's own ``pass N: placed K`` lines), the
+    passes follow each other without waiting for the resync (600 s here), and every job ends
+    placed exactly once with nothing over-committed."""
+    op = operator_factory(extra_args=("--max-jobs-per-pass", "7", "--resync-period", "600"))
+    kube.create_jobs(workload(60, seed=11))
+    took = kube.wait(
+        "60 DLJobs Running",
+        lambda: sum(p == c.DLJOB_PHASE_RUNNING for p in kube.phases().values()) >= 60,
+        timeout=150,
+        every=1.0,
+    )
+    print(f"60 DLJobs Running after {took:.1f}s with at most 7 placed per pass")
+    assert check_invariants(kube)["placed"] == 60
+    placed = [int(k) for k in re.findall(r"pass \d+: placed (\d+),", op.log.read_text())]
+    assert placed and max(placed) <= 7, placed
+    assert sum(placed) >= 60, placed  # each job once (check_invariants), in capped passes
