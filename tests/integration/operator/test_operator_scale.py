@@ -34,6 +34,16 @@ def workload(n: int, seed: int = 7) -> list[dict[str, Any]]:
     return bodies
 
 
+def wait_running(kube: Kube, n: int) -> float:
+    """Seconds until ``n`` DLJobs are Running (at most 150)."""
+    return kube.wait(
+        f"{n} DLJobs Running",
+        lambda: sum(p == c.DLJOB_PHASE_RUNNING for p in kube.phases().values()) >= n,
+        timeout=150,
+        every=1.0,
+    )
+
+
 def test_200_dljobs_reach_running(gpu_nodes: list[str], kube: Kube, operator_factory: Any) -> None:
     operator_factory()
     bodies = workload(200)
@@ -41,12 +51,7 @@ def test_200_dljobs_reach_running(gpu_nodes: list[str], kube: Kube, operator_fac
     bodies.append(dljob_body("too-wide", 1, core=50, memory=1024, gpus_per_replica=16))
     bodies.append(dljob_body("too-many", 1000, core=100, memory=1024))
     kube.create_jobs(bodies)
-    took = kube.wait(
-        "200 DLJobs Running",
-        lambda: sum(p == c.DLJOB_PHASE_RUNNING for p in kube.phases().values()) >= 200,
-        timeout=150,
-        every=1.0,
-    )
+    took = wait_running(kube, 200)
     print(f"200 DLJobs Running after {took:.1f}s")
     summary = check_invariants(kube)
     assert summary["placed"] == 200
@@ -85,12 +90,7 @@ def test_a_pass_takes_on_at_most_max_jobs_per_pass(
     placed exactly once with nothing over-committed."""
     op = operator_factory(extra_args=("--max-jobs-per-pass", "7", "--resync-period", "600"))
     kube.create_jobs(workload(60, seed=11))
-    took = kube.wait(
-        "60 DLJobs Running",
-        lambda: sum(p == c.DLJOB_PHASE_RUNNING for p in kube.phases().values()) >= 60,
-        timeout=150,
-        every=1.0,
-    )
+    took = wait_running(kube, 60)
     print(f"60 DLJobs Running after {took:.1f}s with at most 7 placed per pass")
     assert check_invariants(kube)["placed"] == 60
     placed = [int(k) for k in re.findall(r"pass \d+: placed (\d+),", op.log.read_text())]

@@ -330,14 +330,19 @@ def test_updates_from_the_watchs_events_equal_a_full_rebuild(seed: int) -> None:
     assert listed < delta.full_builds + 60 - delta.updates // 2  # most steps read no listing
 
 
+def _three_pods() -> tuple[Any, LiveDelta, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """A fresh delta and three pods on node n0's GPUs 0-2 (20 % core, 2,000 MiB each)."""
+    predictor = load_default_predictor()
+    nodes = _nodes()
+    pods = {f"default/p{k}": pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)}
+    return predictor, LiveDelta(predictor, lambda p: None), nodes, pods
+
+
 def test_a_change_the_events_leave_out_is_not_seen() -> None:
     """The events are all the update reads: a replaced pod they do not name keeps its old
     share (so the view's log must name every change — test_view_change_log), while the same
     change named is counted."""
-    predictor = load_default_predictor()
-    delta = LiveDelta(predictor, lambda p: None)
-    nodes = _nodes()
-    pods = {f"default/p{k}": pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)}
+    predictor, delta, nodes, pods = _three_pods()
 
     def listing() -> LiveObjects:
         return _objs(nodes, pods, {})
@@ -360,10 +365,7 @@ def test_a_pod_that_counts_under_no_job_changes_nothing() -> None:
     full build skips such pods, so the update hands back the state it holds — not a fork
     with nothing released — and that state is still the full build's. A pod that does
     count, changed next, is counted again in a new state."""
-    predictor = load_default_predictor()
-    delta = LiveDelta(predictor, lambda p: None)
-    nodes = _nodes()
-    pods = {f"default/p{k}": pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)}
+    predictor, delta, nodes, pods = _three_pods()
 
     def listing() -> LiveObjects:
         return _objs(nodes, pods, {})

@@ -106,14 +106,19 @@ def _request(name: str, spec: Spec) -> JobRequest:
     )
 
 
+def node_sizes(most: int) -> st.SearchStrategy[list[tuple[str, int]]]:
+    """1..``most`` nodes, each a GPU model and a GPU count."""
+    return st.lists(
+        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
+        min_size=1,
+        max_size=most,
+    )
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     policy=st.sampled_from(POLICY_NAMES),
-    sizes=st.lists(
-        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
-        min_size=1,
-        max_size=4,
-    ),
+    sizes=node_sizes(4),
     sick=st.sampled_from([0, 0, 3, 5]),
     running=st.lists(job_spec, max_size=24),
     probes=st.lists(job_spec, min_size=1, max_size=4),
@@ -219,11 +224,7 @@ def test_a_job_refused_on_its_nodes_does_not_refuse_a_twin_allowed_elsewhere() -
 @settings(max_examples=100, deadline=None)
 @given(
     policy=st.sampled_from(POLICY_NAMES),
-    sizes=st.lists(
-        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
-        min_size=1,
-        max_size=6,
-    ),
+    sizes=node_sizes(6),
     sick=st.sampled_from([0, 0, 3, 5]),
     running=st.lists(job_spec, max_size=32),
     probes=st.lists(job_spec, min_size=1, max_size=4),
@@ -263,11 +264,7 @@ one_gpu_spec = st.tuples(
 @settings(max_examples=150, deadline=None)
 @given(
     policy=st.sampled_from(POLICY_NAMES),
-    sizes=st.lists(
-        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
-        min_size=1,
-        max_size=8,
-    ),
+    sizes=node_sizes(8),
     sick=st.sampled_from([0, 0, 3, 5]),
     running=st.lists(one_gpu_spec, max_size=60),
     probes=st.lists(one_gpu_spec, min_size=1, max_size=4),
@@ -394,11 +391,7 @@ BY_MODEL = _ByModel(PRED.usage, PRED.pairs)
 @settings(max_examples=300, deadline=None)
 @given(
     policy=st.sampled_from(POLICY_NAMES),
-    sizes=st.lists(
-        st.tuples(st.sampled_from(["A100", "V100"]), st.sampled_from([1, 2, 4, 8])),
-        min_size=1,
-        max_size=8,
-    ),
+    sizes=node_sizes(8),
     sick=st.sampled_from([0, 0, 3, 5]),
     running=st.lists(st.one_of(one_gpu_spec, job_spec), max_size=60),
     probes=st.lists(st.one_of(one_gpu_spec, one_gpu_spec, job_spec), min_size=1, max_size=4),
