@@ -236,7 +236,7 @@ class Scheduler:
         # whatever needs the whole cluster — a node the state lacks, a sentence the replay
         # takes from another node's GPU — is answered from the whole state, worked out once
         # and only then.
-        picked = sorted({n for n in map(state.node_index, names) if n >= 0})
+        picked = [n for n in map(state.node_index, names) if n >= 0]  # NodeSubset sorts them
         if not picked:
             return self._one_gpu_answers(self._prefilter(state, job), names, None)
         held: list[Prepared] = []
