@@ -170,6 +170,12 @@ class Reconciler:
         #: New jobs admitted, and jobs placed, in one pass at most (``OperatorSettings``):
         #: the rest wait, untouched, for the next pass (``PassReport.held_back``).
         self.max_jobs_per_pass = max_jobs_per_pass
+        #: New (never admitted) job UID → the admission round that last tried it. Under the
+        #: cap, jobs not tried yet go first and tried ones in the order they were last tried:
+        #: jobs that stay Pending (a missing PriorityClass, a quota) cannot hold the cap's
+        #: places pass after pass and starve newer jobs, whoever created them.
+        self._admission_tries: dict[str, int] = {}
+        self._admission_round = 0
         #: One job's commit chain (status → its pods → their Bindings) per task: up to
         #: ``workers`` chains in flight, each in its own order.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horus-commit")
@@ -589,17 +595,39 @@ class Reconciler:
             for ctx in ctxs.values()
             if ctx.phase in (None, c.DLJOB_PHASE_PENDING) and not ctx.status.get("placements")
         ]
-        if len(new) > self.max_jobs_per_pass:  # the oldest first; the rest next pass
-            new.sort(key=_arrival)
-            report.count("held_back", len(new) - self.max_jobs_per_pass)
-            new = new[: self.max_jobs_per_pass]
         classes = self._priority_classes() if new else None
+        new = self._admission_turn(new, classes, report)
         admitted = [
             self.pool.submit(self._guarded, self._admit, ctx, model, max_gpu_mib, classes, report)
             for ctx in new
         ]
         for f in (*restores, *admitted):
             f.result()
+
+    def _admission_turn(
+        self, new: list[JobCtx], classes: PriorityClasses | None, report: PassReport
+    ) -> list[JobCtx]:
+        """The new jobs this pass admits: all of them, or under the cap the jobs not tried
+        yet (highest priority, then oldest, first), then those tried longest ago.
+
+        Only untried jobs held back call for the next pass at once (``held_back``): a pass
+        whose leftovers were all tried before (they stay Pending for a reason of their own)
+        must not start the next at once, or a thousand such jobs keep the operator passing
+        back to back, each pass dry-running them again."""
+        self._admission_round += 1
+        tries = self._admission_tries
+        if len(new) > self.max_jobs_per_pass:
+            new.sort(key=lambda ctx: (tries.get(ctx.uid, -1), *_admission_rank(ctx, classes)))
+            behind = new[self.max_jobs_per_pass :]
+            report.count("held_back", sum(1 for ctx in behind if ctx.uid not in tries))
+            new_tries = {ctx.uid: tries[ctx.uid] for ctx in behind if ctx.uid in tries}
+            new = new[: self.max_jobs_per_pass]
+        else:
+            new_tries = {}
+        # Kept only for jobs still new: an admitted or deleted job leaves the map.
+        new_tries.update((ctx.uid, self._admission_round) for ctx in new)
+        self._admission_tries = new_tries
+        return new
 
     def _priority_classes(self) -> PriorityClasses:
         """The cluster's PriorityClasses, listed once per pass that admits jobs (few objects).
@@ -729,9 +757,12 @@ class Reconciler:
         result = self.scheduler.schedule(
             state, list(requests.values()), now=time.time(), limit=self.max_jobs_per_pass
         )
-        unreached = len(requests) - len(result.placed) - len(result.refused)
+        decided = {p.job for p in result.placed} | {r.job for r in result.refused}
+        unreached = [name for name in requests if name not in decided]
         if unreached:  # past the pass's placements: decided (and written) next pass
-            report.count("held_back", unreached)
+            report.count("held_back", len(unreached))
+        for name in unreached:  # still waiting: counted under their last refusal's reason
+            queue.by_reason[str(ctxs[name].status.get("reason") or c.DLJOB_PHASE_QUEUED)] += 1
         self.metrics.latency.observe(time.perf_counter() - t1)
         report.timings["schedule"] = time.perf_counter() - t1
         for placement in result.placed:
@@ -915,10 +946,18 @@ def _signing_condition(ctx: JobCtx, status: str) -> bool:
     return cond is not None and cond.get("status") == status
 
 
-def _arrival(ctx: JobCtx) -> tuple[str, str]:
-    """Admission order when a pass cannot admit every new job: creation time (RFC 3339 in
-    UTC, so the text sorts as the time), then the job's key."""
-    return (str(ctx.meta.get("creationTimestamp") or ""), ctx.key)
+def _admission_rank(ctx: JobCtx, classes: PriorityClasses | None) -> tuple[int, str, str]:
+    """Among new jobs tried equally long ago: the highest priority its class resolves to
+    first (a class that does not exist last: the job will wait anyway), then creation time
+    (RFC 3339 in UTC, set by the apiserver, so the text sorts as the time), then the key.
+    A tenant may name any class; one the quota forbids costs a single early try, after
+    which the job queues behind every job not tried yet."""
+    name = (ctx.obj.get("spec") or {}).get("priorityClassName")
+    value: int | None = 0
+    if classes is not None and classes.error is None:
+        value = classes.resolve(name if isinstance(name, str) else None)
+    rank = -value if value is not None else 2**62
+    return (rank, str(ctx.meta.get("creationTimestamp") or ""), ctx.key)
 
 
 def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -59,6 +59,8 @@ class FakeJobApi:
         #: classes with preemptionPolicy Never
         self.never_preempt: set[str] = set()
         self.dry_runs = 0
+        #: dry runs asked for, refused ones included (:attr:`dry_runs` counts those that pass)
+        self.dry_run_attempts = 0
         self.status_writes = 0
         #: every write that reached this apiserver, by kind (``status``, ``pod``, ``binding``,
         #: ``event``, ``claim``, ``delete``): what a job costs the apiserver in requests
@@ -121,6 +123,7 @@ class FakeJobApi:
         self, namespace: str, manifest: Mapping[str, Any], dry_run: bool = False
     ) -> dict[str, Any] | None:
         spec = manifest.get("spec") or {}
+        self.dry_run_attempts += dry_run
         for container in spec.get("containers") or []:
             if not _DNS_LABEL.match(str(container.get("name", ""))):
                 raise PodRejected(
