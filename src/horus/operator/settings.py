@@ -91,7 +91,9 @@ class OperatorSettings:
     #: commits in memory until it ends, and a process keeps the memory its largest pass
     #: needed: at 5,000 nodes one pass that placed 10,000 arrivals left the operator 40 %
     #: larger for good than passes of 6,000 did (issue 27). Jobs are taken in the order the
-    #: scheduler would take them (admission: oldest first), so the cap delays, never reorders.
+    #: scheduler would take them (admission: untried jobs first, by class value then age,
+    #: then those tried longest ago: :meth:`Reconciler._admission_turn`), so the cap delays
+    #: placements, never reorders them.
     max_jobs_per_pass: int = 1000
 
     def __post_init__(self) -> None:
