@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,11 +147,18 @@ def test_metrics_count_requests_by_verb_and_outcome() -> None:
     try:
         assert post(srv, "filter", {"Pod": plain_pod("p"), "NodeNames": ["n1"]})[0] == 200
         assert post(srv, "filter", {"NodeNames": ["n1"]})[0] == 400
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        text = resp.read().decode()
-        conn.close()
+        # The handler counts a request after its reply is sent, so a scrape right after the
+        # answer may come first (seen under load): scrape until the second one is counted.
+        deadline = time.monotonic() + 10
+        while True:
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            text = resp.read().decode()
+            conn.close()
+            if 'outcome="bad_request",verb="filter"} 1.0' in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     finally:
         srv.close()
     assert resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/plain")
