@@ -34,7 +34,10 @@ from typing import Any
 
 from horus.api.raw import read_object
 
-__all__ = ["Informer", "InformerCounts", "newer", "object_key"]
+__all__ = ["LIST_PAGE_SIZE", "Informer", "InformerCounts", "newer", "object_key"]
+
+#: Objects per LIST page (client-go's reflector pages by 500 too).
+LIST_PAGE_SIZE = 500
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,8 @@ class Informer:
 
     ``list_fn`` is a client list function (``CoreV1Api.list_node``, a lambda over
     ``CustomObjectsApi.list_cluster_custom_object``): it is called with ``_preload_content``,
-    ``resource_version``, ``watch`` and ``timeout_seconds`` keyword arguments. ``project``
+    ``limit`` and ``_continue`` (a LIST, in pages of ``page_size``), or ``resource_version``,
+    ``watch`` and ``timeout_seconds`` (the WATCH) keyword arguments. ``project``
     turns each object into what is kept (a smaller dict for objects the caller only needs to
     know exist); ``on_change`` hears every change, from the thread that saw it.
     """
@@ -111,6 +115,7 @@ class Informer:
         watch_seconds: int = 300,
         retry_seconds: float = 1.0,
         missing_ok: bool = False,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self.name = name
         self._list_fn = list_fn
@@ -120,6 +125,9 @@ class Informer:
         self.retry_seconds = retry_seconds
         #: A resource the apiserver does not serve (404: a CRD not installed) is empty.
         self.missing_ok = missing_ok
+        if not 1 <= page_size <= 100_000:
+            raise ValueError(f"page_size must be 1..100000, not {page_size}")
+        self.page_size = page_size
         self.counts = InformerCounts()
         self.resource_version = ""
         self._items: dict[str, dict[str, Any]] = {}
@@ -212,15 +220,37 @@ class Informer:
                 delay = min(delay * 2, 30.0)
 
     def relist(self) -> None:
-        """LIST everything and make the copy equal to it (reporting what changed)."""
-        self.counts.lists += 1
-        body = read_object(self._list_fn(_preload_content=False))
-        raw = body.get("items") or []
-        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        self._replace([_typed(i, body) for i in raw if isinstance(i, dict)], version)
+        """LIST everything, in pages, and make the copy equal to it (reporting what changed).
 
-    def _replace(self, listed: list[dict[str, Any]], version: str) -> None:
-        fresh = {object_key(o): self._kept(o) for o in listed}
+        Pages of :attr:`page_size` (``limit`` and ``continue``), as client-go's reflector
+        pages its LISTs: at 10,000 DLJobs on a loaded apiserver one unpaged LIST did not
+        finish within the apiserver's 60 s and failed with 504 again and again, so an
+        extender started then never synced (issue 27). Every page after the first is served
+        from the first one's snapshot; a continue token that expired meanwhile is a 410,
+        which starts the LIST over (:meth:`_run`). Each page is projected as it comes, so
+        the raw objects of one page, not of the whole cluster, are held at a time."""
+        self.counts.lists += 1
+        kept: list[dict[str, Any]] = []
+        token: str | None = None
+        version = ""
+        while True:
+            kw: dict[str, Any] = {"_preload_content": False, "limit": self.page_size}
+            if token:
+                kw["_continue"] = token
+            body = read_object(self._list_fn(**kw))
+            kept += [
+                self._kept(_typed(i, body)) for i in body.get("items") or [] if isinstance(i, dict)
+            ]
+            meta = body.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            token = meta.get("continue") or None
+            if not isinstance(token, str):
+                break
+        self._replace(kept, version)
+
+    def _replace(self, kept: list[dict[str, Any]], version: str) -> None:
+        """Make the copy the projected objects ``kept`` of a LIST at ``version``."""
+        fresh = {object_key(o): o for o in kept}
         changes: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
         with self._lock:
             for key, gone in self._items.items():

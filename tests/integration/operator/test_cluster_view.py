@@ -75,8 +75,12 @@ def test_the_view_relists_when_its_watch_expires_and_sees_what_changed_meanwhile
     # and only after v0 was deleted and v3 created: only a relist can show either.
     real = informer._list_fn
     armed = [True]
+    informer.page_size = 2  # the relist of 3 jobs comes in two pages (continue token)
+    pages: list[Any] = []
 
     def expiring(**kwargs: Any) -> Any:
+        if "limit" in kwargs:
+            pages.append(kwargs.get("_continue"))
         if kwargs.get("watch") and armed[0]:
             armed[0] = False
             kube.custom.delete_namespaced_custom_object(
@@ -91,6 +95,7 @@ def test_the_view_relists_when_its_watch_expires_and_sees_what_changed_meanwhile
     wait_for("the view to match a LIST", lambda: _names(informer.items(), ns) == _listed_jobs(kube))
     assert _names(informer.items(), ns) == {"v1", "v2", "v3"}
     assert informer.counts.lists == lists + 1  # one relist, for the one expiry
+    assert len(pages) >= 2 and pages[0] is None and all(pages[1:])  # later pages by token
     assert ("dljobs", f"{ns}/v0", True) in changes  # the deletion it never saw as an event
     assert ("dljobs", f"{ns}/v3", False) in changes
 

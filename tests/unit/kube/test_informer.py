@@ -155,3 +155,58 @@ def test_a_listed_object_looks_like_its_watch_events() -> None:
     plain[1].items = [_obj("m", 1)]
     plain[0].relist()
     assert "kind" not in plain[0].get("ns/m")
+
+
+class _Pager:
+    """A LIST answered in pages of ``limit`` with continue tokens, as the apiserver pages."""
+
+    def __init__(self, items: list[dict[str, Any]], version: int) -> None:
+        self.items, self.version = items, version
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **kw: Any) -> _Resp:
+        self.calls.append(kw)
+        start = int(kw.get("_continue") or 0)
+        page = self.items[start : start + kw["limit"]]
+        meta: dict[str, Any] = {"resourceVersion": str(self.version)}
+        if start + kw["limit"] < len(self.items):
+            meta["continue"] = str(start + kw["limit"])
+        return _Resp({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page})
+
+
+def test_a_list_comes_in_pages_and_is_kept_whole() -> None:
+    """At 10,000 DLJobs one unpaged LIST of a loaded apiserver ran past its 60 s (504) again
+    and again: the informer pages its LISTs, as client-go's reflector does."""
+    pager = _Pager([_obj(f"p{i}", 10 + i) for i in range(7)], version=40)
+    inf = Informer("t", pager, page_size=3)
+    inf.relist()
+    assert [c.get("_continue") for c in pager.calls] == [None, "3", "6"]
+    assert all(c["limit"] == 3 for c in pager.calls)
+    assert sorted(o["metadata"]["name"] for o in inf.items()) == [f"p{i}" for i in range(7)]
+    assert inf.resource_version == "40" and inf.synced and inf.counts.lists == 1
+    assert all(o["kind"] == "Pod" for o in inf.items())
+    with pytest.raises(ValueError):
+        Informer("t", pager, page_size=0)
+
+
+def test_an_expired_continue_token_starts_the_list_over() -> None:
+    class Expired(Exception):
+        status = 410
+
+    pager = _Pager([_obj(f"p{i}", 10 + i) for i in range(4)], version=40)
+    fail = {"left": 1}
+
+    def flaky(**kw: Any) -> _Resp:
+        if kw.get("_continue") and fail["left"]:
+            fail["left"] -= 1
+            raise Expired("the continue token expired")
+        return pager(**kw)
+
+    inf = Informer("t", flaky, page_size=2, retry_seconds=0.01)
+    inf._follow = lambda: inf._stop.wait(0.05)  # type: ignore[method-assign]  # no watch here
+    inf.start()
+    try:
+        assert inf.wait_synced(5.0)
+    finally:
+        inf.stop()
+    assert len(inf.items()) == 4 and inf.counts.expired == 1 and inf.counts.lists == 2
