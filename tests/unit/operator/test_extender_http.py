@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -53,6 +54,48 @@ def test_health(server: ExtenderServer) -> None:
     assert call(server, "GET", "/healthz") == (200, {"status": "ok"})
     status, body = call(server, "GET", "/nope")
     assert status == 404 and "filter, prioritize, bind" in body["Error"]
+
+
+class _SlowSource(FakeSource):
+    """A copy whose first build waits until the test lets it go (a cluster that takes long
+    to take in), with a generation so the built state is kept and shared."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__([node("n1", gpus=1)], [])
+        self.release = release
+        self.listed = 0
+
+    def generation(self) -> object:
+        return 1
+
+    def list_objects(self) -> Any:
+        self.release.wait(30)
+        self.listed += 1
+        return super().list_objects()
+
+
+def test_not_ready_until_the_live_state_is_built() -> None:
+    """The first build at 5,000 nodes and 10,000 DLJobs took 19 s on a loaded machine, past
+    kube-scheduler's 10 s httpTimeout: the extender builds it before anyone asks, and says
+    it is not ready (503 on /readyz, while /healthz and /livez stay up) until then."""
+    release = threading.Event()
+    source = _SlowSource(release)
+    ext = Extender(source, load_default_predictor(), key=KEY)
+    warming = ext.warm_up()
+    srv = ExtenderServer(ext, "127.0.0.1", 0).start()
+    try:
+        assert call(srv, "GET", "/readyz")[0] == 503
+        assert call(srv, "GET", "/healthz") == (200, {"status": "ok"})
+        assert call(srv, "GET", "/livez") == (200, {"status": "ok"})
+        release.set()
+        warming.join(10)
+        assert call(srv, "GET", "/readyz") == (200, {"status": "ok"})
+        assert source.listed == 1
+        # the first request answers from the state built ahead: no second build
+        assert post(srv, "filter", {"Pod": plain_pod("p"), "NodeNames": ["n1"]})[0] == 200
+        assert source.listed == 1
+    finally:
+        srv.close()
 
 
 def test_filter_prioritize_bind_over_http(server: ExtenderServer) -> None:

@@ -55,7 +55,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path in ("/healthz", "/readyz", "/livez"):
+        if path == "/readyz" and not self.server.extender.ready.is_set():
+            self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "building the live state"})
+        elif path in ("/healthz", "/readyz", "/livez"):
             self._reply(HTTPStatus.OK, {"status": "ok"})
         elif path.endswith("/metrics"):
             data = self.server.metrics.render()

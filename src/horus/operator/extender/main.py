@@ -92,6 +92,7 @@ def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
     scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=config_file)
     api = api_client(settings.kubeconfig)
     extender = build_extender(settings, scheduler_settings, api)
+    extender.warm_up()  # /readyz says 503 until the live state is built
     server = ExtenderServer(
         extender,
         settings.host,
