@@ -28,18 +28,22 @@ def _obj(name: str, rv: int, **extra: Any) -> dict[str, Any]:
 
 
 class _Lister:
-    """A LIST answer the test sets (``version``: the list's resourceVersion)."""
+    """A LIST answer the test sets (``version``: the list's resourceVersion; ``kind``: the
+    list's own kind, such as ``NodeList``, which the apiserver sends and items lack)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str | None = None) -> None:
         self.items: list[dict[str, Any]] = []
         self.version = 1
+        self.kind = kind
 
     def __call__(self, **_: Any) -> _Resp:
-        return _Resp({"metadata": {"resourceVersion": str(self.version)}, "items": self.items})
+        typed = {"kind": self.kind, "apiVersion": "v1"} if self.kind else {}
+        meta = {"resourceVersion": str(self.version)}
+        return _Resp({**typed, "metadata": meta, "items": self.items})
 
 
-def _informer() -> tuple[Informer, _Lister, list[tuple[str, bool]]]:
-    lister = _Lister()
+def _informer(kind: str | None = None) -> tuple[Informer, _Lister, list[tuple[str, bool]]]:
+    lister = _Lister(kind)
     seen: list[tuple[str, bool]] = []
     inf = Informer("t", lister, on_change=lambda key, _o, new: seen.append((key, new is None)))
     return inf, lister, seen
@@ -127,21 +131,8 @@ def test_a_listed_object_looks_like_its_watch_events() -> None:
     with every watch event: the listed copy gets them, or a node's first heartbeat after a
     list is a change every reader hears of (the extender rebuilt its whole live state for
     it, at 5,000 nodes seconds per request, issue 27)."""
-    lister = _Lister()
-    seen: list[tuple[str, bool]] = []
-    inf = Informer(
-        "t",
-        lambda **_: _Resp(
-            {
-                "kind": "NodeList",
-                "apiVersion": "v1",
-                "metadata": {"resourceVersion": "5"},
-                "items": lister.items,
-            }
-        ),
-        on_change=lambda key, _o, new: seen.append((key, new is None)),
-    )
-    lister.items = [_obj("n", 5, status={"ok": True})]
+    inf, lister, seen = _informer("NodeList")
+    lister.items, lister.version = [_obj("n", 5, status={"ok": True})], 5
     inf.relist()
     assert inf.get("ns/n")["kind"] == "Node" and inf.get("ns/n")["apiVersion"] == "v1"
     seen.clear()
@@ -151,10 +142,10 @@ def test_a_listed_object_looks_like_its_watch_events() -> None:
     assert inf.generation == generation and not seen  # a heartbeat: no change
     # an item that says its own kind keeps it; a list without a kind changes nothing
     assert inf.get("ns/n")["metadata"]["resourceVersion"] == "6"
-    plain = _informer()
-    plain[1].items = [_obj("m", 1)]
-    plain[0].relist()
-    assert "kind" not in plain[0].get("ns/m")
+    plain, plain_lister, _ = _informer()
+    plain_lister.items = [_obj("m", 1)]
+    plain.relist()
+    assert "kind" not in plain.get("ns/m")
 
 
 class _Pager:
