@@ -27,6 +27,11 @@ KUBE_SCHEDULER_NAME: Final = "horus-kube-scheduler"
 #: this long for its pass in flight to end (requests already on the wire answered) before it
 #: gives the Lease up, so the next leader never races a write of the old one.
 OPERATOR_STOP_WAIT_SECONDS: Final = 2.0
+#: glibc malloc arenas the operator and extender processes use (``horus.common.heap``): the
+#: default, eight per core, let a burst's freed memory sit in many arenas for good.
+MALLOC_ARENAS: Final = 2
+#: How often the operator gives freed heap memory back to the system, when its view changed.
+HEAP_RELEASE_SECONDS: Final = 15.0
 
 # --- Identities (ServiceAccounts in HORUS_NAMESPACE; the admission policies name them) -------
 OPERATOR_SERVICE_ACCOUNT: Final = "horus-operator"

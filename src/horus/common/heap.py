@@ -9,17 +9,64 @@ collector's permanent generation (:func:`gc.freeze`), which later collections sk
 in it are still freed by reference counting when dropped. The next :func:`settle` first
 takes them back (:func:`gc.unfreeze`), so a reference cycle that became garbage meanwhile is
 collected then and never kept for good.
+
+What Python frees it does not always give back: objects over 512 bytes (a pod's JSON text, a
+large dict) come from the C library's ``malloc``, and glibc keeps freed memory in per-thread
+*arenas* (up to eight per core) and at the top of each heap, so a process whose threads once
+held a burst of 10,000 jobs keeps that much resident after the jobs are gone, and a little
+more after each burst as the arenas fragment (issue 27: the operator's RSS grew 4–5 KiB per
+job and cycle at 5,000 nodes; what Python itself held after a cycle grew only by its bounded
+caches). :func:`limit_arenas` caps the arenas (glibc's ``M_ARENA_MAX``, what
+``MALLOC_ARENA_MAX`` sets) before the threads start, and :func:`release` hands freed memory
+back (``malloc_trim``), every few seconds while the process's data changes
+(:class:`Releaser`). Both do nothing where the C library is not glibc (musl has neither call
+and returns memory itself).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 import time
+from typing import Any
 
-__all__ = ["keep", "settle"]
+__all__ = ["Releaser", "keep", "limit_arenas", "release", "settle"]
 
 _lock = threading.Lock()
+
+#: glibc's ``mallopt`` parameter for the most arenas (``M_ARENA_MAX`` in ``malloc.h``).
+_M_ARENA_MAX = -8
+
+
+def _libc() -> Any:
+    """This process's C library (the symbols already loaded), or None where unreadable."""
+    try:
+        return ctypes.CDLL(None)
+    except OSError:  # pragma: no cover - every Linux Python can load itself
+        return None
+
+
+def limit_arenas(most: int) -> bool:
+    """Let glibc's ``malloc`` use at most ``most`` arenas; whether it was set (False where the C
+    library has no ``mallopt``, or refused it). Call it first thing, before threads start:
+    arenas already made stay."""
+    if most < 1:
+        raise ValueError(f"arenas must be at least 1, got {most}")
+    fn = getattr(_libc(), "mallopt", None)
+    return bool(fn is not None and fn(_M_ARENA_MAX, most) == 1)
+
+
+def release() -> bool:
+    """Give the memory ``malloc`` holds free back to the system (``malloc_trim(0)``); whether
+    the call exists here. It walks every arena (milliseconds to tens of them for a large
+    heap, while other threads' ``malloc`` may wait): call it when a burst of work is over, not
+    per request."""
+    fn = getattr(_libc(), "malloc_trim", None)
+    if fn is None:
+        return False
+    fn(0)
+    return True
 
 
 def settle() -> float:
@@ -42,3 +89,21 @@ def keep() -> None:
     :func:`settle` stay until the next one."""
     with _lock:
         gc.freeze()
+
+
+class Releaser:
+    """Whether to :func:`release` now: when what the process holds changed since the last
+    release (``mark``: anything that moves with it, e.g. a watch-fed view's generations).
+
+    Asked every ``HEAP_RELEASE_SECONDS``, that gives back what a burst freed within that
+    time of the burst (a quiet cluster does not wait for a pass to notice), at most once per
+    tick while jobs keep coming, and never while nothing changes."""
+
+    def __init__(self) -> None:
+        self._mark: object = None
+
+    def due(self, mark: object) -> bool:
+        if mark == self._mark:
+            return False
+        self._mark = mark
+        return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from horus.common import constants as c
 from horus.common.constants import PLACEMENT_PATHS
 
 
@@ -103,6 +104,7 @@ def _register_run(rsub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from horus.common import heap
     from horus.common.settings import load_settings
     from horus.operator.controller import run as run_operator
     from horus.operator.settings import SECTION, OperatorSettings
@@ -134,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         "max_jobs_per_pass",
     )
     cli = {f: getattr(args, f) for f in fields}
+    heap.limit_arenas(c.MALLOC_ARENAS)  # before any thread: see horus.common.heap
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
     # The scheduling thresholds: the 'scheduler' section and HORUS_SCHEDULER_* (as the
     # extender reads them), so one config places DLJobs and plain pods by the same rule.

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common import constants as c
+from horus.common import heap
 from horus.kube.client import api_client, load_default_config
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
@@ -189,6 +190,7 @@ class Controller:
         self.tasks = [
             asyncio.create_task(self._lease_loop(), name="horus-lease"),
             asyncio.create_task(self._reconcile_loop(), name="horus-reconcile"),
+            asyncio.create_task(self._release_loop(), name="horus-heap"),
         ]
         if s.predictor is not None and s.predictor_reload_seconds > 0:
             loop = asyncio.get_running_loop()
@@ -319,6 +321,16 @@ class Controller:
         self.predictor = new
         self.reconciler.set_predictor(new)
         self.metrics.set_predictor(new.version)
+
+    async def _release_loop(self) -> None:
+        """Every ``HEAP_RELEASE_SECONDS``, give the heap memory freed since back to the system
+        when the view changed (:mod:`horus.common.heap`): without it the process keeps the
+        memory of every burst of jobs after the jobs are gone, leader or not."""
+        releaser = heap.Releaser()
+        while not self.stopping:
+            await asyncio.sleep(c.HEAP_RELEASE_SECONDS)
+            if self.view is not None and releaser.due((self.passes, self.view.generation)):
+                await asyncio.to_thread(heap.release)
 
     async def _reconcile_loop(self) -> None:
         assert self.elector is not None and self.nudge is not None

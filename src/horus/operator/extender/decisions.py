@@ -272,6 +272,7 @@ class Extender:
         # (and every so often) that is one full collection; after a small update, a freeze.
         if delta.nodes_epoch != epoch or delta.updates % SETTLE_EVERY_UPDATES == 0:
             heap.settle()
+            heap.release()  # what the old state and the collection freed goes back
         else:
             heap.keep()
         return live, units

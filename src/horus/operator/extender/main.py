@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from horus.common import constants as c
+from horus.common import heap
 from horus.common.settings import load_settings
 from horus.kube.client import api_client
 from horus.operator.assignment_key import AssignmentKeySource
@@ -88,6 +89,7 @@ def build_tls(settings: ExtenderSettings, api_client: Any) -> TlsSource:
 
 def run_extender(cli: Mapping[str, Any], config_file: Path | None) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status."""
+    heap.limit_arenas(c.MALLOC_ARENAS)  # before any thread: see horus.common.heap
     settings = load_settings(ExtenderSettings, "extender", cli=cli, config_file=config_file)
     scheduler_settings = load_settings(SchedulerSettings, "scheduler", config_file=config_file)
     api = api_client(settings.kubeconfig)

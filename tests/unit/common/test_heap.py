@@ -1,0 +1,58 @@
+"""horus.common.heap: giving a burst's memory back, and when."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+import pytest
+
+from horus.common import heap
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim and mallopt are glibc's")
+def test_release_gives_freed_malloc_memory_back() -> None:
+    """Memory malloc keeps after free (many small blocks, so none is an mmap of its own and
+    the top of the heap stays pinned by the last one) leaves the resident set on release."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = [libc.malloc(64 * 1024) for _ in range(3000)]  # ~190 MiB, under the mmap cut
+    for b in blocks:
+        ctypes.memset(b, 1, 64 * 1024)  # touched: resident
+    for b in blocks[:-1]:
+        libc.free(b)
+    held = _rss_kib()
+    assert heap.release() is True
+    after = _rss_kib()
+    libc.free(blocks[-1])
+    assert held - after > 100 * 1024, (held, after)
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_limit_arenas_is_accepted() -> None:
+    assert heap.limit_arenas(8) is True  # this test process: glibc's own default bound
+
+
+def test_limit_arenas_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        heap.limit_arenas(0)
+
+
+def test_releaser_is_due_only_when_the_mark_moved() -> None:
+    r = heap.Releaser()
+    assert r.due((0, (1, 1, 1))) is True  # the first tick: whatever start-up built and freed
+    assert r.due((0, (1, 1, 1))) is False  # nothing changed: nothing new to give back
+    assert r.due((1, (1, 1, 1))) is True  # a pass ran
+    assert r.due((1, (1, 2, 1))) is True  # the view changed (jobs deleted)
+    assert r.due((1, (1, 2, 1))) is False
