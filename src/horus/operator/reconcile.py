@@ -257,7 +257,9 @@ class Reconciler:
         self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
         every = self._contexts(snap)
-        self.admission.retain({x.uid for x in every.values()})
+        uids = {x.uid for x in every.values()}
+        self.admission.retain(uids)
+        self.writer.retain(uids)
         ring = self.keys()
         self._distrust_rollbacks(every, ring, snap.claims)
         self.metrics.signing_key.set(1 if ring.can_sign else 0)

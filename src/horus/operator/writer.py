@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -75,6 +75,14 @@ class StatusWriter:
     def highest_signed(self, uid: str) -> int:
         with self._lock:
             return self._signed.get(uid, 0)
+
+    def retain(self, uids: Collection[str]) -> None:
+        """Forget the epochs signed for jobs not in ``uids`` (each pass: the DLJobs that
+        exist; a UID never comes back). Without it every job ever signed stayed until 100,000
+        had piled up, and then the map was cleared — live jobs' floors with the dead ones'."""
+        with self._lock:
+            for uid in [u for u in self._signed if u not in uids]:
+                del self._signed[uid]
 
     def close(self) -> None:
         self._events.shutdown(wait=False, cancel_futures=True)
