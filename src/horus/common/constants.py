@@ -171,6 +171,8 @@ METRIC_VIEW_REQUESTS: Final = "horus_operator_view_requests"  # _total; labels r
 # watches that ended with 410 Gone (each followed by a relist) or an error, by resource
 METRIC_VIEW_WATCH_BREAKS: Final = "horus_operator_view_watch_breaks"  # _total; resource, reason
 METRIC_VIEW_EVENTS: Final = "horus_operator_view_events"  # _total; watch events, by resource
+#: Histogram: each hand-back of freed heap memory to the system (horus.common.heap.release)
+METRIC_HEAP_RELEASE: Final = "horus_operator_heap_release_seconds"
 #: Changes the extender's watch-fed view keeps for it (its live state is brought up to date
 #: from them, once per request after a change); a reader further behind diffs the whole copy.
 VIEW_CHANGE_LOG_MAX: Final = 20_000

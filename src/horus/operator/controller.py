@@ -329,8 +329,17 @@ class Controller:
         releaser = heap.Releaser()
         while not self.stopping:
             await asyncio.sleep(c.HEAP_RELEASE_SECONDS)
-            if self.view is not None and releaser.due((self.passes, self.view.generation)):
-                await asyncio.to_thread(heap.release)
+            await self.release_heap(releaser)
+
+    async def release_heap(self, releaser: heap.Releaser) -> bool:
+        """One tick of :meth:`_release_loop`: release when the passes or the view moved since
+        the last release (timed in ``horus_operator_heap_release_seconds``); whether it did."""
+        if self.view is None or not releaser.due((self.passes, self.view.generation)):
+            return False
+        t0 = time.perf_counter()
+        if await asyncio.to_thread(heap.release):
+            self.metrics.heap_release.observe(time.perf_counter() - t0)
+        return True
 
     async def _reconcile_loop(self) -> None:
         assert self.elector is not None and self.nudge is not None

@@ -72,6 +72,12 @@ class OperatorMetrics:
             ["node", "gpu", "uuid"],
             registry=r,
         )
+        self.heap_release = Histogram(
+            c.METRIC_HEAP_RELEASE,
+            "Time one hand-back of freed heap memory to the system took (malloc_trim)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.leader = Gauge(
             c.METRIC_OPERATOR_LEADER,
             "1 while this operator replica holds the lease and writes, else 0",

@@ -56,3 +56,37 @@ def test_releaser_is_due_only_when_the_mark_moved() -> None:
     assert r.due((1, (1, 1, 1))) is True  # a pass ran
     assert r.due((1, (1, 2, 1))) is True  # the view changed (jobs deleted)
     assert r.due((1, (1, 2, 1))) is False
+
+
+def test_the_operator_releases_when_its_view_moved_and_times_it() -> None:
+    """The controller's tick (``Controller.release_heap``): a release, timed in
+    ``horus_operator_heap_release_seconds``, on the first tick and after the view or the
+    passes moved; none while nothing changed."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from horus.common import constants as c
+    from horus.operator.controller import Controller
+    from horus.operator.settings import OperatorSettings
+
+    ctl = Controller(OperatorSettings(identity="t"))
+    view = SimpleNamespace(generation=(1, 1, 1))
+    releaser = heap.Releaser()
+
+    def count() -> float:
+        value = ctl.metrics.registry.get_sample_value(f"{c.METRIC_HEAP_RELEASE}_count")
+        return value or 0.0
+
+    async def ticks() -> list[bool]:
+        out = [await ctl.release_heap(releaser)]  # no view yet
+        ctl.view = view
+        out.append(await ctl.release_heap(releaser))
+        out.append(await ctl.release_heap(releaser))
+        view.generation = (1, 2, 1)
+        out.append(await ctl.release_heap(releaser))
+        ctl.passes += 1
+        out.append(await ctl.release_heap(releaser))
+        return out
+
+    assert asyncio.run(ticks()) == [False, True, False, True, True]
+    assert count() == (3.0 if GLIBC else 0.0)
