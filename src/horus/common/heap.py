@@ -16,16 +16,17 @@ large dict) come from the C library's ``malloc``, and glibc keeps freed memory i
 held a burst of 10,000 jobs keeps that much resident after the jobs are gone, and a little
 more after each burst as the arenas fragment (issue 27: at 1,000 nodes the operator's RSS
 rose with each cycle of jobs while what Python itself held grew only by its bounded caches;
-capping and trimming took 40–56 MiB, 13–16 %, off every cycle there). :func:`limit_arenas` caps the arenas (glibc's ``M_ARENA_MAX``, what
-``MALLOC_ARENA_MAX`` sets) before the threads start, and :func:`release` hands freed memory
-back (``malloc_trim``), every few seconds while the process's data changes
-(:class:`Releaser`). Both do nothing where the C library is not glibc (musl has neither call
-and returns memory itself).
+capping and trimming took 40–56 MiB, 13–16 %, off every cycle there). :func:`limit_arenas`
+caps the arenas (glibc's ``M_ARENA_MAX``, what ``MALLOC_ARENA_MAX`` sets) before the threads
+start, and :func:`release` hands freed memory back (``malloc_trim``), every few seconds while
+the process's data changes (:class:`Releaser`). Both do nothing where the C library is not
+glibc (musl has neither call and returns memory itself).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import threading
 import time
@@ -39,8 +40,10 @@ _lock = threading.Lock()
 _M_ARENA_MAX = -8
 
 
+@functools.cache
 def _libc() -> Any:
-    """This process's C library (the symbols already loaded), or None where unreadable."""
+    """This process's C library (the symbols already loaded; opened once), or None where
+    unreadable."""
     try:
         return ctypes.CDLL(None)
     except OSError:  # pragma: no cover - every Linux Python can load itself

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from horus.common import constants as c
-from horus.common.constants import PLACEMENT_PATHS
+from horus.common.constants import MALLOC_ARENAS, PLACEMENT_PATHS
 
 
 def register(sub: Any) -> None:
@@ -136,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         "max_jobs_per_pass",
     )
     cli = {f: getattr(args, f) for f in fields}
-    heap.limit_arenas(c.MALLOC_ARENAS)  # before any thread: see horus.common.heap
+    heap.limit_arenas(MALLOC_ARENAS)  # before any thread: see horus.common.heap
     settings = load_settings(OperatorSettings, SECTION, cli=cli, config_file=args.config)
     # The scheduling thresholds: the 'scheduler' section and HORUS_SCHEDULER_* (as the
     # extender reads them), so one config places DLJobs and plain pods by the same rule.

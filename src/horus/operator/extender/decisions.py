@@ -272,7 +272,9 @@ class Extender:
         # (and every so often) that is one full collection; after a small update, a freeze.
         if delta.nodes_epoch != epoch or delta.updates % SETTLE_EVERY_UPDATES == 0:
             heap.settle()
-            heap.release()  # what the old state and the collection freed goes back
+            # What the old state and the collection freed goes back — beside the request, not
+            # in it: a trim of a large heap takes up to a few hundred milliseconds.
+            threading.Thread(target=heap.release, name="horus-heap-release", daemon=True).start()
         else:
             heap.keep()
         return live, units
