@@ -199,8 +199,9 @@ def dra_path(kube: KubeCli) -> bool:
 
 def wait_nodes_have_gpus(kube: KubeCli, timeout: float = 60.0) -> None:
     """Every real node offers Horus GPUs: on the device-plugin path its allocatable has
-    ``horus.io/gpu-core`` (the plugin registered), on the dra path the Horus DRA driver
-    published its ResourceSlice with at least one GPU."""
+    both ``horus.io/gpu-core`` and ``horus.io/gpu-memory`` (the plugin registers the two
+    separately, and the kubelet may report one a status update before the other), on the dra
+    path the Horus DRA driver published its ResourceSlice with at least one GPU."""
     dra = dra_path(kube)
     container = "dra-driver" if dra else "device-plugin"
     deadline = time.monotonic() + timeout
@@ -217,7 +218,10 @@ def wait_nodes_have_gpus(kube: KubeCli, timeout: float = 60.0) -> None:
             offered = {
                 n["metadata"]["name"]
                 for n in nodes
-                if int((n["status"].get("allocatable") or {}).get(c.RESOURCE_GPU_CORE, "0")) > 0
+                if all(
+                    int((n["status"].get("allocatable") or {}).get(r, "0")) > 0
+                    for r in (c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY)
+                )
             }
         missing = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"] not in offered]
         if nodes and not missing:
@@ -227,7 +231,11 @@ def wait_nodes_have_gpus(kube: KubeCli, timeout: float = 60.0) -> None:
     logs = kube.kubectl(
         "logs", "-n", NAMESPACE, "ds/horus-node", "-c", container, "--tail=20", check=False
     )
-    what = "a ResourceSlice of " + c.DRA_DRIVER_NAME if dra else c.RESOURCE_GPU_CORE
+    what = (
+        "a ResourceSlice of " + c.DRA_DRIVER_NAME
+        if dra
+        else f"{c.RESOURCE_GPU_CORE} and {c.RESOURCE_GPU_MEMORY}"
+    )
     raise ClusterError(
         f"real node(s) {', '.join(missing) or '(none)'} have no {what} after "
         f"{timeout:.0f}s: is the chart's {container} running?\n{pods}\n"

@@ -20,15 +20,19 @@ same objects, to the bit (the differential test builds both). So:
   of their utilisations, added in that order), the state's job order, ``problems`` and
   ``observed_pairs``.
 
-Device-plugin path only (no ResourceClaims or ResourceSlices): that is what the extender
-builds.
+The operator's pass keeps one too (``Reconciler._live_state``): it hands the update the
+profiles its admission resolved and the records it distrusts (a rollback), and a job whose
+profile or trust changed is counted again as if its objects had. The pass then places on a
+fork of the state, so what is kept here is the cluster's, never the pass's decisions.
+
+Device-plugin path only (no ResourceClaims or ResourceSlices): the DRA path builds in full.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import ChainMap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -151,14 +155,28 @@ class LiveDelta:
         self.added: tuple[str, ...] = ()
         self._live: LiveState | None = None
         self._conflicted = False
+        #: What the caller resolved beside the objects (``build_live_state``'s ``profiles``
+        #: and ``distrusted``), as of the last update.
+        self._profiles: dict[str, GraphProfile] = {}
+        self._distrusted: frozenset[str] = frozenset()
 
     @property
     def nodes_epoch(self) -> int:
         """Moves when the nodes changed (what per-node caches of the caller depend on)."""
         return self.full_builds
 
-    def update(self, objs: LiveObjects, keys: KeyRing | None) -> LiveState:
-        """The live state of ``objs`` (a new object; the previous one is left as it was)."""
+    def update(
+        self,
+        objs: LiveObjects,
+        keys: KeyRing | None,
+        profiles: Mapping[str, GraphProfile] | None = None,
+        distrusted: Collection[str] = (),
+    ) -> LiveState:
+        """The live state of ``objs`` (a new object; the previous one is left as it was).
+
+        ``profiles`` and ``distrusted`` as :func:`build_live_state` takes them: a job whose
+        entry in either changed since the last update is counted again."""
+        also = self._inputs(profiles, distrusted)
         if (
             self._live is None
             or self._conflicted
@@ -168,7 +186,7 @@ class LiveDelta:
             return self._full(objs, keys)
         self._nodes = list(objs.nodes)  # the same nodes; compare with these next time
         found = self._diff(objs)
-        live = None if found is None else self._apply(*found, keys)
+        live = None if found is None else self._apply(*found, keys, also=also)
         if live is None or self._conflicted:  # a refusal here: the listing's order decides
             return self._full(objs, keys)
         self.updates += 1
@@ -195,6 +213,22 @@ class LiveDelta:
             return self.update(listing(), keys)
         self.updates += 1
         return live
+
+    def _inputs(
+        self, profiles: Mapping[str, GraphProfile] | None, distrusted: Collection[str]
+    ) -> set[str]:
+        """Take in the caller's profiles and distrusted records; the jobs whose entry in
+        either changed (they must be counted again)."""
+        new_profiles = dict(profiles or {})
+        new_distrusted = frozenset(distrusted)
+        changed = set(new_distrusted.symmetric_difference(self._distrusted))
+        old = self._profiles
+        if new_profiles != old:  # one C-level comparison when nothing changed
+            changed.update(
+                k for k in old.keys() | new_profiles.keys() if old.get(k) != new_profiles.get(k)
+            )
+        self._profiles, self._distrusted = new_profiles, new_distrusted
+        return changed
 
     # --- the whole listing ------------------------------------------------------------------
     def _full(self, objs: LiveObjects, keys: KeyRing | None) -> LiveState:
@@ -308,13 +342,16 @@ class LiveDelta:
         keys: KeyRing | None,
         everything: bool = False,
         fast: bool = False,
+        also: Collection[str] = (),
     ) -> LiveState | None:
+        """``also``: jobs to count again although none of their objects changed (their
+        profile or trust did)."""
         assert self._live is not None
-        if not everything and not pod_changed and not dl_changed:
+        if not everything and not pod_changed and not dl_changed and not also:
             self._dl_objs, self._pod_objs = dl_new, pod_new
             self._dl_seq, self._pod_seq = dl_seq, pod_seq
             return self._live
-        affected: set[str] = set()
+        affected: set[str] = set(also)
         for key in dl_changed:
             old = self._dl.get(key)
             if old is not None:
@@ -387,7 +424,9 @@ class LiveDelta:
                 continue
             scratch.problems, scratch.observed_pairs = [], []
             obj = dl_new[key]
-            recorded = _add_dljob_records(scratch, [obj], self.predictor, {}, keys)
+            recorded = _add_dljob_records(
+                scratch, [obj], self.predictor, self._profiles, keys, self._distrusted
+            )
             jname = _dljob_name(obj)
             self._dl[key] = _DLJobPart(
                 obj, jname, scratch.problems, scratch.observed_pairs, jname in recorded
@@ -516,8 +555,10 @@ class LiveDelta:
         part.group, part.member, part.problems = None, None, []
 
     def _known(self, jname: str, members: Sequence[_Member]) -> dict[str, GraphProfile]:
-        """The caller's profiles of a plain pod's group (``pod_job_name`` keys, as the full
-        build is given them)."""
+        """The caller's profile of a group: the one it passed for the job by name, or a plain
+        pod's from ``profile_of`` (``pod_job_name`` keys, as the full build is given them)."""
+        if jname in self._profiles:
+            return {jname: self._profiles[jname]}
         if len(members) != 1 or not jname.startswith("pod:"):
             return {}
         pod = members[0][0]

@@ -74,8 +74,10 @@ from horus.operator.jobapi import (
     ProfileUnavailable,
     taken_message,
 )
+from horus.operator.livedelta import LiveDelta
 from horus.operator.livestate import (
     TERMINAL_POD_PHASES,
+    LiveObjects,
     LiveState,
     build_live_state,
     dljob_job_name,
@@ -91,7 +93,7 @@ from horus.operator.records import pods_epoch, record_epoch
 from horus.operator.restore import restore
 from horus.operator.session import PlacementSession
 from horus.operator.writer import COMPONENT, StatusWriter
-from horus.predictor.interface import Predictor
+from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import (
     ClusterState,
     JobRequest,
@@ -199,6 +201,12 @@ class Reconciler:
         #: Parsed DLJobs by the object itself and its resourceVersion (the view hands every
         #: pass the same objects until they change): a pass parses only what changed.
         self._jobs: Memo[DLJob | None] = Memo(limit=40_000)
+        #: The cluster's live state kept from pass to pass, counted again only where objects,
+        #: profiles or trust changed (device-plugin path; the DRA path builds it in full).
+        self._delta = LiveDelta(predictor, _no_profile)
+        #: The session's core that took in the last pass's residents (a new core — a new
+        #: predictor — must take them all in again).
+        self._observer: Scheduler | None = None
         migration, preemption = correction or (None, None)
         #: Run-time correction (moves, preemptions); a period of 0 turns it off.
         self.corrector = Corrector(
@@ -561,23 +569,37 @@ class Reconciler:
         }
         every = {dljob_job_name(*_ns_name(o)) for o in snap.dljobs}
         distrusted = every - set(ctxs)  # unsigned or rolled-back records: pods count instead
-        live = build_live_state(
-            snap.nodes,
-            snap.pods,
-            snap.dljobs,
-            self.predictor,
-            profiles,
-            self.keys(),
-            distrusted,
-            snap.claims,
-            snap.slices,
-        )
+        residents: tuple[str, ...] | None = None
+        if self.claim_path is None:
+            # kept from the last pass, counted again where something changed; the pass
+            # places, moves and dry-runs on a fork, so the kept state stays the cluster's
+            if self._delta.predictor is not self.predictor:  # residents sized by the new one
+                self._delta = LiveDelta(self.predictor, _no_profile)
+            builds = self._delta.full_builds
+            objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs)
+            kept = self._delta.update(objs, self.keys(), profiles, distrusted)
+            live = dataclasses.replace(kept, state=kept.state.fork())
+            if self._delta.full_builds == builds and self._observer is self.session.scheduler:
+                residents = self._delta.added  # the session remembered the others already
+        else:
+            live = build_live_state(
+                snap.nodes,
+                snap.pods,
+                snap.dljobs,
+                self.predictor,
+                profiles,
+                self.keys(),
+                distrusted,
+                snap.claims,
+                snap.slices,
+            )
         if self.claim_path is not None:
             st_ = live.state
             unhealthy = (str(u) for u, ok in zip(st_.gpu_uuid, st_.healthy, strict=True) if not ok)
             self.claim_path.set_pass(snap.claims, live.overtaken, unhealthy)
         report.problems.extend(live.problems)
-        report.pairs_observed = self.session.observe(live)
+        report.pairs_observed = self.session.observe(live, residents)
+        self._observer = self.session.scheduler
         return live
 
     # --- admission -------------------------------------------------------------------------
@@ -941,6 +963,12 @@ class Reconciler:
         except Exception as exc:
             self.writer.problem(ctx, "following its pods failed", exc)
             report.problems.append(f"follow of {ctx.key} failed")
+
+
+def _no_profile(pod: Mapping[str, Any]) -> GraphProfile | None:
+    """The operator resolves profiles by job (its admission's), never from a plain pod's
+    annotation beside the full build's own reading of it (``livestate.pod_profile``)."""
+    return None
 
 
 def _signing_condition(ctx: JobCtx, status: str) -> bool:

@@ -70,6 +70,8 @@ class FakeJobApi:
         #: deleted pods stay (with a deletionTimestamp) until :meth:`finish_deletions`, as
         #: pods in their termination grace period do
         self.graceful = False
+        #: per listing: key → (a private copy, the dict handed out) of the last listing
+        self._handed: dict[str, dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]]] = {}
 
     # --- test helpers ------------------------------------------------------------------
     def add_dljob(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -88,17 +90,42 @@ class FakeJobApi:
     def run_bound_pods(self, phase: str = "Running") -> None:
         """What kubelets do: bound pods start (or end with ``phase``)."""
         for pod in self.pods.values():
-            if pod["spec"].get("nodeName"):
+            if pod["spec"].get("nodeName") and pod["status"].get("phase") != phase:
                 pod["status"]["phase"] = phase
+                pod["metadata"]["resourceVersion"] = str(next(self._rv))
 
     # --- JobApi ------------------------------------------------------------------------
     def list_pods(self) -> list[dict[str, Any]]:
         with self.lock:
-            return copy.deepcopy(list(self.pods.values()))
+            return self._as_view("pods", self.pods)
 
     def list_dljobs(self) -> list[dict[str, Any]]:
         with self.lock:
-            return copy.deepcopy(list(self.dljobs.values()))
+            return self._as_view("dljobs", self.dljobs)
+
+    def _as_view(self, kind: str, stored: Mapping[tuple[str, str], Any]) -> list[dict[str, Any]]:
+        """The listing as the operator's watch-fed view hands it out: an object that did not
+        change since the last listing is the very dict handed out then (the kept live state
+        knows unchanged objects by identity), a changed one a new dict. The tests edit the
+        stored objects in place, so what was handed out is compared with a private copy; a
+        handed-out dict the operator edited fails here — it must treat them as read-only,
+        for the real view shares them with every reader."""
+        held = self._handed.setdefault(kind, {})
+        out: list[dict[str, Any]] = []
+        now: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+        for key, obj in stored.items():
+            was = held.get(key)
+            if was is not None:
+                private, handed = was
+                assert handed == private, f"the operator edited a listed {kind} object {key}"
+                if private == obj:
+                    now[key] = was
+                    out.append(handed)
+                    continue
+            now[key] = (copy.deepcopy(obj), copy.deepcopy(obj))
+            out.append(now[key][1])
+        self._handed[kind] = now
+        return out
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.nodes)
@@ -179,6 +206,7 @@ class FakeJobApi:
             pod["spec"]["nodeName"] = node
             if annotations:  # as the apiserver copies a Binding's annotations onto the pod
                 pod["metadata"].setdefault("annotations", {}).update(annotations)
+            pod["metadata"]["resourceVersion"] = str(next(self._rv))
             return True
 
     def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
@@ -190,9 +218,9 @@ class FakeJobApi:
             if not self.graceful:
                 self.pods.pop((namespace, name), None)
             elif (namespace, name) in self.pods:
-                self.pods[(namespace, name)]["metadata"]["deletionTimestamp"] = (
-                    "2026-01-01T00:00:00Z"
-                )
+                meta = self.pods[(namespace, name)]["metadata"]
+                meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                meta["resourceVersion"] = str(next(self._rv))
 
     def finish_deletions(self) -> None:
         """The terminating pods' containers have stopped: they are gone."""

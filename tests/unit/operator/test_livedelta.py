@@ -22,31 +22,15 @@ from opfixtures import assignment, dljob, node, pod, profile_doc, share
 
 from horus.common import constants as c
 from horus.operator.extender import Extender, parse_extender_args
+from horus.operator.extender.demand import cached_profile
 from horus.operator.livedelta import Change, LiveDelta
-from horus.operator.livestate import LiveObjects, LiveState, build_live_state
+from horus.operator.livestate import LiveObjects, build_live_state, graph_profile
 from horus.predictor import load_default_predictor
+from live_snapshot import snapshot as _snapshot
 from signing_keys import KEY, sign_pod
 
 NODES = ["n0", "n1", "n2", "n3"]
 GPUS = 8
-
-
-def _snapshot(live: LiveState) -> dict[str, Any]:
-    st = live.state
-    return {
-        "mem": st.mem_used.tolist(),
-        "core": st.core_used.tolist(),
-        "util": st.util_sum.tolist(),
-        "njobs": st.njobs.tolist(),
-        "healthy": st.healthy.tolist(),
-        "sig": [st.signatures[int(s)] for s in st.sig_id],
-        "on_gpu": [[(r.job, r.kind, r.core, r.memory, r.util) for r in rs] for rs in st.residents],
-        "jobs": [(k, v.request, v.prediction, v.gpus) for k, v in st.jobs.items()],
-        "residents": list(live.residents.items()),
-        "excluded": live.excluded_nodes,
-        "problems": live.problems,
-        "pairs": live.observed_pairs,
-    }
 
 
 def _profiled(p: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -176,6 +160,45 @@ def test_each_update_equals_a_full_rebuild(seed: int) -> None:
     # Most steps are incremental; a GPU over-committed by the random records (often, on 32
     # GPUs) makes the following ones full builds. 40 seeds (2,400 steps) passed when written.
     assert delta.updates > 0
+
+
+def _profiles() -> list[Any]:
+    return [
+        graph_profile(cached_profile(json.dumps(profile_doc(n))))
+        for n in ("resnet50-bs64", "mobilenetv2-cifar-bs128", "lstm-lm-bs20")
+    ]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_changed_profile_or_trust_alone_counts_the_job_again(seed: int) -> None:
+    """The operator's inputs beside the objects: the profiles its admission resolved and the
+    records it distrusts (a rollback). A step that changes only one of them — no object —
+    must give what a full build with the new inputs gives."""
+    rng = random.Random(seed)
+    predictor, delta, nodes, jobs, pods = _start(rng)
+    choices = _profiles()
+    profiles: dict[str, Any] = {}
+    distrusted: set[str] = set()
+    alone = 0
+    for i in range(100, 160):
+        if rng.random() < 0.5 and jobs:
+            jname = f"default/{rng.choice(list(jobs))}"
+            if rng.random() < 0.5:
+                distrusted ^= {jname}
+            elif jname in profiles and rng.random() < 0.3:
+                del profiles[jname]
+            else:
+                profiles[jname] = rng.choice(choices)
+            alone += 1
+        else:
+            _step(rng, pods, jobs, i)
+        objs = _objs(nodes, pods, jobs)
+        got = delta.update(objs, KEY, dict(profiles), set(distrusted))
+        want = build_live_state(
+            objs.nodes, objs.pods, objs.dljobs, predictor, profiles, KEY, distrusted
+        )
+        assert _snapshot(got) == _snapshot(want), f"step {i}"
+    assert alone > 10 and delta.updates > 0
 
 
 def test_a_change_to_a_node_or_the_key_ring_or_the_order_rebuilds_in_full() -> None:

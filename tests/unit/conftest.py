@@ -1,0 +1,39 @@
+"""Every operator pass in the unit tests checks its kept live state against a full build.
+
+The operator keeps its live state from pass to pass (``horus.operator.livedelta``) and counts
+again only what changed. Wrapping :meth:`LiveDelta.update` here, every pass of every unit test
+that runs the operator's ``Reconciler`` (placements, moves, rollbacks, forged records,
+reloaded models, ...) also builds the state from scratch with the same inputs and fails on
+any difference — the differential test of ``test_livedelta.py`` over every scenario the suite
+has, not only random ones. The extender's updates are checked by that test itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from horus.operator import reconcile
+from horus.operator.livedelta import LiveDelta
+from horus.operator.livestate import LiveState, build_live_state
+from live_snapshot import snapshot
+
+
+@pytest.fixture(autouse=True)
+def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    update = LiveDelta.update
+
+    def checked(self: LiveDelta, objs: Any, keys: Any, *args: Any, **kwargs: Any) -> LiveState:
+        live = update(self, objs, keys, *args, **kwargs)
+        if self.profile_of is reconcile._no_profile:  # the operator's (the pass's inputs)
+            profiles, distrusted = self._profiles, self._distrusted
+            want = build_live_state(
+                objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles, keys, distrusted
+            )
+            assert snapshot(live) == snapshot(want), "kept live state differs from a full build"
+        return live
+
+    monkeypatch.setattr(LiveDelta, "update", checked)
+    yield
