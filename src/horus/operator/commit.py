@@ -326,15 +326,26 @@ class Committer:
             ctx.pods[replica] = pod
         return pod
 
-    def sync_status(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
-        """The phase the pods give the job, written when it changed (Running, or final)."""
+    def settled(self, ctx: JobCtx) -> bool:
+        """Whether :meth:`follow` has nothing to do for the job now: it is past ``Scheduled``
+        (no pod to finish) and its pods give the phase it has. Pure and cheap, so a pass
+        follows only the jobs that are not (at 3,000 running jobs, handing every one to the
+        commit pool cost a steady pass 0.3 s of thread hand-offs)."""
+        return ctx.phase != c.DLJOB_PHASE_SCHEDULED and self._progress(ctx).phase == ctx.phase
+
+    @staticmethod
+    def _progress(ctx: JobCtx) -> st.Progress:
         replicas = (
             ctx.job.spec.replicas
             if ctx.job is not None
             else len({int(r["replica"]) for r in ctx.status.get("placements") or []})
         )
         views = [v for p in ctx.pods.values() if (v := st.PodView.from_pod(p)) is not None]
-        prog = st.progress(replicas, views, ctx.phase)
+        return st.progress(replicas, views, ctx.phase)
+
+    def sync_status(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
+        """The phase the pods give the job, written when it changed (Running, or final)."""
+        prog = self._progress(ctx)
         if prog.phase == ctx.phase or not self.is_leader():
             return
         if (

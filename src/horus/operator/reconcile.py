@@ -908,7 +908,8 @@ class Reconciler:
         placing = report.placed > 0
         futures = list(queue.futures)
         for ctx in placed_before:
-            futures.append(self.pool.submit(self._follow_guarded, ctx, report, placing))
+            if not self._settled(ctx):
+                futures.append(self.pool.submit(self._follow_guarded, ctx, report, placing))
         for f in futures:
             f.result()
         leftovers = [
@@ -918,6 +919,14 @@ class Reconciler:
         ]
         for f in leftovers:
             f.result()
+
+    def _settled(self, ctx: JobCtx) -> bool:
+        """``Committer.settled``; a job it cannot judge is followed (and its error reported
+        there, for that job alone)."""
+        try:
+            return self.committer.settled(ctx)
+        except Exception:
+            return False
 
     def _flush(self, ctx: JobCtx, report: PassReport) -> None:
         if ctx.pending is None or not self.is_leader():
