@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/extender_memory.py --kubeconfig KUBECONFIG --seconds 1800
 
-The extender runs in a pod of its own (chart ``scheduler.extender.resources``: 1Gi limit) and
+The extender runs in a pod of its own (chart ``scheduler.extender.resources``: 2Gi limit) and
 keeps its own watch-fed copy of nodes, pods and DLJobs plus the live state it answers from, so
 its memory grows with the cluster, not with its requests. This builds the extender exactly as
 ``horus operator extender`` does (:func:`horus.operator.extender.main.build_extender`: the
-same view, signing-key source and predictor) in this process, against a running cluster —
+same view, signing-key source and predictor, after capping glibc's malloc arenas as
+:func:`~horus.operator.extender.main.run_extender` does first) in this process, against a
+running cluster —
 typically the one ``benchmarks/operator_scale.py`` keeps busy (its kubeconfig is under
 ``/tmp/horus-bench-scale-*/c/kubeconfig``) — and every ``--every`` seconds asks it filter and
 prioritize for one pod on kube-scheduler's default number of candidate nodes, then samples
@@ -31,6 +33,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from extender_filter import PROFILES, feasible_to_find, pod  # noqa: E402
 
+from horus.common import constants as c  # noqa: E402
+from horus.common import heap  # noqa: E402
 from horus.common.settings import load_settings  # noqa: E402
 from horus.kube.client import api_client  # noqa: E402
 from horus.operator.extender.main import build_extender, close_extender  # noqa: E402
@@ -59,6 +63,7 @@ def main() -> int:
     args = ap.parse_args()
     if not 1.0 <= args.every <= 600.0 or not 1.0 <= args.seconds <= 86400.0:
         ap.error("--every must be 1..600 and --seconds 1..86400")
+    heap.limit_arenas(c.MALLOC_ARENAS)  # before any thread, as run_extender does
     rng = random.Random(args.seed)
     started = time.monotonic()
     before = memory_mib()
@@ -102,7 +107,7 @@ def main() -> int:
         "rss_mib_after_build": built[0],
         "rss_mib_max": max(s["rss_mib"] for s in samples),
         "peak_mib": max(s["peak_mib"] for s in samples),
-        "chart_limit_mib": 1024,
+        "chart_limit_mib": 2048,
         "samples": samples,
     }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
