@@ -171,6 +171,9 @@ METRIC_VIEW_REQUESTS: Final = "horus_operator_view_requests"  # _total; labels r
 # watches that ended with 410 Gone (each followed by a relist) or an error, by resource
 METRIC_VIEW_WATCH_BREAKS: Final = "horus_operator_view_watch_breaks"  # _total; resource, reason
 METRIC_VIEW_EVENTS: Final = "horus_operator_view_events"  # _total; watch events, by resource
+#: Passes by how the live state was had: "kept" (brought up to date from what changed), or
+#: "full: <why>" (horus.operator.livedelta.FULL_*; "full: dra" on the DRA path)
+METRIC_LIVE_STATE_BUILDS: Final = "horus_operator_live_state_builds"  # _total; label how
 #: Histogram: each hand-back of freed heap memory to the system (horus.common.heap.release)
 METRIC_HEAP_RELEASE: Final = "horus_operator_heap_release_seconds"
 #: Changes the extender's watch-fed view keeps for it (its live state is brought up to date

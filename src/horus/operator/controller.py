@@ -364,7 +364,7 @@ class Controller:
             if report.placed or report.pods_created or report.status_writes or report.conflicts:
                 log.info(
                     "pass %d: placed %d, refused %d, pods created %d bound %d deleted %d, "
-                    "status writes %d, conflicts %d (%.2fs: %s)",
+                    "status writes %d, conflicts %d (%.2fs: %s; live state %s)",
                     self.passes,
                     report.placed,
                     report.refused,
@@ -375,6 +375,7 @@ class Controller:
                     report.conflicts,
                     report.seconds,
                     ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()),
+                    report.live_state,
                 )
             for problem in report.problems[:5]:
                 log.warning("%s", problem)

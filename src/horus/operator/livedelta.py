@@ -56,7 +56,22 @@ from horus.operator.records import annotations_of, key_of
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import ClusterState
 
-__all__ = ["Change", "LiveDelta"]
+__all__ = [
+    "FULL_FIRST",
+    "FULL_KEYS",
+    "FULL_LISTING",
+    "FULL_NODES",
+    "FULL_REFUSED",
+    "Change",
+    "LiveDelta",
+]
+
+#: Why an update built the whole state (:attr:`LiveDelta.full_reason`).
+FULL_FIRST = "first"
+FULL_REFUSED = "refused record"  # a share refused for lack of room: the order decides
+FULL_KEYS = "key ring"
+FULL_NODES = "nodes"
+FULL_LISTING = "listing"  # a key twice, or unchanged objects listed in another order
 
 
 class Change(NamedTuple):
@@ -122,6 +137,9 @@ class LiveDelta:
         self.profile_of = profile_of
         self.full_builds = 0
         self.updates = 0
+        #: Why the last full build was made (empty before any): what an operator's pass log
+        #: and metrics say, so a cluster where every update ends in a full build shows why.
+        self.full_reason = ""
         self._keys: KeyRing | None = None
         self._nodes: list[Mapping[str, Any]] | None = None
         self._base_excluded: dict[str, str] = {}
@@ -177,18 +195,26 @@ class LiveDelta:
         ``profiles`` and ``distrusted`` as :func:`build_live_state` takes them: a job whose
         entry in either changed since the last update is counted again."""
         also = self._inputs(profiles, distrusted)
-        if (
-            self._live is None
-            or self._conflicted
-            or keys != self._keys
-            or not _same(self._nodes, objs.nodes)
-        ):
-            return self._full(objs, keys)
+        why = (
+            FULL_FIRST
+            if self._live is None
+            else FULL_REFUSED
+            if self._conflicted
+            else FULL_KEYS
+            if keys != self._keys
+            else FULL_NODES
+            if not _same(self._nodes, objs.nodes)
+            else ""
+        )
+        if why:
+            return self._full(objs, keys, why)
         self._nodes = list(objs.nodes)  # the same nodes; compare with these next time
         found = self._diff(objs)
-        live = None if found is None else self._apply(*found, keys, also=also)
+        if found is None:
+            return self._full(objs, keys, FULL_LISTING)
+        live = self._apply(*found, keys, also=also)
         if live is None or self._conflicted:  # a refusal here: the listing's order decides
-            return self._full(objs, keys)
+            return self._full(objs, keys, FULL_REFUSED)
         self.updates += 1
         return live
 
@@ -231,8 +257,9 @@ class LiveDelta:
         return changed
 
     # --- the whole listing ------------------------------------------------------------------
-    def _full(self, objs: LiveObjects, keys: KeyRing | None) -> LiveState:
+    def _full(self, objs: LiveObjects, keys: KeyRing | None, why: str) -> LiveState:
         self.full_builds += 1
+        self.full_reason = why
         self._keys, self._nodes = keys, list(objs.nodes)
         base = _gpu_nodes(objs.nodes)
         self._base_excluded, self._base_problems = dict(base.excluded_nodes), list(base.problems)

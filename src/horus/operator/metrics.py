@@ -72,6 +72,13 @@ class OperatorMetrics:
             ["node", "gpu", "uuid"],
             registry=r,
         )
+        self.live_state_builds = Counter(
+            c.METRIC_LIVE_STATE_BUILDS,
+            "Passes by how their live state was had: kept (only what changed counted again) "
+            "or full, with why",
+            ["how"],
+            registry=r,
+        )
         self.heap_release = Histogram(
             c.METRIC_HEAP_RELEASE,
             "Time one hand-back of freed heap memory to the system took (malloc_trim)",

@@ -116,6 +116,9 @@ class PassReport:
     replaced: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    #: How the pass had its live state: "kept", or "full: <why>" (metric
+    #: ``horus_operator_live_state_builds_total``)
+    live_state: str = ""
     problems: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 

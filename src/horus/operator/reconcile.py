@@ -563,7 +563,9 @@ class Reconciler:
     def _live_state(
         self, snap: _Snapshot, ctxs: Mapping[str, JobCtx], report: PassReport
     ) -> LiveState:
-        """The cluster as the apiserver holds it (signed records only), fed to the session."""
+        """The cluster as the apiserver holds it (signed records only), fed to the session.
+        Its own time is ``timings["live"]`` (a part of the pass's ``state``)."""
+        t0 = time.monotonic()
         profiles = {
             k: p for k, x in ctxs.items() if (p := self.admission.known_profile(x.uid)) is not None
         }
@@ -579,9 +581,12 @@ class Reconciler:
             objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs)
             kept = self._delta.update(objs, self.keys(), profiles, distrusted)
             live = dataclasses.replace(kept, state=kept.state.fork())
-            if self._delta.full_builds == builds and self._observer is self.session.scheduler:
+            kept_state = self._delta.full_builds == builds
+            report.live_state = "kept" if kept_state else f"full: {self._delta.full_reason}"
+            if kept_state and self._observer is self.session.scheduler:
                 residents = self._delta.added  # the session remembered the others already
         else:
+            report.live_state = "full: dra"
             live = build_live_state(
                 snap.nodes,
                 snap.pods,
@@ -597,6 +602,8 @@ class Reconciler:
             st_ = live.state
             unhealthy = (str(u) for u, ok in zip(st_.gpu_uuid, st_.healthy, strict=True) if not ok)
             self.claim_path.set_pass(snap.claims, live.overtaken, unhealthy)
+        self.metrics.live_state_builds.labels(how=report.live_state).inc()
+        report.timings["live"] = time.monotonic() - t0
         report.problems.extend(live.problems)
         report.pairs_observed = self.session.observe(live, residents)
         self._observer = self.session.scheduler
