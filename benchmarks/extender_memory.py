@@ -94,6 +94,7 @@ def main() -> int:
                 | counts
                 | {"filter_prioritize_ms": answer_ms}
                 | {"full_builds": delta.full_builds, "incremental_updates": delta.updates}
+                | {"last_full_build_reason": delta.full_reason}
             )
             print(json.dumps(samples[-1]), flush=True)
             time.sleep(args.every)
