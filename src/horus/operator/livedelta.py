@@ -198,8 +198,6 @@ class LiveDelta:
         why = (
             FULL_FIRST
             if self._live is None
-            else FULL_REFUSED
-            if self._conflicted
             else FULL_KEYS
             if keys != self._keys
             else FULL_NODES
@@ -212,9 +210,16 @@ class LiveDelta:
         found = self._diff(objs)
         if found is None:
             return self._full(objs, keys, FULL_LISTING)
-        live = self._apply(*found, keys, also=also)
-        if live is None or self._conflicted:  # a refusal here: the listing's order decides
+        held = self._live
+        if self._conflicted and (found[1] or found[4] or also):
+            # a record refused for lack of room: which one wins depends on the whole
+            # listing's order, so any change builds in full — but no change keeps the full
+            # build made for this very listing (at 5,000 nodes, one over-committed GPU made
+            # every extender request rebuild everything, 19-21 s each, on a still cluster)
             return self._full(objs, keys, FULL_REFUSED)
+        live = self._apply(*found, keys, also=also)
+        if live is None or (self._conflicted and live is not held):
+            return self._full(objs, keys, FULL_REFUSED)  # a refusal here: the order decides
         self.updates += 1
         return live
 
@@ -235,7 +240,11 @@ class LiveDelta:
             return self.update(listing(), keys)
         found = self._replay(changes, lookup)
         live = None if found is None else self._apply(*found, keys, fast=True)
-        if live is None or self._conflicted:
+        if live is not None and self._conflicted:
+            # a refusal made by this update: the events were taken in, so only a full build
+            # of the listing gives the order's answer (a held conflicted state is always one)
+            return self._full(listing(), keys, FULL_REFUSED)
+        if live is None:
             return self.update(listing(), keys)
         self.updates += 1
         return live

@@ -23,7 +23,7 @@ from opfixtures import assignment, dljob, node, pod, profile_doc, share
 from horus.common import constants as c
 from horus.operator.extender import Extender, parse_extender_args
 from horus.operator.extender.demand import cached_profile
-from horus.operator.livedelta import Change, LiveDelta
+from horus.operator.livedelta import FULL_REFUSED, Change, LiveDelta
 from horus.operator.livestate import LiveObjects, build_live_state, graph_profile
 from horus.predictor import load_default_predictor
 from live_snapshot import snapshot as _snapshot
@@ -254,6 +254,31 @@ def test_an_overcommitted_gpu_is_rebuilt_in_full_when_the_winner_leaves() -> Non
     got = delta.update(LiveObjects(nodes, [second], []), KEY)
     assert int(got.state.core_used[got.state.gpu_id("n0", 0)]) == 80
     assert list(got.state.jobs) == ["pod:default/second"]
+
+
+def test_an_overcommitted_gpu_with_nothing_changed_keeps_the_full_build() -> None:
+    """While a record is refused for lack of room, any change builds in full (the listing's
+    order decides which record wins), but an update with nothing changed hands back the full
+    build of that very listing: a still cluster with one over-committed GPU must not rebuild
+    everything on every extender request and operator pass."""
+    predictor = load_default_predictor()
+    delta = LiveDelta(predictor, lambda p: None)
+    nodes = _nodes()
+    first = pod("first", assignment("n0", 0, core=80))
+    second = pod("second", assignment("n0", 0, core=80))
+    other = pod("other", assignment("n1", 0, core=20))
+    built = delta.update(LiveObjects(nodes, [first, second, other], []), KEY)
+    assert any(": share not counted: " in p for p in built.problems)
+    again = delta.update(LiveObjects(nodes, [first, second, other], []), KEY)
+    assert again is built and (delta.full_builds, delta.updates) == (1, 1)
+    assert _snapshot(again) == _snapshot(
+        build_live_state(nodes, [first, second, other], [], predictor, keys=KEY)
+    )
+    got = delta.update(LiveObjects(nodes, [first, second], []), KEY)  # a change: in full
+    assert delta.full_builds == 2 and delta.full_reason == FULL_REFUSED
+    assert _snapshot(got) == _snapshot(
+        build_live_state(nodes, [first, second], [], predictor, keys=KEY)
+    )
 
 
 class _ViewSource:
