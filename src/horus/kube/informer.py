@@ -261,11 +261,22 @@ class Informer:
                         changes.append((key, gone, None))
             for key, obj in fresh.items():
                 old = self._items.get(key)
-                if old is not None and old is not obj and not newer(_rv(obj), _rv(old)):
-                    fresh[key] = old  # ours is newer than the list
+                if (
+                    old is not None
+                    and old is not obj
+                    and (_rv(obj) == _rv(old) or not newer(_rv(obj), _rv(old)))
+                ):
+                    fresh[key] = old  # the same version (kept by identity), or ours is newer
                 elif old is None or _rv(old) != _rv(obj):
                     changes.append((key, old, obj))
-            self._items = fresh
+            # Each object kept keeps its place and a new one goes to the end, as watch
+            # events leave them: a reader that follows the copy by its order (LiveDelta: an
+            # unchanged object moved means the listing's order changed) then sees a relist
+            # as the changes it brought, not as a reordered cluster — at 10,000 DLJobs one
+            # relist otherwise rebuilt the extender's whole live state (20 s at 5,000 nodes).
+            ordered = {key: fresh[key] for key in self._items if key in fresh}
+            ordered.update(fresh)  # the new keys, in the list's order, after the rest
+            self._items = ordered
             self.resource_version = version
             self.generation += 1
         self._synced.set()

@@ -62,6 +62,26 @@ def test_a_relist_reports_what_vanished_and_appeared_while_unwatched() -> None:
     assert inf.resource_version == "9" and inf.counts.lists == 2
 
 
+def test_a_relist_keeps_each_objects_place_and_dict() -> None:
+    """A relist (after a 410) changes the copy as watch events would: an unchanged object
+    keeps its dict and its place, a changed one is replaced in its place, a gone one leaves,
+    a new one goes to the end — so a reader that follows the copy's order sees only what
+    changed, whatever order the LIST came in."""
+    inf, lister, _ = _informer()
+    lister.items, lister.version = [_obj("a", 1), _obj("b", 2), _obj("c", 3)], 3
+    inf.relist()
+    inf._apply({"type": "ADDED", "object": _obj("0", 4)})  # a watch adds at the end
+    before = inf.items()
+    assert [o["metadata"]["name"] for o in before] == ["a", "b", "c", "0"]
+    lister.items = [_obj("0", 4), _obj("a", 1), _obj("c", 7), _obj("d", 8)]  # the list's order
+    lister.version = 8
+    inf.relist()
+    after = inf.items()
+    assert [o["metadata"]["name"] for o in after] == ["a", "c", "0", "d"]
+    assert after[0] is before[0] and after[2] is before[3]  # unchanged: the same dicts
+    assert after[1]["metadata"]["resourceVersion"] == "7"
+
+
 def test_our_write_is_not_undone_by_an_older_event_or_list() -> None:
     inf, lister, _ = _informer()
     lister.items, lister.version = [_obj("a", 5, status={"phase": "Queued"})], 5
