@@ -214,8 +214,8 @@ class LiveDelta:
         if self._conflicted and (found[1] or found[4] or also):
             # a record refused for lack of room: which one wins depends on the whole
             # listing's order, so any change builds in full — but no change keeps the full
-            # build made for this very listing (at 5,000 nodes, one over-committed GPU made
-            # every extender request rebuild everything, 19-21 s each, on a still cluster)
+            # build made for this very listing (else a still cluster with one such GPU
+            # rebuilds on every request and pass: 19-21 s per build at 5,000 nodes)
             return self._full(objs, keys, FULL_REFUSED)
         live = self._apply(*found, keys, also=also)
         if live is None or (self._conflicted and live is not held):
