@@ -52,7 +52,7 @@ from horus.operator.livestate import (
     dljob_job_name,
     pod_job_name,
 )
-from horus.operator.records import annotations_of, key_of
+from horus.operator.records import annotations_of, key_of, node_exclusion
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import ClusterState
 
@@ -740,21 +740,29 @@ def _kept_order(old: Sequence[str], new: Mapping[str, Any], changed: Sequence[st
 
 
 def _same(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[str, Any]]) -> bool:
-    """The same nodes in the same order: each the same object, or one that differs only in
-    its ``resourceVersion`` (the view stores a node anew when its status renewed only what
-    its projection drops, such as a heartbeat — with 5,000 nodes one always has)."""
+    """The same nodes in the same order, as far as the live state and its callers read them:
+    each the same object, or one whose name, GPU inventory, memory unit and exclusion
+    (:func:`node_exclusion`) are the same. A node stored anew for anything else — a renewed
+    heartbeat, a label (a fresh kwok cluster's nodes gain ``beta.kubernetes.io/*`` labels one
+    by one for minutes), another controller's annotation — is no change: with thousands of
+    nodes one always has, and each used to rebuild the whole state."""
     return (
         old is not None
         and len(old) == len(new)
-        and all(a is b or _unversioned(a) == _unversioned(b) for a, b in zip(old, new, strict=True))
+        and all(a is b or _node_facts(a) == _node_facts(b) for a, b in zip(old, new, strict=True))
     )
 
 
-def _unversioned(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    meta = (
-        {k: v for k, v in meta.items() if k != "resourceVersion"}
-        if isinstance(meta, dict)
-        else meta
+def _node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a node the full build (``livestate._gpu_nodes``) and the extender's per-node
+    memory units read."""
+    meta = node.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    ann = meta.get("annotations")
+    ann = ann if isinstance(ann, Mapping) else {}
+    return (
+        meta.get("name"),
+        ann.get(c.ANNOTATION_GPU_INVENTORY),
+        ann.get(c.ANNOTATION_GPU_MEMORY_UNIT),
+        node_exclusion(node),
     )
-    return {**obj, "metadata": meta}

@@ -242,6 +242,29 @@ def test_a_node_stored_anew_with_only_a_new_version_is_no_change() -> None:
     )
 
 
+def test_a_node_change_the_state_does_not_read_keeps_it() -> None:
+    """A fresh kwok cluster's nodes gain ``beta.kubernetes.io/*`` labels one by one for
+    minutes, and real nodes get labels and annotations from other controllers: none of that
+    is read by the live state, so it must not rebuild it. A change of what it reads — the
+    memory unit the extender's per-node units come from — must."""
+    predictor = load_default_predictor()
+    delta = LiveDelta(predictor, lambda p: None)
+    nodes = _nodes()
+    pods = [pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)]
+    delta.update(LiveObjects(nodes, pods, []), KEY)
+    labelled = copy.deepcopy(nodes)
+    for n in labelled:
+        n["metadata"].setdefault("labels", {})["beta.kubernetes.io/arch"] = "amd64"
+        n["metadata"].setdefault("annotations", {})["example.com/owner"] = "team-a"
+    got = delta.update(LiveObjects(labelled, pods, []), KEY)
+    assert (delta.full_builds, delta.updates) == (1, 1)
+    assert _snapshot(got) == _snapshot(build_live_state(labelled, pods, [], predictor, keys=KEY))
+    unit = copy.deepcopy(labelled)
+    unit[0]["metadata"]["annotations"][c.ANNOTATION_GPU_MEMORY_UNIT] = "256"
+    delta.update(LiveObjects(unit, pods, []), KEY)
+    assert delta.full_builds == 2 and delta.full_reason == "nodes"
+
+
 def test_an_overcommitted_gpu_is_rebuilt_in_full_when_the_winner_leaves() -> None:
     """Two records on one GPU that do not fit together: the listing's first wins. When it
     goes, the other must count (a delta of the one deleted pod alone would leave it out)."""
