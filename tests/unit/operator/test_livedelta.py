@@ -201,12 +201,18 @@ def test_a_changed_profile_or_trust_alone_counts_the_job_again(seed: int) -> Non
     assert alone > 10 and delta.updates > 0
 
 
-def test_a_change_to_a_node_or_the_key_ring_or_the_order_rebuilds_in_full() -> None:
+def _three_on_n0() -> tuple[Any, LiveDelta, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A predictor, a LiveDelta that built the nodes and three pods on n0, those nodes, pods."""
     predictor = load_default_predictor()
     delta = LiveDelta(predictor, lambda p: None)
     nodes = _nodes()
     pods = [pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)]
     delta.update(LiveObjects(nodes, pods, []), KEY)
+    return predictor, delta, nodes, pods
+
+
+def test_a_change_to_a_node_or_the_key_ring_or_the_order_rebuilds_in_full() -> None:
+    predictor, delta, nodes, pods = _three_on_n0()
     delta.update(LiveObjects(nodes, pods[:2], []), KEY)
     assert (delta.full_builds, delta.updates) == (1, 1)
     moved = [nodes[1], nodes[0], *nodes[2:]]
@@ -223,11 +229,7 @@ def test_a_node_stored_anew_with_only_a_new_version_is_no_change() -> None:
     """The view replaces a node's dict when only its heartbeat moved (its projection drops
     the heartbeat, the version still moves): that must not rebuild the whole state — with
     thousands of nodes one always has — while a real change of a node must."""
-    predictor = load_default_predictor()
-    delta = LiveDelta(predictor, lambda p: None)
-    nodes = _nodes()
-    pods = [pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)]
-    delta.update(LiveObjects(nodes, pods, []), KEY)
+    predictor, delta, nodes, pods = _three_on_n0()
     renewed = copy.deepcopy(nodes)
     renewed[0]["metadata"]["resourceVersion"] = "999"
     delta.update(LiveObjects(renewed, pods[:2], []), KEY)
@@ -247,11 +249,7 @@ def test_a_node_change_the_state_does_not_read_keeps_it() -> None:
     minutes, and real nodes get labels and annotations from other controllers: none of that
     is read by the live state, so it must not rebuild it. A change of what it reads — the
     memory unit the extender's per-node units come from — must."""
-    predictor = load_default_predictor()
-    delta = LiveDelta(predictor, lambda p: None)
-    nodes = _nodes()
-    pods = [pod(f"p{k}", assignment("n0", k, 20, 2000)) for k in range(3)]
-    delta.update(LiveObjects(nodes, pods, []), KEY)
+    predictor, delta, nodes, pods = _three_on_n0()
     labelled = copy.deepcopy(nodes)
     for n in labelled:
         n["metadata"].setdefault("labels", {})["beta.kubernetes.io/arch"] = "amd64"
