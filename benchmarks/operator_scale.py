@@ -11,7 +11,8 @@ reason) → measure the steady state (no change for ``--steady`` seconds: the LI
 apiserver served, by resource, from its own ``apiserver_request_total``) → delete them all and
 wait for their pods to go. Reported per cycle: jobs placed / queued with a reason / undecided,
 seconds until all were decided, the operator's RSS at the peak and after the cycle, its CPU
-seconds. The benchmark itself follows DLJobs and pods by WATCH (it makes no LIST of them).
+seconds, and how its passes got their live state (``kept`` or ``full: <why>``, from its
+``horus_operator_live_state_builds_total``) until all were decided and in the steady state. The benchmark itself follows DLJobs and pods by WATCH (it makes no LIST of them).
 
 Writes ``benchmarks/results/operator-scale.json``.
 """
@@ -54,21 +55,36 @@ _OP_ARGS = ("--metrics-host", "127.0.0.1", "--identity", "scale")
 _RESOURCES = ("dljobs", "pods", "nodes", "priorityclasses", "resourceclaims", "resourceslices")
 
 
+def operator_counter(port: int, metric: str, label: str, where: str = "") -> dict[str, float]:
+    """One of the operator's own counters so far, summed by ``label``, over the series whose
+    labels contain ``where`` (read from its /metrics)."""
+    import urllib.request
+
+    prefix = f"{metric}_total{{"
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(prefix) and where in line:
+                labels, value = line.rsplit(" ", 1)
+                key = labels.split(f'{label}="', 1)[1].split('"', 1)[0]
+                out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
 def operator_lists(port: int) -> dict[str, float]:
     """LISTs the operator's own view has made so far, by resource (its
     ``horus_operator_view_requests_total{verb="list"}``): the apiserver's counter has no
     client label, and kwok and the controllers list too."""
-    import urllib.request
+    return operator_counter(port, c.METRIC_VIEW_REQUESTS, "resource", 'verb="list"')
 
-    prefix = f"{c.METRIC_VIEW_REQUESTS}_total{{"
-    out: dict[str, float] = {}
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith(prefix) and 'verb="list"' in line:
-                labels, value = line.rsplit(" ", 1)
-                resource = labels.split('resource="', 1)[1].split('"', 1)[0]
-                out[resource] = out.get(resource, 0.0) + float(value)
-    return out
+
+def live_state_builds(port: int) -> dict[str, float]:
+    """How the operator's passes got their live state so far (``kept``, ``full: <why>``)."""
+    return operator_counter(port, c.METRIC_LIVE_STATE_BUILDS, "how")
+
+
+def since(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in sorted(after) if after[k] != before.get(k)}
 
 
 def list_counts(state: Any) -> dict[str, float]:
@@ -325,6 +341,7 @@ def main() -> int:
             log_from = log.stat().st_size
             peak[0] = 0.0
             cpu0 = cpu_seconds(op.pid)
+            builds0 = live_state_builds(metrics_port)
             t0 = time.time()
 
             def create(i: int, cycle: int = cycle) -> None:
@@ -347,6 +364,7 @@ def main() -> int:
                 time.sleep(1.0)
             decided_s = time.time() - t0
             tally = follow.tally()
+            builds_decided = live_state_builds(metrics_port)
             print(f"cycle {cycle}: {tally} in {decided_s:.0f}s", flush=True)
             # steady: wait until nothing changed for 10 s, then count LISTs over --steady s
             quiet = time.monotonic()
@@ -354,9 +372,11 @@ def main() -> int:
                 time.sleep(1.0)
             before, steady_cpu0 = list_counts(state), cpu_seconds(op.pid)
             own_before = operator_lists(metrics_port)
+            builds_steady = live_state_builds(metrics_port)
             time.sleep(args.steady)
             after, steady_cpu = list_counts(state), cpu_seconds(op.pid) - steady_cpu0
             own_after = operator_lists(metrics_port)
+            builds_after = live_state_builds(metrics_port)
             own = {k: own_after[k] - own_before.get(k, 0.0) for k in sorted(own_after)}
             lists = {k: after[k] - before[k] for k in _RESOURCES}
             rss_peak = max(peak[0], rss_mib(op.pid))
@@ -380,6 +400,8 @@ def main() -> int:
                 "steady_operator_lists_by_resource": own,
                 "steady_seconds": args.steady,
                 "steady_operator_cpu_seconds": round(steady_cpu, 2),
+                "live_state_until_decided": since(builds_decided, builds0),
+                "live_state_steady": since(builds_after, builds_steady),
                 "operator_rss_peak_mib": round(rss_peak, 1),
                 "operator_rss_after_cycle_mib": round(rss_mib(op.pid), 1),
                 "operator_cpu_seconds": round(cpu, 1),

@@ -5,7 +5,9 @@ again only what changed. Wrapping :meth:`LiveDelta.update` here, every pass of e
 that runs the operator's ``Reconciler`` (placements, moves, rollbacks, forged records,
 reloaded models, ...) also builds the state from scratch with the same inputs and fails on
 any difference — the differential test of ``test_livedelta.py`` over every scenario the suite
-has, not only random ones. The extender's updates are checked by that test itself.
+has, not only random ones. The DRA path's passes keep a full build while nothing changed
+(:class:`KeptBuild`); each time one is handed back it is compared with a fresh build the
+same way. The extender's updates are checked by that test itself.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from horus.operator import reconcile
-from horus.operator.livedelta import LiveDelta
+from horus.operator.livedelta import KeptBuild, LiveDelta
 from horus.operator.livestate import LiveState, build_live_state
 from live_snapshot import snapshot
 
@@ -35,5 +37,27 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
             assert snapshot(live) == snapshot(want), "kept live state differs from a full build"
         return live
 
+    kept_update = KeptBuild.update
+
+    def kept_checked(self: KeptBuild, objs: Any, *args: Any) -> tuple[LiveState, bool]:
+        live, same = kept_update(self, objs, *args)
+        if same:  # handed back: what a full build of these inputs gives now
+            claims, slices, predictor, keys, profiles, distrusted = args
+            want = build_live_state(
+                objs.nodes,
+                objs.pods,
+                objs.dljobs,
+                predictor,
+                profiles,
+                keys,
+                distrusted,
+                claims,
+                slices,
+            )
+            assert snapshot(live) == snapshot(want), "kept DRA live state differs from a build"
+            assert live.overtaken == want.overtaken
+        return live, same
+
     monkeypatch.setattr(LiveDelta, "update", checked)
+    monkeypatch.setattr(KeptBuild, "update", kept_checked)
     yield

@@ -74,12 +74,11 @@ from horus.operator.jobapi import (
     ProfileUnavailable,
     taken_message,
 )
-from horus.operator.livedelta import LiveDelta
+from horus.operator.livedelta import KeptBuild, LiveDelta
 from horus.operator.livestate import (
     TERMINAL_POD_PHASES,
     LiveObjects,
     LiveState,
-    build_live_state,
     dljob_job_name,
     dljob_record_trusted,
     slices_by_node,
@@ -204,6 +203,7 @@ class Reconciler:
         #: The cluster's live state kept from pass to pass, counted again only where objects,
         #: profiles or trust changed (device-plugin path; the DRA path builds it in full).
         self._delta = LiveDelta(predictor, _no_profile)
+        self._kept_build = KeptBuild()  # the DRA path's (LiveDelta takes no claims)
         #: The session's core that took in the last pass's residents (a new core — a new
         #: predictor — must take them all in again).
         self._observer: Scheduler | None = None
@@ -586,18 +586,22 @@ class Reconciler:
             if kept_state and self._observer is self.session.scheduler:
                 residents = self._delta.added  # the session remembered the others already
         else:
-            report.live_state = "full: dra"
-            live = build_live_state(
-                snap.nodes,
-                snap.pods,
-                snap.dljobs,
-                self.predictor,
-                profiles,
-                self.keys(),
-                distrusted,
+            # built in full, and kept while nothing it is built from changes (a still
+            # cluster's passes); placed on a fork as above
+            objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs)
+            held, same = self._kept_build.update(
+                objs,
                 snap.claims,
-                snap.slices,
+                snap.slices or [],
+                self.predictor,
+                self.keys(),
+                profiles,
+                distrusted,
             )
+            live = dataclasses.replace(held, state=held.state.fork())
+            report.live_state = "kept" if same else "full: dra"
+            if same and self._observer is self.session.scheduler:
+                residents = ()  # the same state: the session took all of it in already
         if self.claim_path is not None:
             st_ = live.state
             unhealthy = (str(u) for u, ok in zip(st_.gpu_uuid, st_.healthy, strict=True) if not ok)

@@ -242,11 +242,11 @@ class FakeJobApi:
     # --- ResourceClaims (the DRA path) ---------------------------------------------------
     def list_resource_claims(self) -> list[dict[str, Any]]:
         with self.lock:
-            return copy.deepcopy(list(self.claims.values()))
+            return self._as_view("claims", self.claims)
 
     def list_resource_slices(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return copy.deepcopy(self.slices)
+        with self.lock:  # keyed by place: a test may replace the whole list
+            return self._as_view("slices", {("", str(i)): s for i, s in enumerate(self.slices)})
 
     def create_resource_claim(
         self, namespace: str, manifest: Mapping[str, Any]

@@ -851,3 +851,31 @@ def test_an_unsigned_pod_assignment_on_the_dra_path_is_no_problem() -> None:
     inventory = node("n1", gpus=2, memory=GPU_MIB)
     on_dp = build_live_state([inventory], [pod], [], keys=KEY)
     assert any("hog-0" in p and "not counted" in p for p in on_dp.problems), on_dp.problems
+
+
+def test_a_still_dra_cluster_keeps_its_live_state_and_any_change_builds_it_again(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    """Issue 27: a DRA pass whose listings are the last build's very objects gets that build
+    back (every one compared with a fresh build by tests/unit/conftest.py); a claim, a slice
+    or a pod that changed builds in full."""
+    api.add_dljob(job("train"))
+    assert rec.run_pass().live_state == "full: dra"
+    allocate_as_recorded(api, "train")
+    api.run_bound_pods()
+    assert rec.run_pass().live_state == "full: dra"  # its claim allocated, its pod running
+    assert rec.run_pass().live_state == "full: dra"  # the record the pass wrote: Running
+    assert status(api, "train")["phase"] == c.DLJOB_PHASE_RUNNING
+    assert rec.run_pass().live_state == "kept"
+    assert rec.run_pass().live_state == "kept"
+    tenant_claim(api, "mine", "n2", 0, 100, GPU_MIB)  # a tenant takes a whole GPU of n2
+    assert rec.run_pass().live_state == "full: dra"
+    assert rec.run_pass().live_state == "kept"
+    api.slices = api.slices[:1]  # n2's driver withdrew its slice: its GPUs are gone
+    assert rec.run_pass().live_state == "full: dra"
+    api.add_dljob(job("more", core=100, mem=GPU_MIB))
+    report = rec.run_pass()
+    assert report.live_state == "full: dra" and report.placed == 1
+    (placed,) = status(api, "more")["placements"]
+    assert placed["node"] == "n1"  # not n2, whose GPUs the kept state no longer offers
+    assert rec.metrics.live_state_builds.labels(how="kept")._value.get() == 3
