@@ -113,7 +113,10 @@ def gpu_cluster(
 ) -> tuple[LocalCluster, Any, Any]:
     """A local control plane with the DLJob CRD and ``nodes`` kwok GPU nodes: (cluster, its
     state, an API client). The caller takes it down (``cluster.down``) when done."""
-    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
+    # a control-plane folder of the cache (it also holds e.g. a Prometheus-only one)
+    cached = sorted(
+        d for d in (Path.home() / ".cache/horus/bin").glob("*/") if (d / "kube-apiserver").is_file()
+    )
     if cached and "HORUS_BIN_DIR" not in os.environ:
         os.environ["HORUS_BIN_DIR"] = str(cached[-1])
     local = LocalCluster(Path(tempfile.mkdtemp(prefix=prefix)) / "c")

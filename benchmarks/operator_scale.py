@@ -276,7 +276,10 @@ def main() -> int:
     args = ap.parse_args()
     if not 10 <= args.node_lease_seconds <= 3600:
         ap.error(f"--node-lease-seconds must be 10..3600, got {args.node_lease_seconds}")
-    cached = sorted((Path.home() / ".cache/horus/bin").glob("*/"))
+    # a control-plane folder of the cache (it also holds e.g. a Prometheus-only one)
+    cached = sorted(
+        d for d in (Path.home() / ".cache/horus/bin").glob("*/") if (d / "kube-apiserver").is_file()
+    )
     if cached and "HORUS_BIN_DIR" not in os.environ:
         os.environ["HORUS_BIN_DIR"] = str(cached[-1])
     import tempfile
