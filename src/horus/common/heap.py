@@ -32,9 +32,10 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["Releaser", "keep", "limit_arenas", "release", "settle"]
+__all__ = ["Releaser", "keep", "limit_arenas", "release", "release_beside", "settle"]
 
 _lock = threading.Lock()
+_releasing = threading.Lock()  # held while a release_beside thread runs
 
 #: glibc's ``mallopt`` parameter for the most arenas (``M_ARENA_MAX`` in ``malloc.h``).
 _M_ARENA_MAX = -8
@@ -69,6 +70,27 @@ def release() -> bool:
     if fn is None:
         return False
     fn(0)
+    return True
+
+
+def release_beside() -> bool:
+    """:func:`release` in a thread of its own, beside the caller's work — unless the last one
+    is still running: a trim walks the whole heap, so two side by side (after full builds in
+    a row) would only take turns at the arenas' locks. Whether one was started."""
+    if not _releasing.acquire(blocking=False):
+        return False
+
+    def run() -> None:
+        try:
+            release()
+        finally:
+            _releasing.release()
+
+    try:
+        threading.Thread(target=run, name="horus-heap-release", daemon=True).start()
+    except BaseException:
+        _releasing.release()
+        raise
     return True
 
 

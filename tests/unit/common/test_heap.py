@@ -90,3 +90,37 @@ def test_the_operator_releases_when_its_view_moved_and_times_it() -> None:
 
     assert asyncio.run(ticks()) == [False, True, False, True, True]
     assert count() == (3.0 if GLIBC else 0.0)
+
+
+def test_release_beside_runs_one_trim_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The extender trims beside its requests after each full build; builds in a row must not
+    pile trims up side by side (each walks the whole heap)."""
+    import threading
+
+    started, go, done = threading.Event(), threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def slow_release() -> bool:
+        calls.append(threading.current_thread().name)
+        started.set()
+        go.wait(10)
+        done.set()
+        return True
+
+    monkeypatch.setattr(heap, "release", slow_release)
+    assert heap.release_beside() is True
+    assert started.wait(10)
+    assert heap.release_beside() is False  # the first is still trimming
+    go.set()
+    assert done.wait(10)
+    for _ in range(100):  # the thread gives the slot back right after release returns
+        if heap.release_beside():
+            break
+        threading.Event().wait(0.01)
+    else:
+        raise AssertionError("no release started after the first ended")
+    for _ in range(100):
+        if len(calls) == 2:
+            break
+        threading.Event().wait(0.01)
+    assert calls == ["horus-heap-release", "horus-heap-release"]

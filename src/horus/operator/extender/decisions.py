@@ -274,7 +274,7 @@ class Extender:
             heap.settle()
             # What the old state and the collection freed goes back — beside the request, not
             # in it: a trim of a large heap takes up to a few hundred milliseconds.
-            threading.Thread(target=heap.release, name="horus-heap-release", daemon=True).start()
+            heap.release_beside()
         else:
             heap.keep()
         return live, units
