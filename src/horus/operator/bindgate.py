@@ -87,8 +87,10 @@ class BindGate:
         self._waiting: set[tuple[str, str, int]] = set()
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
+            if node not in self._gated:  # most pods (kwok nodes gate none): nothing parsed
+                continue
             req = horus_requests(pod)
-            if node not in self._gated or req is None:
+            if req is None:
                 continue
             if (pod.get("metadata") or {}).get("deletionTimestamp"):
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from horus.api.dljob import DLJob
@@ -41,19 +42,21 @@ class JobCtx:
         m = self.obj.get("metadata")
         return m if isinstance(m, dict) else {}
 
-    @property
+    # name, namespace and uid never change while the job exists (a status write hands back
+    # the same object, a later ``resourceVersion``): read once per pass, not on every use
+    @cached_property
     def name(self) -> str:
         return str(self.meta.get("name", ""))
 
-    @property
+    @cached_property
     def namespace(self) -> str:
         return str(self.meta.get("namespace", "default"))
 
-    @property
+    @cached_property
     def key(self) -> str:
         return dljob_job_name(self.namespace, self.name)
 
-    @property
+    @cached_property
     def uid(self) -> str:
         return str(self.meta.get("uid", ""))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections import Counter
@@ -76,7 +77,6 @@ from horus.operator.jobapi import (
 )
 from horus.operator.livedelta import KeptBuild, LiveDelta
 from horus.operator.livestate import (
-    TERMINAL_POD_PHASES,
     LiveObjects,
     LiveState,
     dljob_job_name,
@@ -85,7 +85,8 @@ from horus.operator.livestate import (
 )
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.passctx import JobCtx, PassReport
-from horus.operator.podspec import owner_uid, pod_name
+from horus.operator.podfacts import PodFacts, PodFactsCache, by_pod
+from horus.operator.podspec import pod_name
 from horus.operator.priority import PriorityClasses
 from horus.operator.queueing import NodeEligibility, job_request, refuse, stable_refusal
 from horus.operator.records import pods_epoch, record_epoch
@@ -204,6 +205,7 @@ class Reconciler:
         #: profiles or trust changed (device-plugin path; the DRA path builds it in full).
         self._delta = LiveDelta(predictor, _no_profile)
         self._kept_build = KeptBuild()  # the DRA path's (LiveDelta takes no claims)
+        self._pod_facts = PodFactsCache()
         #: The session's core that took in the last pass's residents (a new core — a new
         #: predictor — must take them all in again).
         self._observer: Scheduler | None = None
@@ -264,12 +266,13 @@ class Reconciler:
         self.node_units = _node_units(snap.nodes)
         self.committer.gate = BindGate(snap.pods, snap.nodes)
         report.timings["list"] = time.monotonic() - t0
-        every = self._contexts(snap)
+        ring = self.keys()
+        facts = self._pod_facts.read(snap.pods, ring)
+        every = self._contexts(snap, facts)
         uids = {x.uid for x in every.values()}
         self.admission.retain(uids)
         self.writer.retain(uids)
-        ring = self.keys()
-        self._distrust_rollbacks(every, ring, snap.claims)
+        self._distrust_rollbacks(every, ring, snap.claims, by_pod(facts))
         self.metrics.signing_key.set(1 if ring.can_sign else 0)
         if not ring.can_sign:
             return self._hold(snap, every, ring, report, t0)
@@ -282,7 +285,7 @@ class Reconciler:
             if x.status.get("placements") and x.phase not in TERMINAL_PHASES
         ]
         deleting: list[Future[None]] = []
-        self._cleanup(every, snap.pods, report, deleting)
+        self._cleanup(every, facts, report, deleting)
         self._cleanup_claims(every, snap.claims, report, deleting)
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
@@ -305,9 +308,14 @@ class Reconciler:
         report.seconds = time.monotonic() - t0
         return report
 
-    def _contexts(self, snap: _Snapshot) -> dict[str, JobCtx]:
-        """One context per DLJob, with its trust and its own replica pods."""
+    def _contexts(
+        self, snap: _Snapshot, facts: Sequence[PodFacts] | None = None
+    ) -> dict[str, JobCtx]:
+        """One context per DLJob, with its trust and its own replica pods (``facts``: those
+        of ``snap.pods``, read anew when not given)."""
         keys = self.keys()
+        if facts is None:
+            facts = PodFactsCache().read(snap.pods, keys)
         ctxs: dict[str, JobCtx] = {}
         for obj in snap.dljobs:
             raw = obj.get("status")
@@ -319,19 +327,17 @@ class Reconciler:
         # ownerReference and the Horus-owned assignment annotation) in the job's namespace.
         by_uid = {(x.namespace, x.uid): x for x in ctxs.values()}
         by_name = {(x.namespace, x.name): x for x in ctxs.values()}
-        for pod in snap.pods:
-            meta = pod.get("metadata") or {}
-            ns, owner = str(meta.get("namespace", "")), owner_uid(pod)
-            mine = by_uid.get((ns, owner)) if owner is not None else None
-            view = st.PodView.from_pod(pod)
-            if mine is None or view is None:
+        for f in facts:  # the pods' facts, read once per version of each pod
+            owner = f.owner
+            mine = by_uid.get((f.namespace, owner)) if owner is not None else None
+            if mine is None or f.view is None:
                 if owner is None:  # no Horus pod at all: does it hold a replica's name?
-                    _note_taken(by_name, ns, str(meta.get("name", "")))
+                    _note_taken(by_name, f.namespace, f.name)
                 continue
-            if meta.get("deletionTimestamp"):
-                mine.leaving.append(pod)
+            if f.deleting:
+                mine.leaving.append(f.pod)
             else:
-                mine.pods.setdefault(view.replica, pod)
+                mine.pods.setdefault(f.view.replica, f.pod)
         return ctxs
 
     def _parsed(self, obj: dict[str, Any]) -> DLJob | None:
@@ -352,7 +358,11 @@ class Reconciler:
         return self._jobs.get(version, parse, obj, slot=slot)
 
     def _distrust_rollbacks(
-        self, every: Mapping[str, JobCtx], ring: KeyRing, claims: Sequence[Mapping[str, Any]] = ()
+        self,
+        every: Mapping[str, JobCtx],
+        ring: KeyRing,
+        claims: Sequence[Mapping[str, Any]],
+        facts: Mapping[int, PodFacts],
     ) -> None:
         """A validly signed record older than its pods (they carry the epoch they were bound
         in), than its claims on the DRA path (each carries the epoch it was made in) or than
@@ -368,7 +378,7 @@ class Reconciler:
                 continue
             floor = max(
                 self.writer.highest_signed(ctx.uid),
-                pods_epoch([*ctx.pods.values(), *ctx.leaving], ring),
+                _pods_epoch([*ctx.pods.values(), *ctx.leaving], ring, facts),
                 made_in.get(ctx.uid, 0),
             )
             if record_epoch(ctx.status) < floor:
@@ -482,7 +492,7 @@ class Reconciler:
     def _cleanup(
         self,
         ctxs: Mapping[str, JobCtx],
-        pods: list[dict[str, Any]],
+        facts: Sequence[PodFacts],
         report: PassReport,
         deleting: list[Future[None]],
     ) -> None:
@@ -493,20 +503,17 @@ class Reconciler:
         if not self.is_leader():
             return
         jobs = {(x.namespace, x.uid): x for x in ctxs.values()}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            owner = owner_uid(pod)
-            if owner is None or meta.get("deletionTimestamp"):
+        for f in facts:
+            if f.owner is None or f.deleting:
                 continue  # a pod Horus did not make for a DLJob is never deleted here
-            ctx = jobs.get((str(meta.get("namespace")), owner))
-            running = (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
-            if ctx is None or (running and _must_stop(ctx)):
+            ctx = jobs.get((f.namespace, f.owner))
+            if ctx is None or (f.running and _must_stop(ctx)):
                 # Only the pod read here: one re-created under its name is not touched.
                 deleting.append(
                     self.cleanup_pool.submit(
                         self._delete_leftover,
                         "pod",
-                        meta,
+                        f.pod.get("metadata") or {},
                         self.api.delete_pod,
                         "pods_deleted",
                         report,
@@ -1038,6 +1045,17 @@ def _note_taken(jobs: Mapping[tuple[str, str], JobCtx], namespace: str, name: st
         ctx.taken.append(name)
 
 
+def _pods_epoch(
+    pods: Sequence[Mapping[str, Any]], ring: KeyRing, facts: Mapping[int, PodFacts]
+) -> int:
+    """:func:`pods_epoch` of ``pods``, from the pass's facts where it read the pod."""
+    best = 0
+    for pod in pods:
+        f = facts.get(id(pod))
+        best = max(best, f.epoch if f is not None and f.pod is pod else pods_epoch([pod], ring))
+    return best
+
+
 def _must_stop(ctx: JobCtx) -> bool:
     """Whether a job's running pods must go: it failed, or it is queued without placements."""
     if not ctx.trusted:
@@ -1070,12 +1088,20 @@ def _max_gpu_memory(
         )
         if not text:
             continue
-        try:
-            for gpu in decode_inventory(text):
-                best = max(best or 0, gpu.memory_mib)
-        except ValidationError:
-            continue
+        largest = _largest_gpu_mib(text)
+        if largest is not None:
+            best = max(best or 0, largest)
     return best
+
+
+@functools.lru_cache(maxsize=16384)
+def _largest_gpu_mib(inventory: str) -> int | None:
+    """The largest GPU of one inventory annotation (None: unreadable or empty), decoded once
+    per text: the node's annotation is the same string from pass to pass."""
+    try:
+        return max((gpu.memory_mib for gpu in decode_inventory(inventory)), default=None)
+    except ValidationError:
+        return None
 
 
 def _node_units(nodes: list[dict[str, Any]]) -> dict[str, int]:
