@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from horus.api.dljob import DLJob
@@ -42,23 +41,20 @@ class JobCtx:
         m = self.obj.get("metadata")
         return m if isinstance(m, dict) else {}
 
-    # name, namespace and uid never change while the job exists (a status write hands back
-    # the same object, a later ``resourceVersion``): read once per pass, not on every use
-    @cached_property
-    def name(self) -> str:
-        return str(self.meta.get("name", ""))
+    # Read once, when the context is made: name, namespace and uid never change while the job
+    # exists (a status write hands back the same object at a later ``resourceVersion``), and
+    # a pass reads them many times per job.
+    name: str = field(init=False)
+    namespace: str = field(init=False)
+    key: str = field(init=False)
+    uid: str = field(init=False)
 
-    @cached_property
-    def namespace(self) -> str:
-        return str(self.meta.get("namespace", "default"))
-
-    @cached_property
-    def key(self) -> str:
-        return dljob_job_name(self.namespace, self.name)
-
-    @cached_property
-    def uid(self) -> str:
-        return str(self.meta.get("uid", ""))
+    def __post_init__(self) -> None:
+        meta = self.meta
+        self.name = str(meta.get("name", ""))
+        self.namespace = str(meta.get("namespace", "default"))
+        self.key = dljob_job_name(self.namespace, self.name)
+        self.uid = str(meta.get("uid", ""))
 
     @property
     def rv(self) -> str:
