@@ -7,12 +7,14 @@ Starts its own local control plane (``horus.devcluster``) with ``--nodes`` kwok 
 and the operator (``python -m horus.operator``, a subprocess), then runs ``--cycles`` rounds of:
 create ``--jobs`` single-replica DLJobs (auto-sized) as fast as 16 client threads can → wait
 until every one is decided (phase Scheduled/Running, or Queued with a condition naming the
-reason) → measure the steady state (no change for ``--steady`` seconds: the LIST requests the
-apiserver served, by resource, from its own ``apiserver_request_total``) → delete them all and
-wait for their pods to go. Reported per cycle: jobs placed / queued with a reason / undecided,
-seconds until all were decided, the operator's RSS at the peak and after the cycle, its CPU
-seconds, and how its passes got their live state (``kept`` or ``full: <why>``, from its
-``horus_operator_live_state_builds_total``) until all were decided and in the steady state. The benchmark itself follows DLJobs and pods by WATCH (it makes no LIST of them).
+reason) → wait until every placed job is Running and nothing changed for 10 s → measure the
+steady state over ``--steady`` seconds (the LIST requests the apiserver served, by resource,
+from its own ``apiserver_request_total``; the operator's CPU) → delete them all and wait for
+their pods to go. Reported per cycle: jobs placed / queued with a reason / undecided, seconds
+until all were decided, the operator's RSS at the peak and after the cycle, its CPU seconds,
+and how its passes got their live state (``kept`` or ``full: <why>``, from its
+``horus_operator_live_state_builds_total``) until all were decided and in the steady state.
+The benchmark itself follows DLJobs and pods by WATCH (it makes no LIST of them).
 
 Writes ``benchmarks/results/operator-scale.json``.
 """
@@ -170,6 +172,10 @@ class Follow:
             else:
                 other += 1
         return {"placed": placed, "queued_with_reason": queued, "undecided": other}
+
+    def scheduled(self) -> int:
+        """Jobs still at Scheduled (placed, not yet written Running)."""
+        return sum(p == c.DLJOB_PHASE_SCHEDULED for p, _ in list(self.jobs.values()))
 
     def stop(self) -> None:
         self._stop = True
@@ -369,10 +375,15 @@ def main() -> int:
             tally = follow.tally()
             builds_decided = live_state_builds(metrics_port)
             print(f"cycle {cycle}: {tally} in {decided_s:.0f}s", flush=True)
-            # steady: wait until nothing changed for 10 s, then count LISTs over --steady s
+            # steady: wait until every placed job is Running (the operator's last writes of
+            # the burst: a job is decided at Scheduled, and kwok starts its pod at once) and
+            # nothing changed for 10 s, then count LISTs and CPU over --steady s
             quiet = time.monotonic()
-            while time.monotonic() - follow.changed < 10 and time.monotonic() - quiet < 300:
+            while (
+                follow.scheduled() or time.monotonic() - follow.changed < 10
+            ) and time.monotonic() - quiet < 600:
                 time.sleep(1.0)
+            settle_s = time.monotonic() - quiet
             before, steady_cpu0 = list_counts(state), cpu_seconds(op.pid)
             own_before = operator_lists(metrics_port)
             builds_steady = live_state_builds(metrics_port)
@@ -402,6 +413,7 @@ def main() -> int:
                 "steady_lists_by_resource": lists,
                 "steady_operator_lists_by_resource": own,
                 "steady_seconds": args.steady,
+                "settle_seconds": round(settle_s, 1),
                 "steady_operator_cpu_seconds": round(steady_cpu, 2),
                 "live_state_until_decided": since(builds_decided, builds0),
                 "live_state_steady": since(builds_after, builds_steady),
