@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Memo", "sweep_all"]
+__all__ = ["Memo", "PerObject", "sweep_all"]
 
 T = TypeVar("T")
 
@@ -89,3 +89,36 @@ class Memo(Generic[T]):
         with self._lock:
             self._items.clear()
             self._used.clear()
+
+
+class PerObject(Generic[T]):
+    """What a reader derives from each object of a listing, kept for its next listing by the
+    identity of the object — for a reader handed the watch-fed view's own dicts (the same
+    dict while the object is unchanged, a new one when it changed), where a :class:`Memo`'s
+    key tuples, lock and bookkeeping per object would cost more than a dict lookup.
+
+    Each entry holds its object, so no other object has that identity while it is kept; only
+    the last listing's objects are kept. ``context`` is what the values depend on besides the
+    object (a key ring): when it differs from the last listing's, every value is derived
+    anew. One reader at a time (a pass).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[object, T]] = {}
+        self._context: object = None
+
+    def read(
+        self, objs: Iterable[Any], derive: Callable[[Any], T], context: object = None
+    ) -> list[T]:
+        """``derive(obj)`` for each of ``objs``, in order: kept for a dict listed last time."""
+        held = self._held if context == self._context else {}
+        fresh: dict[int, tuple[object, T]] = {}
+        out: list[T] = []
+        for obj in objs:
+            hit = held.get(id(obj))
+            if hit is None:
+                hit = (obj, derive(obj))
+            fresh[id(obj)] = hit
+            out.append(hit[1])
+        self._held, self._context = fresh, context
+        return out

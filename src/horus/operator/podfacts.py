@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from horus.api.signing import KeyRing
+from horus.common.memo import PerObject
 from horus.operator import status as st
 from horus.operator.livestate import TERMINAL_POD_PHASES
 from horus.operator.podspec import owner_uid
@@ -59,27 +60,16 @@ def _facts(pod: dict[str, Any], ring: KeyRing) -> PodFacts:
 
 
 class PodFactsCache:
-    """The facts of one pass's pods (:meth:`read`), kept for the next pass by pod identity."""
+    """The facts of one pass's pods (:meth:`read`), kept for the next pass by pod identity
+    (:class:`~horus.common.memo.PerObject`; a new key ring reads every pod again)."""
 
     def __init__(self) -> None:
-        self._held: dict[int, PodFacts] = {}
-        self._ring: KeyRing | None = None
+        self._kept: PerObject[PodFacts] = PerObject()
 
     def read(self, pods: Iterable[dict[str, Any]], ring: KeyRing) -> list[PodFacts]:
         """The facts of ``pods``, in their order. Only this listing's pods are kept: a pod
         gone (or replaced by a new dict) is forgotten."""
-        held = self._held if ring == self._ring else {}
-        fresh: dict[int, PodFacts] = {}
-        out: list[PodFacts] = []
-        for pod in pods:
-            # held facts hold their pod, so no other object has its id meanwhile
-            facts = held.get(id(pod))
-            if facts is None:
-                facts = _facts(pod, ring)
-            fresh[id(pod)] = facts
-            out.append(facts)
-        self._held, self._ring = fresh, ring
-        return out
+        return self._kept.read(pods, lambda pod: _facts(pod, ring), ring)
 
 
 def by_pod(facts: Iterable[PodFacts]) -> Mapping[int, PodFacts]:

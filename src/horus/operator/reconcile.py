@@ -50,7 +50,7 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
-from horus.common.memo import Memo, sweep_all
+from horus.common.memo import Memo, PerObject, sweep_all
 from horus.kube.errors import Conflict
 from horus.node.claims import slice_gpus
 from horus.operator import status as st
@@ -202,10 +202,14 @@ class Reconciler:
         #: pass the same objects until they change): a pass parses only what changed.
         self._jobs: Memo[DLJob | None] = Memo(limit=40_000)
         #: The cluster's live state kept from pass to pass, counted again only where objects,
-        #: profiles or trust changed (device-plugin path; the DRA path builds it in full).
+        #: profiles or trust changed (device-plugin path); the DRA path's full build, kept
+        #: while nothing it is built from changed (LiveDelta takes no claims or slices).
         self._delta = LiveDelta(predictor, _no_profile)
-        self._kept_build = KeptBuild()  # the DRA path's (LiveDelta takes no claims)
+        self._kept_build = KeptBuild()
+        #: What a pass reads of each pod, and each DLJob parsed and its record checked, kept
+        #: per version of the object (the view's same dict while it is unchanged).
         self._pod_facts = PodFactsCache()
+        self._job_facts: PerObject[tuple[DLJob | None, bool]] = PerObject()
         #: The session's core that took in the last pass's residents (a new core — a new
         #: predictor — must take them all in again).
         self._observer: Scheduler | None = None
@@ -317,11 +321,14 @@ class Reconciler:
         if facts is None:
             facts = PodFactsCache().read(snap.pods, keys)
         ctxs: dict[str, JobCtx] = {}
-        for obj in snap.dljobs:
+        # each DLJob parsed and its record checked once per version of it (per key ring)
+        read = self._job_facts.read(
+            snap.dljobs, lambda obj: (self._parsed(obj), dljob_record_trusted(obj, keys)), keys
+        )
+        for obj, (job, trusted) in zip(snap.dljobs, read, strict=True):
             raw = obj.get("status")
             status: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
-            job = self._parsed(obj)
-            ctx = JobCtx(obj, job, status, trusted=dljob_record_trusted(obj, keys))
+            ctx = JobCtx(obj, job, status, trusted=trusted)
             ctxs[ctx.key] = ctx
         # A pod is a job's only if Horus made it for that job (podspec.owner_uid: controller
         # ownerReference and the Horus-owned assignment annotation) in the job's namespace.

@@ -67,3 +67,30 @@ def test_a_sweep_drops_what_was_not_asked_for_since_the_last_one() -> None:
     sweep_all()
     assert len(memo) == 1
     assert memo.get("b", lambda: "recomputed", slot="b") == "recomputed"
+
+
+def test_per_object_derives_once_per_object_and_context() -> None:
+    """The view's unchanged objects are the same dicts pass after pass: derived once; a new
+    dict (a changed object) or a new context (a key ring) derives again; objects no longer
+    listed are not kept."""
+    from horus.common.memo import PerObject
+
+    calls: list[str] = []
+
+    def derive(obj: dict[str, str]) -> str:
+        calls.append(obj["name"])
+        return obj["name"].upper()
+
+    kept: PerObject[str] = PerObject()
+    a, b = {"name": "a"}, {"name": "b"}
+    assert kept.read([a, b], derive, "ring-1") == ["A", "B"]
+    assert kept.read([b, a], derive, "ring-1") == ["B", "A"]
+    assert calls == ["a", "b"]
+    a2 = {"name": "a"}  # equal, but a new dict: the object changed
+    assert kept.read([a2, b], derive, "ring-1") == ["A", "B"]
+    assert calls == ["a", "b", "a"]
+    assert kept.read([a2, b], derive, "ring-2") == ["A", "B"]  # another key ring
+    assert calls == ["a", "b", "a", "a", "b"]
+    assert kept.read([b], derive, "ring-2") == ["B"]
+    assert kept.read([a2], derive, "ring-2") == ["A"]  # a2 was dropped with the last listing
+    assert calls[-1] == "a" and len(calls) == 6
