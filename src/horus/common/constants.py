@@ -32,6 +32,9 @@ OPERATOR_STOP_WAIT_SECONDS: Final = 2.0
 MALLOC_ARENAS: Final = 2
 #: How often the operator gives freed heap memory back to the system, when its view changed.
 HEAP_RELEASE_SECONDS: Final = 15.0
+#: How long a reconcile pass waits, at its end, for the deletions of leftover pods and claims
+#: it started; the rest go on beside the next passes (each object's deletion is started once).
+LEFTOVER_DELETE_WAIT_SECONDS: Final = 5.0
 
 # --- Identities (ServiceAccounts in HORUS_NAMESPACE; the admission policies name them) -------
 OPERATOR_SERVICE_ACCOUNT: Final = "horus-operator"

@@ -87,3 +87,58 @@ def test_a_gone_jobs_pods_are_deleted_beside_the_pass_and_counted() -> None:
         assert api.most_in_flight >= 2  # concurrent, not one after the other
     finally:
         rec.close()
+
+
+class _HeldDeletes(FakeJobApi):
+    """Deletes that wait until the test lets them go (an apiserver busy with thousands)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.go = threading.Event()
+        self.started: list[str] = []
+
+    def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
+        with self.lock:
+            self.started.append(name)
+        self.go.wait(30)
+        super().delete_pod(namespace, name, uid)
+
+
+def test_a_pass_does_not_wait_for_slow_deletions_and_never_starts_one_twice(
+    monkeypatch: Any,
+) -> None:
+    """At 5,000 nodes a pass that found 6,355 pods of deleted jobs waited 9 minutes for their
+    deletions before the next pass could place anything. Now a pass waits a few seconds, the
+    deletions go on beside the next passes, and a pass that still sees a pod whose deletion
+    is under way does not start it again."""
+    from horus.common import constants as c
+
+    monkeypatch.setattr(c, "LEFTOVER_DELETE_WAIT_SECONDS", 0.2)
+    api = _HeldDeletes([node("n1", gpus=8)])
+    rec = Reconciler(api, PREDICTOR, KEY, workers=8)
+    try:
+        old = [f"old-{i}" for i in range(4)]
+        for name in old:
+            api.add_dljob(dljob(name))
+        assert rec.run_pass().placed == 4
+        for name in old:
+            del api.dljobs[("default", name)]
+        t0 = time.monotonic()
+        report = rec.run_pass()
+        assert time.monotonic() - t0 < 10  # not held by the deletions
+        assert report.pods_deleted == 0  # none done yet
+        api.add_dljob(dljob("new"))
+        again = rec.run_pass()  # the four pods still listed, their deletions under way
+        assert again.placed == 1
+        api.go.set()
+        deadline = time.monotonic() + 10
+        while any(k[1].startswith("old-") for k in api.pods) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(k[1].startswith("old-") for k in api.pods)
+        rec.run_pass()
+        rec.cleanup_pool.shutdown(wait=True)  # whatever was submitted has run
+        # each deletion started once, although two passes saw the pods
+        assert sorted(api.started) == sorted(f"{n}-0" for n in old)
+    finally:
+        api.go.set()
+        rec.close()
