@@ -565,9 +565,11 @@ class Reconciler:
         report: PassReport,
         deleting: list[Future[None]],
     ) -> None:
-        """:meth:`_delete_leftover` on the cleanup pool, unless that object's deletion is
-        already under way (started by an earlier pass that did not wait for it)."""
-        key = (what, str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
+        """Delete one object a cleanup found (UID precondition) on the cleanup pool, logged
+        and counted — unless its deletion is already under way (started by an earlier pass
+        that did not wait for it). An error is logged; the next pass tries again."""
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        key = (what, ns, name, str(meta.get("uid")))
         with self._deleting_lock:
             if key in self._deleting:
                 return
@@ -575,7 +577,11 @@ class Reconciler:
 
         def run() -> None:
             try:
-                self._delete_leftover(what, meta, delete, counter, report)
+                delete(ns, name, str(meta.get("uid") or ""))
+                log.info("deleted %s %s/%s (its DLJob is gone, failed or queued)", what, ns, name)
+                report.count(counter)
+            except Exception as exc:
+                log.warning("cannot delete %s %s/%s: %s", what, ns, name, exc)
             finally:
                 with self._deleting_lock:
                     self._deleting.discard(key)
@@ -586,24 +592,6 @@ class Reconciler:
             with self._deleting_lock:
                 self._deleting.discard(key)
             raise
-
-    def _delete_leftover(
-        self,
-        what: str,
-        meta: Mapping[str, Any],
-        delete: Callable[[str, str, str], None],
-        counter: str,
-        report: PassReport,
-    ) -> None:
-        """Delete one object a cleanup found (UID precondition), logged and counted; an
-        error is logged, the next pass tries again."""
-        ns, name = str(meta.get("namespace")), str(meta.get("name"))
-        try:
-            delete(ns, name, str(meta.get("uid") or ""))
-            log.info("deleted %s %s/%s (its DLJob is gone, failed or queued)", what, ns, name)
-            report.count(counter)
-        except Exception as exc:
-            log.warning("cannot delete %s %s/%s: %s", what, ns, name, exc)
 
     def _live_state(
         self, snap: _Snapshot, ctxs: Mapping[str, JobCtx], report: PassReport

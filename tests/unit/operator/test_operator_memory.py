@@ -66,6 +66,17 @@ class _SlowDeletes(FakeJobApi):
         super().delete_pod(namespace, name, uid)
 
 
+def _placed_then_gone(api: FakeJobApi, rec: Reconciler, count: int) -> list[str]:
+    """``count`` jobs placed, then deleted with their pods left (no garbage collector here)."""
+    old = [f"old-{i}" for i in range(count)]
+    for name in old:
+        api.add_dljob(dljob(name))
+    assert rec.run_pass().placed == count
+    for name in old:
+        del api.dljobs[("default", name)]
+    return old
+
+
 def test_a_gone_jobs_pods_are_deleted_beside_the_pass_and_counted() -> None:
     """Leftover pods of deleted jobs (thousands after a cycle at 5,000 nodes) are deleted by
     the cleanup threads, several at a time, not one by one inside the pass; the pass still
@@ -73,12 +84,7 @@ def test_a_gone_jobs_pods_are_deleted_beside_the_pass_and_counted() -> None:
     api = _SlowDeletes([node("n1", gpus=8)])
     rec = Reconciler(api, PREDICTOR, KEY, workers=8)
     try:
-        old = [f"old-{i}" for i in range(8)]
-        for name in old:
-            api.add_dljob(dljob(name))
-        assert rec.run_pass().placed == 8
-        for name in old:  # the jobs go; their pods stay (no garbage collector here)
-            del api.dljobs[("default", name)]
+        _placed_then_gone(api, rec, 8)
         api.add_dljob(dljob("new"))
         report = rec.run_pass()
         assert report.pods_deleted == 8 and report.placed == 1
@@ -117,12 +123,7 @@ def test_a_pass_does_not_wait_for_slow_deletions_and_never_starts_one_twice(
     api = _HeldDeletes([node("n1", gpus=8)])
     rec = Reconciler(api, PREDICTOR, KEY, workers=8)
     try:
-        old = [f"old-{i}" for i in range(4)]
-        for name in old:
-            api.add_dljob(dljob(name))
-        assert rec.run_pass().placed == 4
-        for name in old:
-            del api.dljobs[("default", name)]
+        old = _placed_then_gone(api, rec, 4)
         t0 = time.monotonic()
         report = rec.run_pass()
         assert time.monotonic() - t0 < 10  # not held by the deletions
