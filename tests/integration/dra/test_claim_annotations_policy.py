@@ -153,8 +153,15 @@ def _wait_enforced(team: Team) -> None:
 
 
 def test_rbac_lets_the_tenant_write_claims_so_only_admission_refuses(team: Team) -> None:
+    # the fixture's RoleBinding takes effect a moment after it is created (the authorizer's
+    # informers; seconds on a loaded machine), as the policy does (_wait_enforced)
+    deadline = time.monotonic() + 60
     for verb in ("create", "patch", "update"):
-        out = team.as_("tenant", "auth", "can-i", verb, "resourceclaims.resource.k8s.io")
+        while True:
+            out = team.as_("tenant", "auth", "can-i", verb, "resourceclaims.resource.k8s.io")
+            if out.stdout.strip() == "yes" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert out.stdout.strip() == "yes", (verb, out.stdout, out.stderr)
 
 
