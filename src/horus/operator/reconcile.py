@@ -51,7 +51,7 @@ from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
-from horus.common.memo import Memo, PerObject, sweep_all
+from horus.common.memo import PerObject, sweep_all
 from horus.kube.errors import Conflict
 from horus.node.claims import slice_gpus
 from horus.operator import status as st
@@ -206,9 +206,6 @@ class Reconciler:
         self.admission = Admission(self.api, lambda: self.session, self.keys)
         #: node → MiB per unit of horus.io/gpu-memory (refreshed every pass; 1 if unset)
         self.node_units: dict[str, int] = {}
-        #: Parsed DLJobs by the object itself and its resourceVersion (the view hands every
-        #: pass the same objects until they change): a pass parses only what changed.
-        self._jobs: Memo[DLJob | None] = Memo(limit=40_000)
         #: The cluster's live state kept from pass to pass, counted again only where objects,
         #: profiles or trust changed (device-plugin path); the DRA path's full build, kept
         #: while nothing it is built from changed (LiveDelta takes no claims or slices).
@@ -333,7 +330,7 @@ class Reconciler:
         ctxs: dict[str, JobCtx] = {}
         # each DLJob parsed and its record checked once per version of it (per key ring)
         read = self._job_facts.read(
-            snap.dljobs, lambda obj: (self._parsed(obj), dljob_record_trusted(obj, keys)), keys
+            snap.dljobs, lambda obj: (_parsed(obj), dljob_record_trusted(obj, keys)), keys
         )
         for obj, (job, trusted) in zip(snap.dljobs, read, strict=True):
             raw = obj.get("status")
@@ -356,23 +353,6 @@ class Reconciler:
             else:
                 mine.pods.setdefault(f.view.replica, f.pod)
         return ctxs
-
-    def _parsed(self, obj: dict[str, Any]) -> DLJob | None:
-        """``parse_dljob`` of a DLJob, once per version of it (the view hands every pass the
-        same objects; only a changed one is parsed again)."""
-        meta = obj.get("metadata") or {}
-        version = meta.get("resourceVersion")
-
-        def parse() -> DLJob | None:
-            try:
-                return parse_dljob(obj)
-            except ValidationError:
-                return None
-
-        if not version:
-            return parse()
-        slot = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
-        return self._jobs.get(version, parse, obj, slot=slot)
 
     def _distrust_rollbacks(
         self,
@@ -1069,6 +1049,15 @@ def _note_taken(jobs: Mapping[tuple[str, str], JobCtx], namespace: str, name: st
     recorded = {int(r["replica"]) for r in ctx.status.get("placements") or []}
     if int(index) < replicas or int(index) in recorded:
         ctx.taken.append(name)
+
+
+def _parsed(obj: dict[str, Any]) -> DLJob | None:
+    """``parse_dljob`` of a DLJob, None where it does not validate (the pass keeps it per
+    version of the object: ``Reconciler._job_facts``)."""
+    try:
+        return parse_dljob(obj)
+    except ValidationError:
+        return None
 
 
 def _pods_epoch(
