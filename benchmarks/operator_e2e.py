@@ -104,6 +104,16 @@ def add_gpu_nodes(api: Any, count: int, gpus: int) -> None:
     raise RuntimeError("nodes not Ready in 120 s")
 
 
+def use_cached_binaries() -> None:
+    """Without ``HORUS_BIN_DIR``, use a control-plane folder already built into the cache
+    (the cache also holds e.g. a Prometheus-only one, which lacks the control plane)."""
+    cached = sorted(
+        d for d in (Path.home() / ".cache/horus/bin").glob("*/") if (d / "kube-apiserver").is_file()
+    )
+    if cached and "HORUS_BIN_DIR" not in os.environ:
+        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+
+
 def gpu_cluster(
     prefix: str,
     nodes: int,
@@ -113,12 +123,7 @@ def gpu_cluster(
 ) -> tuple[LocalCluster, Any, Any]:
     """A local control plane with the DLJob CRD and ``nodes`` kwok GPU nodes: (cluster, its
     state, an API client). The caller takes it down (``cluster.down``) when done."""
-    # a control-plane folder of the cache (it also holds e.g. a Prometheus-only one)
-    cached = sorted(
-        d for d in (Path.home() / ".cache/horus/bin").glob("*/") if (d / "kube-apiserver").is_file()
-    )
-    if cached and "HORUS_BIN_DIR" not in os.environ:
-        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+    use_cached_binaries()
     local = LocalCluster(Path(tempfile.mkdtemp(prefix=prefix)) / "c")
     state = local.up(timeout=180, scheduler_config=scheduler_config)
     try:

@@ -44,6 +44,7 @@ from operator_e2e import (  # noqa: E402
     operator_command,
     request_counts,
     rss_mib,
+    use_cached_binaries,
 )
 
 from horus.api.raw import discard  # noqa: E402
@@ -282,12 +283,7 @@ def main() -> int:
     args = ap.parse_args()
     if not 10 <= args.node_lease_seconds <= 3600:
         ap.error(f"--node-lease-seconds must be 10..3600, got {args.node_lease_seconds}")
-    # a control-plane folder of the cache (it also holds e.g. a Prometheus-only one)
-    cached = sorted(
-        d for d in (Path.home() / ".cache/horus/bin").glob("*/") if (d / "kube-apiserver").is_file()
-    )
-    if cached and "HORUS_BIN_DIR" not in os.environ:
-        os.environ["HORUS_BIN_DIR"] = str(cached[-1])
+    use_cached_binaries()
     import tempfile
 
     local = LocalCluster(Path(tempfile.mkdtemp(prefix="horus-bench-scale-")) / "c")
