@@ -340,8 +340,7 @@ class Committer:
             if ctx.job is not None
             else len({int(r["replica"]) for r in ctx.status.get("placements") or []})
         )
-        views = [v for p in ctx.pods.values() if (v := st.PodView.from_pod(p)) is not None]
-        return st.progress(replicas, views, ctx.phase)
+        return st.progress(replicas, ctx.pod_views(), ctx.phase)
 
     def sync_status(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         """The phase the pods give the job, written when it changed (Running, or final)."""

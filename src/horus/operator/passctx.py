@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from horus.api.dljob import DLJob
+from horus.operator import status as st
 from horus.operator.livestate import dljob_job_name
 
 __all__ = ["JobCtx", "PassReport"]
@@ -35,6 +36,21 @@ class JobCtx:
     #: Names of the job's replica pods held by pods Horus did not create for it (a tenant's
     #: StatefulSet ``foo`` beside DLJob ``foo``): never adopted nor deleted; the job waits.
     taken: list[str] = field(default_factory=list)
+    #: The replica views the pass's pod facts already read, by the identity of their pod
+    #: (the pod held with its view, so while the entry lives no other dict can have its
+    #: id): :meth:`pod_views` reads a view again only for a pod the pass put in
+    #: :attr:`pods` since (one it created or bound).
+    known_views: dict[int, tuple[dict[str, Any], st.PodView]] = field(default_factory=dict)
+
+    def pod_views(self) -> list[st.PodView]:
+        """The views of :attr:`pods` (those with a readable replica index)."""
+        views = []
+        for pod in self.pods.values():
+            known = self.known_views.get(id(pod))
+            view = known[1] if known is not None else st.PodView.from_pod(pod)
+            if view is not None:
+                views.append(view)
+        return views
 
     @property
     def meta(self) -> dict[str, Any]:

@@ -350,8 +350,8 @@ class Reconciler:
                 continue
             if f.deleting:
                 mine.leaving.append(f.pod)
-            else:
-                mine.pods.setdefault(f.view.replica, f.pod)
+            elif mine.pods.setdefault(f.view.replica, f.pod) is f.pod:
+                mine.known_views[id(f.pod)] = (f.pod, f.view)
         return ctxs
 
     def _distrust_rollbacks(
