@@ -250,13 +250,24 @@ def delete_jobs(custom: Any, names: list[str]) -> None:
         list(pool.map(one, names))
 
 
-def largest_pass(log: Path, start: int) -> int:
-    """The most jobs one operator pass placed, from its log after byte ``start`` (its INFO
-    line ``pass N: placed K, …``): the pass whose temporaries the process keeps room for."""
+_PASS_LINE = re.compile(r"pass \d+: placed (\d+),.* deleted (\d+), .*\((\d+\.\d+)s:")
+
+
+def pass_extremes(log: Path, start: int) -> dict[str, float]:
+    """From the operator's log after byte ``start`` (its INFO line per pass that did
+    something, ``pass N: placed K, … deleted D, … (S s: …``): the most jobs one pass placed
+    (the pass whose temporaries the process keeps room for), the most pods one pass deleted
+    (leftovers of the last cycle's jobs: many would mean the view lags the deletions) and
+    the slowest pass."""
     with log.open("rb") as f:
         f.seek(start)
         text = f.read().decode(errors="replace")
-    return max((int(m) for m in re.findall(r"pass \d+: placed (\d+),", text)), default=0)
+    rows = [(int(p), int(d), float(s)) for p, d, s in _PASS_LINE.findall(text)]
+    return {
+        "largest_pass_placed": max((r[0] for r in rows), default=0),
+        "most_pods_deleted_by_a_pass": max((r[1] for r in rows), default=0),
+        "slowest_pass_seconds": max((r[2] for r in rows), default=0.0),
+    }
 
 
 def main() -> int:
@@ -417,7 +428,7 @@ def main() -> int:
                 "operator_rss_after_cycle_mib": round(rss_mib(op.pid), 1),
                 "operator_cpu_seconds": round(cpu, 1),
                 "deleted_seconds": round(time.time() - t1, 1),
-                "largest_pass_placed": largest_pass(log, log_from),
+                **pass_extremes(log, log_from),
             }
             cycles.append(row)
             print(json.dumps(row), flush=True)

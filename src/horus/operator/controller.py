@@ -361,7 +361,13 @@ class Controller:
                 self.nudge.set()
                 continue
             self.passes += 1
-            if report.placed or report.pods_created or report.status_writes or report.conflicts:
+            if (
+                report.placed
+                or report.pods_created
+                or report.pods_deleted
+                or report.status_writes
+                or report.conflicts
+            ):
                 log.info(
                     "pass %d: placed %d, refused %d, pods created %d bound %d deleted %d, "
                     "status writes %d, conflicts %d (%.2fs: %s; live state %s)",
