@@ -159,6 +159,14 @@ METRIC_SCHEDULING_FAILURES: Final = "horus_scheduling_failures"  # client adds _
 METRIC_DECISION_LATENCY: Final = "horus_scheduling_decision_duration_seconds"
 METRIC_DLJOB_PHASE: Final = "horus_dljobs"
 METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
+# Which GPUs the operator exports it for (setting ``gpu_metrics``): one series per GPU is
+# 40,000 series and a 4.7 MB scrape at 5,000 nodes × 8 GPUs (issue 27), so a large cluster
+# may keep only the GPUs that carry a predicted share, or none.
+GPU_METRICS_ALL: Final = "all"
+GPU_METRICS_BUSY: Final = "busy"
+GPU_METRICS_OFF: Final = "off"
+GPU_METRICS_MODES: Final = (GPU_METRICS_ALL, GPU_METRICS_BUSY, GPU_METRICS_OFF)
+GpuMetrics = Literal["all", "busy", "off"]
 METRIC_COMMIT_LATENCY: Final = "horus_scheduling_commit_duration_seconds"  # decision → bound
 METRIC_OPERATOR_LEADER: Final = "horus_operator_leader"
 METRIC_PREDICTOR_INFO: Final = "horus_predictor_info"  # 1, label version: the model in use

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from horus.common.constants import MALLOC_ARENAS, PLACEMENT_PATHS
+from horus.common.constants import GPU_METRICS_MODES, MALLOC_ARENAS, PLACEMENT_PATHS
 
 
 def register(sub: Any) -> None:
@@ -99,6 +99,12 @@ def _register_run(rsub: Any) -> None:
         default=None,
         help="new DLJobs admitted, and jobs placed, per pass at most; the rest next pass (1000)",
     )
+    run.add_argument(
+        "--gpu-metrics",
+        choices=GPU_METRICS_MODES,
+        default=None,
+        help="which GPUs get a predicted-utilisation series: all, busy (with a share), off (all)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -133,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         "placement_path",
         "lifecycle_events",
         "max_jobs_per_pass",
+        "gpu_metrics",
     )
     cli = {f: getattr(args, f) for f in fields}
     heap.limit_arenas(MALLOC_ARENAS)  # before any thread: see horus.common.heap

@@ -97,6 +97,7 @@ class Controller:
     _lease_pool: ThreadPoolExecutor | None = None
 
     def __post_init__(self) -> None:
+        self.metrics.gpus = self.settings.gpu_metrics
         if not self.identity:
             self.identity = (
                 self.settings.identity

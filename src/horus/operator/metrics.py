@@ -26,8 +26,14 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class OperatorMetrics:
     """The operator's metric families, in their own registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, gpus: c.GpuMetrics = c.GPU_METRICS_ALL
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        #: Which GPUs get a ``horus_gpu_predicted_utilization_ratio`` series (setting
+        #: ``gpu_metrics``): every GPU of the live state, only those carrying a predicted
+        #: share (an idle GPU has no series rather than 0), or none.
+        self.gpus: c.GpuMetrics = gpus
         r = self.registry
         self.queue_length = Gauge(
             c.METRIC_QUEUE_LENGTH,
@@ -134,17 +140,25 @@ class OperatorMetrics:
 
     def set_state_gpus(self, state: ClusterState) -> None:
         """:meth:`set_gpus` from the state's arrays (no view object per GPU)."""
+        if self.gpus == c.GPU_METRICS_OFF:
+            self.set_gpu_utils(())
+            return
         names = [state.node_names[int(n)] for n in state.node_of]
         self.set_gpu_utils(
             zip(names, state.gpu_index, state.gpu_uuid, state.util_sum.tolist(), strict=True)
         )
 
     def set_gpu_utils(self, rows: Iterable[tuple[str, int, str, float]]) -> None:
-        """One gauge per GPU (node, index, UUID, summed predicted utilisation %); only the
-        GPUs whose value changed since the last pass are set (a pass sees every GPU, and at
-        40,000 GPUs setting each costs seconds)."""
+        """One gauge per GPU (node, index, UUID, summed predicted utilisation %) of those
+        :attr:`gpus` asks for; only the GPUs whose value changed since the last pass are set
+        (a pass sees every GPU, and at 40,000 GPUs setting each costs seconds), and those
+        no longer asked for (gone, or idle under ``busy``) are removed."""
         values: dict[tuple[str, str, str], float] = {}
+        busy_only = self.gpus == c.GPU_METRICS_BUSY
+        off = self.gpus == c.GPU_METRICS_OFF
         for node, index, uuid, util in rows:
+            if off or (busy_only and util <= 0):
+                continue
             key = (node, str(index), uuid)
             value = values[key] = round(util / 100.0, 6)
             if self._gpu_values.get(key) != value:

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from horus.common.constants import HORUS_NAMESPACE, PLACEMENT_PATH_DEVICE_PLUGIN, PlacementPath
+from horus.common.constants import (
+    GPU_METRICS_ALL,
+    HORUS_NAMESPACE,
+    PLACEMENT_PATH_DEVICE_PLUGIN,
+    GpuMetrics,
+    PlacementPath,
+)
 from horus.common.settings import check_range, check_seconds
 from horus.scheduler import POLICY_NAMES
 
@@ -95,6 +101,11 @@ class OperatorSettings:
     #: then those tried longest ago: :meth:`Reconciler._admission_turn`), so the cap delays
     #: placements, never reorders them.
     max_jobs_per_pass: int = 1000
+    #: Which GPUs get a ``horus_gpu_predicted_utilization_ratio`` series: ``all`` (every GPU
+    #: of the cluster, 0 when idle), ``busy`` (only GPUs carrying a predicted share; an idle
+    #: GPU has no series) or ``off``. At 5,000 nodes × 8 GPUs ``all`` is 40,000 series and
+    #: a 4.7 MB scrape that took the operator 0.8–1.6 s to render (issue 27).
+    gpu_metrics: GpuMetrics = GPU_METRICS_ALL
 
     def __post_init__(self) -> None:
         check_range("lease_duration", self.lease_duration, 1.0, 3600.0, unit=" seconds")

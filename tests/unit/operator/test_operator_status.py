@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -255,6 +256,59 @@ def test_metrics_names_and_stale_series_dropped() -> None:
     assert "horus_scheduling_decision_duration_seconds_bucket" in text
     m.set_gpus([])
     assert "GPU-x" not in generate_latest(m.registry).decode()
+
+
+def test_gpu_metrics_busy_exports_only_gpus_with_a_share_and_off_none() -> None:
+    """``gpu_metrics`` (issue 27: 40,000 series at 5,000 nodes): ``busy`` keeps a series
+    only for a GPU carrying a predicted share — one that empties loses it, one that fills
+    gets it — ``off`` exports none, and ``all`` an idle GPU's 0 too."""
+    from prometheus_client import generate_latest
+
+    from horus.operator.metrics import OperatorMetrics
+
+    def series(m: OperatorMetrics) -> dict[str, str]:
+        text = generate_latest(m.registry).decode()
+        return {
+            line.split('uuid="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+            for line in text.splitlines()
+            if line.startswith("horus_gpu_predicted_utilization_ratio{")
+        }
+
+    rows = [("n1", 0, "GPU-a", 130.0), ("n1", 1, "GPU-b", 0.0), ("n2", 0, "GPU-c", 40.0)]
+    every = OperatorMetrics()
+    every.set_gpu_utils(rows)
+    assert series(every) == {"GPU-a": "1.3", "GPU-b": "0.0", "GPU-c": "0.4"}
+    busy = OperatorMetrics(gpus="busy")
+    busy.set_gpu_utils(rows)
+    assert series(busy) == {"GPU-a": "1.3", "GPU-c": "0.4"}
+    busy.set_gpu_utils([("n1", 0, "GPU-a", 0.0), ("n1", 1, "GPU-b", 55.0), rows[2]])
+    assert series(busy) == {"GPU-b": "0.55", "GPU-c": "0.4"}
+    off = OperatorMetrics(gpus="off")
+    off.set_gpu_utils(rows)
+    assert series(off) == {}
+
+
+def test_the_gpu_metrics_setting_reaches_the_metrics_and_refuses_other_values(
+    tmp_path: Path,
+) -> None:
+    import argparse
+
+    from horus.operator.commands import register
+    from horus.operator.controller import Controller
+
+    assert Controller(OperatorSettings()).metrics.gpus == "all"
+    assert Controller(OperatorSettings(gpu_metrics="busy")).metrics.gpus == "busy"
+    env = {"HORUS_OPERATOR_GPU_METRICS": "off"}
+    assert load_settings(OperatorSettings, "operator", env=env).gpu_metrics == "off"
+    file = tmp_path / "config.yaml"
+    file.write_text("operator:\n  gpu_metrics: every\n")
+    with pytest.raises(ConfigError, match=r"gpu_metrics.*not one of all, busy, off"):
+        load_settings(OperatorSettings, "operator", env={}, config_file=file)
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["operator", "run", "--gpu-metrics", "busy"]).gpu_metrics == "busy"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["operator", "run", "--gpu-metrics", "some"])
 
 
 def test_a_movable_job_knows_its_checkpoint_and_gets_its_grace_period() -> None:

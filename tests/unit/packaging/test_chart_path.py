@@ -177,6 +177,25 @@ def test_operator_lifecycle_events_value_reaches_the_operators_settings(
     assert bad.returncode != 0 and "lifecycleEvents" in bad.stderr
 
 
+@pytest.mark.parametrize("value", [None, "busy", "off"])
+def test_operator_gpu_metrics_value_reaches_the_operators_settings(
+    tmp_path: Path, value: str | None
+) -> None:
+    """``operator.gpuMetrics`` (default all; busy or off cut the per-GPU series of a large
+    cluster, issue 27) is what the operator loads; another word is refused by the schema."""
+    args = ["--set", f"operator.gpuMetrics={value}"] if value else []
+    file = tmp_path / "config.yaml"
+    file.write_text(render(*args)[("ConfigMap", "horus-config")]["data"]["config.yaml"])
+    loaded = load_settings(OperatorSettings, "operator", env={}, config_file=file)
+    assert loaded.gpu_metrics == (value or "all")
+    bad = subprocess.run(
+        [_helm(), "template", "horus", str(CHART), "--set", "operator.gpuMetrics=some"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "gpuMetrics" in bad.stderr
+
+
 @pytest.mark.parametrize("value", [None, "250"])
 def test_operator_max_jobs_per_pass_value_reaches_the_operators_settings(
     tmp_path: Path, value: str | None
