@@ -103,8 +103,8 @@ class OperatorSettings:
     max_jobs_per_pass: int = 1000
     #: Which GPUs get a ``horus_gpu_predicted_utilization_ratio`` series: ``all`` (every GPU
     #: of the cluster, 0 when idle), ``busy`` (only GPUs carrying a predicted share; an idle
-    #: GPU has no series) or ``off``. At 5,000 nodes × 8 GPUs ``all`` is 40,000 series and
-    #: a 4.7 MB scrape that took the operator 0.8–1.6 s to render (issue 27).
+    #: GPU has no series) or ``off``. At 5,000 nodes × 8 GPUs ``all`` is 40,000 series, a
+    #: 4.7 MB scrape, 0.42 s of the operator's CPU to render (issue 27; docs/operator.md).
     gpu_metrics: GpuMetrics = GPU_METRICS_ALL
 
     def __post_init__(self) -> None:
