@@ -25,7 +25,7 @@ simulation's noise — it says nothing of the proxy on a real GPU (``docs/agent.
 timing on a shared CPU, window edges, the agent's window rules.
 
     .venv/bin/python benchmarks/progress_signal.py [--repeats 2] [--interval 2] [--solo 20]
-        [--shared 40] [--out benchmarks/results/progress-signal.json]
+        [--shared 40] [--reading-wait 0] [--out benchmarks/results/progress-signal.json]
 """
 
 from __future__ import annotations
@@ -151,7 +151,12 @@ def run_once(args: argparse.Namespace, repeat: int, root: Path) -> list[dict[str
         t0 = time.monotonic()
         joined: float | None = None
         first: dict[tuple[int, str], float] = {}
-        while time.monotonic() - t0 < args.solo + args.shared:
+        while time.monotonic() - t0 < args.solo + args.shared or (
+            # --reading-wait: a loaded machine starts B's processes late; wait for every
+            # pair's first progress reading rather than end the pair without one
+            time.monotonic() - t0 < args.solo + args.shared + args.reading_wait
+            and any(not agent.feedback.progress.speeds(p["uid_a"]) for p in pairs)
+        ):
             started = time.monotonic()
             if joined is None and started - t0 >= args.solo:
                 for p in pairs:
@@ -240,12 +245,20 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=2.0, help="agent cycle, seconds")
     ap.add_argument("--solo", type=float, default=20.0, help="seconds A runs alone")
     ap.add_argument("--shared", type=float, default=40.0, help="seconds A and B share")
+    ap.add_argument(
+        "--reading-wait",
+        type=float,
+        default=0.0,
+        help="seconds past --shared to wait for a pair still without a progress reading",
+    )
     ap.add_argument("--step-sleep", type=float, default=0.05, help="workload step, seconds")
     ap.add_argument("--noise", type=float, default=0.05, help="simulated utilisation noise")
     ap.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "progress-signal.json"
     )
     args = ap.parse_args()
+    if not 0 <= args.reading_wait <= 600:
+        ap.error(f"--reading-wait must be 0..600 seconds, got {args.reading_wait}")
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     for repeat in range(args.repeats):
