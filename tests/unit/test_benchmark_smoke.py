@@ -25,3 +25,15 @@ def test_agent_benchmark_runs_and_sees_every_signed_pod(tmp_path: Path) -> None:
     # the benchmark asserts every pod's signed share verified; here: it wrote its figures
     assert result["pods"] == 64 and result["cycles"] == 3
     assert result["cpu_seconds_per_cycle"] > 0
+
+
+def test_metrics_render_benchmark_runs_and_counts_each_modes_series(tmp_path: Path) -> None:
+    out = tmp_path / "metrics-render.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "metrics_render.py"), "--nodes", "50",
+         "--busy", "0.25", "--repeats", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modes = json.loads(out.read_text())["modes"]
+    assert [modes[m]["gpu_series"] for m in ("all", "busy", "off")] == [400, 100, 0]

@@ -104,7 +104,8 @@ class OperatorSettings:
     #: Which GPUs get a ``horus_gpu_predicted_utilization_ratio`` series: ``all`` (every GPU
     #: of the cluster, 0 when idle), ``busy`` (only GPUs carrying a predicted share; an idle
     #: GPU has no series) or ``off``. At 5,000 nodes × 8 GPUs ``all`` is 40,000 series, a
-    #: 4.7 MB scrape, 0.42 s of the operator's CPU to render (issue 27; docs/operator.md).
+    #: 4.7 MB scrape, about 0.5 s of the operator's CPU to render (issue 27;
+    #: ``benchmarks/metrics_render.py``).
     gpu_metrics: GpuMetrics = GPU_METRICS_ALL
 
     def __post_init__(self) -> None:
