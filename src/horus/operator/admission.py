@@ -84,8 +84,8 @@ class Admission:
 
     def retain(self, uids: Collection[str]) -> None:
         """Forget the profiles of jobs not in ``uids`` (each pass: the DLJobs that exist).
-        Without it every job ever admitted kept its profile for the life of the process —
-        the operator's memory grew with each create/delete cycle (issue 27)."""
+        Without it every job ever admitted keeps its profile for the life of the process,
+        and the operator's memory grows with each create/delete cycle."""
         with self._lock:
             for uid in [u for u in self._profiles if u not in uids]:
                 del self._profiles[uid]

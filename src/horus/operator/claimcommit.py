@@ -1,4 +1,4 @@
-"""The commit path on DRA (issue 25 item 3): a recorded decision as ResourceClaims and pods.
+"""The commit path on DRA: a recorded decision as ResourceClaims and pods.
 
 The order of one placement stays the one :mod:`horus.operator.reconcile` explains — the signed
 record in the DLJob status first, so the share is committed and counted before anything

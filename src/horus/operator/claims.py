@@ -1,4 +1,4 @@
-"""A placement decision as ResourceClaims (issue 25 item 3, DRA path): the pure half.
+"""A placement decision as ResourceClaims (DRA path): the pure half.
 
 On the DRA path the operator keeps deciding (prediction, interference, queue, gangs) and
 recording the decision in the DLJob status first, as on the device-plugin path; it then

@@ -1,4 +1,4 @@
-"""Plain pods' ``horus.io/gpu-*`` requests on the DRA path (issue 25 item 3): Horus chooses the
+"""Plain pods' ``horus.io/gpu-*`` requests on the DRA path: Horus chooses the
 GPU, the kube-scheduler allocates it.
 
 ``DRAExtendedResource`` cannot carry a share: the kube-scheduler turns an extended resource

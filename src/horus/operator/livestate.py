@@ -20,7 +20,7 @@ scheduling pass starts from it:
   A DLJob pod whose job has live placements is *not* counted again (dedup by job); plain
   pods are keyed by pod.
 
-  (c) on the DRA path (issue 25), every allocated ResourceClaim of the ``gpu.horus.io``
+  (c) on the DRA path, every allocated ResourceClaim of the ``gpu.horus.io``
       driver — the kube-scheduler's allocation (``status.allocation``, which tenants cannot
       write: device, ``consumedCapacity``) — unless it is the claim of a DLJob whose record
       was counted in (a). So claims Horus did not make (a tenant's, a plain pod's template
@@ -38,7 +38,7 @@ scheduling pass starts from it:
   A pod whose signature does not verify (any more) but that the node's device plugin has
   allocated (``horus.io/gpu-allocated``, which only the node identity may write) is still
   counted, with the share it claims: it verified when it was allocated, its containers hold
-  the GPU, and losing or revoking a key must never un-count a share in use (issue 24). A pod
+  the GPU, and losing or revoking a key must never un-count a share in use. A pod
   that was never allocated holds nothing and is not counted (a replay of a signed pod).
 
 Everything here is a pure function of lists of plain ``dict`` objects (the apiserver's JSON,
@@ -154,8 +154,8 @@ class LiveState:
     problems: list[str] = field(default_factory=list)
     #: Pair speeds the node agents measured (DLJob ``status.observed.pairs``, finished jobs
     #: too) as (job kind, neighbour kind, GPU model, speed, error), for
-    #: ``Scheduler.observe_pair``; error is the reading's own (None: an agent from before
-    #: issue 26).
+    #: ``Scheduler.observe_pair``; error is the reading's own (None: an agent that reports
+    #: no error).
     observed_pairs: list[tuple[str, str, str, float, float | None]] = field(default_factory=list)
     #: DLJobs (``ns/name``) whose recorded decision an allocated claim overtook (DRA path):
     #: why, one sentence naming the claim and the GPU. Their record is not in :attr:`state`.

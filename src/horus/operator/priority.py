@@ -1,6 +1,6 @@
 """A DLJob's priority: the value of the PriorityClass its ``spec.priorityClassName`` names.
 
-Why a class and not a number in the spec (issue 24): whoever may create a DLJob could choose
+Why a class and not a number in the spec: whoever may create a DLJob could choose
 its own number, jump every other tenant's jobs and preempt their checkpointing ones. A
 PriorityClass (``scheduling.k8s.io/v1``) is cluster-scoped and written by the cluster's
 admins; which classes a namespace may use is limited by ResourceQuota scopes

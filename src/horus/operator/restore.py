@@ -10,7 +10,7 @@ and is left alone.
 
 A job that still has live, bound pods none of which verifies — the key that signed them was
 removed from the published keys, or the record was signed by a key no longer published — is
-*left alone* (issue 24): resetting it would make the next pass delete running pods whose GPUs
+*left alone*: resetting it would make the next pass delete running pods whose GPUs
 are in use. Its pods stay counted (:mod:`horus.operator.livestate` counts allocated pods whose
 signature no longer verifies), and a Warning Event says what to do.
 """

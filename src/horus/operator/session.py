@@ -95,7 +95,7 @@ class PlacementSession:
             if resident is not None:
                 self.remember(resident.request)
         for kind, other, model, speed, error in live.observed_pairs:
-            # the agent's own error of that reading sets its margin (issue 26); an entry
+            # the agent's own error of that reading sets its margin; an entry
             # from an older agent has none and keeps the scheduler's observed_error
             self.scheduler.observe_pair(kind, other, model, speed, error)
         return len(live.observed_pairs)

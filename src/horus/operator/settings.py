@@ -88,24 +88,25 @@ class OperatorSettings:
     placement_path: PlacementPath = PLACEMENT_PATH_DEVICE_PLUGIN
     #: Also post the Normal Events of a job that goes well (``Scheduled``, ``Running``,
     #: ``Succeeded``). Off: the status conditions carry the same sentences and times
-    #: (``kubectl describe dlj``), and two Events per job were a third of the operator's
-    #: apiserver writes (issue 27). Warnings — refusals when their reason changes, failures,
+    #: (``kubectl describe dlj``), and two Events per job would be a large share of the
+    #: operator's apiserver writes. Warnings — refusals when their reason changes, failures,
     #: errors — are posted either way.
     lifecycle_events: bool = False
     #: At most this many new DLJobs admitted, and this many jobs placed, in one pass; the
     #: rest wait, untouched, for the next pass, which starts at once. A pass keeps what it
     #: commits in memory until it ends, and a process keeps the memory its largest pass
-    #: needed: at 5,000 nodes one pass that placed 10,000 arrivals left the operator 40 %
-    #: larger for good than passes of 6,000 did (issue 27). Jobs are taken in the order the
+    #: needed, so one pass that places every arrival of a large burst leaves the operator
+    #: larger for good (``benchmarks/results/operator-scale-1000x3000-cap.json`` against
+    #: ``operator-scale-1000x3000-before-cap.json``). Jobs are taken in the order the
     #: scheduler would take them (admission: untried jobs first, by class value then age,
     #: then those tried longest ago: :meth:`Reconciler._admission_turn`), so the cap delays
     #: placements, never reorders them.
     max_jobs_per_pass: int = 1000
     #: Which GPUs get a ``horus_gpu_predicted_utilization_ratio`` series: ``all`` (every GPU
     #: of the cluster, 0 when idle), ``busy`` (only GPUs carrying a predicted share; an idle
-    #: GPU has no series) or ``off``. At 5,000 nodes × 8 GPUs ``all`` is 40,000 series, a
-    #: 4.7 MB scrape, about 0.5 s of the operator's CPU to render (issue 27;
-    #: ``benchmarks/metrics_render.py``).
+    #: GPU has no series) or ``off``. ``all`` is one series per GPU, so on a large cluster
+    #: the scrape's size and the operator's CPU to render it grow with the GPU count; each
+    #: mode's cost: ``benchmarks/results/metrics-render.json`` (``benchmarks/metrics_render.py``).
     gpu_metrics: GpuMetrics = GPU_METRICS_ALL
 
     def __post_init__(self) -> None:

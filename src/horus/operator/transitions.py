@@ -3,7 +3,7 @@
 Each function takes the job's current status (for its conditions) and what happened, and
 returns the JSON merge patch of the operator's own fields (``status.observed`` is never
 touched: it is the node agent's). A ``None`` value deletes the field. The reconciler signs
-and writes these patches (:meth:`horus.operator.reconcile.Reconciler.patch_status`); because
+and writes these patches (:meth:`horus.operator.writer.StatusWriter.patch`); because
 they are pure, every transition is unit-tested without a cluster, and a newcomer finds all
 of the status life cycle in one place:
 

@@ -9,7 +9,7 @@ precondition that makes two writers race-free. Without a signing key
 critical path. The life-cycle Events of a job that goes well (``Scheduled``, ``Running``,
 ``Succeeded``) are off unless asked for (:meth:`StatusWriter.lifecycle`): their text is already
 in the status conditions ``kubectl describe dlj`` shows, with its time, and at two Events per
-job they were a third of the operator's writes (issue 27). Warnings (a refusal when its reason
+job they would be a large share of the operator's writes. Warnings (a refusal when its reason
 changes, failures, errors) are always posted. An unexpected error for one job is logged once per five minutes (its
 traceback the first time) and posted as a ``ReconcileError`` Event on that job, so one
 poisoned object never floods the log while the loop goes on for every other job.

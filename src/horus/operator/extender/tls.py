@@ -1,9 +1,9 @@
 """Who may call the extender: mutual TLS with a CA of its own, kept in one Secret.
 
 Why: ``/bind`` writes a signed GPU assignment and creates a ``Binding`` with the operator's
-cluster-wide ``pods/binding`` right — a Binding skips ``NoSchedule`` taints. Until issue 24
-it listened on plain HTTP, guarded only by a NetworkPolicy (which some CNIs do not enforce,
-and whose default admits all of kube-system). Now only a caller holding a client
+cluster-wide ``pods/binding`` right — a Binding skips ``NoSchedule`` taints. A NetworkPolicy
+alone does not guard that (some CNIs do not enforce one, and the default admits all of
+kube-system), so only a caller holding a client
 certificate signed by the extender's client CA gets past the TLS handshake; kube-scheduler
 presents it through its extender ``tlsConfig`` (``certFile``/``keyFile``/``caFile``), so no
 request from anyone else ever reaches the HTTP layer.
