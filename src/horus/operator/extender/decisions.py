@@ -76,9 +76,9 @@ VERDICT_CACHE_PODS = 4
 
 #: Incremental updates of the live state between two full collections (heap.settle), which
 #: collect the garbage cycles a freeze (heap.keep) kept. The request after such an update
-#: waits for it (0.1 s of CPU at 1,000 nodes, 0.5 s at 5,000), so it is rare: once in 64
-#: updates it was above the 99th percentile of the requests after a change, and 100 updates
-#: at 1,000 or 5,000 nodes left no cycle for it to find (issue 27).
+#: waits for the collection, whose cost grows with the cluster, so it is rare: run more
+#: often it shows in the 99th percentile of the requests after a change, while the updates
+#: in between leave few or no cycles for it to find.
 SETTLE_EVERY_UPDATES = 1024
 
 
@@ -150,7 +150,7 @@ class Extender:
         self._state: tuple[object, LiveState, dict[str, int]] | None = None
         #: The live state the session last took residents and measured pairs from.
         self._observed: LiveState | None = None
-        #: Keeps the shared live state, counting again only what changed (issue 27).
+        #: Keeps the shared live state, counting again only what changed.
         self._delta = LiveDelta(self.predictor, _pod_profile)
         #: Each node's MiB per memory unit and the nodes whose unit is unreadable, for the
         #: delta's current nodes.
@@ -167,10 +167,10 @@ class Extender:
     def warm_up(self) -> threading.Thread:
         """Build the shared live state now, in a thread, and be not ready until it is built.
 
-        The first build verifies every resident's signature and sizes every job: at 5,000
-        nodes with 10,000 DLJobs on a loaded 2-core machine it took 19 s (issue 27), twice the
-        kube-scheduler's ``httpTimeout`` (10 s in the shipped config), so the first pod asked
-        after a start would fail its scheduling attempt. Started before the server, the
+        The first build verifies every resident's signature and sizes every job: on a large
+        cluster it takes longer than the kube-scheduler's ``httpTimeout`` (10 s in the shipped
+        config; the first sample of ``benchmarks/results/extender-memory.json`` is one such
+        build), so the first pod asked after a start would fail its scheduling attempt. Started before the server, the
         build overlaps the view's sync and the probes: ``/readyz`` answers 503 until it is
         done (a Service then sends nothing here), and a request that comes anyway waits for
         the same build instead of starting another. A failed build only logs: requests

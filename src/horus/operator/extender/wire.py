@@ -95,8 +95,7 @@ def _node_name_list(value: object, where: str) -> tuple[str, ...]:
             f"{where}: {len(value)} nodes is more than the {MAX_CANDIDATE_NODES} one request may name"
         )
     # Every name checked in one pass first: the per-item check below formats a position for
-    # each name (500 per request at 5,000 nodes, twice per pod: a millisecond); it runs only
-    # to name the first bad one.
+    # each name (every candidate node, twice per pod); it runs only to name the first bad one.
     if all(type(item) is str and 0 < len(item) <= MAX_NAME_LENGTH for item in value):
         return tuple(value)
     return tuple(_name_field(item, f"{where}[{i}]") for i, item in enumerate(value))
