@@ -291,7 +291,7 @@ class Agent:
                 group.append((pod.uid, kind, sample.pods[pod.uid].utilization))
             self.feedback.pairs.add(models.get(index, ""), group)
 
-    # --- progress (issue 26) -------------------------------------------------------------
+    # --- progress --------------------------------------------------------------------------
 
     def _progress_dir(self, uid: str) -> Path | None:
         if self.settings.progress_root is None:

@@ -74,7 +74,7 @@ class AgentApi(RestClient):
     def delete_pod(self, pod: PodInfo) -> bool:
         """DELETE ``pod`` for the memory watchdog; True once it is gone or going.
 
-        A DELETE, not an Eviction (issue 24): an Eviction's admission request names only the
+        A DELETE, not an Eviction: an Eviction's admission request names only the
         pod, so no policy can tell a pod on this node from one elsewhere, while a DELETE's
         ``oldObject`` is the pod itself, and the policy ``horus-node-own-pods`` refuses the
         node identity any pod not bound to its own node. The pod keeps its own

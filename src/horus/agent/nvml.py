@@ -70,9 +70,9 @@ def pod_sm_util(
     pod's processes, at most 1. Processes of no wanted pod (``pid_pod`` lacks them) are left
     out; a pod none of whose processes has a sample in the window is absent.
 
-    The driver returns several samples per process per agent cycle; the agent used to add
-    them all up (``util[uid] += sm_util / 100``), which clipped every busy pod at 100 %
-    (issue 26). Averaging first, then summing over processes, reads what the GPU gave the pod.
+    The driver returns several samples per process per agent cycle; adding them all up
+    (``util[uid] += sm_util / 100``) would clip every busy pod at 100 %. Averaging first,
+    then summing over processes, reads what the GPU gave the pod.
 
     ``gpu_util`` (0..1, the GPU's own figure for the window): where every process on the GPU
     (a pod's or not) adds up to more, each is scaled to its share of the GPU's busy time
@@ -182,7 +182,7 @@ class NvmlBackend:
                 per_pod = {uid: per_pod.get(uid, 0.0) for uid in on_gpu}
             elif len(on_gpu) == 1:
                 # No sample for any pod here: unsupported, or MPS, where NVML attributes the
-                # samples to the MPS server, not its clients (measured on an H200, issue 26).
+                # samples to the MPS server, not its clients (docs/gpu-validation.md).
                 # A pod alone gets the GPU's utilisation; shared GPUs leave it unknown.
                 per_pod = {next(iter(on_gpu)): gpu_util}
             for uid, u in per_pod.items():

@@ -1,4 +1,4 @@
-"""Pair speeds from the jobs' own progress (issue 26): the rate alone, the rate next to a
+"""Pair speeds from the jobs' own progress: the rate alone, the rate next to a
 neighbour, their ratio and how sure it is.
 
 Every cycle the agent reads each pod's progress file (:mod:`horus.progress.reader`) and tells

@@ -294,7 +294,7 @@ def parse_dljob_spec(value: object, path: str = "spec") -> DLJobSpec:
 
 
 def _parse_priority_class(raw: dict[str, Any], path: str) -> str | None:
-    """``priorityClassName``, and the old ``priority`` refused (issue 24): a number in the
+    """``priorityClassName``, and the old ``priority`` refused: a number in the
     spec let anyone who may create a DLJob jump every other tenant's jobs; a PriorityClass is
     the cluster admin's, and a ResourceQuota scope limits which classes a namespace may use.
     ``priority: 0`` passes unread: the old CRD's default, stored on every DLJob created before."""

@@ -99,7 +99,7 @@ class MeasuredPair:
     speed: float  # MIN_OBSERVED_PAIR_SPEED..1
     samples: int
     #: The reading's typical absolute error in speed units (0..1); the scheduler's margin on
-    #: this pair is z × error. None: written by an agent from before issue 26 (no error).
+    #: this pair is z × error. None: written by an older agent that reports no error.
     error: float | None = None
     #: What the speed was measured from: "progress" (the job's own steps/samples per second)
     #: or "utilisation" (NVML utilisation in the pair over alone). None: an older agent

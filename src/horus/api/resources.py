@@ -14,7 +14,7 @@ partial last unit is not offered). Rounding both the same way keeps them consist
 that fit a GPU in MiB always fit its IDs, however many share it, and a whole-GPU share of a
 GPU whose memory is not a multiple of the unit (a real H100's 81,559 MiB) asks exactly the
 IDs the GPU has. Rounding a share up instead would ask 319 of the H100's 318 IDs, and two
-half shares 320 (issue 25). The share's MiB, not its units, are what the container is
+half shares 320. The share's MiB, not its units, are what the container is
 limited to. See ``docs/decisions.md`` ("Device plugin: gpu-memory unit").
 """
 

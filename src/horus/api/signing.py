@@ -3,11 +3,11 @@
 Anyone who can create a pod can write any annotation on it, including a
 ``horus.io/gpu-assignment`` that claims a whole GPU. So whoever *places* a pod (the operator,
 or the scheduler extender's bind) also writes ``horus.io/gpu-assignment-signature``, an
-**Ed25519** signature. Asymmetric on purpose (issue 24): the private key lives only in the
+**Ed25519** signature. Asymmetric on purpose: the private key lives only in the
 Secret ``horus-system/horus-signing-key``, which only the operator and the extender may read;
 nodes (device plugin, agent) hold only the public keys (ConfigMap ``horus-verify-keys``). A
 root user on a GPU node can therefore read what a node verifies with, and still cannot mint an
-assignment another node accepts — with the HMAC key Horus used before, it could.
+assignment another node accepts, as it could with a shared (HMAC) key.
 
 What a signature binds, so that nothing replays or rolls back:
 

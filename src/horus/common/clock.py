@@ -12,7 +12,7 @@ __all__ = ["now_rfc3339", "rfc3339", "timestamp"]
 
 
 def rfc3339(value: datetime, micro: bool = False) -> str:
-    """``value`` in UTC, e.g. ``2026-11-23T19:00:00Z`` (``micro``: with microseconds, as
+    """``value`` in UTC, as ``YYYY-MM-DDThh:mm:ssZ`` (``micro``: with microseconds, as
     Leases and Events' ``eventTime`` are written); a naive datetime is taken as UTC."""
     utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")

@@ -68,7 +68,7 @@ ANNOTATION_GRAPH_PROFILE: Final = f"{API_GROUP}/graph-profile"  # plain pod: its
 # Binding, so it lands on the pod together with spec.nodeName
 ANNOTATION_ASSIGNMENT_SIGNATURE: Final = f"{API_GROUP}/gpu-assignment-signature"
 
-# --- The signing key pair (issue 24): only the operator and the extender hold the private key --
+# --- The signing key pair: only the operator and the extender hold the private key -------------
 HORUS_NAMESPACE: Final = "horus-system"
 #: Secret with the Ed25519 private key (PKCS8 PEM) that signs assignments and records.
 SIGNING_KEY_SECRET: Final = "horus-signing-key"
@@ -104,7 +104,7 @@ LABEL_GPU_NODE: Final = f"{API_GROUP}/gpu-node"  # "true" on nodes that carry Ho
 LABEL_GPU_MODEL: Final = f"{API_GROUP}/gpu-model"
 LABEL_DLJOB_NAME: Final = f"{API_GROUP}/dljob"
 LABEL_REPLICA_INDEX: Final = f"{API_GROUP}/replica-index"
-# --- A plain pod's horus.io/gpu-* requests on the DRA path (issue 25 item 3) ------------------
+# --- A plain pod's horus.io/gpu-* requests on the DRA path -------------------------------------
 # The admission policy (examples/dra/extended-resources-policy.yaml) moves the requests of the
 # pod's first container into these annotations (quantities as written) and makes the pod
 # reference, as entry CONVERTED_CLAIM_ENTRY, claim CONVERTED_CLAIM_PREFIX + <pod name> (a pod
@@ -159,9 +159,9 @@ METRIC_SCHEDULING_FAILURES: Final = "horus_scheduling_failures"  # client adds _
 METRIC_DECISION_LATENCY: Final = "horus_scheduling_decision_duration_seconds"
 METRIC_DLJOB_PHASE: Final = "horus_dljobs"
 METRIC_GPU_PREDICTED_UTIL_SUM: Final = "horus_gpu_predicted_utilization_ratio"
-# Which GPUs the operator exports it for (setting ``gpu_metrics``): one series per GPU is
-# 40,000 series and a 4.7 MB scrape at 5,000 nodes × 8 GPUs (issue 27), so a large cluster
-# may keep only the GPUs that carry a predicted share, or none.
+# Which GPUs the operator exports it for (setting ``gpu_metrics``): one series per GPU makes
+# a large cluster's scrape large (each mode's size: benchmarks/results/metrics-render.json),
+# so a large cluster may keep only the GPUs that carry a predicted share, or none.
 GPU_METRICS_ALL: Final = "all"
 GPU_METRICS_BUSY: Final = "busy"
 GPU_METRICS_OFF: Final = "off"
@@ -271,7 +271,7 @@ ENV_CLAIM_UID: Final = "HORUS_CLAIM_UID"
 ENV_SHARE_ID: Final = "HORUS_SHARE_ID"  # the allocation result's shareID
 EVENT_COMPONENT_DRA_DRIVER: Final = "horus-dra-driver"
 
-# --- Which path carries a share to the GPU (issue 25 item 4) -------------------------------------
+# --- Which path carries a share to the GPU -----------------------------------------------------
 # Setting ``placement_path`` of the operator, the extender and the agent (one chart value,
 # gpuSharing.path, sets all three): ``dra`` — one ResourceClaim per share, allocated by the
 # kube-scheduler, prepared by the DRA driver; ``deviceplugin`` — extended resources
@@ -312,7 +312,7 @@ MAX_PROFILE_FEATURES: Final = 256
 #: Measured pair speeds one DLJob's status.observed may carry, and the lowest speed reported.
 MAX_OBSERVED_PAIRS: Final = 16
 MIN_OBSERVED_PAIR_SPEED: Final = 0.05
-#: Where a measured pair speed came from (status.observed.pairs[].source, issue 26): the job's
+#: Where a measured pair speed came from (status.observed.pairs[].source): the job's
 #: own progress (steps or samples per second) or NVML utilisation in the pair over alone.
 PAIR_SOURCE_PROGRESS: Final = "progress"
 PAIR_SOURCE_UTILISATION: Final = "utilisation"

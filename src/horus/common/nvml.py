@@ -47,12 +47,11 @@ class GpuMemory:
 def gpu_memory(nv: Any, handle: Any) -> GpuMemory:
     """The GPU's used and total memory, from NVML's version-2 memory call where there is one.
 
-    Why not the plain call: version 1 counts the memory the driver reserves for itself as used.
-    On an NVIDIA H200 with driver 580.159.04 that was 614 MiB on an idle GPU (version 1: 618 MiB
-    used, ``nvidia-smi``: 4 MiB; ``tools/gpu-validate.sh``, 2026-11-26), which the agent would
-    have reported as a pod-less GPU's use. Version 2 gives the reserve apart and ``used``
-    without it; ``total`` is the same in both. A binding or driver without version 2 gets the
-    version-1 figures."""
+    Why not the plain call: version 1 counts the memory the driver reserves for itself as used,
+    hundreds of MiB on an idle NVIDIA H200 (``tools/gpu-validate.sh``; the figures:
+    ``docs/gpu-validation.md``), which the agent would report as a pod-less GPU's use.
+    Version 2 gives the reserve apart and ``used`` without it; ``total`` is the same in both.
+    A binding or driver without version 2 gets the version-1 figures."""
     version = getattr(nv, "nvmlMemory_v2", None)
     if version is not None:
         try:
@@ -135,13 +134,15 @@ def busy_share_scale(process_sum: float, gpu_util: float | None) -> float:
     busy, else 1 (same units for both: fractions or percent).
 
     Why: under time-slicing NVML reads each process's SM utilisation over the periods in which
-    it held the GPU, not as a share of the GPU. On an NVIDIA H200 (driver 580.159.04,
-    ``horus predictor measure``, 2026-11-26) two GPU-bound jobs each read 98-99 % in a pair
-    with the GPU at 98-100 %, while each ran at 0.47-0.68 of its solo speed; a pod's
-    utilisation in the pair over alone then read 1.04-1.68, every pair at no slowdown. The
-    GPU's busy time is finite (what the simulated backend also assumes), so the sum is split
-    in proportion: the same pairs then read 0.52-0.85. A sum at or under the GPU's figure is
-    left alone (MPS, where clients have no samples, and jobs that leave the GPU idle)."""
+    it held the GPU, not as a share of the GPU. On an NVIDIA H200 (``horus predictor
+    measure``) two GPU-bound jobs in a pair each read nearly 100 % while each ran well below
+    its solo speed, so a pod's utilisation in the pair over alone read at or above 1, every
+    pair at no slowdown (``benchmarks/results/gpu-validation/measure.json``). The GPU's busy
+    time is finite (what the simulated backend also assumes), so the sum is split in
+    proportion, and the same pairs read close to their speeds
+    (``benchmarks/results/gpu-validation/measure-busy-share.json``). A sum at or under the
+    GPU's figure is left alone (MPS, where clients have no samples, and jobs that leave the
+    GPU idle)."""
     if gpu_util is None or gpu_util <= 0 or process_sum <= gpu_util:
         return 1.0
     return gpu_util / process_sum
@@ -152,10 +153,10 @@ def mean_sm_util(samples: Iterable[ProcessUtilSample]) -> dict[int, float]:
     samples (one per distinct timestamp; a repeated timestamp is one sample, the last kept).
 
     Why a mean: the driver keeps a sample per process per sample period (about 1/6 s), so one
-    5 s agent cycle returns tens of samples per process. Summing them (what the agent did
-    until issue 26) reads every busy process at 100 % and every pair speed near 1; the
-    measuring harness (``horus predictor measure``) always averaged. A pod's utilisation is the
-    sum of these means over its processes (:func:`horus.agent.nvml.pod_sm_util`)."""
+    5 s agent cycle returns tens of samples per process. Summing them reads every busy
+    process at 100 % and every pair speed near 1; the measuring harness (``horus predictor
+    measure``) always averaged. A pod's utilisation is the sum of these means over its
+    processes (:func:`horus.agent.nvml.pod_sm_util`)."""
     per: dict[int, dict[int, float]] = {}
     for s in samples:
         per.setdefault(s.pid, {})[s.timestamp] = s.sm_util

@@ -22,7 +22,7 @@ Why it is built this way:
   (``examples/profiles``) so that GPUs must be shared, and one job whose simulated memory use
   (annotation ``horus.io/simulated-memory-mib``, demo/test only) exceeds its share, so the
   agent's watchdog evicts it and the Enforcement dashboard has something to show.
-* **Horus corrects a placement while the demo watches** (issue 17: moves). The jobs arrive in
+* **Horus corrects a placement while the demo watches** (a move). The jobs arrive in
   two waves: everything else first, then ``resnet50-movable`` (``spec.migration.policy:
   OnCheckpoint``; the generated zoo jobs of the full demo opt in the same way) once every other
   job is placed — every GPU already holds a ~90 % job or the memory hog, so it must share one

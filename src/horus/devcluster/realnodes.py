@@ -39,7 +39,7 @@ stops the processes, kills what is left in the node's cgroups, removes the cgrou
 and the folder, runs ``kube-proxy --cleanup`` after the last node, and hands the host's shared state back to
 :mod:`horus.devcluster.hostenv`.
 
-Why one module of ~1000 lines (issue 18 asks for at most 500 or a reason): it is one
+Why one module, not several: it is one
 lifecycle — a node's folder, cgroup root, bridge, containerd, kubelet, kube-proxy and
 identity are made in :meth:`RealNodes.add` and undone, in the reverse order, in
 :meth:`RealNodes.remove`, and the guarantee that ``down`` leaves nothing behind is only

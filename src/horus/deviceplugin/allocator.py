@@ -344,7 +344,7 @@ class Allocator:
 
         Every pod this plugin allocated counts with the share it claims, whether or not its
         signature still verifies: it verified at its Allocate, its containers hold the GPU, and
-        a key that is lost or revoked later must never un-count a share in use (issue 24).
+        a key that is lost or revoked later must never un-count a share in use.
 
         Two placers (the operator and the extender) decide independently; each re-checks after
         writing, but a narrow window remains in which both may pick the same GPU. Here every

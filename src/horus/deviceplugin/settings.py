@@ -64,7 +64,7 @@ class DevicePluginSettings:
     # is mounted as /dev/shm into every MPS client, as NVIDIA's device plugin does. Empty: no
     # /dev/shm mount (a daemon running in the host's own /dev/shm, as in the local demo).
     mps_shm_dir: Path | None = None
-    # Host root of the per-pod progress directories (issue 26): each pod gets <root>/<pod UID>
+    # Host root of the per-pod progress directories: each pod gets <root>/<pod UID>
     # mounted read-write with $HORUS_PROGRESS_DIR, where its training loop reports progress
     # for the agent (the chart mounts the root into the plugin and the agent at this path).
     # Empty: none (the agent measures pairs from utilisation only).

@@ -67,7 +67,7 @@ class DraSettings:
     gpu_access: Literal["envvar", "volume-mounts", "cdi"] = "envvar"
     # The CDI kind of the node's GPU devices (NVIDIA's spec), for gpu_access=cdi.
     cdi_kind: str = "nvidia.com/gpu"
-    # Host root of the per-pod progress directories (issue 26), as the device plugin's: the
+    # Host root of the per-pod progress directories, as the device plugin's: the
     # claim's one reserving pod gets <root>/<pod UID> mounted with $HORUS_PROGRESS_DIR.
     # Empty: none.
     progress_root: Path | None = Path(DEFAULT_PROGRESS_ROOT)

@@ -142,7 +142,7 @@ def build_grant(
             # the daemon's (NVIDIA's device plugin mounts <mps root>/shm the same way).
             mounts.append(MountSpec(MPS_CLIENT_SHM, str(policy.mps_shm_dir)))
     if policy.progress_root is not None and consumer is not None and consumer.uid:
-        # the job reports its progress here (issue 26); one pod's own directory, so a job
+        # the job reports its progress here; one pod's own directory, so a job
         # cannot write another's. A directory that cannot be made is left out: a missing
         # bind source would stop the container from starting, progress is not worth that.
         try:

@@ -163,7 +163,7 @@ class JobApi(Protocol):
 
     def list_priority_classes(self) -> list[dict[str, Any]]: ...
 
-    # --- the DRA path: one ResourceClaim per replica -----------------------------------------
+    # --- the DRA path: one ResourceClaim per replica ---------------------------------------
     def list_resource_claims(self) -> list[dict[str, Any]]:
         """Every ResourceClaim (``resource.k8s.io/v1``), Horus' and tenants' alike."""
         ...

@@ -1,4 +1,4 @@
-"""Training progress reported by the job to the node (issue 26): ``report`` (the job's side,
+"""Training progress reported by the job to the node: ``report`` (the job's side,
 standard library only), ``adapters`` (PyTorch loop, Lightning, Hugging Face Trainer),
 ``reader`` (the node's side, validating untrusted files), ``mount`` (the per-pod directory).
 

@@ -1,7 +1,7 @@
 """Report a training job's progress to the Horus node agent: one small file, no network.
 
 Why: the agent's only other per-job signal is GPU utilisation, which says how busy the GPU was,
-not how fast the job went (issue 26). A job that reports steps and samples lets the agent
+not how fast the job went. A job that reports steps and samples lets the agent
 measure its real speed alone and next to each neighbour, which is what placement needs.
 
 How: on a Horus GPU node every pod gets its own directory, named by ``$HORUS_PROGRESS_DIR``
@@ -200,7 +200,7 @@ def simulated_speed(directory: str | os.PathLike[str] | None = None) -> float | 
     """SIMULATION ONLY: the speed (0.05..1) the node's simulated GPU gives this pod now, or
     None on a real GPU (no file) or when the file is unreadable. The example workload divides
     its step time by it, so on simulated nodes sharing slows the job as the simulation says
-    and the agent's progress reading can be checked against a known truth (issue 26)."""
+    and the agent's progress reading can be checked against a known truth."""
     where = directory if directory is not None else os.environ.get(ENV_DIR)
     if not where:
         return None

@@ -298,7 +298,7 @@ def explain_nodes(
 
     Each filter's verdict is counted per node once, the first filter that leaves a node no
     GPU names the refusal, and only the node's best candidate GPU is looked up, so a refused
-    node costs a few array reads instead of a replay (about 1 ms each, issue 27). None for a
+    node costs a few array reads instead of a replay of the placement. None for a
     node whose best free amount is below −1 (a GPU with less memory left than the policy's
     headroom: the replay's candidate is then a GPU of another node): the caller replays it.
     """

@@ -237,9 +237,9 @@ class ClusterState:
         """An independent copy that shares each GPU's list of residents and each job's
         record with this state: :meth:`add_job` and :meth:`release` replace a GPU's list
         and a job's record rather than edit them, so neither state sees the other's
-        changes. What it saves: at 40,000 GPUs, :meth:`copy` spends most of its time
-        copying 40,000 small lists and every job's record (the extender's live state is
-        forked on every change of the cluster, issue 27). A caller that reorders a GPU's
+        changes. What it saves: on a large cluster :meth:`copy` spends most of its time
+        copying one small list per GPU and every job's record, and the extender's live state
+        is forked on every change of the cluster. A caller that reorders a GPU's
         residents must assign a new list, not sort the shared one."""
         new = ClusterState.__new__(ClusterState)
         new.__dict__.update(self.__dict__)
@@ -347,10 +347,11 @@ class ClusterState:
 class NodeSubset(ClusterState):
     """The GPUs of some nodes of a state, read-only: what :meth:`Scheduler.evaluate
     <horus.scheduler.Scheduler.evaluate>` scores for the scheduler extender's candidate nodes
-    instead of every GPU of the cluster. kube-scheduler sends an extender 500 of 5,000 nodes
-    by default, and judging all 40,000 GPUs per pod (needs, filters, scores, per-node counts)
-    for the 4,000 of the candidates was about a third of the extender's time per pod
-    (issue 27).
+    instead of every GPU of the cluster. kube-scheduler sends an extender only a share of a
+    large cluster's nodes (``percentageOfNodesToScore``), so judging every GPU of the cluster
+    per pod (needs, filters, scores, per-node counts) for the candidates' GPUs alone is work
+    that grows with the cluster, not with the candidates
+    (``benchmarks/results/extender-filter.json``).
 
     Its GPUs are numbered from 0 in the whole state's order (each node's together and in
     order; :attr:`gpus` holds their numbers in the whole state), so a policy that judges each

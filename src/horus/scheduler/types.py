@@ -4,11 +4,11 @@ The operator (live cluster), the scheduler extender and the simulator all speak 
 so they are plain frozen dataclasses with no Kubernetes in them. A :class:`JobRequest` goes in;
 a :class:`Placement` (where each replica runs, with its core % and memory MiB per GPU) or a
 :class:`Refusal` (a sentence a person can act on) comes out. :class:`SchedulerSettings` holds
-every tunable knob, each documented where it is declared; the run-time corrections (issue 17)
-add what the migration and preemption planners take and give (:class:`MigrationSettings`,
+every tunable knob, each documented where it is declared; the run-time corrections (moves and
+preemptions of running jobs) add what the migration and preemption planners take and give (:class:`MigrationSettings`,
 :class:`RunningJob`, :class:`Move`, :class:`Preemption`, …).
 
-Why one module of about 500 lines (issue 18's limit): it is the core's whole public
+Why one module: it is the core's whole public
 vocabulary, imported by name by the operator, the extender, the simulator and the tests, and
 read as one reference; most of its length is the documentation of each knob where it is
 declared. Splitting it would give callers two places to look for one API.
