@@ -1,9 +1,9 @@
 """Keep Python's cyclic garbage collector off the large, long-lived copy of the cluster.
 
 A process that holds the watch-fed copy of a cluster (tens of thousands of pod dicts, the live
-state built from them) pays for every full collection with a walk over all of it: 40–130 ms
-at 1,000 nodes on the development VM, landing on whatever request happens to allocate the
-object that triggers it (issue 27: the extender's p99 was those pauses, not its work).
+state built from them) pays for every full collection with a walk over all of it, landing on
+whatever request happens to allocate the object that triggers it, so without this the
+extender's slowest requests are those pauses, not its work (``docs/results/operator.md``).
 :func:`settle` runs one full collection and then moves every surviving object into the
 collector's permanent generation (:func:`gc.freeze`), which later collections skip; objects
 in it are still freed by reference counting when dropped. The next :func:`settle` first
@@ -13,10 +13,11 @@ collected then and never kept for good.
 What Python frees it does not always give back: objects over 512 bytes (a pod's JSON text, a
 large dict) come from the C library's ``malloc``, and glibc keeps freed memory in per-thread
 *arenas* (up to eight per core) and at the top of each heap, so a process whose threads once
-held a burst of 10,000 jobs keeps that much resident after the jobs are gone, and a little
-more after each burst as the arenas fragment (issue 27: at 1,000 nodes the operator's RSS
-rose with each cycle of jobs while what Python itself held grew only by its bounded caches;
-capping and trimming took 40–56 MiB, 13–16 %, off every cycle there). :func:`limit_arenas`
+held a burst of jobs keeps that much resident after the jobs are gone, and a little more
+after each burst as the arenas fragment: the operator's RSS rises with each cycle of jobs
+while what Python itself holds grows only by its bounded caches (before and after capping and
+trimming: ``benchmarks/results/operator-scale-1000-arenas-baseline.json`` and
+``operator-scale-1000-arenas.json``). :func:`limit_arenas`
 caps the arenas (glibc's ``M_ARENA_MAX``, what ``MALLOC_ARENA_MAX`` sets) before the threads
 start, and :func:`release` hands freed memory back (``malloc_trim``), every few seconds while
 the process's data changes (:class:`Releaser`). Both do nothing where the C library is not

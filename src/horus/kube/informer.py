@@ -223,9 +223,9 @@ class Informer:
         """LIST everything, in pages, and make the copy equal to it (reporting what changed).
 
         Pages of :attr:`page_size` (``limit`` and ``continue``), as client-go's reflector
-        pages its LISTs: at 10,000 DLJobs on a loaded apiserver one unpaged LIST did not
-        finish within the apiserver's 60 s and failed with 504 again and again, so an
-        extender started then never synced (issue 27). Every page after the first is served
+        pages its LISTs: on a large, loaded cluster one unpaged LIST does not finish within
+        the apiserver's 60 s and fails with 504 again and again, so an extender started then
+        never syncs. Every page after the first is served
         from the first one's snapshot; a continue token that expired meanwhile is a 410,
         which starts the LIST over (:meth:`_run`). Each page is projected as it comes, so
         the raw objects of one page, not of the whole cluster, are held at a time."""
@@ -273,7 +273,7 @@ class Informer:
             # events leave them: a reader that follows the copy by its order (LiveDelta: an
             # unchanged object moved means the listing's order changed) then sees a relist
             # as the changes it brought, not as a reordered cluster, which it rebuilds in
-            # full (19-21 s for the extender at 5,000 nodes and 10,000 DLJobs).
+            # full (slow on a large cluster: docs/results/operator.md).
             ordered = {key: fresh[key] for key in self._items if key in fresh}
             ordered.update(fresh)  # the new keys, in the list's order, after the rest
             self._items = ordered
@@ -365,9 +365,9 @@ def _typed(item: dict[str, Any], listing: Mapping[str, Any]) -> dict[str, Any]:
     The apiserver leaves them out of a list's items (the list says them once: ``NodeList``)
     but sends them with every watch event and write answer, so without this the first event
     of an object after a list differs from the listed copy in those two keys alone — for a
-    node whose status only renewed its heartbeat, a change every reader hears of. At 5,000
-    nodes that made the extender rebuild its whole live state on almost every request for a
-    node-status period after each start or relist (seconds per request, issue 27)."""
+    node whose status only renewed its heartbeat, a change every reader hears of. On a large
+    cluster that makes the extender rebuild its whole live state on almost every request
+    for a node-status period after each start or relist."""
     kind, version = listing.get("kind"), listing.get("apiVersion")
     if "kind" in item or not isinstance(kind, str) or not kind.endswith("List"):
         return item

@@ -53,7 +53,7 @@ PAIR_TERMS: dict[str, str] = {
 }
 
 
-#: The pair head's base: ``none`` (it predicts the speed itself, artifacts before issue 26)
+#: The pair head's base: ``none`` (it predicts the speed itself, as older artifacts do)
 #: or ``contention_bound`` (it predicts a correction on top of :func:`contention_bound`).
 PAIR_BASES = ("none", "contention_bound")
 

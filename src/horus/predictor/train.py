@@ -281,12 +281,12 @@ def train_artifact(
 ) -> dict[str, Any]:
     """Train every head and return the artifact (a JSON-serialisable dict).
 
-    ``pair_base``: ``contention_bound`` (default since issue 26) fits the pair head to the
+    ``pair_base``: ``contention_bound`` (the default) fits the pair head to the
     residual over :func:`horus.predictor.pairfeatures.contention_bound` of the jobs'
     isolated utilisation, and the predictor adds those corrections only on GPU models the
     head learned pairs from (elsewhere the bound alone: corrections learned on K80/P100/V100
-    made Lucid's RTX 3090 pairs worse, 0.064 → 0.203 MAE, ``benchmarks/predictor.py``);
-    ``none``: the head predicts the speed itself (artifacts before issue 26).
+    made Lucid's RTX 3090 pairs worse: ``benchmarks/predictor.py``, docs/results/predictor.md);
+    ``none``: the head predicts the speed itself (as older artifacts do).
 
     ``extra_rows`` / ``extra_pair_rows``: one observed-rows file or several (one per node, as
     each node's agent writes its own); their rows from simulated GPUs are dropped unless

@@ -16,8 +16,8 @@ joined with ``+``:
   (:func:`horus.scheduler.plan_preemptions`).
 
 ``horus`` alone is the whole system, ``horus+observed+migrate+preempt`` (progress signal);
-``horus-predict-only`` is the ``horus`` policy on its predictions alone (what ``horus`` meant
-before issue 17). ``+observed`` exists for ``horus`` (the only policy that reads pair
+``horus-predict-only`` is the ``horus`` policy on its predictions alone, without run-time
+corrections. ``+observed`` exists for ``horus`` (the only policy that reads pair
 speeds and learns from them); ``+migrate`` for ``horus`` with ``+observed`` (no move before a
 job is observed) and for ``oracle`` (its pair speeds are exact already); ``+preempt`` for
 every policy.

@@ -1,8 +1,8 @@
 """The simulated operator's pass: measurements in, then the core's planners, and what they
 plan happens.
 
-Why apart from the event loop: this is the simulated operator's side of issue 17 — when a
-pass runs (rate-limited like the operator's), what it tells the planners about each running
+Why apart from the event loop: this is the simulated operator's side of the run-time
+corrections — when a pass runs (rate-limited like the operator's), what it tells the planners about each running
 job, and what a move or an eviction does to the job (``MoveCosts``) — while the engine only
 keeps time. The decisions themselves are the core's (:func:`horus.scheduler.plan_migrations`,
 :func:`horus.scheduler.plan_preemptions`), exactly as the operator calls them.

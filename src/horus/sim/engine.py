@@ -11,7 +11,7 @@ After completions a full scheduling pass runs over the queue; after arrivals alo
 new jobs are tried (nothing else changed, so the rest would fail exactly as before), unless
 the head of the queue is old enough to trigger the starvation guard.
 
-Run-time corrections (issue 17; run names in :mod:`horus.sim.config`): with ``+observed``
+Run-time corrections (moves and preemptions; run names in :mod:`horus.sim.config`): with ``+observed``
 the node agent's pair measurements reach the scheduler when and as wrong as the agent makes
 them (:mod:`horus.sim.observation`); with ``+migrate`` and ``+preempt`` the planners of
 :mod:`horus.scheduler` run after each pass (rate-limited to ``pass_interval_s``) and what they

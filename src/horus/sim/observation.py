@@ -1,8 +1,7 @@
 """What the node agent tells the scheduler about pairs, when, and how wrong — in the simulator.
 
-Why: feeding the scheduler the true pair speeds the moment two jobs meet (what
-``horus+observed`` did before issue 17) is an upper bound, not what a cluster gets. The agent
-(``horus.agent``) samples each pod every ``--interval-seconds`` (5 s), needs
+Why: feeding the scheduler the true pair speeds the moment two jobs meet is an upper bound,
+not what a cluster gets. The agent (``horus.agent``) samples each pod every ``--interval-seconds`` (5 s), needs
 ``MIN_PAIR_SAMPLES`` (3) samples of the pod *alone* on its GPU (its baseline) and 3 next to
 exactly one other Horus pod, and writes what it has every ``--feedback-interval-seconds``
 (60 s), with the reading's own error. This module models exactly that:
@@ -40,9 +39,9 @@ from horus.sim.signals import SIGNALS, Signal, SignalError, signal_error
 #: The agent's ``horus.agent.feedback.MIN_PAIR_SAMPLES`` (the simulator sits below the agent
 #: in the layers, so it cannot import it; a unit test checks they agree).
 AGENT_MIN_SAMPLES = 3
-#: The signal the whole system measures with: jobs report their progress (issue 26).
+#: The signal the whole system measures with: jobs report their progress.
 DEFAULT_SIGNAL: Signal = "progress"
-#: Kept for callers of the issue-17 name.
+#: The signal's former name, kept for callers that still use it.
 ErrorMode = Signal
 
 

@@ -6,7 +6,7 @@ signals exist, and each error model here is computed from ``data/noncommercial/l
 first asked for (cached), so every figure traces back to the committed data:
 
 * ``progress`` — the job's own steps or samples per second in the pair over alone
-  (issue 26's progress files). Its only error is measurement noise: Lucid ran 56 jobs beside
+  (the agent's progress files). Its only error is measurement noise: Lucid ran 56 jobs beside
   a copy of themselves, where both copies have the same true speed, so the difference of
   their two measured speeds is twice the noise of one reading. The reading's noise sd is
   ``sd(s1 − s2) / √2`` over those self-pairs (speeds clipped to 1 as the ground truth
@@ -20,8 +20,8 @@ first asked for (cached), so every figure traces back to the committed data:
   utilisation is ``u·s`` scaled by how far the measured ``U`` departs from that: it reads
   ``s · U / U_overlap``.
 
-Which of the two utilisation models NVML's per-process figures follow is unknown without a
-GPU (issue 26), so both are kept. A utilisation signal's error depends on the true speed
+Which of the two utilisation models NVML's per-process figures follow depends on the GPU and
+driver, so both are kept. A utilisation signal's error depends on the true speed
 (its bias grows towards 1×), so it is modelled as a function of the true speed: every
 reading draws afresh one of the measured errors of the Lucid pair readings nearest in true
 speed (``NEIGHBOURS`` of them, the square root of the readings), never one fixed draw per kind
