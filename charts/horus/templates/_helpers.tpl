@@ -77,7 +77,7 @@ the variable they read it by. Without it they read the Secret horus-signing-key 
   readOnly: true
 {{- end -}}
 
-{{/* The public keys the nodes verify with (issue 24: a node holds no key that signs): the
+{{/* The public keys the nodes verify with (a node holds no key that signs): the
 ConfigMap horus-verify-keys the operator publishes, optional so the DaemonSet starts before the
 operator's first start; the kubelet fills and refreshes the mount. */}}
 {{- define "horus.verifyKeysVolume" -}}
@@ -158,7 +158,7 @@ read (helm template, --dry-run=client, Argo CD). */}}
 {{- end -}}
 {{- end -}}
 
-{{/* Which path carries a GPU share to the container (issue 25; docs/dra.md, "Which path"):
+{{/* Which path carries a GPU share to the container (docs/dra.md, "Which path"):
 "dra" or "deviceplugin", from gpuSharing.path. auto is dra when the cluster serves
 resource.k8s.io/v1 (.Capabilities.APIVersions: the apiserver's discovery on install/upgrade,
 helm's built-in list under `helm template`) and its version is 1.36 or later, where
