@@ -475,7 +475,7 @@ def _read_time(raw: dict[str, Any], key: str, path: str) -> datetime | None:
             stamp = datetime.fromisoformat(value)
         except ValueError:
             raise ValidationError(
-                f"{where}: must be an RFC 3339 time like 2024-05-01T12:00:00Z, got {value!r}"
+                f"{where}: must be an RFC 3339 time like YYYY-MM-DDThh:mm:ssZ, got {value!r}"
             ) from None
     else:
         raise ValidationError(f"{where}: must be an RFC 3339 time string, got {type_name(value)}")
