@@ -45,7 +45,7 @@ def wait_namespace_gone(cluster: Any, name: str = NAMESPACE, timeout: str = "90s
 
 
 def adopt_crd(cluster: Any, release: str = "horus", namespace: str = NAMESPACE) -> None:
-    """Hand an existing DLJob CRD to a Helm release, as the README's "Upgrade" says: the chart
+    """Hand an existing DLJob CRD to a Helm release, as docs/operations.md's "Upgrade" says: the chart
     renders the CRD as a template, and Helm refuses to take over an object it does not own
     (other tests apply the CRD with kubectl)."""
     crd = "crd/dljobs.horus.io"

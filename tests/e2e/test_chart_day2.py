@@ -132,7 +132,7 @@ def test_helm_upgrade_applies_a_changed_crd(helm, cluster, install, tmp_path):
 
 
 def test_a_crd_helm_does_not_own_is_refused_until_adopted(helm, cluster):
-    """The one-time step the README's "Upgrade" names, for CRDs from the old crds/ folder or
+    """The one-time step docs/operations.md's "Upgrade" names, for CRDs from the old crds/ folder or
     from kubectl: without it Helm refuses the install; with it Helm takes the CRD over."""
     wait_namespace_gone(cluster)
     cluster.apply_crds(ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml", c.DLJOB_CRD_NAME)

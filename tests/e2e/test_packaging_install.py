@@ -295,7 +295,7 @@ def test_trained_model_and_rows_dir_reach_the_processes(helm, tmp_path, monkeypa
 
 
 def test_a_trained_model_fits_a_configmap(cluster, tmp_path):
-    """The README's `kubectl create configmap horus-model --from-file=model.json.gz`: a
+    """docs/operations.md's `kubectl create configmap horus-model --from-file=model.json.gz`: a
     full-size artifact, gzipped, is accepted by the apiserver (ConfigMaps hold at most 1 MiB)
     and what comes back loads as the same model."""
     import base64

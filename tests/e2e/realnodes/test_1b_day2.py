@@ -130,7 +130,7 @@ def _restarts(rc: RealCluster) -> dict[str, dict[str, int]]:
 
 
 def test_a_rotated_key_reaches_every_component_without_a_restart(rc: RealCluster) -> None:
-    """README, "Rotate the signing key", in its one step: a new private key in the Secret.
+    """docs/operations.md, "Rotate the signing key", in its one step: a new private key in the Secret.
     The operator publishes its public key beside the old one; it reaches every node's mounted
     ConfigMap, and only then (key_publish_delay, 60 s) do the operator and the extender sign
     with it. Every component reloads; none restarts."""

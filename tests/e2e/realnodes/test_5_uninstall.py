@@ -1,7 +1,7 @@
 """helm uninstall on real nodes leaves nothing running: no Horus pod, no plugin socket in the
-kubelet's device-plugin folder, no Horus capacity left to hand out. (Kept on purpose, as the
-README says: the DLJob CRD; and the signing key pair the operator made, which is no part of
-the release.)"""
+kubelet's device-plugin folder, no Horus capacity left to hand out. (Kept on purpose, as
+docs/operations.md says: the DLJob CRD; and the signing key pair the operator made, which is
+no part of the release.)"""
 
 from __future__ import annotations
 
