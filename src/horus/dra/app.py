@@ -9,7 +9,10 @@ Kept apart from the CLI so tests run the very same driver in a thread. The loop:
   is served again, and the kubelet's plugin watcher registers the new socket;
 * health is re-checked every ``health_interval_s``; a change republishes the ResourceSlice at
   once (an unhealthy GPU gets its taint), and the slice is re-read every ``slice_resync_s``
-  to repair a deleted or edited one. An apiserver error is logged and retried next tick.
+  to repair a deleted or edited one. An apiserver error is logged and retried next tick;
+* checkpointed claims the apiserver no longer has are unprepared by the stale-claim sweep
+  (:mod:`horus.dra.sweep`), in its own thread: once as the sockets are served, then every
+  ``claim_sweep_interval_s``.
 """
 
 from __future__ import annotations
@@ -26,10 +29,14 @@ from horus.dra.kube import DraApi, KubeDraApi
 from horus.dra.server import PluginServers
 from horus.dra.settings import DraSettings
 from horus.dra.slices import SlicePublisher
+from horus.dra.sweep import ClaimSweeper
 from horus.node.gpus import GpuInventory, discover_until_found
 from horus.node.grant import GrantPolicy
 
 log = logging.getLogger(__name__)
+
+#: Seconds ``run`` waits, once stopped, for a sweep in progress to end.
+SWEEP_STOP_WAIT_S = 5.0
 
 
 def grant_policy(settings: DraSettings) -> GrantPolicy:
@@ -63,6 +70,7 @@ class DraPlugin:
             Checkpoint(settings.checkpoint_path),
         )
         self.servers = PluginServers(self.driver, settings.registration_socket, settings.dra_socket)
+        self.sweeper = ClaimSweeper(self.driver, api, settings.claim_sweep_interval_s)
         self.publisher = (
             SlicePublisher(api, settings.node_name) if settings.publish_slices else None
         )
@@ -102,6 +110,7 @@ class DraPlugin:
 
     def run(self, stop: threading.Event) -> None:
         self.servers.start()
+        sweeping = self.sweeper.start(stop)
         next_health = time.monotonic() + self.settings.health_interval_s
         try:
             while not stop.is_set():
@@ -118,6 +127,8 @@ class DraPlugin:
                 stop.wait(self.settings.socket_poll_s)
         finally:
             self.servers.stop()
+            # the sweep ends at its next claim; one stuck in an apiserver call is a daemon
+            sweeping.join(SWEEP_STOP_WAIT_S)
 
 
 def run_driver(settings: DraSettings, stop: threading.Event, api: DraApi | None = None) -> int:

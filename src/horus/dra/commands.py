@@ -41,6 +41,7 @@ _HELP = {
     "health_interval_s": "seconds between GPU health checks",
     "slice_resync_s": "seconds between re-reads of this node's ResourceSlice",
     "socket_poll_s": "seconds between checks that the sockets exist",
+    "claim_sweep_interval_s": "seconds between sweeps that unprepare checkpointed claims the apiserver no longer has",
     "fail_on_init_error": "exit when GPU discovery fails instead of waiting (true/false)",
     "retry_interval_s": "seconds between GPU discovery retries",
 }

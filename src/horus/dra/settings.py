@@ -81,6 +81,10 @@ class DraSettings:
     slice_resync_s: float = 60.0
     # Seconds between checks that our sockets still exist (re-created if removed).
     socket_poll_s: float = 1.0
+    # Seconds between stale-claim sweeps (horus.dra.sweep): checkpointed claims the apiserver
+    # no longer has (404, or another UID under the name) are unprepared. One sweep runs as the
+    # driver starts; each costs one claim GET per checkpointed claim.
+    claim_sweep_interval_s: float = 600.0
     # When GPU discovery fails: true exits with status 2; false logs once and retries.
     fail_on_init_error: bool = False
     retry_interval_s: float = 30.0
@@ -98,6 +102,7 @@ class DraSettings:
             "health_interval_s",
             "slice_resync_s",
             "socket_poll_s",
+            "claim_sweep_interval_s",
             "retry_interval_s",
         ):
             check_seconds(name, getattr(self, name))

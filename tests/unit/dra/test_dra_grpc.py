@@ -180,13 +180,16 @@ def test_prepared_claims_survive_a_plugin_restart(short_dir: Path, api: FakeDraA
     first.halt()
     kubelet.close()
     assert not first.settings.registration_socket.exists()
-    # the claim is gone from the apiserver now: only the checkpoint can answer
-    api.claims.clear()
+    # the apiserver is down now: only the checkpoint can answer (and the stale-claim sweep,
+    # with no answer to trust, keeps the claim)
+    api.fail = ApiError(0, "connection refused")
+    reads = api.claim_reads
     second = start(settings_in(short_dir), api)
     try:
         kubelet = FakeKubelet(second.settings.registry_dir)
         kubelet.register()
         assert kubelet.prepare(("ml", "c1", "uid-1")).claims["uid-1"] == before
+        assert api.claim_reads == reads
         assert kubelet.unprepare(("ml", "c1", "uid-1")).claims["uid-1"].error == ""
         assert list(second.settings.cdi_dir.iterdir()) == []
         kubelet.close()
