@@ -254,6 +254,15 @@ DRA_ATTR_MEMORY_MIB: Final = "memoryMiB"  # int
 DRA_CAPACITY_CORES: Final = "cores"  # 100 per GPU, consumed in whole percent
 DRA_CAPACITY_MEMORY: Final = "memory"  # the GPU's memory, consumed in whole MiB
 DRA_TAINT_UNHEALTHY: Final = f"{DRA_DRIVER_NAME}/unhealthy"  # NoSchedule on an unhealthy GPU
+# The GPU identity registry (horus.node.identities): a ConfigMap in the release namespace,
+# key = GPU UUID, value = the node that published it first. Only the operator writes it (adds,
+# never re-assigns: admission policy horus-gpu-identities-operator-only); the policies on
+# ResourceSlices and the node inventory read it as their param, and Horus' view ignores a GPU
+# a node publishes that is registered to another node.
+GPU_IDENTITIES_CONFIGMAP: Final = "horus-gpu-identities"
+GPU_IDENTITIES_SYNC_SECONDS: Final = 10.0  # how often the operator records new GPUs
+# on a Node: it publishes a GPU UUID registered to another node (ignored on this node)
+EVENT_REASON_GPU_IDENTITY_CONFLICT: Final = "HorusGpuIdentityConflict"
 RESOURCE_API_GROUP: Final = "resource.k8s.io"
 RESOURCE_API_VERSION: Final = "v1"
 #: what the plugin lists in PluginInfo.supported_versions (k8s.io/kubelet dra/v1 DRAPluginService)

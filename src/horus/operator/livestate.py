@@ -70,6 +70,7 @@ from horus.common.clock import timestamp
 from horus.common.errors import HorusError, ValidationError
 from horus.common.memo import Memo
 from horus.node.claims import slice_gpus
+from horus.node.identities import Registry, contested, split_gpus
 from horus.operator.records import (
     annotations_of,
     assumed_prediction,
@@ -179,6 +180,7 @@ def build_live_state(
     distrusted: Collection[str] = (),
     claims: Iterable[Mapping[str, Any]] = (),
     slices: Iterable[Mapping[str, Any]] | None = None,
+    identities: Registry | None = None,
 ) -> LiveState:
     """Build the live cluster state (see the module docstring for the rules).
 
@@ -186,6 +188,8 @@ def build_live_state(
     ``slices``: on the DRA path, the ResourceSlices the GPUs are read from (the Horus
     driver's, one per node: :func:`horus.node.claims.slice_gpus`) instead of the node
     inventory annotation, which only the device plugin writes; None elsewhere.
+    ``identities``: the GPU identity registry (:func:`_gpu_nodes`); None counts every GPU a
+    node publishes as its own (tests, tools).
 
     ``distrusted``: DLJobs (``ns/name``) whose record the caller does not trust although it
     is signed (a rollback): counted from their pods, as an unsigned record is.
@@ -203,7 +207,7 @@ def build_live_state(
     Records that cannot be counted are listed in :attr:`LiveState.problems`, never raised:
     one bad object must not stop the whole cluster from being scheduled.
     """
-    live = _gpu_nodes(nodes, slices)
+    live = _gpu_nodes(nodes, slices, identities)
     pods = list(pods)
     known = dict(profiles or {})
     recorded = _add_dljob_records(live, dljobs, predictor, known, keys, distrusted)
@@ -511,13 +515,21 @@ def slices_by_node(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[Mappin
 
 
 def _gpu_nodes(
-    nodes: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]] | None = None
+    nodes: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]] | None = None,
+    identities: Registry | None = None,
 ) -> LiveState:
     """The GPUs of the nodes that may receive work (see :func:`node_exclusion`): from the
-    inventory annotation, or on the DRA path from the node's ResourceSlices."""
+    inventory annotation, or on the DRA path from the node's ResourceSlices.
+
+    With the GPU identity registry (``identities``, :mod:`horus.node.identities`), a GPU a
+    node publishes that is registered to another node is ignored on the node that publishes
+    it (a problem names both); the node it is registered to keeps it. A UUID that several
+    nodes publish and none is registered to is ignored on all of them (:func:`_tolerant_state`):
+    no node leaves the view because another repeats its GPUs."""
     live_nodes: dict[str, list[GpuDevice]] = {}
     excluded: dict[str, str] = {}
-    problems: list[str] = []
+    problems: list[str] = list(identities.problems) if identities is not None else []
     grouped = slices_by_node(slices) if slices is not None else None
     for node in nodes:
         name = str(meta_of(node).get("name", ""))
@@ -529,7 +541,9 @@ def _gpu_nodes(
             if why is not None:
                 excluded[name] = why
             else:
-                live_nodes[name] = gpus
+                kept = _own_gpus(identities, name, gpus, excluded, problems)
+                if name not in excluded:
+                    live_nodes[name] = kept
             continue
         text = annotations_of(node).get(c.ANNOTATION_GPU_INVENTORY)
         if not name or text is None:
@@ -539,17 +553,37 @@ def _gpu_nodes(
             excluded[name] = why
             continue
         try:
-            live_nodes[name] = decode_inventory(text, f"node {name} {c.ANNOTATION_GPU_INVENTORY}")
+            gpus = decode_inventory(text, f"node {name} {c.ANNOTATION_GPU_INVENTORY}")
         except ValidationError as exc:
             excluded[name] = f"unreadable GPU inventory: {exc}"
             problems.append(str(exc))
+            continue
+        kept = _own_gpus(identities, name, gpus, excluded, problems)
+        if name not in excluded:
+            live_nodes[name] = kept
     live_nodes = dict(sorted(live_nodes.items()))
     try:
         state = ClusterState.from_inventory(live_nodes)
-    except ValidationError as exc:  # e.g. a UUID on two nodes: drop nodes until it builds
+    except ValidationError as exc:  # e.g. a UUID on two nodes: leave it out on each
         problems.append(f"cluster inventory is inconsistent: {exc}")
         state = _tolerant_state(live_nodes, excluded, problems)
     return LiveState(state=state, excluded_nodes=excluded, problems=problems)
+
+
+def _own_gpus(
+    identities: Registry | None,
+    node: str,
+    gpus: list[GpuDevice],
+    excluded: dict[str, str],
+    problems: list[str],
+) -> list[GpuDevice]:
+    """``node``'s GPUs less those registered to another node (each named in ``problems``);
+    a node left with none is excluded, saying why."""
+    kept, foreign = split_gpus(identities, node, gpus)
+    problems.extend(f.why for f in foreign)
+    if foreign and not kept:
+        excluded[node] = "every GPU it publishes is registered to another node"
+    return kept
 
 
 def _add_dljob_records(
@@ -836,16 +870,22 @@ def _add(
 def _tolerant_state(
     nodes: dict[str, list[GpuDevice]], excluded: dict[str, str], problems: list[str]
 ) -> ClusterState:
+    """The state without the GPUs whose UUID more than one node (or one node twice) publishes:
+    which of them is the GPU's is not known (none is registered: :func:`_own_gpus` took out
+    those that are), so the GPU is counted on none of them, and every node keeps the rest."""
+    repeated = contested(nodes)
+    for uuid, where in sorted(repeated.items()):
+        problems.append(
+            f"GPU {uuid} is published by nodes {', '.join(where)}: left out on each until "
+            "one node alone publishes it"
+        )
     good: dict[str, list[GpuDevice]] = {}
-    uuids: set[str] = set()
     for name, gpus in nodes.items():
-        mine = [g.uuid for g in gpus]
-        if uuids.intersection(mine) or len(set(mine)) != len(mine):
+        kept = [g for g in gpus if g.uuid not in repeated]
+        if kept or not gpus:
+            good[name] = kept
+        else:
             excluded[name] = "its GPU UUIDs repeat those of another node"
-            problems.append(f"node {name}: excluded, its GPU UUIDs are not unique")
-            continue
-        uuids.update(mine)
-        good[name] = gpus
     return ClusterState.from_inventory(good)
 
 
