@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 class GraphProfile:
     """The features of one training step of a model (what ``horus profile`` writes).
 
-    ``features`` maps feature names (documented in ``docs/profile-schema.md``) to numbers;
+    ``features`` maps feature names (documented in :mod:`horus.predictor.schema`) to numbers;
     ``model`` is a human-readable name (``resnet50``), ``family`` the architecture family used
     for held-out evaluation.
     """
