@@ -213,3 +213,27 @@ def test_operator_max_jobs_per_pass_value_reaches_the_operators_settings(
         text=True,
     )
     assert bad.returncode != 0 and "maxJobsPerPass" in bad.stderr
+
+
+@pytest.mark.parametrize("value", [None, "45"])
+def test_dra_claim_sweep_value_reaches_the_drivers_settings(
+    tmp_path: Path, value: str | None
+) -> None:
+    """``node.draDriver.claimSweepSeconds`` is the DRA driver's stale-claim sweep interval;
+    zero is refused by the schema."""
+    from horus.dra.settings import DraSettings
+
+    args = ["--set", "gpuSharing.path=dra"]
+    if value:
+        args += ["--set", f"node.draDriver.claimSweepSeconds={value}"]
+    file = tmp_path / "config.yaml"
+    file.write_text(render(*args)[("ConfigMap", "horus-config")]["data"]["config.yaml"])
+    env = {"HORUS_DRA_NODE_NAME": "n1"}
+    loaded = load_settings(DraSettings, "dra", env=env, config_file=file)
+    assert loaded.claim_sweep_interval_s == float(value or 600)
+    bad = subprocess.run(
+        [_helm(), "template", "horus", str(CHART), "--set", "gpuSharing.path=dra",
+         "--set", "node.draDriver.claimSweepSeconds=0"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "claimSweepSeconds" in bad.stderr
