@@ -30,6 +30,11 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 }
 
 
+#: A pointer to a results file or a doc: ``benchmarks/results/x.json``, ``docs/results/y.md``
+#: (a ``*`` names a family of result files, at least one of which must exist).
+POINTER = re.compile(r"\b(?:benchmarks/results|docs)/[\w./*-]+\.(?:json|md|png|log|txt)\b")
+
+
 def scanned_files() -> list[Path]:
     files: list[Path] = []
     for top in SCANNED:
@@ -97,3 +102,19 @@ def test_no_notebook_notes_in_code_chart_or_manifests() -> None:
         "say what and why in the present tense; put a figure in docs/results/ or "
         "benchmarks/results/ and name that file:\n" + "\n".join(problems)
     )
+
+
+def test_every_pointer_to_a_results_file_or_doc_resolves() -> None:
+    """A comment that gives its figure as a pointer names a file that exists: a pointer to a
+    moved or renamed file is as stale as the figure it replaced."""
+    missing: list[str] = []
+    for path in scanned_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            for target in POINTER.findall(line):
+                if not any(ROOT.glob(target)):
+                    missing.append(f"{path.relative_to(ROOT)}:{number}: {target}")
+    assert not missing, "pointers to files that do not exist:\n" + "\n".join(missing)
