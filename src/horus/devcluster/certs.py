@@ -33,8 +33,8 @@ VALIDITY = datetime.timedelta(days=365)
 #: as its certificates. Not renewed, because a token cannot outlive the cluster anyway: it is
 #: signed by the service-account key ``up`` made and ``down`` deletes, and it dies with its
 #: ServiceAccount. It adds no reach either: it lies, 0600, in the cluster's 0700 folder beside
-#: the admin's static token (``system:masters``). (It was 24 h: a demo left up for a day lost
-#: its metrics discovery and its operator to 401s.)
+#: the admin's static token (``system:masters``). A shorter token would expire under a demo
+#: left up for a day, and its metrics discovery and its operator would get 401s.
 TOKEN_DURATION = f"{int(VALIDITY.total_seconds()) // 3600}h"
 
 

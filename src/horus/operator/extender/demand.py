@@ -19,8 +19,9 @@ from horus.operator.extender.settings import REASON_PREFIX
 from horus.operator.livestate import graph_profile, pod_job_name
 from horus.scheduler import JobRequest
 
-# Parsing a profile document (YAML) costs ~25 ms; every filter sees every resident pod's
-# profile again, so parsed profiles are kept by their exact annotation text (bounded).
+# Parsing a profile document (YAML) is slow next to a look-up, and every filter sees every
+# resident pod's profile again, so parsed profiles are kept by their exact annotation text
+# (bounded).
 _PROFILE_CACHE_SIZE = 4096
 _profile_cache: dict[str, InlineProfile | ValidationError] = {}
 _profile_lock = threading.Lock()
