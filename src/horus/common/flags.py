@@ -2,7 +2,7 @@
 
 Why: ``argparse``'s ``type=float`` accepts ``nan``, ``inf`` and ``1e999``, and ``type=int``
 accepts ``-5`` for a count. A NaN that reaches a loop comparing times never compares true —
-``horus sim --arrival-scale nan`` used to run forever — and a negative count fails far from
+``horus sim --arrival-scale nan`` would run forever — and a negative count fails far from
 the flag that caused it. Each factory here returns a ``type=`` callable that refuses such a
 value with :class:`argparse.ArgumentTypeError`; argparse then prints one line naming the flag
 (``argument --arrival-scale: must be a finite number > 0, got 'nan'``) and exits with status 2.

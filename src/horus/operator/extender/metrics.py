@@ -1,8 +1,8 @@
 """The extender's own Prometheus metrics, served at ``/metrics`` (on the plain health port too).
 
 Why: the extender answers kube-scheduler for every plain pod that asks for Horus GPUs, and
-until now only a pod-readiness probe (via kube-state-metrics) said whether it worked. These
-say what it does: requests per verb and outcome, how long they take, and how binds end.
+a pod-readiness probe (via kube-state-metrics) says only whether it is up. These say what it
+does: requests per verb and outcome, how long they take, and how binds end.
 """
 
 from __future__ import annotations
