@@ -63,6 +63,8 @@ def start(settings: DraSettings, api: FakeDraApi) -> Running:
     plugin = DraPlugin(settings, found[0], found[1], api)
     thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
     thread.start()
+    # the start-up claim sweep done, so its apiserver reads never land inside a test's count
+    assert wait(lambda: plugin.sweeper.counts.sweeps >= 1)
     return Running(settings, plugin, stop, thread)
 
 
