@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from horus.operator import reconcile
-from horus.operator.livedelta import KeptBuild, LiveDelta
+from horus.operator import livesource
+from horus.operator.livedelta import LiveDelta
+from horus.operator.livesource import KeptBuild
 from horus.operator.livestate import LiveState, build_live_state
 from live_snapshot import snapshot
 
@@ -29,7 +30,7 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
 
     def checked(self: LiveDelta, objs: Any, keys: Any, *args: Any, **kwargs: Any) -> LiveState:
         live = update(self, objs, keys, *args, **kwargs)
-        if self.profile_of is reconcile._no_profile:  # the operator's (the pass's inputs)
+        if self.profile_of is livesource._no_profile:  # the operator's (the pass's inputs)
             profiles, distrusted = self._profiles, self._distrusted
             want = build_live_state(
                 objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles, keys, distrusted

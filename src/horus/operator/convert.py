@@ -48,19 +48,33 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from horus.common import constants as c
+from horus.operator import status as st
+from horus.operator.claimcommit import ClaimPath
+from horus.operator.claims import pod_share_claim
 from horus.operator.extender.demand import pod_demand
-from horus.operator.livestate import TERMINAL_POD_PHASES, converted_claim_name, made_for_pod
-from horus.scheduler import JobRequest
+from horus.operator.jobapi import JobApi
+from horus.operator.livestate import (
+    TERMINAL_POD_PHASES,
+    LiveState,
+    converted_claim_name,
+    made_for_pod,
+)
+from horus.operator.passctx import PassReport
+from horus.operator.queueing import stable_refusal
+from horus.operator.writer import StatusWriter
+from horus.scheduler import JobRequest, Scheduler
 
 __all__ = [
     "REASON_CLAIM_NAME_TAKEN",
     "REASON_REQUEST_REFUSED",
     "Conversion",
+    "convert_pods",
     "converted_claim_name",
     "pending_conversions",
 ]
@@ -151,3 +165,69 @@ def pending_conversions(
             request = replace(request, memory_mib=request.memory_mib * MEMORY_UNIT_MIB)
         out.append(Conversion(pod, name, request, demand.problem))
     return out
+
+
+def convert_pods(
+    api: JobApi,
+    writer: StatusWriter,
+    claim_path: ClaimPath,
+    scheduler: Scheduler,
+    pods: Iterable[Mapping[str, Any]],
+    live: LiveState,
+    report: PassReport,
+) -> None:
+    """A pass's plain pods waiting for their converted claim: an overtaken claim of theirs
+    is deleted (the pod still names it: decided again next pass); each pod waiting for its
+    claim gets one, pinned to the GPU the core chose on this pass's state (DLJobs placed
+    this pass included)."""
+    for key in [k for k in live.overtaken if k.startswith("claim:")]:
+        ns, _, name = key.removeprefix("claim:").partition("/")
+        claim = claim_path.claims.pop((ns, name), None)
+        if claim is not None:
+            uid = str((claim.get("metadata") or {}).get("uid") or "")
+            log.info("claim %s/%s: %s; deleting it to decide again", ns, name, live.overtaken[key])
+            api.delete_resource_claim(ns, name, uid)
+            report.count("claims_deleted")
+    pending = pending_conversions(pods, claim_path.claims)
+    for conv in pending:
+        if conv.problem:  # told on the pod, as the extender's filter would tell it
+            writer.pod_event_once(conv.pod, conv.reason, conv.problem, True)
+    waiting = {conv.request.name: conv for conv in pending if conv.request is not None}
+    if not waiting:
+        return
+    if not live.state.gpu_count:
+        why = "no Ready node offers Horus GPUs (a ResourceSlice of gpu.horus.io) yet"
+        for conv in waiting.values():
+            writer.pod_event_once(conv.pod, "NoGPUNodes", why, True)
+        return
+    result = scheduler.schedule(
+        live.state, [conv.request for conv in waiting.values() if conv.request], now=time.time()
+    )
+    for refusal in result.refused:  # the pod waits; the core's sentence says for what
+        message = stable_refusal(refusal.reason, refusal.code)
+        reason = st.refusal_reason(refusal.code)
+        writer.pod_event_once(waiting[refusal.job].pod, reason, message, True)
+    for placement in result.placed:
+        conv = waiting[placement.job]
+        share = placement.replicas[0].gpus[0]
+        manifest = pod_share_claim(
+            conv.pod, conv.claim, share.gpu_uuid, share.core_percent, share.memory_mib
+        )
+        ns = str((conv.pod.get("metadata") or {}).get("namespace", "default"))
+        try:
+            if api.create_resource_claim(ns, manifest) is not None:
+                report.count("claims_created")
+                writer.pod_event_once(
+                    conv.pod,
+                    "GPUChosen",
+                    f"claim {conv.claim}: {share.node}/gpu-{share.gpu_index} "
+                    f"({share.core_percent}% core, {share.memory_mib} MiB), predicted "
+                    f"speed {placement.predicted_speed:.2f}; the kube-scheduler allocates it",
+                )
+                log.info(
+                    "pod %s/%s: claim %s on %s/gpu-%d (%d%% core, %d MiB)",
+                    ns, (conv.pod.get("metadata") or {}).get("name"), conv.claim,
+                    share.node, share.gpu_index, share.core_percent, share.memory_mib,
+                )  # fmt: skip
+        except Exception as exc:
+            log.warning("cannot create claim %s/%s: %s", ns, conv.claim, exc)

@@ -20,19 +20,20 @@ same objects, to the bit (the differential test builds both). So:
   of their utilisations, added in that order), the state's job order, ``problems`` and
   ``observed_pairs``.
 
-The operator's pass keeps one too (``Reconciler._live_state``): it hands the update the
-profiles its admission resolved and the records it distrusts (a rollback), and a job whose
-profile or trust changed is counted again as if its objects had. The pass then places on a
-fork of the state, so what is kept here is the cluster's, never the pass's decisions.
+The operator's pass keeps one too (:class:`~horus.operator.livesource.DeltaSource`): it
+hands the update the profiles its admission resolved and the records it distrusts (a
+rollback), and a job whose profile or trust changed is counted again as if its objects had.
+The pass then places on a fork of the state, so what is kept here is the cluster's, never the
+pass's decisions.
 
 Device-plugin path only (no ResourceClaims or ResourceSlices). The DRA path keeps a full
-build instead (:class:`KeptBuild`) for as long as nothing it is built from changed.
+build instead (:class:`~horus.operator.livesource.KeptBuild`) for as long as nothing it is
+built from changed.
 """
 
 from __future__ import annotations
 
 import bisect
-import operator
 from collections import ChainMap
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,6 @@ from horus.operator.livestate import (
     _add_pod_group,
     _gpu_nodes,
     _pod_groups,
-    build_live_state,
     dljob_job_name,
     pod_job_name,
 )
@@ -66,7 +66,6 @@ __all__ = [
     "FULL_NODES",
     "FULL_REFUSED",
     "Change",
-    "KeptBuild",
     "LiveDelta",
 ]
 
@@ -675,69 +674,6 @@ class LiveDelta:
         self._conflicted = conflicted
         self._live = live
         return live
-
-
-class KeptBuild:
-    """The DRA path's live state: one full build, handed back while nothing it was built
-    from changed.
-
-    Why: :class:`LiveDelta` does not take ResourceClaims or ResourceSlices (rule (c) of
-    :mod:`~horus.operator.livestate`, and the DRA path's GPUs), so the DRA path's pass built
-    the whole state on every pass — in a still cluster too, where every pass found what the
-    last one did. A pass whose listings are the very objects of the last build (the view
-    hands out the same dict for an unchanged object; nodes are compared as
-    :class:`LiveDelta` compares them), with the same predictor, key ring, profiles and
-    distrusted records, gets that build back. Any change builds in full, as before.
-    """
-
-    def __init__(self) -> None:
-        self.full_builds = 0
-        self._live: LiveState | None = None
-        self._nodes: list[Mapping[str, Any]] | None = None
-        self._listed: tuple[Sequence[Mapping[str, Any]], ...] = ()
-        self._inputs: tuple[Any, ...] = ()
-
-    def update(
-        self,
-        objs: LiveObjects,
-        claims: Sequence[Mapping[str, Any]],
-        slices: Sequence[Mapping[str, Any]],
-        predictor: Predictor | None,
-        keys: KeyRing | None,
-        profiles: Mapping[str, GraphProfile],
-        distrusted: Collection[str],
-    ) -> tuple[LiveState, bool]:
-        """The live state of these inputs (never to be changed by the caller: it may be
-        handed back), and whether it is the one held (True) or built now (False)."""
-        listed: tuple[Sequence[Mapping[str, Any]], ...] = (
-            list(objs.pods),
-            list(objs.dljobs),
-            list(claims),
-            list(slices),
-        )
-        inputs = (keys, dict(profiles), frozenset(distrusted))
-        if (
-            self._live is not None
-            and self._inputs[0] is predictor
-            and self._inputs[1:] == inputs
-            and _same(self._nodes, objs.nodes)
-            and all(_identical(a, b) for a, b in zip(self._listed, listed, strict=True))
-        ):
-            self._listed = listed  # the same objects; drop nothing, hold these
-            return self._live, True
-        pods, dljobs, claims, slices = listed
-        self._live = build_live_state(
-            objs.nodes, pods, dljobs, predictor, profiles, keys, distrusted, claims, slices
-        )
-        self.full_builds += 1
-        self._nodes, self._listed = list(objs.nodes), listed
-        self._inputs = (predictor, *inputs)
-        return self._live, False
-
-
-def _identical(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> bool:
-    """The same objects (not equal ones: the very dicts) in the same order."""
-    return len(old) == len(new) and all(map(operator.is_, old, new))
 
 
 def _refused(problems: Sequence[str]) -> bool:

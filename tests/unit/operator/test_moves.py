@@ -60,9 +60,9 @@ def _to(node_name: str, index: int, core: int = 50) -> Placement:
 
 
 def _ctx(rec: Reconciler, api: FakeJobApi, name: str) -> Any:
-    from horus.operator.reconcile import _Snapshot
+    from horus.operator.listing import Listing
 
-    snap = _Snapshot(api.list_pods(), api.list_dljobs(), api.list_nodes())
+    snap = Listing(api.list_pods(), api.list_dljobs(), api.list_nodes())
     return rec._contexts(snap)[f"default/{name}"]
 
 

@@ -160,15 +160,14 @@ def test_a_tenant_claim_counts_so_horus_never_places_past_it(
     assert not status(api, "b").get("placements")
 
 
-def test_a_decision_overtaken_by_another_claim_is_re_placed_never_failed(
+def test_a_decision_overtaken_before_its_pods_run_is_re_placed_off_that_gpu(
     api: FakeJobApi, rec: Reconciler
 ) -> None:
     api.add_dljob(job("gang", replicas=2, core=60))
     rec.run_pass()
     first = {(r["node"], r["gpuIndex"]) for r in status(api, "gang")["placements"]}
     r0, r1 = sorted(status(api, "gang")["placements"], key=lambda r: r["replica"])
-    # replica 0's claim is allocated; before replica 1's is, a tenant's claim takes its GPU
-    api.allocate("default", "gang-0-gpu", r0["node"], r0["gpuIndex"], 60, 20000, "gang-0")
+    # before either replica's claim is allocated, a tenant's claim takes replica 1's GPU
     tenant_claim(api, "grab", r1["node"], r1["gpuIndex"], 70, 1000)
     report = rec.run_pass()
     assert report.replaced == 1
@@ -176,7 +175,9 @@ def test_a_decision_overtaken_by_another_claim_is_re_placed_never_failed(
     assert st["phase"] == c.DLJOB_PHASE_QUEUED and st["reason"] == "ClaimOvertaken"
     assert "grab" in st["message"]
     assert not api.claims.keys() - {("default", "grab")}  # both replicas' claims gone
-    assert not api.pods  # and their pods (UID preconditions)
+    assert not api.pods  # and their pods, none of which ran (UID preconditions)
+    assert rec.claim_path is not None
+    assert rec.claim_path.avoided("uid-gang") == {r1["gpuUUID"]}
     rec.run_pass()
     st = status(api, "gang")
     assert st["phase"] == c.DLJOB_PHASE_SCHEDULED  # placed again, the whole gang
@@ -184,6 +185,41 @@ def test_a_decision_overtaken_by_another_claim_is_re_placed_never_failed(
     assert (r1["node"], r1["gpuIndex"]) not in again  # not on the GPU the tenant holds
     assert len(again) == 2 and again != first
     assert "Failed" not in {status(api, "gang").get("phase")}
+
+
+def test_a_running_replica_is_never_deleted_for_another_claim(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    api.add_dljob(job("gang", replicas=2, core=60))
+    rec.run_pass()
+    placed = status(api, "gang")["placements"]
+    r0, r1 = sorted(placed, key=lambda r: r["replica"])
+    # replica 0's claim is allocated and its pod bound and running; before replica 1's claim
+    # is allocated, a tenant's claim takes its GPU
+    api.allocate("default", "gang-0-gpu", r0["node"], r0["gpuIndex"], 60, 20000, "gang-0")
+    api.run_bound_pods()
+    running = api.pods[("default", "gang-0")]["metadata"]["uid"]
+    tenant_claim(api, "grab", r1["node"], r1["gpuIndex"], 70, 1000)
+    report = rec.run_pass()
+    assert report.replaced == 0 and report.pods_deleted == 0
+    assert api.pods[("default", "gang-0")]["metadata"]["uid"] == running  # kept, untouched
+    assert ("default", "gang-1") in api.pods and ("default", "gang-1-gpu") in api.claims
+    st = status(api, "gang")
+    assert st["phase"] == c.DLJOB_PHASE_SCHEDULED and st["placements"] == placed
+    rec.writer.drain()
+    assert "ClaimCrossedKept" in api.reasons("gang")  # told, once
+    # Horus counts the GPU full (its record and the tenant's claim up to the capacity) and
+    # names the over-commitment; nothing else is placed there
+    live = live_of(api, pods=True)
+    assert not live.overtaken and "default/gang" in live.held_over
+    gpu = live.state.gpu_id(r1["node"], r1["gpuIndex"])
+    assert live.state.core_used[gpu] == 100
+    assert any("grab" in p and "over" in p for p in live.problems)
+    # past the progress deadline the job is still kept: the waiting replica waits
+    api.job("gang")["status"]["scheduledTime"] = "2026-01-01T00:00:00Z"
+    rec.run_pass()
+    assert api.pods[("default", "gang-0")]["metadata"]["uid"] == running
+    assert status(api, "gang")["phase"] == c.DLJOB_PHASE_SCHEDULED
 
 
 def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> None:
@@ -291,9 +327,9 @@ class _Gpu:
 
 
 def _ctx(rec: Reconciler, api: FakeJobApi, name: str) -> Any:
-    from horus.operator.reconcile import _Snapshot
+    from horus.operator.listing import Listing
 
-    snap = _Snapshot(api.list_pods(), api.list_dljobs(), api.list_nodes())
+    snap = Listing(api.list_pods(), api.list_dljobs(), api.list_nodes())
     return rec._contexts(snap)[f"default/{name}"]
 
 
