@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _readme_sim_commands(readme: str) -> list[str]:
     """``horus sim …`` lines of the README's fenced shell blocks (comments stripped)."""
     cmds = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", readme, flags=re.S):
+    for lang, block in re.findall(r"^```(\w*)\n(.*?)^```", readme, flags=re.S | re.M):
+        if lang not in ("", "bash", "sh", "console"):
+            continue
         for line in block.splitlines():
             line = line.split("  #", 1)[0].strip()
             if line.startswith("horus sim"):
