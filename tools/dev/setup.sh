@@ -51,7 +51,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   touch "$stamp"
 fi
 
-step "control-plane binaries, kubelet, containerd, Prometheus (first build: see README 'First build'; cached afterwards)"
+step "control-plane binaries, kubelet, containerd, Prometheus (first build: timings in docs/results/build-and-ci.md; cached afterwards)"
 bin_dir=$(bash tools/controlplane/build.sh) || exit 1
 echo "$bin_dir" > .venv/.horus-bin-dir
 step "ready: binaries in $bin_dir"
