@@ -2,8 +2,8 @@
 
 Why: the extender answers filter and prioritize from one live state per generation of its
 watch-fed copy (:class:`~horus.operator.view.ClusterView`). Rebuilding it on every change —
-every resident's request, shares and prediction, all 40,000 GPUs' counters at 5,000 nodes —
-took seconds, and the first request after any pod or DLJob change waited for it. Here only
+every resident's request, shares and prediction, every GPU's counters — takes seconds on a
+large cluster, and the first request after any pod or DLJob change would wait for it. Here only
 the jobs a change touches are released from a copy of the last state and counted again; the
 rest is kept.
 
@@ -37,12 +37,13 @@ import bisect
 from collections import ChainMap
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from horus.api.assignment import GpuAssignment
 from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
+from horus.operator.listing_changes import Change, HeldListing, Lookup, same_nodes
 from horus.operator.livestate import (
     MOVING_SUFFIX,
     TERMINAL_POD_PHASES,
@@ -55,7 +56,7 @@ from horus.operator.livestate import (
     dljob_job_name,
     pod_job_name,
 )
-from horus.operator.records import annotations_of, key_of, node_exclusion
+from horus.operator.records import annotations_of
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import ClusterState
 
@@ -77,37 +78,9 @@ FULL_NODES = "nodes"
 FULL_LISTING = "listing"  # a key twice, or unchanged objects listed in another order
 
 
-class Change(NamedTuple):
-    """One change of the watch-fed copy as its watch delivered it, in order (what
-    :meth:`LiveDelta.update_changes` takes instead of reading the whole listing).
-
-    ``kind``: the listing it belongs to (``"pods"``, ``"dljobs"``, ``"nodes"``; others are
-    ignored); ``added``: the copy held nothing under ``key`` before (the object goes to the
-    end of the listing); ``deleted``: it holds nothing now. Neither: replaced in its place.
-    """
-
-    kind: str
-    key: str
-    added: bool
-    deleted: bool
-
-
-#: The object a change's key holds now in the listing (None: not listed), by (kind, key).
-Lookup = Callable[[str, str], Mapping[str, Any] | None]
-
 #: A pod's graph profile as the caller resolves it (None: none), keyed by the pod.
 ProfileOf = Callable[[Mapping[str, Any]], GraphProfile | None]
 _Member = tuple[Mapping[str, Any], GpuAssignment]
-#: What changed: (DLJobs by key in the listing's order, their changed keys, their places;
-#: the same of the pods).
-_Found = tuple[
-    dict[str, Mapping[str, Any]],
-    list[str],
-    dict[str, int],
-    dict[str, Mapping[str, Any]],
-    list[str],
-    dict[str, int],
-]
 #: Where the full build adds a job (see :meth:`LiveDelta._rank`); _LAST: no place known.
 _Rank = tuple[int, int, int]
 _LAST: _Rank = (2, 0, 0)
@@ -150,18 +123,8 @@ class LiveDelta:
         self._dl: dict[str, _DLJobPart] = {}
         self._pods: dict[str, _PodPart] = {}
         self._group_problems: dict[str, list[str]] = {}
-        #: The listing as last seen (key → object, in the listing's order), and each key's
-        #: place in it: a number that only grows along the listing, kept for an object
-        #: replaced in its place, a new one for an object added at the end — what the full
-        #: build's order is decided by (positions after a diff of the whole listing).
-        self._dl_objs: dict[str, Mapping[str, Any]] = {}
-        self._pod_objs: dict[str, Mapping[str, Any]] = {}
-        self._dl_seq: dict[str, int] = {}
-        self._pod_seq: dict[str, int] = {}
-        self._next_seq = 0
-        #: Places the last replay of the watch's events gave up or renewed, as they were.
-        self._was_dl: dict[str, int] = {}
-        self._was_pods: dict[str, int] = {}
+        #: The listing as last seen, and each key's place in it.
+        self._held = HeldListing()
         #: The DLJob records that count (the jobs whose pods group under them).
         self._recorded: set[str] = set()
         #: Indexes over the pods: object id → key (for the objects held), the job each pod's
@@ -204,13 +167,13 @@ class LiveDelta:
             else FULL_KEYS
             if keys != self._keys
             else FULL_NODES
-            if not _same(self._nodes, objs.nodes)
+            if not same_nodes(self._nodes, objs.nodes)
             else ""
         )
         if why:
             return self._full(objs, keys, why)
         self._nodes = list(objs.nodes)  # the same nodes; compare with these next time
-        found = self._diff(objs)
+        found = self._held.diff(objs, self._dl, self._dl_ids, self._pods, self._pod_ids)
         if found is None:
             return self._full(objs, keys, FULL_LISTING)
         held = self._live
@@ -218,7 +181,7 @@ class LiveDelta:
             # a record refused for lack of room: which one wins depends on the whole
             # listing's order, so any change builds in full — but no change keeps the full
             # build made for this very listing (else a still cluster with one such GPU
-            # rebuilds on every request and pass: 19-21 s per build at 5,000 nodes)
+            # rebuilds on every request and pass, each a whole build)
             return self._full(objs, keys, FULL_REFUSED)
         live = self._apply(*found, keys, also=also)
         if live is None or (self._conflicted and live is not held):
@@ -241,7 +204,7 @@ class LiveDelta:
         ``listing()``, which finds what changed itself."""
         if changes is None or self._live is None or self._conflicted or keys != self._keys:
             return self.update(listing(), keys)
-        found = self._replay(changes, lookup)
+        found = self._held.replay(changes, lookup, self._dl, self._pods)
         live = None if found is None else self._apply(*found, keys, fast=True)
         if live is not None and self._conflicted:
             # a refusal made by this update: the events were taken in, so only a full build
@@ -279,96 +242,12 @@ class LiveDelta:
         self._dl_ids, self._pod_ids = {}, {}
         self._by_candidate, self._by_group, self._with_problems = {}, {}, set()
         self._recorded = set()
-        self._dl_objs, self._pod_objs = {}, {}
+        self._held.dl_objs, self._held.pod_objs = {}, {}
         self._live = LiveState(state=base.state)
-        found = self._diff(objs, everything=True)
+        found = self._held.diff(objs, self._dl, self._dl_ids, self._pods, self._pod_ids, True)
         live = None if found is None else self._apply(*found, keys, everything=True)
         assert live is not None
         return live
-
-    # --- what changed -----------------------------------------------------------------------
-    def _diff(self, objs: LiveObjects, everything: bool = False) -> _Found | None:
-        """What changed between the listing held and ``objs`` (None: a key twice, or
-        unchanged objects listed in another order — only the listing's order decides)."""
-        dl_diff = _diff(objs.dljobs, self._dl, self._dl_ids)
-        pod_diff = _diff(objs.pods, self._pods, self._pod_ids)
-        if dl_diff is None or pod_diff is None:
-            return None  # the same key twice: only the listing's order decides
-        (dl_new, dl_changed), (pod_new, pod_changed) = dl_diff, pod_diff
-        if not everything and not (
-            _kept_order(list(self._dl_objs), dl_new, dl_changed)
-            and _kept_order(list(self._pod_objs), pod_new, pod_changed)
-        ):
-            return None  # unchanged objects moved in the listing: the order decides ties
-        dl_seq = dict(zip(dl_new, range(len(dl_new)), strict=True))  # no Python loop
-        pod_seq = dict(zip(pod_new, range(len(pod_new)), strict=True))
-        self._next_seq = max(len(dl_new), len(pod_new))
-        return dl_new, dl_changed, dl_seq, pod_new, pod_changed, pod_seq
-
-    def _replay(self, changes: Sequence[Change], lookup: Lookup) -> _Found | None:
-        """:meth:`_diff` from the watch's events: the listing held, changed in place (a step
-        per change, none per object held). None where the events do not fit what is held,
-        or a node changed."""
-        # changed in place (no copy of 24,000 entries per change): where the events turn out
-        # not to fit, the diff that follows finds the listing moved and builds in full
-        dl_objs, pod_objs = self._dl_objs, self._pod_objs
-        dl_seq, pod_seq = self._dl_seq, self._pod_seq
-        nxt = self._next_seq
-        touched: dict[str, dict[str, None]] = {"dljobs": {}, "pods": {}}
-        #: Each place given up or given anew, as it was (what the ranks before the change
-        #: are read from) — and the keys with a new place.
-        was: dict[str, dict[str, int]] = {"dljobs": {}, "pods": {}}
-        renewed: set[tuple[str, str]] = set()
-        for ch in changes:
-            if ch.kind == "nodes":
-                return None  # the nodes decide the whole state: a full build
-            if ch.kind not in touched:
-                continue
-            seq = pod_seq if ch.kind == "pods" else dl_seq
-            if ch.deleted or ch.added:
-                old_place = seq.pop(ch.key, None)
-                if old_place is not None:
-                    was[ch.kind].setdefault(ch.key, old_place)
-            if ch.added:
-                seq[ch.key], nxt = nxt, nxt + 1
-                renewed.add((ch.kind, ch.key))
-            touched[ch.kind][ch.key] = None
-        self._was_dl, self._was_pods = was["dljobs"], was["pods"]
-        out: list[tuple[dict[str, Mapping[str, Any]], list[str]]] = []
-        for kind, objs, seq, held in (
-            ("dljobs", dl_objs, dl_seq, self._dl),
-            ("pods", pod_objs, pod_seq, self._pods),
-        ):
-            changed: list[str] = []
-            appended: dict[str, Mapping[str, Any]] = {}
-            for key in touched[kind]:
-                obj = lookup(kind, key)
-                if obj is None:  # deleted, or no longer listed (a finished pod)
-                    objs.pop(key, None)
-                    place = seq.pop(key, None)
-                    if place is not None:
-                        was[kind].setdefault(key, place)
-                elif key not in seq:
-                    return None  # listed again without being added: its place is unknown
-                elif key in objs and (kind, key) not in renewed:
-                    objs[key] = obj  # replaced in its place
-                else:  # added: a place at the end
-                    objs.pop(key, None)
-                    appended[key] = obj
-                part = held.get(key)
-                if (part.obj if part is not None else None) is not obj:
-                    changed.append(key)
-            if appended:  # after every object held, in the order they were added
-                tail = next(reversed(objs), None)
-                ordered = sorted(appended, key=seq.__getitem__)
-                if tail is not None and seq[tail] > seq[ordered[0]]:
-                    return None
-                for key in ordered:
-                    objs[key] = appended[key]
-            out.append((objs, changed))
-        self._next_seq = nxt
-        (dl_new, dl_changed), (pod_new, pod_changed) = out
-        return dl_new, dl_changed, dl_seq, pod_new, pod_changed, pod_seq
 
     def _apply(
         self,
@@ -387,8 +266,8 @@ class LiveDelta:
         profile or trust did)."""
         assert self._live is not None
         if not everything and not pod_changed and not dl_changed and not also:
-            self._dl_objs, self._pod_objs = dl_new, pod_new
-            self._dl_seq, self._pod_seq = dl_seq, pod_seq
+            self._held.dl_objs, self._held.pod_objs = dl_new, pod_new
+            self._held.dl_seq, self._held.pod_seq = dl_seq, pod_seq
             return self._live
         affected: set[str] = set(also)
         for key in dl_changed:
@@ -410,7 +289,9 @@ class LiveDelta:
         old_ranks = (
             {
                 j: self._rank(
-                    j, ChainMap(self._was_dl, self._dl_seq), ChainMap(self._was_pods, self._pod_seq)
+                    j,
+                    ChainMap(self._held.was_dl, self._held.dl_seq),
+                    ChainMap(self._held.was_pods, self._held.pod_seq),
                 )
                 for a in affected
                 for j in (a, a + MOVING_SUFFIX)
@@ -418,8 +299,8 @@ class LiveDelta:
             if fast
             else {}
         )
-        self._dl_objs, self._pod_objs = dl_new, pod_new
-        self._dl_seq, self._pod_seq = dl_seq, pod_seq
+        self._held.dl_objs, self._held.pod_objs = dl_new, pod_new
+        self._held.dl_seq, self._held.pod_seq = dl_seq, pod_seq
         order = pod_seq
         _reindex(self._dl_ids, self._dl, dl_new, dl_changed)
         _reindex(self._pod_ids, self._pods, pod_new, pod_changed)
@@ -441,7 +322,7 @@ class LiveDelta:
             return old_live
         state = old_live.state if everything else old_live.state.fork()
         # .copy(), not dict(): it clones a dict with deleted entries in one step, where
-        # dict() inserts entry by entry (2.4 vs 0.3 ms at 24,000 jobs)
+        # dict() inserts entry by entry
         residents = old_live.residents.copy()
         touched: set[int] = set()
         released: list[str] = []
@@ -698,28 +579,6 @@ def _candidate(pod: Mapping[str, Any], keys: KeyRing | None) -> str | None:
     return pod_job_name(read.namespace, read.name)
 
 
-def _diff(
-    objs: Sequence[Mapping[str, Any]],
-    held: Mapping[str, _DLJobPart] | Mapping[str, _PodPart],
-    ids: Mapping[int, str],
-) -> tuple[dict[str, Mapping[str, Any]], list[str]] | None:
-    """``objs`` by ``namespace/name``, and the keys whose object is new, replaced or gone
-    (None: a key twice). An object held since the last update is known by its identity —
-    ``ids`` maps the id of every held object (held, so no other object has that id) to its
-    key — so only new objects are read (``key_of`` on all of 5,000 nodes' pods costs
-    milliseconds)."""
-    found: list[str | None] = list(map(ids.get, map(id, objs)))
-    fresh = [i for i, k in enumerate(found) if k is None]
-    for i in fresh:
-        found[i] = key_of(objs[i])
-    out: dict[str, Mapping[str, Any]] = dict(zip(found, objs, strict=True))  # type: ignore[arg-type]
-    if len(out) != len(objs):
-        return None
-    changed = [str(found[i]) for i in fresh]
-    changed += [k for k in held.keys() - out.keys()]
-    return out, changed
-
-
 def _reindex(
     ids: dict[int, str],
     held: Mapping[str, _DLJobPart] | Mapping[str, _PodPart],
@@ -733,39 +592,3 @@ def _reindex(
             ids.pop(id(old.obj), None)
         if key in new:
             ids[id(new[key])] = key
-
-
-def _kept_order(old: Sequence[str], new: Mapping[str, Any], changed: Sequence[str]) -> bool:
-    """Whether the objects that did not change are listed in the same order as before (the
-    watch-fed view keeps an object's place while it changes; a plain list need not)."""
-    moved = set(changed)
-    return [k for k in old if k not in moved] == [k for k in new if k not in moved]
-
-
-def _same(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[str, Any]]) -> bool:
-    """The same nodes in the same order, as far as the live state and its callers read them:
-    each the same object, or one whose name, GPU inventory, memory unit and exclusion
-    (:func:`node_exclusion`) are the same. A node stored anew for anything else — a renewed
-    heartbeat, a label (a fresh kwok cluster's nodes gain ``beta.kubernetes.io/*`` labels one
-    by one for minutes), another controller's annotation — is no change: with thousands of
-    nodes one always has, and each used to rebuild the whole state."""
-    return (
-        old is not None
-        and len(old) == len(new)
-        and all(a is b or _node_facts(a) == _node_facts(b) for a, b in zip(old, new, strict=True))
-    )
-
-
-def _node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What of a node the full build (``livestate._gpu_nodes``) and the extender's per-node
-    memory units read."""
-    meta = node.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    ann = meta.get("annotations")
-    ann = ann if isinstance(ann, Mapping) else {}
-    return (
-        meta.get("name"),
-        ann.get(c.ANNOTATION_GPU_INVENTORY),
-        ann.get(c.ANNOTATION_GPU_MEMORY_UNIT),
-        node_exclusion(node),
-    )

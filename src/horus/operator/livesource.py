@@ -26,7 +26,8 @@ from horus.api.signing import KeyRing
 from horus.operator.claimcommit import ClaimPath
 from horus.operator.jobapi import JobApi
 from horus.operator.listing import Listing
-from horus.operator.livedelta import LiveDelta, _same
+from horus.operator.listing_changes import same_nodes
+from horus.operator.livedelta import LiveDelta
 from horus.operator.livestate import LiveObjects, LiveState, build_live_state
 from horus.operator.passctx import JobCtx
 from horus.predictor.interface import GraphProfile, Predictor
@@ -188,7 +189,7 @@ class KeptBuild:
             self._live is not None
             and self._inputs[0] is predictor
             and self._inputs[1:] == inputs
-            and _same(self._nodes, objs.nodes)
+            and same_nodes(self._nodes, objs.nodes)
             and all(_identical(a, b) for a, b in zip(self._listed, listed, strict=True))
         ):
             self._listed = listed  # the same objects; drop nothing, hold these
