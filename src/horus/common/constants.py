@@ -253,6 +253,9 @@ DRA_ATTR_INDEX: Final = "index"  # int, host (NVML) index
 DRA_ATTR_MEMORY_MIB: Final = "memoryMiB"  # int
 DRA_CAPACITY_CORES: Final = "cores"  # 100 per GPU, consumed in whole percent
 DRA_CAPACITY_MEMORY: Final = "memory"  # the GPU's memory, consumed in whole MiB
+# How long a DLJob re-placed because another claim overtook its decision keeps off the GPUs
+# it was overtaken on (horus.operator.claimcommit; docs/dra.md "What Horus counts").
+OVERTAKE_AVOID_SECONDS: Final = 300.0
 DRA_TAINT_UNHEALTHY: Final = f"{DRA_DRIVER_NAME}/unhealthy"  # NoSchedule on an unhealthy GPU
 # The GPU identity registry (horus.node.identities): a ConfigMap in the release namespace,
 # key = GPU UUID, value = the node that published it first. Only the operator writes it (adds,

@@ -24,33 +24,43 @@ kube-scheduler refused to over-commit, so the job itself is fine.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from horus.api.assignment import encode_assignment
 from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import parse_quantity
-from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.operator import transitions as tr
 from horus.operator.claims import CLAIM_REQUEST, claim_name, replica_claim
 from horus.operator.jobapi import JobApi, PodRejected
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.podspec import assignment_of, owner_uid
-from horus.operator.records import record_epoch
+from horus.operator.records import (
+    CLAIM_SIGNED_PREFIX,
+    CLAIM_SIGNED_UID,
+    claim_epoch,
+    horus_claim_job_uid,
+    record_epoch,
+)
 from horus.operator.writer import StatusWriter
 
 __all__ = [
+    "CLAIM_SIGNED_PREFIX",
+    "CLAIM_SIGNED_UID",
     "REASON_CLAIM_NAME_TAKEN",
     "REASON_GPU_UNHEALTHY",
+    "REASON_KEPT",
     "REASON_OVERTAKEN",
     "ClaimNameTaken",
     "ClaimPath",
     "claim_epoch",
     "claim_matches",
     "claim_owner_uid",
+    "running_pods",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,6 +71,8 @@ REASON_CLAIM_NAME_TAKEN = "ClaimNameTaken"
 REASON_OVERTAKEN = "ClaimOvertaken"
 #: ... or because a recorded GPU turned unhealthy before its claim was allocated.
 REASON_GPU_UNHEALTHY = "GPUUnhealthy"
+#: The Warning Event of a job that would be re-placed but some of whose pods run: kept.
+REASON_KEPT = "ClaimCrossedKept"
 
 
 class ClaimNameTaken(PodRejected):
@@ -124,28 +136,55 @@ class ClaimPath:
     """The replica step and the re-placement of the DRA path (module docstring). Each pass
     sets :attr:`claims` (its listing) and :attr:`overtaken` (from the live state)."""
 
-    def __init__(self, api: JobApi, writer: StatusWriter) -> None:
+    def __init__(
+        self, api: JobApi, writer: StatusWriter, avoid_s: float = c.OVERTAKE_AVOID_SECONDS
+    ) -> None:
         self.api = api
         self.writer = writer
         #: (namespace, name) → ResourceClaim, from the pass's listing
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         #: DLJob ``ns/name`` → why its decision was overtaken
         self.overtaken: Mapping[str, str] = {}
+        #: DLJob ``ns/name`` → why a claim crossed its decision while some of its pods run
+        self.held_over: Mapping[str, str] = {}
+        #: DLJob ``ns/name`` → the GPUs (UUIDs) of its decision another claim took
+        self.overtaken_on: Mapping[str, frozenset[str]] = {}
         #: UUIDs of the GPUs the live state holds unhealthy (their device is tainted)
         self.unhealthy: frozenset[str] = frozenset()
+        #: How long a job re-placed after an overtake keeps off the GPUs it was overtaken on.
+        self.avoid_s = avoid_s
+        #: DLJob UID → GPU UUID → until when (monotonic) the job keeps off that GPU
+        self._avoid: dict[str, dict[str, float]] = {}
 
     def set_pass(
         self,
         claims: Iterable[Mapping[str, Any]],
         overtaken: Mapping[str, str],
         unhealthy: Iterable[str] = (),
+        held_over: Mapping[str, str] | None = None,
+        overtaken_on: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         index: dict[tuple[str, str], dict[str, Any]] = {}
         for claim in claims:
             meta = claim.get("metadata") or {}
             index[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = dict(claim)
         self.claims, self.overtaken = index, dict(overtaken)
+        self.held_over = dict(held_over or {})
+        self.overtaken_on = dict(overtaken_on or {})
         self.unhealthy = frozenset(unhealthy)
+        now = time.monotonic()
+        for uid in list(self._avoid):
+            left = {u: t for u, t in self._avoid[uid].items() if t > now}
+            if left:
+                self._avoid[uid] = left
+            else:
+                del self._avoid[uid]
+
+    def avoided(self, uid: str) -> frozenset[str]:
+        """The GPUs (UUIDs) the job ``uid`` keeps off for now: those it was overtaken on in
+        the last :attr:`avoid_s` (module docstring, "repeated overtakes")."""
+        now = time.monotonic()
+        return frozenset(u for u, t in self._avoid.get(uid, {}).items() if t > now)
 
     def why_replace(self, ctx: JobCtx) -> tuple[str, str] | None:
         """(reason, why) when the kube-scheduler cannot honour the job's recorded decision:
@@ -213,6 +252,15 @@ class ClaimPath:
         are counted from the claims (:mod:`horus.operator.livestate` rule (c)), so nothing is
         over-committed in between; a crash after the write leaves pods and claims that the
         next pass's cleanup deletes (the job is queued without placements)."""
+        running = running_pods(ctx)
+        if running:  # the callers keep such a job (REASON_KEPT); never delete what runs
+            log.warning("DLJob %s: not re-placed (%s): %s run", ctx.key, reason, running)
+            return
+        if reason == REASON_OVERTAKEN:  # keep off the GPUs it lost for a while
+            until = time.monotonic() + self.avoid_s
+            mine = self._avoid.setdefault(ctx.uid, {})
+            for uuid in self.overtaken_on.get(ctx.key) or self.unallocated_gpus(ctx):
+                mine[uuid] = until
         message = f"re-placed: {why}"
         self.writer.write(
             ctx,
@@ -225,6 +273,7 @@ class ClaimPath:
         for pod in [*ctx.pods.values(), *ctx.leaving]:
             meta = pod.get("metadata") or {}
             if owner_uid(pod) == ctx.uid and not meta.get("deletionTimestamp"):
+                # none runs (checked above): a pod the kube-scheduler has not bound yet
                 self.api.delete_pod(
                     ctx.namespace, str(meta.get("name")), str(meta.get("uid") or "")
                 )
@@ -274,40 +323,39 @@ class ClaimPath:
         return out
 
     def claims_of(self, ctx: JobCtx) -> list[dict[str, Any]]:
-        """The claims Horus made for this DLJob (its controller ownerReference), not going."""
+        """The claims Horus made for this DLJob (signed for its UID: a tenant's claim naming
+        the job as owner is not one), not going."""
+        keys = self.writer.keys()
         return [
             claim
             for (ns, _), claim in self.claims.items()
             if ns == ctx.namespace
-            and controller_dljob_uid(claim.get("metadata") or {}) == ctx.uid
+            and horus_claim_job_uid(claim, keys) == ctx.uid
             and not (claim.get("metadata") or {}).get("deletionTimestamp")
         ]
 
+    def unallocated_gpus(self, ctx: JobCtx) -> set[str]:
+        """The UUIDs of the job's recorded GPUs whose replica claim is not allocated."""
+        out = set()
+        for rec in ctx.status.get("placements") or []:
+            claim = self.claims.get((ctx.namespace, claim_name(ctx.name, int(rec["replica"]))))
+            if claim is None or not (claim.get("status") or {}).get("allocation"):
+                out.add(str(rec.get("gpuUUID") or ""))
+        return out
 
-#: What a claim's signature binds in place of a pod UID (a claim's UID is known only once it
-#: exists, and a pod UID is never this), and the prefix of its signed text: a claim's signature
-#: can never pass for a pod's.
-CLAIM_SIGNED_UID = "resourceclaim"
-CLAIM_SIGNED_PREFIX = "claim:"
 
-
-def claim_epoch(claim: Mapping[str, Any], keys: KeyRing) -> int | None:
-    """The record epoch a Horus replica claim was made in, if its signature verifies (None:
-    unsigned, forged, or not a DLJob's): a record older than that is a rollback."""
-    meta = claim.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
-    job_uid = controller_dljob_uid(meta)
-    if not isinstance(text, str) or not text.startswith(CLAIM_SIGNED_PREFIX) or not job_uid:
-        return None
-    return keys.verify_assignment(
-        str(meta.get("namespace", "default")),
-        str(meta.get("name", "")),
-        CLAIM_SIGNED_UID,
-        job_uid,
-        text,
-        ann.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE),
-    )
+def running_pods(ctx: JobCtx) -> list[str]:
+    """The job's pods (Horus made them for it) the kube-scheduler has bound to a node and
+    that have not finished: their claims are allocated, their containers may run. Nobody's
+    claim makes Horus delete one of them."""
+    out = []
+    for pod in ctx.pods.values():
+        meta = pod.get("metadata") or {}
+        if owner_uid(pod) != ctx.uid or not (pod.get("spec") or {}).get("nodeName"):
+            continue
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            out.append(str(meta.get("name") or ""))
+    return out
 
 
 def _controller_name(meta: Mapping[str, Any]) -> str:

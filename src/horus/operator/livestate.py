@@ -30,7 +30,7 @@ scheduling pass starts from it:
       operator re-places the job — the kube-scheduler never over-commits, Horus must not
       either;
   (d) on the DRA path, every claim Horus made for a plain pod's converted ``horus.io/gpu-*``
-      request (:mod:`horus.operator.convert`; :func:`made_for_pod`, while that pod waits)
+      request (:mod:`horus.operator.plain_pod_claims`; :func:`made_for_pod`, while that pod waits)
       that is not allocated yet: Horus' decision, pinned to one GPU with the share, counted
       like a record (and, like one, named in :attr:`LiveState.overtaken` when an allocated
       claim takes its capacity first).
@@ -62,8 +62,7 @@ from horus.api.dljob import (
     parse_dljob_status,
 )
 from horus.api.inventory import GpuDevice, decode_inventory
-from horus.api.podassignment import controller_dljob_uid, read_pod_assignment
-from horus.api.resources import parse_quantity
+from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.clock import timestamp
@@ -71,6 +70,17 @@ from horus.common.errors import HorusError, ValidationError
 from horus.common.memo import Memo
 from horus.node.claims import slice_gpus
 from horus.node.identities import Registry, contested, split_gpus
+from horus.operator.claimcount import (
+    claim_holding,
+    claim_job_name,
+    claim_owner,
+    claim_shares,
+    converted_claim_name,
+    converted_decision,
+    made_for_pod,
+    waiting_pods,
+)
+from horus.operator.podspec import owner_uid
 from horus.operator.records import (
     annotations_of,
     assumed_prediction,
@@ -161,6 +171,13 @@ class LiveState:
     #: DLJobs (``ns/name``) whose recorded decision an allocated claim overtook (DRA path):
     #: why, one sentence naming the claim and the GPU. Their record is not in :attr:`state`.
     overtaken: dict[str, str] = field(default_factory=dict)
+    #: DLJobs (``ns/name``) a claim took capacity from before their claim there was allocated,
+    #: kept because some of their pods run (nothing that runs is deleted for another's
+    #: claim): why, one sentence. Their record stays in :attr:`state`, the claim counted up to
+    #: each GPU's capacity.
+    held_over: dict[str, str] = field(default_factory=dict)
+    #: For each job in :attr:`overtaken`: the GPUs (UUIDs) of its decision the claim took.
+    overtaken_on: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def profiles(self) -> dict[str, JobRequest]:
         """Resident requests by kind (hand each to ``Scheduler.remember`` for pair speeds)."""
@@ -221,138 +238,13 @@ def build_live_state(
             ): str(meta_of(o).get("uid", ""))
             for o in dljobs
         }
-        _add_claims(live, claims, {j: uids.get(j, "") for j in recorded}, _waiting_pods(pods))
+        by_name = {j: uids.get(j, "") for j in recorded}
+        running = _running_jobs(pods, by_name)
+        _add_claims(live, claims, by_name, waiting_pods(pods), running, keys)
     return live
 
 
 # --- (c) ResourceClaims: the kube-scheduler's allocations ------------------------------------
-
-
-def claim_job_name(namespace: str, name: str) -> str:
-    """The scheduler's name for a ResourceClaim counted on its own (never a DLJob's name)."""
-    return f"claim:{namespace}/{name}"
-
-
-def claim_shares(state: ClusterState, claim: Mapping[str, Any]) -> list[GpuShare]:
-    """The GPU shares an allocated claim holds: each result of the ``gpu.horus.io`` driver on
-    a GPU the state has, with what it consumed (the whole GPU when it records nothing).
-    Empty for a claim not allocated (it holds nothing yet) or only on other drivers' devices.
-    ``ValidationError`` for an allocation that cannot be read."""
-    alloc = (claim.get("status") or {}).get("allocation")
-    results = (
-        ((alloc or {}).get("devices") or {}).get("results") if isinstance(alloc, dict) else None
-    )
-    out: list[GpuShare] = []
-    for i, res in enumerate(results if isinstance(results, list) else []):
-        if not isinstance(res, Mapping) or res.get("driver") != c.DRA_DRIVER_NAME:
-            continue
-        node, device = str(res.get("pool") or ""), str(res.get("device") or "")
-        index = device.removeprefix(c.DRA_DEVICE_PREFIX)
-        if node not in state.node_set:
-            continue  # a node that offers nothing: nothing can be over-committed there
-        if not index.isdigit() or len(index) > 4:
-            raise ValidationError(
-                f"ResourceClaim {key_of(claim)}: result {i} names device {device[:64]!r}"
-            )
-        g = state.gpu_id(node, int(index))
-        consumed = res.get("consumedCapacity")
-        consumed = consumed if isinstance(consumed, Mapping) else {}
-        cores = consumed.get(c.DRA_CAPACITY_CORES, consumed.get(_DOMAIN_CORES))
-        memory = consumed.get(c.DRA_CAPACITY_MEMORY, consumed.get(_DOMAIN_MEMORY))
-        core = (
-            c.GPU_CORE_UNITS_PER_GPU
-            if cores is None
-            else _consumed(cores, 1, claim, i, c.DRA_CAPACITY_CORES)
-        )
-        mib = (
-            int(state.mem_total[g])
-            if memory is None
-            else _consumed(memory, c.MIB, claim, i, c.DRA_CAPACITY_MEMORY)
-        )
-        out.append(GpuShare(node, int(index), state.gpu_uuid[g], core, mib))
-    return out
-
-
-_DOMAIN_CORES = f"{c.DRA_DRIVER_NAME}/{c.DRA_CAPACITY_CORES}"
-_DOMAIN_MEMORY = f"{c.DRA_DRIVER_NAME}/{c.DRA_CAPACITY_MEMORY}"
-
-
-def _consumed(value: Any, unit: int, claim: Mapping[str, Any], i: int, what: str) -> int:
-    """A consumed quantity in ``unit`` (1: as is; MiB: rounded up). What the apiserver
-    writes for the slice's capacities — plain digits, ``<n>Mi`` — is read directly (a pass
-    reads every claim; ``parse_quantity`` is 5x slower), anything else by ``parse_quantity``."""
-    if isinstance(value, str) and len(value) <= 12:
-        if value.isdigit():
-            return -(-int(value) // unit)
-        if unit == c.MIB and value[-2:] in ("Mi", "Gi") and value[:-2].isdigit():
-            return int(value[:-2]) * (1 if value[-2:] == "Mi" else 1024)
-    where = f"ResourceClaim {key_of(claim)} result {i} {what}"
-    return -(-parse_quantity(value, where) // unit)
-
-
-def _claim_owner(claim: Mapping[str, Any]) -> str:
-    """``ns/name`` of the DLJob a claim's controller ownerReference names, or ""."""
-    meta = meta_of(claim)
-    if not controller_dljob_uid(meta):
-        return ""
-    for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return dljob_job_name(str(meta.get("namespace", "default")), str(ref.get("name")))
-    return ""
-
-
-def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
-    """The claim the admission policy made ``pod`` use for its ``horus.io/gpu-*`` requests
-    (:mod:`horus.operator.convert`), or None for any other pod: the claim it names (a pod
-    named at creation), or, for the placeholder template (a ``generateName`` pod),
-    ``horus-gpu-<pod UID>`` — the name Horus gives the claim it makes for it — unless the
-    pod's status already records another claim for the entry (one the resourceclaim
-    controller made from a template of that name someone created: not Horus' to decide)."""
-    meta = pod.get("metadata") or {}
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
-        if not isinstance(entry, Mapping) or entry.get("name") != c.CONVERTED_CLAIM_ENTRY:
-            continue
-        name = entry.get("resourceClaimName")
-        if isinstance(name, str) and name.startswith(c.CONVERTED_CLAIM_PREFIX):
-            return name
-        uid = str(meta.get("uid") or "")
-        if entry.get("resourceClaimTemplateName") != c.CONVERTED_CLAIM_TEMPLATE or not uid:
-            return None
-        ours = c.CONVERTED_CLAIM_PREFIX + uid
-        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-            if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
-                return ours if status.get("resourceClaimName") == ours else None
-        return ours
-    return None
-
-
-def made_for_pod(claim: Mapping[str, Any], pod_uid: str) -> bool:
-    """Whether Horus made ``claim`` for the converted pod ``pod_uid``: its
-    ``horus.io/converted-for-pod`` annotation (only the operator may write a ``horus.io/``
-    annotation on a claim: the chart's policy ``horus-claim-annotations``) names the pod, and
-    the pod is its owner. A label, a name or an owner reference alone anyone with ``edit``
-    in the namespace may write."""
-    meta = meta_of(claim)
-    if not pod_uid or (meta.get("annotations") or {}).get(c.ANNOTATION_CONVERTED_FOR) != pod_uid:
-        return False
-    refs = meta.get("ownerReferences") or []
-    return any(
-        isinstance(r, Mapping) and r.get("kind") == "Pod" and r.get("uid") == pod_uid for r in refs
-    )
-
-
-def _waiting_pods(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
-    """(namespace, converted claim) → UID of the one unbound, unfinished pod that names it."""
-    out: dict[tuple[str, str], str] = {}
-    for pod in pods:
-        name = converted_claim_name(pod)
-        if name is None or (pod.get("spec") or {}).get("nodeName"):
-            continue
-        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
-            continue
-        meta = meta_of(pod)
-        out[(str(meta.get("namespace", "default")), name)] = str(meta.get("uid") or "")
-    return out
 
 
 def _add_claims(
@@ -360,30 +252,50 @@ def _add_claims(
     claims: Iterable[Mapping[str, Any]],
     recorded: Mapping[str, str],
     waiting: Mapping[tuple[str, str], str] | None = None,
+    running: Collection[str] = (),
+    keys: KeyRing | None = None,
 ) -> None:
-    """(c): allocated claims not already counted by their DLJob's record (module docstring)."""
+    """(c): allocated claims not already counted by their DLJob's record (module docstring).
+
+    ``recorded``: the DLJobs whose record was counted, by name → UID; ``running``: those of
+    them with a replica pod bound to a node (its claims allocated: the kube-scheduler binds
+    only then), whose decision no claim overtakes."""
+    by_uid = {uid: jname for jname, uid in recorded.items() if uid}
+    covered: dict[str, set[str]] = {jname: set() for jname in recorded}
+    for jname in recorded:
+        for key in (jname, jname + MOVING_SUFFIX):
+            rec = live.residents.get(key)
+            if rec is not None:
+                covered[jname].update(s.gpu_uuid for s in rec.shares)
     own: dict[str, list[tuple[str, list[GpuShare]]]] = {}  # recorded job → its allocated claims
-    foreign: list[tuple[str, list[GpuShare]]] = []
+    readable: list[tuple[str, list[GpuShare]]] = []
+    odd: list[tuple[str, list[GpuShare], str]] = []
     by_uuid = {str(u): g for g, u in enumerate(live.state.gpu_uuid)}
     for claim in claims:
-        decided = _converted_decision(live.state, by_uuid, claim)
+        decided = converted_decision(live.state, by_uuid, claim)
         if decided is not None and _for_waiting_pod(claim, waiting or {}):
             _add_converted(live, key_of(claim), decided)
             continue
-        try:
-            shares = claim_shares(live.state, claim)
-        except ValidationError as exc:
-            live.problems.append(f"{exc}; not counted")
+        held = claim_holding(live.state, claim)
+        if not held.shares:
+            if held.odd is not None:
+                live.problems.append(f"ResourceClaim {key_of(claim)}: {held.odd}")
             continue
-        owner = _claim_owner(claim)
-        if owner and owner in recorded and controller_dljob_uid(meta_of(claim)) == recorded[owner]:
-            if shares:
-                own.setdefault(owner, []).append((key_of(claim), shares))
-            continue
-        if shares:
-            foreign.append((key_of(claim), shares))
-    for name, shares in foreign:
-        _add_claim(live, name, shares, own)
+        owner = claim_owner(claim, by_uid, keys)
+        if (
+            owner
+            and held.odd is None
+            and {s.gpu_uuid for s in held.shares} <= covered.get(owner, set())
+        ):
+            own.setdefault(owner, []).append((key_of(claim), held.shares))
+        elif held.odd is not None:
+            odd.append((key_of(claim), held.shares, held.odd))
+        else:
+            readable.append((key_of(claim), held.shares))
+    for name, shares in readable:
+        _add_claim(live, name, shares, own, running)
+    for name, shares, why in odd:  # counted at the most they could take, never an overtake
+        _add_claim(live, name, shares, own, running, why)
 
 
 def _add_claim(
@@ -391,9 +303,13 @@ def _add_claim(
     name: str,
     shares: list[GpuShare],
     own: Mapping[str, list[tuple[str, list[GpuShare]]]],
+    running: Collection[str] = (),
+    odd: str | None = None,
 ) -> None:
-    """Count one allocated claim; while it does not fit, a recorded DLJob on its GPUs whose
-    claim there is not allocated yet was overtaken: its record goes out of the state."""
+    """Count one allocated claim. While a readable one does not fit, a recorded decision on
+    its GPUs whose claim there is not allocated yet and none of whose pods runs was overtaken:
+    its record goes out of the state. Otherwise (an odd claim, or the decision it crosses has
+    running pods) it is counted up to each GPU's capacity, and nobody's pods go for it."""
     ns, _, cname = name.partition("/")
     prediction = assumed_prediction(shares)
     request = JobRequest(
@@ -411,24 +327,77 @@ def _add_claim(
         try:
             live.state.add_job(request, shares, prediction)
         except ValidationError as exc:
-            victim = _overtaken_record(live, uuids, own)
+            victim = _overtaken_record(live, uuids, own, running) if odd is None else None
             if victim is None:
-                live.problems.append(f"ResourceClaim {name}: share not counted: {exc}")
+                _add_over(live, name, request, shares, prediction, odd or str(exc), own, running)
                 return
             where = ", ".join(sorted(f"{s.node}/gpu-{s.gpu_index}" for s in shares))
             live.overtaken[victim] = (
                 f"ResourceClaim {name}, allocated by the kube-scheduler on {where}, took the "
                 "capacity this job's decision was given before its own claim was allocated"
             )
+            lost = live.residents[victim].shares if victim in live.residents else ()
+            live.overtaken_on[victim] = frozenset(
+                s.gpu_uuid for s in lost if s.gpu_uuid in uuids
+            ) | live.overtaken_on.get(victim, frozenset())
             live.state.release(victim)
             live.residents.pop(victim, None)
             for oname, oshares in own.get(victim, []):  # what it holds already still counts
-                _add_claim(live, oname, oshares, own)
+                _add_claim(live, oname, oshares, own, running)
             continue
         live.residents[request.name] = Resident(
             request.name, "claims", request, tuple(shares), prediction
         )
+        if odd is not None:
+            live.problems.append(f"ResourceClaim {name}: {odd}; counted as the whole GPU")
         return
+
+
+def _add_over(
+    live: LiveState,
+    name: str,
+    request: JobRequest,
+    shares: list[GpuShare],
+    prediction: ResourcePrediction,
+    why: str,
+    own: Mapping[str, list[tuple[str, list[GpuShare]]]],
+    running: Collection[str],
+) -> None:
+    """A claim that does not fit and overtook no decision: the kube-scheduler allocated it (or
+    does not count it: adminAccess), so its GPUs are full as far as Horus places — counted up
+    to what each GPU has left, the rest named as over-commitment. The decisions it crosses
+    that have running pods keep them (:attr:`LiveState.held_over`)."""
+    st = live.state
+    kept: list[GpuShare] = []
+    over: list[str] = []
+    for s in shares:
+        g = st.gpu_id(s.node, s.gpu_index)
+        core = min(s.core_percent, max(0, c.GPU_CORE_UNITS_PER_GPU - int(st.core_used[g])))
+        mib = min(s.memory_mib, max(0, int(st.mem_total[g]) - int(st.mem_used[g])))
+        if (core, mib) != (s.core_percent, s.memory_mib):
+            over.append(
+                f"{s.node}/gpu-{s.gpu_index} by {s.core_percent - core} % and "
+                f"{s.memory_mib - mib} MiB"
+            )
+        if core or mib:
+            kept.append(GpuShare(s.node, s.gpu_index, s.gpu_uuid, core, mib))
+    sentence = (
+        f"ResourceClaim {name} ({why}) is allocated beyond what Horus counts free: "
+        f"over {', '.join(over) or 'nothing'}; counted up to each GPU's capacity, no pod is "
+        "deleted for it"
+    )
+    live.problems.append(sentence)
+    uuids = {s.gpu_uuid for s in shares}
+    for jname in _crossed_records(live, uuids, own):
+        if jname in running:
+            live.held_over[jname] = sentence
+    if kept:
+        live.state.add_job(
+            dataclasses.replace(request, gpus_per_replica=len(kept)), kept, prediction
+        )
+        live.residents[request.name] = Resident(
+            request.name, "claims", request, tuple(kept), prediction
+        )
 
 
 def _for_waiting_pod(claim: Mapping[str, Any], waiting: Mapping[tuple[str, str], str]) -> bool:
@@ -438,42 +407,6 @@ def _for_waiting_pod(claim: Mapping[str, Any], waiting: Mapping[tuple[str, str],
     meta = meta_of(claim)
     uid = waiting.get((str(meta.get("namespace", "default")), str(meta.get("name", ""))))
     return made_for_pod(claim, uid or "")
-
-
-def _converted_decision(
-    state: ClusterState, by_uuid: Mapping[str, int], claim: Mapping[str, Any]
-) -> GpuShare | None:
-    """Rule (d): the share an unallocated claim Horus made for a converted pod pins (its one
-    request: one GPU by UUID, ``cores`` and ``memory``), or None for any other claim."""
-    meta = meta_of(claim)
-    if c.LABEL_CONVERTED_POD not in (meta.get("labels") or {}):
-        return None
-    if (claim.get("status") or {}).get("allocation") or meta.get("deletionTimestamp"):
-        return None
-    spec = claim.get("spec") or {}
-    requests = (spec.get("devices") or {}).get("requests") if isinstance(spec, Mapping) else None
-    if not isinstance(requests, list) or len(requests) != 1:
-        return None
-    exactly = requests[0].get("exactly") if isinstance(requests[0], Mapping) else None
-    if not isinstance(exactly, Mapping) or exactly.get("count", 1) != 1:
-        return None
-    selectors = exactly.get("selectors") or []
-    expr = (selectors[0].get("cel") or {}).get("expression") if len(selectors) == 1 else None
-    prefix = f'device.attributes["{c.DRA_DRIVER_NAME}"].{c.DRA_ATTR_UUID} == "'
-    if not isinstance(expr, str) or not expr.startswith(prefix) or not expr.endswith('"'):
-        return None
-    uuid = expr[len(prefix) : -1]
-    g = by_uuid.get(uuid)
-    if g is None:
-        return None  # a GPU the state does not offer: nothing to over-commit there
-    try:
-        caps = (exactly.get("capacity") or {}).get("requests") or {}
-        cores = parse_quantity(caps.get(c.DRA_CAPACITY_CORES, "100"), "cores")
-        mib = -(-parse_quantity(caps.get(c.DRA_CAPACITY_MEMORY, "0"), "memory") // c.MIB)
-    except ValidationError:
-        return None
-    node = state.node_names[int(state.node_of[g])]
-    return GpuShare(node, state.gpu_index[g], uuid, cores, mib or int(state.mem_total[g]))
 
 
 def _add_converted(live: LiveState, name: str, share: GpuShare) -> None:
@@ -490,18 +423,50 @@ def _add_converted(live: LiveState, name: str, share: GpuShare) -> None:
     _add(live, request, [share], prediction, "converted", (), f"ResourceClaim {name}")
 
 
-def _overtaken_record(
-    live: LiveState, uuids: Collection[str], own: Mapping[str, list[tuple[str, list[GpuShare]]]]
-) -> str | None:
-    """A DLJob record (or a converted pod's unallocated claim) on one of ``uuids`` whose claim
-    on that GPU is not allocated."""
+def _crossed_records(
+    live: LiveState,
+    uuids: Collection[str],
+    own: Mapping[str, list[tuple[str, list[GpuShare]]]],
+) -> list[str]:
+    """The DLJob records (and converted pods' unallocated claims) on one of ``uuids`` whose
+    claim on that GPU is not allocated, in name order."""
+    out = []
     for jname, resident in sorted(live.residents.items()):
         if resident.source not in ("dljob-status", "converted") or jname.endswith(MOVING_SUFFIX):
             continue
         held = {s.gpu_uuid for _, shares in own.get(jname, []) for s in shares}
         if any(s.gpu_uuid in uuids and s.gpu_uuid not in held for s in resident.shares):
+            out.append(jname)
+    return out
+
+
+def _overtaken_record(
+    live: LiveState,
+    uuids: Collection[str],
+    own: Mapping[str, list[tuple[str, list[GpuShare]]]],
+    running: Collection[str] = (),
+) -> str | None:
+    """A decision on one of ``uuids`` whose claim there is not allocated and none of whose
+    pods runs (re-placing it deletes nothing that runs)."""
+    for jname in _crossed_records(live, uuids, own):
+        if jname not in running:
             return jname
     return None
+
+
+def _running_jobs(pods: Iterable[Mapping[str, Any]], recorded: Mapping[str, str]) -> set[str]:
+    """The recorded DLJobs with a replica pod Horus made bound to a node and not finished."""
+    by_uid = {uid: jname for jname, uid in recorded.items() if uid}
+    out: set[str] = set()
+    for pod in pods:
+        if not (pod.get("spec") or {}).get("nodeName"):
+            continue
+        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        jname = by_uid.get(owner_uid(pod) or "")
+        if jname is not None:
+            out.add(jname)
+    return out
 
 
 def slices_by_node(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from horus.api.assignment import GpuAssignment, PredictedUsage
 from horus.api.dljob import parse_profile_document
-from horus.api.podassignment import read_pod_assignment
+from horus.api.podassignment import controller_dljob_uid, read_pod_assignment
 from horus.api.signing import MAX_EPOCH, KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
@@ -125,6 +125,63 @@ def _record_trusted(
         signature if isinstance(signature, str) else None,
         status.get("migration"),
     )
+
+
+#: What a replica claim's signature binds in place of a pod UID (a claim's UID is known only
+#: once it exists, and a pod UID is never this), and the prefix of its signed text: a claim's
+#: signature can never pass for a pod's.
+CLAIM_SIGNED_UID = "resourceclaim"
+CLAIM_SIGNED_PREFIX = "claim:"
+
+
+def claim_epoch(claim: Mapping[str, Any], keys: KeyRing) -> int | None:
+    """The record epoch a Horus replica claim was made in, if its signature verifies (None:
+    unsigned, forged, or not a DLJob's): a record older than that is a rollback."""
+    meta = meta_of(claim)
+    version = meta.get("resourceVersion")
+    if not version:
+        return _claim_epoch(claim, keys)
+    slot = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    return _CLAIM_EPOCH.get(version, lambda: _claim_epoch(claim, keys), claim, keys, slot=slot)
+
+
+#: Verdicts by the claim object itself, its version and the key ring (a pass reads every
+#: claim again; only a changed one is verified again).
+_CLAIM_EPOCH: Memo[int | None] = Memo(limit=60_000)
+
+
+def _claim_epoch(claim: Mapping[str, Any], keys: KeyRing) -> int | None:
+    meta = meta_of(claim)
+    ann = annotations_of(claim)
+    text = ann.get(c.ANNOTATION_GPU_ASSIGNMENT)
+    job_uid = controller_dljob_uid(meta)
+    if not isinstance(text, str) or not text.startswith(CLAIM_SIGNED_PREFIX) or not job_uid:
+        return None
+    return keys.verify_assignment(
+        str(meta.get("namespace", "default")),
+        str(meta.get("name", "")),
+        CLAIM_SIGNED_UID,
+        job_uid,
+        text,
+        ann.get(c.ANNOTATION_ASSIGNMENT_SIGNATURE),
+    )
+
+
+def horus_claim_job_uid(claim: Mapping[str, Any], keys: KeyRing | None) -> str:
+    """The UID of the DLJob Horus made ``claim`` for, or "" for a claim Horus did not make.
+
+    Proven only by what a tenant cannot write: with ``keys``, the claim's signed text
+    (:func:`claim_epoch`: the signature binds the namespace, the claim's name and the job's
+    UID); without keys (tests, tools), by Horus' signed text being there at all — the chart's
+    policy ``horus-claim-annotations`` lets only the operator set a ``horus.io/`` annotation
+    on a claim. An ``ownerReferences`` entry alone proves nothing: anyone who may edit claims
+    in the namespace writes one."""
+    text = annotations_of(claim).get(c.ANNOTATION_GPU_ASSIGNMENT)
+    if not isinstance(text, str) or not text.startswith(CLAIM_SIGNED_PREFIX):
+        return ""
+    if keys is not None and claim_epoch(claim, keys) is None:
+        return ""
+    return controller_dljob_uid(meta_of(claim))
 
 
 def pod_assignment_trusted(pod: Mapping[str, Any], keys: KeyRing) -> bool:

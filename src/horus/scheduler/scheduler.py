@@ -344,7 +344,7 @@ class Scheduler:
 
     def allowed_gpus(self, state: ClusterState, job: JobRequest) -> BoolArray:
         """The GPUs ``job`` may use at all (healthy or not): of its GPU models, on its
-        allowed nodes."""
+        allowed nodes, not one it avoids."""
         ok_gpu = np.ones(state.gpu_count, dtype=np.bool_)
         if job.gpu_models:
             ok = [m in job.gpu_models for m in state.models]
@@ -352,6 +352,8 @@ class Scheduler:
         if job.nodes is not None:
             allowed = np.array([n in job.nodes for n in state.node_names], dtype=np.bool_)
             ok_gpu &= allowed[state.node_of] if len(allowed) else ok_gpu
+        if job.avoid_gpus:
+            ok_gpu &= np.array([u not in job.avoid_gpus for u in state.gpu_uuid], dtype=np.bool_)
         return ok_gpu
 
     def _needs(self, st: ClusterState, job: JobRequest) -> _Needs:
@@ -397,7 +399,7 @@ class Scheduler:
         self.remember(job)
         self.estimates.residents_from(st)
         preds, mem_need, core_need, util_need = self._needs(st, job)
-        restricted = job.gpu_models or job.nodes is not None
+        restricted = job.gpu_models or job.nodes is not None or job.avoid_gpus
         allowed = self.allowed_gpus(st, job) if restricted else np.ones(st.gpu_count, np.bool_)
         usable = st.healthy & allowed if restricted else st.healthy
         if exclude is not None:

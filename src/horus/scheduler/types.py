@@ -42,7 +42,8 @@ class JobRequest:
     caller already has it (e.g. from the ``horus.io/predicted`` annotation); otherwise the
     scheduler asks its predictor once per (job kind, GPU model) and caches the answer.
     ``kind`` names the job's model configuration for caching pairwise slowdowns; jobs of one
-    kind must have the same profile. ``gpu_models`` restricts placement to those GPU models.
+    kind must have the same profile. ``gpu_models`` restricts placement to those GPU models,
+    ``nodes`` to those nodes; ``avoid_gpus`` (GPU UUIDs) keeps the job off those GPUs.
     """
 
     name: str
@@ -57,6 +58,7 @@ class JobRequest:
     kind: str = ""
     gpu_models: tuple[str, ...] = ()
     nodes: frozenset[str] | None = None
+    avoid_gpus: frozenset[str] = frozenset()
 
     def shape(self) -> tuple[object, ...]:
         """What decides where this job may go and whether it fits: on one cluster state,
@@ -70,6 +72,7 @@ class JobRequest:
             self.memory_mib,
             self.gpu_models,
             self.nodes,
+            self.avoid_gpus,
             self.prediction,
         )
 

@@ -13,6 +13,7 @@ import pytest
 from fakeapi import FakeJobApi
 from opfixtures import KEY, dljob, node
 
+from horus.api.assignment import encode_assignment
 from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common import constants as c
 from horus.common.errors import ValidationError
@@ -20,8 +21,9 @@ from horus.dra.slices import build_slice_spec
 from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, claim_matches
 from horus.operator.claims import claim_name, replica_claim
 from horus.operator.livestate import build_live_state, claim_job_name, claim_shares
-from horus.operator.podspec import placement_record
+from horus.operator.podspec import assignment_of, placement_record
 from horus.operator.reconcile import Reconciler
+from horus.operator.records import CLAIM_SIGNED_PREFIX, CLAIM_SIGNED_UID
 from horus.predictor import load_default_predictor
 
 PREDICTOR = load_default_predictor()
@@ -99,6 +101,22 @@ def allocate_as_recorded(api: FakeJobApi, name: str) -> None:
         )
 
 
+def horus_claim(obj: dict[str, Any], replica: int, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The claim Horus makes for a replica: the record's claim, signed as the operator signs
+    it (:meth:`horus.operator.claimcommit.ClaimPath.signed`)."""
+    claim = replica_claim(obj, replica, records)
+    meta = obj["metadata"]
+    text = CLAIM_SIGNED_PREFIX + encode_assignment(assignment_of(meta["name"], replica, records))
+    signature = KEY.sign_assignment(
+        "default", claim["metadata"]["name"], CLAIM_SIGNED_UID, meta["uid"], 0, text
+    )
+    claim["metadata"]["annotations"] = {
+        c.ANNOTATION_GPU_ASSIGNMENT: text,
+        c.ANNOTATION_ASSIGNMENT_SIGNATURE: signature,
+    }
+    return claim
+
+
 def tenant_claim(api: FakeJobApi, name: str, node: str, index: int, cores: int, mib: int) -> None:
     """A claim a tenant made directly (no Horus owner), allocated by the kube-scheduler."""
     api.create_resource_claim(
@@ -166,7 +184,7 @@ def test_a_decision_overtaken_before_its_pods_run_is_re_placed_off_that_gpu(
     api.add_dljob(job("gang", replicas=2, core=60))
     rec.run_pass()
     first = {(r["node"], r["gpuIndex"]) for r in status(api, "gang")["placements"]}
-    r0, r1 = sorted(status(api, "gang")["placements"], key=lambda r: r["replica"])
+    _, r1 = sorted(status(api, "gang")["placements"], key=lambda r: r["replica"])
     # before either replica's claim is allocated, a tenant's claim takes replica 1's GPU
     tenant_claim(api, "grab", r1["node"], r1["gpuIndex"], 70, 1000)
     report = rec.run_pass()
@@ -233,7 +251,7 @@ def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> No
         phase="Scheduled",
     )
     api.add_dljob(obj)
-    api.create_resource_claim("default", replica_claim(obj, 0, records))
+    api.create_resource_claim("default", horus_claim(obj, 0, records))
     tenant_claim(api, "grab", "n1", 0, 70, 1000)
     live = live_of(api)
     assert set(live.overtaken) == {"default/j"}
@@ -242,7 +260,7 @@ def test_a_pass_never_counts_past_a_gpu_when_claims_and_records_disagree() -> No
     # once the job's own claim is allocated, a later tenant claim cannot overtake it
     api2 = dra_api("n1", gpus=1)
     api2.add_dljob(obj)
-    api2.create_resource_claim("default", replica_claim(obj, 0, records))
+    api2.create_resource_claim("default", horus_claim(obj, 0, records))
     api2.allocate("default", "j-0-gpu", "n1", 0, 60, 1000)
     live = live_of(api2)
     assert not live.overtaken and live.state.views()[0].core_used_percent == 60
@@ -351,7 +369,7 @@ def _placement(job_key: str, node_name: str, index: int, core: int, mib: int) ->
 def _move_to_the_other_node(api: FakeJobApi, rec: Reconciler) -> tuple[str, int]:
     """Start moving job ``m``'s replica to GPU 1 of the node it is not on; returns that GPU."""
     from horus.operator.moves import start_move
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     old = dict(status(api, "m")["placements"][0])
     target = ("n2", 1) if old["node"] == "n1" else ("n1", 1)
@@ -429,7 +447,7 @@ def test_a_moved_jobs_old_pod_that_stopped_is_not_taken_for_the_new_one(
 
 def test_a_preempted_job_on_dra_gives_its_claims_back(api: FakeJobApi, rec: Reconciler) -> None:
     from horus.operator.moves import preempt
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     api.add_dljob(job("low"))
     rec.run_pass()
@@ -470,7 +488,7 @@ def test_on_dra_the_gpus_come_from_the_drivers_slices_not_an_annotation() -> Non
         dp.close()
 
 
-# --- plain pods' horus.io/gpu-* requests, converted at admission (horus.operator.convert) ---
+# --- plain pods' horus.io/gpu-* requests, converted at admission (horus.operator.plain_pod_claims) ---
 
 
 def converted_pod(
@@ -797,7 +815,7 @@ def test_a_replayed_older_record_is_found_out_from_the_claims_after_a_restart() 
 
     from horus.operator.claimcommit import claim_epoch
     from horus.operator.moves import start_move
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     api = dra_api("n1", gpus=2)
     r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
