@@ -29,7 +29,7 @@ from typing import Any
 
 from horus.common import constants as c
 from horus.common.errors import ValidationError
-from horus.operator.podspec import assignment_of, pod_name
+from horus.operator.podspec import assignment_of, pin_to_node, pod_name
 
 __all__ = [
     "CLAIM_REQUEST",
@@ -168,12 +168,17 @@ def share_claim(
     }
 
 
-def use_claim(pod: Mapping[str, Any], claim: str) -> dict[str, Any]:
+def use_claim(pod: Mapping[str, Any], claim: str, node: str | None = None) -> dict[str, Any]:
     """``pod`` (from :func:`horus.operator.podspec.pod_manifest`) using claim ``claim``
-    instead of the device plugin's resources; the kube-scheduler schedules it."""
+    instead of the device plugin's resources; the kube-scheduler schedules it. With ``node``
+    (the node Horus chose), the pod may go there only (:func:`~horus.operator.podspec.pin_to_node`):
+    the claim's CEL pin names the GPU's UUID, and a device with that UUID published by another
+    node's slice must not attract the pod there."""
     out = copy.deepcopy(dict(pod))
     spec = out.setdefault("spec", {})
     spec.pop("schedulerName", None)
+    if node is not None:
+        pin_to_node(spec, node)
     entries = [e for e in spec.get("resourceClaims") or [] if e.get("name") != CLAIM_REQUEST]
     spec["resourceClaims"] = [*entries, {"name": CLAIM_REQUEST, "resourceClaimName": claim}]
     containers = spec.get("containers") or []

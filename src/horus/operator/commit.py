@@ -26,7 +26,7 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.bindgate import BindGate
-from horus.operator.claimcommit import ClaimPath
+from horus.operator.claimcommit import REASON_KEPT, ClaimPath, running_pods
 from horus.operator.claims import use_claim
 from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected, bound_pod
 from horus.operator.livestate import TERMINAL_POD_PHASES
@@ -124,9 +124,7 @@ class Committer:
     def follow(self, ctx: JobCtx, report: PassReport, placing: bool = False) -> None:
         """Finish the job's pods from its record, give up past the deadline, sync its phase."""
         if ctx.phase == c.DLJOB_PHASE_SCHEDULED and self.is_leader():
-            redo = self.claim_path.why_replace(ctx) if self.claim_path else None
-            if self.claim_path is not None and redo is not None:
-                self.claim_path.replace(ctx, *redo, report)
+            if self.claim_path is not None and self._replaced(ctx, self.claim_path, report):
                 return
             error: Exception | None = None
             try:
@@ -141,6 +139,30 @@ class Committer:
                 raise error
             self._close_move(ctx, report)
         self.sync_status(ctx, report, placing)
+
+    def _replaced(self, ctx: JobCtx, path: ClaimPath, report: PassReport) -> bool:
+        """The DRA path: re-place a decision the kube-scheduler cannot honour (another claim
+        overtook it, a recorded GPU turned unhealthy) — only while none of the job's pods
+        runs. A job some of whose pods run is kept, its running pods untouched, and told
+        (Warning Event, once): its waiting replicas start when their GPU has room."""
+        redo = path.why_replace(ctx)
+        crossed = path.held_over.get(ctx.key)
+        if redo is None and crossed is None:
+            return False
+        running = running_pods(ctx)
+        if redo is not None and not running:
+            path.replace(ctx, *redo, report)
+            return True
+        why = redo[1] if redo is not None else str(crossed)
+        self.writer.event_once(
+            ctx,
+            REASON_KEPT,
+            f"{why}; kept, not re-placed: pod(s) {', '.join(running[:8])} run, and nothing "
+            "that runs is deleted for another's claim; the waiting replicas start when their "
+            "GPU has room",
+            warning=True,
+        )
+        return False
 
     def _close_move(self, ctx: JobCtx, report: PassReport) -> None:
         """A move is over once none of the job's old pods is left and every replica's pod is
@@ -194,6 +216,15 @@ class Committer:
             f"{waited:.0f} s after placement (progress deadline {self.progress_deadline:.0f} s)"
         )
         if self.claim_path is not None:  # the kube-scheduler did not schedule it: place again
+            running = running_pods(ctx)
+            if running:  # never delete what runs: the waiting replicas wait, the job is told
+                self.writer.event_once(
+                    ctx,
+                    REASON_KEPT,
+                    f"{why}; kept, not re-placed: pod(s) {', '.join(running[:8])} run",
+                    warning=True,
+                )
+                return False
             self.claim_path.replace(ctx, "ProgressDeadlineExceeded", why, report)
         elif not ctx.pods:
             self._requeue(ctx, "ProgressDeadlineExceeded", why, report)
@@ -307,7 +338,7 @@ class Committer:
             ctx.obj, replica, recs, unit, predicted if isinstance(predicted, dict) else None
         )
         if claim is not None:  # the DRA path: the claim instead of extended resources
-            manifest = use_claim(manifest, claim)
+            manifest = use_claim(manifest, claim, str(recs[0]["node"]))
         pod = self.api.create_pod(ctx.namespace, manifest)
         if pod is not None:
             report.count("pods_created")

@@ -215,3 +215,19 @@ def binding_annotations(pod: Mapping[str, Any], epoch: int, keys: KeyRing) -> di
         text,
     )
     return {c.ANNOTATION_ASSIGNMENT_SIGNATURE: signature}
+
+
+def pin_to_node(spec: dict[str, Any], node: str) -> None:
+    """Make the pod ``spec`` schedulable on ``node`` only: a required node affinity on the
+    node's name (``matchFields`` ``metadata.name``, as the DaemonSet controller pins its pods;
+    the ``kubernetes.io/hostname`` label need not equal the name), added to each term the
+    template requires (terms are alternatives; each must now also name the node)."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = spec.setdefault("affinity", {})
+    node_aff = affinity.setdefault("nodeAffinity", {})
+    required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        fields = [f for f in term.get("matchFields") or [] if f.get("key") != "metadata.name"]
+        term["matchFields"] = [*fields, dict(pin)]
+    required["nodeSelectorTerms"] = terms

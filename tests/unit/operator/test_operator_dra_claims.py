@@ -75,3 +75,37 @@ def test_the_pod_uses_the_claim_instead_of_device_plugin_resources() -> None:
     assert res == {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}
     assert pod["spec"]["schedulerName"] == c.SCHEDULER_NAME  # the input is not changed
     assert use_claim(out, "train-0-gpu") == out  # idempotent
+
+
+def test_a_replica_pod_may_go_only_to_the_node_horus_chose() -> None:
+    from horus.operator.podspec import pin_to_node
+
+    pod = {"spec": {"containers": [{"name": "main"}]}}
+    out = use_claim(pod, "train-0-gpu", "n1")
+    terms = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    ]
+    assert use_claim(out, "train-0-gpu", "n1") == out  # idempotent
+    assert "affinity" not in use_claim(pod, "train-0-gpu")["spec"]
+    # the template's own required terms stay alternatives, each now also naming the node
+    spec: dict[str, Any] = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                        {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                          "values": ["elsewhere"]}]},
+                    ]
+                }
+            }
+        }
+    }  # fmt: skip
+    pin_to_node(spec, "n2")
+    got = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    for term in got["nodeSelectorTerms"]:
+        assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]
+    assert got["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "zone"

@@ -145,6 +145,12 @@ def test_the_decision_is_recorded_then_claims_and_pods_for_the_kube_scheduler(
         pod = api.pods[("default", r["pod"])]
         assert "schedulerName" not in pod["spec"]  # the kube-scheduler's
         assert not pod["spec"].get("nodeName")  # Horus binds nothing on this path
+        # but the pod may go only to the node Horus chose, whatever device attracts it
+        required = pod["spec"]["affinity"]["nodeAffinity"]
+        (term,) = required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term["matchFields"] == [
+            {"key": "metadata.name", "operator": "In", "values": [r["node"]]}
+        ]
         assert pod["spec"]["resourceClaims"] == [
             {"name": "gpu", "resourceClaimName": f"{r['pod']}-gpu"}
         ]
