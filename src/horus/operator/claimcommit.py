@@ -51,12 +51,14 @@ from horus.operator.writer import StatusWriter
 __all__ = [
     "CLAIM_SIGNED_PREFIX",
     "CLAIM_SIGNED_UID",
+    "REASON_AVOIDING",
     "REASON_CLAIM_NAME_TAKEN",
     "REASON_GPU_UNHEALTHY",
     "REASON_KEPT",
     "REASON_OVERTAKEN",
     "ClaimNameTaken",
     "ClaimPath",
+    "avoiding_message",
     "claim_epoch",
     "claim_matches",
     "claim_owner_uid",
@@ -73,6 +75,17 @@ REASON_OVERTAKEN = "ClaimOvertaken"
 REASON_GPU_UNHEALTHY = "GPUUnhealthy"
 #: The Warning Event of a job that would be re-placed but some of whose pods run: kept.
 REASON_KEPT = "ClaimCrossedKept"
+#: The condition reason of a queued job every GPU it could take was overtaken on lately.
+REASON_AVOIDING = "OvertakenWaiting"
+
+
+def avoiding_message(gpus: int) -> str:
+    """Why a job waits: every GPU it could take is one it was overtaken on lately."""
+    return (
+        f"every GPU this job could take ({gpus}) was taken by another claim before this "
+        "job's own was allocated, in the last few minutes; it keeps off them for a while "
+        "and is placed again then (nothing is deleted meanwhile)"
+    )
 
 
 class ClaimNameTaken(PodRejected):

@@ -23,7 +23,12 @@ from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.operator import status as st
 from horus.operator.admission import Admission
-from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, ClaimNameTaken
+from horus.operator.claimcommit import (
+    REASON_AVOIDING,
+    REASON_CLAIM_NAME_TAKEN,
+    ClaimNameTaken,
+    avoiding_message,
+)
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import REASON_POD_NAME_TAKEN, ProfileUnavailable, taken_message
 from horus.operator.metrics import OperatorMetrics
@@ -153,10 +158,11 @@ class QueuePhase:
                 self._refuse(ctx, RefusalCode.IMPOSSIBLE.condition_reason, never, queue, report)
                 continue
             avoid = self.avoided(ctx)
-            if avoid:  # kept off them only while another GPU could ever take it
-                off = dataclasses.replace(req, avoid_gpus=avoid)
-                if session.scheduler.check_possible(state, off) is None:
-                    req = off
+            if avoid:  # overtaken there lately: kept off those GPUs for a while
+                req = dataclasses.replace(req, avoid_gpus=avoid)
+                if session.scheduler.check_possible(state, req) is not None:
+                    self._refuse(ctx, REASON_AVOIDING, avoiding_message(len(avoid)), queue, report)
+                    continue
             requests[req.name] = req
         return requests
 

@@ -939,3 +939,42 @@ def test_a_still_dra_cluster_keeps_its_live_state_and_any_change_builds_it_again
     (placed,) = status(api, "more")["placements"]
     assert placed["node"] == "n1"  # not n2, whose GPUs the kept state no longer offers
     assert rec.metrics.live_state_builds.labels(how="kept")._value.get() == 3
+
+
+def test_repeated_overtakes_keep_the_job_off_those_gpus_for_a_while() -> None:
+    """A tenant taking the GPU of each new decision in turn (and giving the last one back):
+    the job is re-placed once per GPU, then waits until it may use them again, and is
+    placed then; nothing that runs is ever deleted."""
+    api = dra_api("n1", gpus=2)
+    rec = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA)
+    try:
+        assert rec.claim_path is not None
+        api.add_dljob(job("v", core=50))
+        taken: list[int] = []
+        for round_ in range(2):
+            rec.run_pass()
+            (r,) = status(api, "v")["placements"]
+            assert r["gpuIndex"] not in taken  # never back on a GPU it lost
+            tenant_claim(api, f"grab{round_}", "n1", r["gpuIndex"], 70, 1000)
+            if round_:  # the tenant gives the GPU it took before back
+                api.claims.pop(("default", "grab0"))
+            taken.append(r["gpuIndex"])
+            assert rec.run_pass().replaced == 1
+        assert sorted(taken) == [0, 1]
+        rec.run_pass()  # gpu 0 is free again, but the job lost it a moment ago: it waits
+        st = status(api, "v")
+        assert st["phase"] == c.DLJOB_PHASE_QUEUED and not st.get("placements")
+        assert st["reason"] == "OvertakenWaiting"
+        uid = api.job("v")["metadata"]["uid"]
+        assert len(rec.claim_path.avoided(uid)) == 2
+        rec.claim_path.avoid_s = 0  # what the passage of time does
+        for gpus in rec.claim_path._avoid.values():
+            for u in gpus:
+                gpus[u] = 0.0
+        rec.run_pass()
+        (r,) = status(api, "v")["placements"]
+        assert r["gpuIndex"] == taken[0]  # placed where there is room again
+        rec.writer.drain()
+        assert api.reasons("v").count("ClaimOvertaken") == 2
+    finally:
+        rec.close()
