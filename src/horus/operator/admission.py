@@ -29,14 +29,14 @@ from horus.common.errors import ValidationError
 from horus.operator import transitions as tr
 from horus.operator.jobapi import JobApi, PodRejected, ProfileUnavailable
 from horus.operator.livestate import graph_profile
-from horus.operator.passctx import JobCtx
+from horus.operator.pass_state import JobCtx
+from horus.operator.placement_rules import PlacementSession
 from horus.operator.podspec import pod_manifest
 from horus.operator.priority import (
     REASON_CLASS_NOT_FOUND,
     REASON_CLASSES_UNREADABLE,
     PriorityClasses,
 )
-from horus.operator.session import PlacementSession
 from horus.predictor.interface import PAIR_TEACH_HINT, GraphProfile
 
 __all__ = ["DRY_RUN_CACHE_SECONDS", "Admission", "Verdict"]

@@ -20,8 +20,8 @@ from typing import Any
 from horus.common import constants as c
 from horus.operator.claimcommit import claim_owner_uid
 from horus.operator.jobapi import JobApi
-from horus.operator.passctx import JobCtx, PassReport
-from horus.operator.podfacts import PodFacts
+from horus.operator.pass_state import JobCtx, PassReport
+from horus.operator.pod_reads import PodFacts
 
 __all__ = ["LeftoverCleanup", "cleanup_workers", "must_stop"]
 

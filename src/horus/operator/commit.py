@@ -25,12 +25,12 @@ from horus.common.clock import now_rfc3339, timestamp
 from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
-from horus.operator.bindgate import BindGate
+from horus.operator.allocate_order import BindGate
 from horus.operator.claimcommit import REASON_KEPT, ClaimPath, running_pods
 from horus.operator.claims import use_claim
 from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected, bound_pod
 from horus.operator.livestate import TERMINAL_POD_PHASES
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.podspec import (
     binding_annotations,
     owner_uid,
@@ -86,7 +86,7 @@ class Committer:
         self.node_units = node_units
         self.replica_pool = replica_pool
         self.progress_deadline = progress_deadline
-        #: Set by each pass from its listing (:mod:`horus.operator.bindgate`); None: no gate.
+        #: Set by each pass from its listing (:mod:`horus.operator.allocate_order`); None: no gate.
         self.gate: BindGate | None = None
 
     # --- a new placement -------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 from horus.kube.errors import Conflict
 from horus.operator.commit import Committer
 from horus.operator.jobapi import PodRejected
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.writer import StatusWriter
 from horus.scheduler import Placement
 

@@ -20,8 +20,8 @@ from horus.api.signing import KeyRing
 from horus.common.errors import ValidationError
 from horus.common.memo import PerObject
 from horus.operator.livestate import dljob_record_trusted
-from horus.operator.passctx import JobCtx
-from horus.operator.podfacts import PodFacts
+from horus.operator.pass_state import JobCtx
+from horus.operator.pod_reads import PodFacts
 from horus.operator.podspec import pod_name
 
 __all__ = ["Listing", "job_contexts", "node_units"]

@@ -29,7 +29,7 @@ from horus.operator.listing import Listing
 from horus.operator.listing_changes import same_nodes
 from horus.operator.livedelta import LiveDelta
 from horus.operator.livestate import LiveObjects, LiveState, build_live_state
-from horus.operator.passctx import JobCtx
+from horus.operator.pass_state import JobCtx
 from horus.predictor.interface import GraphProfile, Predictor
 
 __all__ = ["DeltaSource", "DraSource", "KeptBuild", "LiveReading", "LiveSource"]

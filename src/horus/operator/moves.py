@@ -38,7 +38,7 @@ from horus.common.clock import now_rfc3339
 from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.jobapi import JobApi
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.podspec import placement_record, pod_name
 from horus.operator.writer import StatusWriter
 from horus.scheduler import Placement

@@ -29,7 +29,7 @@ from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi
 from horus.operator.livestate import slices_by_node
 from horus.operator.metrics import OperatorMetrics
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.priority import PriorityClasses
 from horus.operator.writer import StatusWriter
 from horus.scheduler import ClusterState

@@ -32,9 +32,9 @@ from horus.operator.claimcommit import (
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import REASON_POD_NAME_TAKEN, ProfileUnavailable, taken_message
 from horus.operator.metrics import OperatorMetrics
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
+from horus.operator.placement_rules import PlacementSession
 from horus.operator.queueing import NodeEligibility, job_request, refuse, stable_refusal
-from horus.operator.session import PlacementSession
 from horus.operator.writer import StatusWriter
 from horus.scheduler import ClusterState, JobRequest, RefusalCode
 

@@ -22,7 +22,7 @@ record, never re-placed. Status is a JSON merge patch of the fields this operato
 module its name says — :mod:`~horus.operator.listing`, :mod:`~horus.operator.trust`,
 :mod:`~horus.operator.cleanup`, :mod:`~horus.operator.livesource`,
 :mod:`~horus.operator.newjobs`, :mod:`~horus.operator.queue_decision`,
-:mod:`~horus.operator.convert`, :mod:`~horus.operator.commit`,
+:mod:`~horus.operator.plain_pod_claims`, :mod:`~horus.operator.commit`,
 :mod:`~horus.operator.correction` — over one :class:`~horus.operator.jobapi.JobApi`, so the
 pass runs in unit tests on an in-memory API. Every job's step runs guarded
 (:mod:`~horus.operator.guards`): one bad job never stops a pass.
@@ -43,11 +43,10 @@ from horus.common import constants as c
 from horus.common.memo import PerObject, sweep_all
 from horus.kube.errors import Conflict
 from horus.operator.admission import Admission
-from horus.operator.bindgate import BindGate
+from horus.operator.allocate_order import BindGate
 from horus.operator.claimcommit import ClaimPath
 from horus.operator.cleanup import LeftoverCleanup, cleanup_workers
 from horus.operator.commit import Committer
-from horus.operator.convert import convert_pods
 from horus.operator.correction import Corrector
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi, KubeJobApi
@@ -56,10 +55,11 @@ from horus.operator.livesource import DeltaSource, DraSource, LiveSource
 from horus.operator.livestate import LiveState, dljob_job_name
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.newjobs import NewJobs
-from horus.operator.passctx import JobCtx, PassReport
-from horus.operator.podfacts import PodFacts, PodFactsCache, by_pod
+from horus.operator.pass_state import JobCtx, PassReport
+from horus.operator.placement_rules import PlacementSession
+from horus.operator.plain_pod_claims import convert_pods
+from horus.operator.pod_reads import PodFacts, PodFactsCache, by_pod
 from horus.operator.queue_decision import QueuePhase, _Queue
-from horus.operator.session import PlacementSession
 from horus.operator.trust import COND_SIGNING_KEY, TERMINAL_PHASES, TrustGate
 from horus.operator.writer import COMPONENT, StatusWriter
 from horus.predictor.interface import Predictor
@@ -338,7 +338,7 @@ class Reconciler:
 
     def _convert_pods(self, snap: Listing, live: LiveState, report: PassReport) -> None:
         """Plain pods whose ``horus.io/gpu-*`` requests the admission policy turned into a
-        claim reference (:mod:`horus.operator.convert`), on the DRA path only."""
+        claim reference (:mod:`horus.operator.plain_pod_claims`), on the DRA path only."""
         if self.claim_path is None or not self.is_leader():
             return
         convert_pods(

@@ -32,7 +32,7 @@ from horus.kube.events import event_body
 from horus.operator import transitions as tr
 from horus.operator.jobapi import JobApi
 from horus.operator.metrics import OperatorMetrics
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.records import pods_epoch, record_epoch
 
 __all__ = ["COMPONENT", "PROBLEM_REPEAT_SECONDS", "StatusWriter"]

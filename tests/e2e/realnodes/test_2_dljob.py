@@ -206,7 +206,7 @@ def test_twins_on_one_node_each_get_their_own_assignment(
     """Two pods on one node at once with the same core % — and the same memory, or not (issue
     25, "Twins": the kubelet's gpu-core Allocate could pick either) — two one-replica jobs
     applied together: the kubelet names no pod in Allocate and calls it per resource, so the
-    operator binds the second only after the first was allocated (horus.operator.bindgate);
+    operator binds the second only after the first was allocated (horus.operator.allocate_order);
     each container must print its own pod and exactly its own share."""
     names = ["twin-a", "twin-b"]
     docs = []

@@ -87,7 +87,7 @@ def _committer(core: FakeCore, leader: Any = lambda: True) -> Any:
 
 
 def _ctx(replicas: int) -> Any:
-    from horus.operator.passctx import JobCtx
+    from horus.operator.pass_state import JobCtx
 
     obj = dljob(
         "train",
@@ -99,7 +99,7 @@ def _ctx(replicas: int) -> Any:
 
 
 def test_replicas_concurrent_each_created_before_bound() -> None:
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     core = FakeCore()
     rec = _committer(core)
@@ -128,7 +128,7 @@ def test_replicas_concurrent_each_created_before_bound() -> None:
 
 
 def test_one_failed_replica_is_reraised_after_the_others_finish() -> None:
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     core = FakeCore(fail_bind="train-1")
     rec = _committer(core)
@@ -139,7 +139,7 @@ def test_one_failed_replica_is_reraised_after_the_others_finish() -> None:
 
 
 def test_no_writes_without_the_lease() -> None:
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     core = FakeCore()
     rec = _committer(core, leader=lambda: False)
@@ -148,7 +148,7 @@ def test_no_writes_without_the_lease() -> None:
 
 
 def test_pass_report_counts_from_many_threads() -> None:
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     report = PassReport()
     with ThreadPoolExecutor(max_workers=8) as pool:

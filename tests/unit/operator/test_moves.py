@@ -14,7 +14,7 @@ from horus.api.inventory import simulated_gpu_uuid
 from horus.common import constants as c
 from horus.operator.livestate import build_live_state, dljob_record_trusted
 from horus.operator.moves import preempt, start_move
-from horus.operator.passctx import PassReport
+from horus.operator.pass_state import PassReport
 from horus.operator.reconcile import Reconciler
 from horus.predictor.interface import ResourcePrediction
 from horus.scheduler import GpuShare, Placement, ReplicaPlacement

@@ -6,7 +6,7 @@ from __future__ import annotations
 from opfixtures import dljob, node, share
 
 from horus.operator.livestate import build_live_state
-from horus.operator.session import UNKNOWN_PAIR_SPEED, PlacementSession
+from horus.operator.placement_rules import UNKNOWN_PAIR_SPEED, PlacementSession
 from horus.predictor import load_default_predictor
 
 

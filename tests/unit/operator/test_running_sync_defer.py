@@ -14,7 +14,7 @@ from horus.api.assignment import GpuAssignment
 from horus.api.inventory import simulated_gpu_uuid
 from horus.operator.commit import RUNNING_SYNC_DEFER_SECONDS, Committer
 from horus.operator.metrics import OperatorMetrics
-from horus.operator.passctx import JobCtx, PassReport
+from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.writer import StatusWriter
 
 

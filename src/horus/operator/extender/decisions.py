@@ -2,7 +2,7 @@
 
 Every decision starts from the live cluster (:mod:`horus.operator.livestate`: node
 inventories, DLJob placements and pods' signed assignments) and goes through the same
-:class:`~horus.operator.session.PlacementSession` as the operator's, so the two placers score
+:class:`~horus.operator.placement_rules.PlacementSession` as the operator's, so the two placers score
 a GPU by one rule. Each candidate node gets a real per-node answer from the core
 (:meth:`horus.scheduler.Scheduler.evaluate`: prefilter once, decide per node). Binds are
 serialised in-process and re-checked after the assignment is written (another placer may
@@ -29,7 +29,7 @@ from horus.common import constants as c
 from horus.common import heap
 from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import Conflict
-from horus.operator.bindgate import BindGate
+from horus.operator.allocate_order import BindGate
 from horus.operator.extender.demand import PodDemand, cached_profile, pod_demand
 from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
 from horus.operator.extender.source import ClusterSource
@@ -42,7 +42,7 @@ from horus.operator.livestate import (
     graph_profile,
     pod_job_name,
 )
-from horus.operator.session import PlacementSession
+from horus.operator.placement_rules import PlacementSession
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import JobRequest, Placement, Refusal, SchedulerSettings
 
@@ -608,7 +608,7 @@ class Extender:
         if not BindGate(objs.pods, objs.nodes).claim(node, pod):
             # A real kubelet's Allocate names no pod and comes per resource: a pod still
             # waiting on this node that asks the same amount of either resource could be
-            # handed this pod's share (bindgate).
+            # handed this pod's share (allocate_order).
             raise ValidationError(
                 f"a pod asking the same gpu-core or gpu-memory amount still awaits its GPU on "
                 f"node {node}; the scheduler retries once it has it"

@@ -65,7 +65,7 @@ from horus.operator.livestate import (
     converted_claim_name,
     made_for_pod,
 )
-from horus.operator.passctx import PassReport
+from horus.operator.pass_state import PassReport
 from horus.operator.queueing import stable_refusal
 from horus.operator.writer import StatusWriter
 from horus.scheduler import JobRequest, Scheduler

@@ -1,5 +1,5 @@
 """The bind gate: on a node with a real kubelet, no two pods asking the same amount of either
-Horus resource await Allocate at a time (horus.operator.bindgate says why); kwok and
+Horus resource await Allocate at a time (horus.operator.allocate_order says why); kwok and
 unversioned nodes are never gated."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from horus.common import constants as c
-from horus.operator.bindgate import BindGate, horus_requests
+from horus.operator.allocate_order import BindGate, horus_requests
 
 REAL = {"metadata": {"name": "real"}, "status": {"nodeInfo": {"kubeletVersion": "v1.37.2"}}}
 KWOK = {
@@ -110,7 +110,7 @@ def test_kwok_and_unversioned_nodes_and_plain_pods_are_never_gated() -> None:
 
 
 def test_a_pass_report_counts_deferred_binds() -> None:
-    from horus.operator.passctx import PassReport
+    from horus.operator.pass_state import PassReport
 
     report = PassReport()
     report.count("binds_deferred")

@@ -110,7 +110,7 @@ class PassReport:
     pods_created: int = 0
     pods_bound: int = 0
     #: Bindings held for a later pass: a pod with the same requests on that node still
-    #: awaits its Allocate (horus.operator.bindgate)
+    #: awaits its Allocate (horus.operator.allocate_order)
     binds_deferred: int = 0
     pods_deleted: int = 0
     status_writes: int = 0
