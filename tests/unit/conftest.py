@@ -6,7 +6,7 @@ that runs the operator's ``Reconciler`` (placements, moves, rollbacks, forged re
 reloaded models, ...) also builds the state from scratch with the same inputs and fails on
 any difference — the differential test of ``test_livedelta.py`` over every scenario the suite
 has, not only random ones. The DRA path's passes keep a full build while nothing changed
-(:class:`KeptBuild`); each time one is handed back it is compared with a fresh build the
+(:class:`FullBuildCache`); each time one is handed back it is compared with a fresh build the
 same way. The extender's updates are checked by that test itself.
 """
 
@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from horus.operator import livesource
 from horus.operator.livedelta import LiveDelta
-from horus.operator.livesource import KeptBuild
+from horus.operator.livesource import FullBuildCache
 from horus.operator.livestate import LiveState, build_live_state
 from live_snapshot import snapshot
 
@@ -30,7 +29,7 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
 
     def checked(self: LiveDelta, objs: Any, keys: Any, *args: Any, **kwargs: Any) -> LiveState:
         live = update(self, objs, keys, *args, **kwargs)
-        if self.profile_of is livesource._no_profile:  # the operator's (the pass's inputs)
+        if self.profile_of is None:  # the operator's (the pass's inputs)
             profiles, distrusted = self._profiles, self._distrusted
             want = build_live_state(
                 objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles, keys, distrusted
@@ -38,9 +37,9 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
             assert snapshot(live) == snapshot(want), "kept live state differs from a full build"
         return live
 
-    kept_update = KeptBuild.update
+    kept_update = FullBuildCache.update
 
-    def kept_checked(self: KeptBuild, objs: Any, *args: Any) -> tuple[LiveState, bool]:
+    def kept_checked(self: FullBuildCache, objs: Any, *args: Any) -> tuple[LiveState, bool]:
         live, same = kept_update(self, objs, *args)
         if same:  # handed back: what a full build of these inputs gives now
             claims, slices, predictor, keys, profiles, distrusted = args
@@ -60,5 +59,5 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
         return live, same
 
     monkeypatch.setattr(LiveDelta, "update", checked)
-    monkeypatch.setattr(KeptBuild, "update", kept_checked)
+    monkeypatch.setattr(FullBuildCache, "update", kept_checked)
     yield

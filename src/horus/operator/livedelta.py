@@ -27,7 +27,7 @@ The pass then places on a fork of the state, so what is kept here is the cluster
 pass's decisions.
 
 Device-plugin path only (no ResourceClaims or ResourceSlices). The DRA path keeps a full
-build instead (:class:`~horus.operator.livesource.KeptBuild`) for as long as nothing it is
+build instead (:class:`~horus.operator.livesource.FullBuildCache`) for as long as nothing it is
 built from changed.
 """
 
@@ -78,7 +78,9 @@ FULL_NODES = "nodes"
 FULL_LISTING = "listing"  # a key twice, or unchanged objects listed in another order
 
 
-#: A pod's graph profile as the caller resolves it (None: none), keyed by the pod.
+#: A plain pod's graph profile as the caller resolves it (None: none), keyed by the pod. The
+#: operator passes none (it resolves profiles by job, its admission's); the extender reads
+#: each pod's annotation.
 ProfileOf = Callable[[Mapping[str, Any]], GraphProfile | None]
 _Member = tuple[Mapping[str, Any], GpuAssignment]
 #: Where the full build adds a job (see :meth:`LiveDelta._rank`); _LAST: no place known.
@@ -108,7 +110,7 @@ class _PodPart:
 class LiveDelta:
     """One live state, brought up to date with :meth:`update` (see the module docstring)."""
 
-    def __init__(self, predictor: Predictor | None, profile_of: ProfileOf) -> None:
+    def __init__(self, predictor: Predictor | None, profile_of: ProfileOf | None = None) -> None:
         self.predictor = predictor
         self.profile_of = profile_of
         self.full_builds = 0
@@ -476,7 +478,8 @@ class LiveDelta:
 
     def _known(self, jname: str, members: Sequence[_Member]) -> dict[str, GraphProfile]:
         """The caller's profile of a group: the one it passed for the job by name, or a plain
-        pod's from ``profile_of`` (``pod_job_name`` keys, as the full build is given them)."""
+        pod's from ``profile_of`` where it has one (``pod_job_name`` keys, as the full build
+        is given them)."""
         if jname in self._profiles:
             return {jname: self._profiles[jname]}
         if len(members) != 1 or not jname.startswith("pod:"):
@@ -485,7 +488,7 @@ class LiveDelta:
         meta = pod.get("metadata") or {}
         if jname != pod_job_name(str(meta.get("namespace") or "default"), str(meta.get("name"))):
             return {}
-        profile = self.profile_of(pod)
+        profile = self.profile_of(pod) if self.profile_of is not None else None
         return {jname: profile} if profile is not None else {}
 
     # --- back into the full build's order ---------------------------------------------------

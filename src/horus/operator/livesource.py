@@ -7,7 +7,7 @@ again; they differ in what they list and how they keep it:
 * **device plugin** (:class:`DeltaSource`): :class:`~horus.operator.livedelta.LiveDelta`
   counts again only the jobs whose objects, profile or trust changed;
 * **DRA** (:class:`DraSource`): ResourceClaims and ResourceSlices are listed too, and one
-  full build is handed back while nothing it was built from changed (:class:`KeptBuild`);
+  full build is handed back while nothing it was built from changed (:class:`FullBuildCache`);
   the commit path learns the pass's claims, overtaken claims and unhealthy GPUs from it.
 
 Each reading is a fork of the state kept, so the pass places, moves and dry-runs on it
@@ -32,7 +32,7 @@ from horus.operator.livestate import LiveObjects, LiveState, build_live_state
 from horus.operator.pass_state import JobCtx
 from horus.predictor.interface import GraphProfile, Predictor
 
-__all__ = ["DeltaSource", "DraSource", "KeptBuild", "LiveReading", "LiveSource"]
+__all__ = ["DeltaSource", "DraSource", "FullBuildCache", "LiveReading", "LiveSource"]
 
 
 @dataclass
@@ -76,7 +76,7 @@ class DeltaSource:
     """The device-plugin path's live state: kept, counted again where something changed."""
 
     def __init__(self, predictor: Predictor) -> None:
-        self.delta = LiveDelta(predictor, _no_profile)
+        self.delta = LiveDelta(predictor)
 
     def list_more(self, api: JobApi, snap: Listing) -> None:
         return None  # pods, DLJobs and nodes are all it is built from
@@ -90,7 +90,7 @@ class DeltaSource:
         distrusted: Collection[str],
     ) -> LiveReading:
         if self.delta.predictor is not predictor:  # residents sized by the new one
-            self.delta = LiveDelta(predictor, _no_profile)
+            self.delta = LiveDelta(predictor)
         builds = self.delta.full_builds
         objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs)
         kept = self.delta.update(objs, keys, profiles, distrusted)
@@ -103,7 +103,7 @@ class DeltaSource:
         return []
 
     def forget(self) -> None:
-        self.delta = LiveDelta(self.delta.predictor, _no_profile)
+        self.delta = LiveDelta(self.delta.predictor)
 
 
 class DraSource:
@@ -112,7 +112,7 @@ class DraSource:
 
     def __init__(self, claim_path: ClaimPath) -> None:
         self.claim_path = claim_path
-        self.build = KeptBuild()
+        self.build = FullBuildCache()
 
     def list_more(self, api: JobApi, snap: Listing) -> None:
         snap.claims = api.list_resource_claims()
@@ -143,10 +143,10 @@ class DraSource:
         return self.claim_path.taken(ctx, ctx.job.spec.replicas) if ctx.job is not None else []
 
     def forget(self) -> None:
-        self.build = KeptBuild()
+        self.build = FullBuildCache()
 
 
-class KeptBuild:
+class FullBuildCache:
     """The DRA path's live state: one full build, handed back while nothing it was built
     from changed.
 
@@ -202,12 +202,6 @@ class KeptBuild:
         self._nodes, self._listed = list(objs.nodes), listed
         self._inputs = (predictor, *inputs)
         return self._live, False
-
-
-def _no_profile(pod: Mapping[str, Any]) -> GraphProfile | None:
-    """The operator resolves profiles by job (its admission's), never from a plain pod's
-    annotation beside the full build's own reading of it (``livestate.pod_profile``)."""
-    return None
 
 
 def _identical(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> bool:

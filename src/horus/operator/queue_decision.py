@@ -3,7 +3,7 @@
 A job that can never run here (its pod names taken, no node its template allows, larger
 than any node) is refused at once with the reason, so it never blocks the jobs behind it;
 the rest go to :meth:`~horus.scheduler.Scheduler.schedule` together, up to the pass's cap.
-Each placement and refusal is written on the pass's pool; :class:`_Queue` holds those
+Each placement and refusal is written on the pass's pool; :class:`QueueOutcome` holds those
 writes for the commit phase to wait on, and what the later phases need of the decision.
 """
 
@@ -38,13 +38,13 @@ from horus.operator.queueing import NodeEligibility, job_request, refuse, stable
 from horus.operator.writer import StatusWriter
 from horus.scheduler import ClusterState, JobRequest, RefusalCode
 
-__all__ = ["QueuePhase"]
+__all__ = ["QueueOutcome", "QueuePhase"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Queue:
+class QueueOutcome:
     """What the queue phase decided, before it is written."""
 
     futures: list[Future[None]] = field(default_factory=list)
@@ -92,9 +92,9 @@ class QueuePhase:
         state: ClusterState,
         nodes: list[dict[str, Any]],
         report: PassReport,
-    ) -> _Queue:
+    ) -> QueueOutcome:
         """Queued jobs: refuse what can never run here, place the rest with the core."""
-        queue = _Queue()
+        queue = QueueOutcome()
         queued = [
             x
             for x in ctxs.values()
@@ -123,7 +123,7 @@ class QueuePhase:
         queued: list[JobCtx],
         state: ClusterState,
         nodes: list[dict[str, Any]],
-        queue: _Queue,
+        queue: QueueOutcome,
         report: PassReport,
     ) -> dict[str, JobRequest]:
         eligible = queue.eligible = NodeEligibility(nodes, state.node_names)
@@ -171,7 +171,7 @@ class QueuePhase:
         ctxs: Mapping[str, JobCtx],
         state: ClusterState,
         requests: Mapping[str, JobRequest],
-        queue: _Queue,
+        queue: QueueOutcome,
         report: PassReport,
     ) -> None:
         t1 = time.perf_counter()
@@ -202,7 +202,7 @@ class QueuePhase:
             self._refuse(ctxs[refusal.job], reason, message, queue, report)
 
     def _refuse(
-        self, ctx: JobCtx, reason: str, message: str, queue: _Queue, report: PassReport
+        self, ctx: JobCtx, reason: str, message: str, queue: QueueOutcome, report: PassReport
     ) -> None:
         queue.by_reason[reason] += 1
         queue.futures.append(

@@ -59,7 +59,7 @@ from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.placement_rules import PlacementSession
 from horus.operator.plain_pod_claims import convert_pods
 from horus.operator.pod_reads import PodFacts, PodFactsCache, by_pod
-from horus.operator.queue_decision import QueuePhase, _Queue
+from horus.operator.queue_decision import QueueOutcome, QueuePhase
 from horus.operator.trust import COND_SIGNING_KEY, TERMINAL_PHASES, TrustGate
 from horus.operator.writer import COMPONENT, StatusWriter
 from horus.predictor.interface import Predictor
@@ -346,7 +346,7 @@ class Reconciler:
         )
 
     def _correct(
-        self, ctxs: Mapping[str, JobCtx], live: LiveState, queue: _Queue, report: PassReport
+        self, ctxs: Mapping[str, JobCtx], live: LiveState, queue: QueueOutcome, report: PassReport
     ) -> None:
         """Moves and preemptions (``operator.correction``), on the state this pass left."""
         if self.corrector.period_s <= 0 or not self.is_leader():
@@ -367,7 +367,7 @@ class Reconciler:
         self,
         placed_before: list[JobCtx],
         ctxs: Mapping[str, JobCtx],
-        queue: _Queue,
+        queue: QueueOutcome,
         report: PassReport,
     ) -> None:
         """Finish placed jobs' pods from their record and keep their status in step; wait for
