@@ -101,7 +101,15 @@ def test_every_policy_is_bound_to_deny_and_fails_closed() -> None:
         name = p["metadata"]["name"]
         assert p["spec"]["failurePolicy"] == "Fail", name
         binding = docs[f"ValidatingAdmissionPolicyBinding/{name}"]
-        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}, name
+        expected: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+        if "paramKind" in p["spec"]:  # the GPU identity registry: the one param there is
+            assert p["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}, name
+            expected["paramRef"] = {
+                "name": c.GPU_IDENTITIES_CONFIGMAP,
+                "namespace": c.HORUS_NAMESPACE,
+                "parameterNotFoundAction": "Allow",
+            }
+        assert binding["spec"] == expected, name
         for v in p["spec"]["validations"]:
             assert v["reason"] == "Forbidden" and (v.get("message") or v.get("messageExpression"))
 
