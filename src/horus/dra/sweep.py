@@ -121,10 +121,8 @@ class ClaimSweeper:
                 entry = checkpoint.get(uid)
                 if entry is None:  # unprepared by the kubelet meanwhile
                     continue
-                verdict = self._one(entry)
-                {KEPT: result.kept, STALE: result.unprepared, DOUBT: result.left}[verdict].append(
-                    uid
-                )
+                outcome = {KEPT: result.kept, STALE: result.unprepared, DOUBT: result.left}
+                outcome[self._one(entry)].append(uid)
             self.counts.sweeps += 1
             self.counts.unprepared += len(result.unprepared)
             self.counts.left += len(result.left)
