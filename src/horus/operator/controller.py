@@ -95,6 +95,8 @@ class Controller:
     stopping: bool = False
     _step_down_task: asyncio.Task[None] | None = None
     _lease_pool: ThreadPoolExecutor | None = None
+    #: Records each node's GPU UUIDs in the GPU identity registry (horus.operator.identities).
+    identities: Any = None
 
     def __post_init__(self) -> None:
         self.metrics.gpus = self.settings.gpu_metrics
@@ -167,6 +169,11 @@ class Controller:
         )
         if not await asyncio.to_thread(self.view.start, 120.0):
             log.warning("the cluster view is not synced yet; passes wait for it")
+        from horus.operator.identities import IdentityRecorder, KubeIdentityApi
+
+        self.identities = IdentityRecorder(
+            KubeIdentityApi(api, s.namespace), self._published, self.may_write, self.identity
+        )
         self.reconciler = Reconciler(
             KubeJobApi(api, self.view),
             predictor,
@@ -192,6 +199,7 @@ class Controller:
             asyncio.create_task(self._lease_loop(), name="horus-lease"),
             asyncio.create_task(self._reconcile_loop(), name="horus-reconcile"),
             asyncio.create_task(self._release_loop(), name="horus-heap"),
+            asyncio.create_task(self._identities_loop(), name="horus-gpu-identities"),
         ]
         if s.predictor is not None and s.predictor_reload_seconds > 0:
             loop = asyncio.get_running_loop()
@@ -322,6 +330,22 @@ class Controller:
         self.predictor = new
         self.reconciler.set_predictor(new)
         self.metrics.set_predictor(new.version)
+
+    def _published(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """The view's nodes and (on the DRA path) ResourceSlices, for the identity registry."""
+        slices = self.view.slices.items() if self.view.slices is not None else None
+        return self.view.nodes.items(), slices
+
+    async def _identities_loop(self) -> None:
+        """Every GPU_IDENTITIES_SYNC_SECONDS, once the view is synced: one round of the GPU
+        identity registry (horus.operator.identities; only the leader writes)."""
+        while not self.stopping:
+            if self.identities is not None and self.view is not None and self.view.synced:
+                try:
+                    await asyncio.to_thread(self.identities.tick)
+                except Exception:
+                    log.exception("GPU identity registry round failed; retrying")
+            await asyncio.sleep(c.GPU_IDENTITIES_SYNC_SECONDS)
 
     async def _release_loop(self) -> None:
         """Every ``HEAP_RELEASE_SECONDS``, give the heap memory freed since back to the system
