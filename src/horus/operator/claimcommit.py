@@ -379,5 +379,8 @@ def _controller_name(meta: Mapping[str, Any]) -> str:
 
 
 def claim_owner_uid(claim: Mapping[str, Any]) -> str:
-    """The DLJob UID a claim names as its controller ("" for any other claim)."""
-    return controller_dljob_uid(claim.get("metadata") or {})
+    """The DLJob UID of a claim Horus made for a DLJob: its controller, on a claim that carries
+    Horus' text (only the operator may set a ``horus.io/`` annotation on a claim, the policy
+    ``horus-claim-annotations``; callers that hold the keys verify it, :func:`claim_epoch`).
+    "" for any other claim — a tenant's naming a DLJob as owner is not Horus' to delete."""
+    return horus_claim_job_uid(claim, None)

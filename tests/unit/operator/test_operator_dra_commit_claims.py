@@ -193,12 +193,19 @@ def test_a_decision_overtaken_before_its_pods_run_is_re_placed_off_that_gpu(
     _, r1 = sorted(status(api, "gang")["placements"], key=lambda r: r["replica"])
     # before either replica's claim is allocated, a tenant's claim takes replica 1's GPU
     tenant_claim(api, "grab", r1["node"], r1["gpuIndex"], 70, 1000)
+    # and another claim of the tenant names the gang as its controller: not Horus', kept
+    forged = {"apiVersion": c.API_GROUP_VERSION, "kind": c.DLJOB_KIND, "name": "gang",
+              "uid": "uid-gang", "controller": True}  # fmt: skip
+    api.create_resource_claim(
+        "default", {"metadata": {"name": "mine", "ownerReferences": [forged]}, "spec": {}}
+    )
     report = rec.run_pass()
     assert report.replaced == 1
     st = status(api, "gang")
     assert st["phase"] == c.DLJOB_PHASE_QUEUED and st["reason"] == "ClaimOvertaken"
     assert "grab" in st["message"]
-    assert not api.claims.keys() - {("default", "grab")}  # both replicas' claims gone
+    # both replicas' claims gone; the tenant's stay
+    assert set(api.claims) == {("default", "grab"), ("default", "mine")}
     assert not api.pods  # and their pods, none of which ran (UID preconditions)
     assert rec.claim_path is not None
     assert rec.claim_path.avoided("uid-gang") == {r1["gpuUUID"]}
@@ -978,3 +985,21 @@ def test_repeated_overtakes_keep_the_job_off_those_gpus_for_a_while() -> None:
         assert api.reasons("v").count("ClaimOvertaken") == 2
     finally:
         rec.close()
+
+
+def test_a_tenant_claim_naming_a_gone_job_as_owner_is_never_deleted(
+    api: FakeJobApi, rec: Reconciler
+) -> None:
+    api.add_dljob(job("q", core=60))
+    forged = {"apiVersion": c.API_GROUP_VERSION, "kind": c.DLJOB_KIND, "name": "q",
+              "uid": "uid-q", "controller": True}  # fmt: skip
+    # a tenant claim "controlled" by a job that is then gone: not Horus' to delete
+    api.create_resource_claim(
+        "default", {"metadata": {"name": "mine", "ownerReferences": [forged]}, "spec": {}}
+    )
+    rec.run_pass()
+    del api.dljobs[("default", "q")]
+    for _ in range(2):
+        rec.run_pass()
+    assert ("default", "mine") in api.claims
+    assert ("default", "q-0-gpu") not in api.claims  # Horus' own claim of the job went
