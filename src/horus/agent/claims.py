@@ -11,6 +11,11 @@ The GPUs it checks a claim against are its own node's ResourceSlice of driver
 write (``horus-node-own-resourceslices``). The reading and its checks are the DRA driver's
 (:mod:`horus.node.claims`), so the agent enforces exactly what Prepare handed out.
 
+Once a pod's share has been read and checked, it stays the pod's until the pod ends: a re-read
+that no longer checks (the GPU tainted Unhealthy, the slice briefly without the device, the
+claim deleted under the running pod) or that fails keeps the verified share enforced, since the
+pod's containers keep the GPU whatever the claim says now.
+
 Cost: the pods are listed each cycle anyway; a claim is read once per pod and kept while the
 pod runs (an allocation cannot change while the claim is reserved for the pod: the apiserver
 only lets it be set once, or removed when no pod holds it), re-read every ``CLAIM_TTL``
@@ -115,13 +120,29 @@ class ClaimShares:
             if cached is not None and cached[0] > now:
                 share = cached[1]
             else:
+                # the share verified before, kept while the pod runs: its containers hold the
+                # GPU whatever a re-read says (a tainted GPU, a slice briefly without the
+                # device, a claim deleted under the pod)
+                verified = cached[1] if cached is not None else None
                 if gpus is None:
                     gpus = self.gpus(node)
                 try:
                     share = self._read(obj, uid, names, node, gpus, who)
                 except ApiError as exc:  # this cycle only; asked again next cycle
-                    self._skips.warn(uid, f"{who}: cannot read its claims ({exc}); not sampled")
-                    continue
+                    if verified is None:
+                        self._skips.warn(uid, f"{who}: cannot read its claims ({exc}); not sampled")
+                        continue
+                    self._skips.warn(
+                        uid, f"{who}: cannot read its claims ({exc}); its verified share stays"
+                    )
+                    share = verified
+                if share is None and verified is not None:
+                    self._skips.warn(
+                        f"{uid}:kept",
+                        f"{who}: its claim no longer checks on re-read; the share verified "
+                        f"before ({verified.share.ref}) stays enforced until the pod ends",
+                    )
+                    share = verified
                 ttl = CLAIM_TTL if share is not None else NO_SHARE_TTL
                 self._pods[uid] = (now + ttl, share)
             if share is None:

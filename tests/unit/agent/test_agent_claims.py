@@ -246,3 +246,47 @@ def test_a_pod_that_joined_a_prepared_claim_is_reported_once_in_report_mode() ->
     assert len(api.writes()) == 1
     # both are sampled and policed with the one share (MPS limits each to all of it)
     assert snap.pods["uid-joiner"].assignment == snap.pods["uid-a"].assignment
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["tainted", "device gone from the slice", "claim deleted", "apiserver down"],
+)
+def test_a_running_pods_verified_share_stays_enforced_until_the_pod_ends(change: str) -> None:
+    """Once read and checked, a pod's share is the pod's while it runs: a re-read that no
+    longer checks (or fails) must not stop enforcing it — its containers keep the GPU."""
+    from horus.agent.claims import CLAIM_TTL, ClaimShares
+    from horus.agent.pods import SkipLog
+    from horus.kube.errors import ApiError
+
+    api = DraApiserver()
+    api.claims[("ns", "c-a")] = claim("c-a", ["a"], device="gpu-1", cores="30", memory="8192Mi")
+    pods = [claimed_pod("a", "c-a")]
+    now = [1000.0]
+    kube = AgentApi(api)
+    shares = ClaimShares(kube, SkipLog(), clock=lambda: now[0])
+    (first,) = shares.pods(NODE, pods)
+    assert (first.info.assignment.core_percent, first.info.assignment.memory_mib) == (30, 8192)
+    sick = [GpuDevice(0, gpus()[0].uuid, "H100", 81559), gpus()[1]]
+    if change == "tainted":
+        sick[1] = GpuDevice(1, gpus()[1].uuid, "H100", 81559, c.GPU_UNHEALTHY)
+        api.slices = [{"metadata": {"name": "s"}, "spec": build_slice_spec(NODE, sick, 2)}]
+    elif change == "device gone from the slice":
+        api.slices = [{"metadata": {"name": "s"}, "spec": build_slice_spec(NODE, sick[:1], 2)}]
+    elif change == "claim deleted":
+        del api.claims[("ns", "c-a")]
+    else:
+
+        def down(namespace: str, name: str) -> dict[str, Any] | None:
+            raise ApiError(0, "connection refused")
+
+        kube.claim = down  # type: ignore[method-assign]
+    reads = api.gets("resourceclaims")
+    for step in (1, 2, 3):
+        now[0] += CLAIM_TTL * step + 1  # past the cache: the claim is read again
+        (kept,) = shares.pods(NODE, pods)
+        assert kept.info.assignment == first.info.assignment, (change, step)
+    if change != "apiserver down":
+        assert api.gets("resourceclaims") > reads  # it was read again, and did not check
+    assert shares.pods(NODE, []) == []  # the pod ended: forgotten
+    assert shares._pods == {}
