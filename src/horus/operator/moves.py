@@ -20,7 +20,7 @@ A crash after 1 leaves a record the next leader finishes; before 1, nothing happ
 **A preemption** (``preempt``): the victim's record first — back to ``Queued`` without
 placements, ``status.migrations.preemptions`` + 1 — then its pods are deleted (their shares
 count, from the pods, until they are gone). A queued job that still has pods is a preemption
-a crash interrupted: the pass deletes them (``Reconciler._cleanup``). The victim keeps its
+a crash interrupted: the pass deletes them (``LeftoverCleanup.pods``). The victim keeps its
 prediction and resumes from its checkpoint when it is placed again.
 
 Which jobs move or are preempted is the scheduling core's decision (``horus.scheduler``); this

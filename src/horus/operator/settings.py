@@ -99,7 +99,7 @@ class OperatorSettings:
     #: larger for good (``benchmarks/results/operator-scale-1000x3000-cap.json`` against
     #: ``operator-scale-1000x3000-before-cap.json``). Jobs are taken in the order the
     #: scheduler would take them (admission: untried jobs first, by class value then age,
-    #: then those tried longest ago: :meth:`Reconciler._admission_turn`), so the cap delays
+    #: then those tried longest ago: :meth:`NewJobs._admission_turn`), so the cap delays
     #: placements, never reorders them.
     max_jobs_per_pass: int = 1000
     #: Which GPUs get a ``horus_gpu_predicted_utilization_ratio`` series: ``all`` (every GPU
