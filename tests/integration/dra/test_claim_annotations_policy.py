@@ -185,6 +185,7 @@ def test_only_the_operator_sets_changes_or_removes_a_claims_horus_annotations(
         ("strip", team.patch("tenant", "replica", {c.ANNOTATION_ASSIGNMENT_SIGNATURE: None})),
         ("strip both", team.patch("tenant", "replica", dict.fromkeys(SIGNED))),
         ("add", team.patch("tenant", "replica", {f"{c.API_GROUP}/anything": "x"})),
+        ("mark converted", team.patch("tenant", "replica", {c.ANNOTATION_CONVERTED_FOR: "uid"})),
         (
             "kubectl annotate -",
             team.as_(

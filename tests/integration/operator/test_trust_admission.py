@@ -737,6 +737,39 @@ def test_a_tenant_cannot_edit_or_strip_its_pods_assignment(world: World) -> None
     assert {k: after[k] for k in HORUS_ANNOTATIONS} == HORUS_ANNOTATIONS
 
 
+@pytest.mark.parametrize("key", c.HORUS_OWNED_POD_ANNOTATIONS)
+def test_a_tenant_cannot_set_change_or_remove_any_horus_annotation(world: World, key: str) -> None:
+    """Each Horus pod annotation, each way a tenant with edit can write one: set on a pod
+    without it, changed, removed (merge patch to null, ``kubectl annotate key-``, JSON patch
+    remove). The policy is the same on both placement paths (chart rbac.yaml, outside the
+    path's conditions; tests/unit/packaging)."""
+    team = world.team
+    bare, placed = f"bare-{key.split('/')[1]}"[:63], f"placed-{key.split('/')[1]}"[:63]
+    world.create(team, _pod(bare, world.node_b, {}))
+    world.create(team, _pod(placed, world.node_b, {**HORUS_ANNOTATIONS, key: "{}"}))
+    sentence = f"only Horus sets, changes or removes the pod annotations {key} "
+    escaped = key.replace("/", "~1")
+    attempts = [
+        ("set", bare, ["patch", "pod", bare, "-p", _merge({key: "{}"})]),
+        ("set by annotate", bare, ["annotate", "pod", bare, f"{key}={{}}"]),
+        ("change", placed, ["patch", "pod", placed, "-p", _merge({key: '{"x":1}'})]),
+        ("remove", placed, ["patch", "pod", placed, "-p", _merge({key: None})]),
+        ("remove by annotate", placed, ["annotate", "pod", placed, f"{key}-"]),
+        (
+            "remove by JSON patch",
+            placed,
+            ["patch", "pod", placed, "--type=json", "-p",
+             json.dumps([{"op": "remove", "path": f"/metadata/annotations/{escaped}"}])],
+        ),
+    ]  # fmt: skip
+    for what, name, args in attempts:
+        before = world.get("pod", name, team)["metadata"].get("annotations") or {}
+        proc = world.as_("tenant", "-n", team, *args)
+        _refused(proc, "horus-pod-annotations", sentence)
+        after = world.get("pod", name, team)["metadata"].get("annotations") or {}
+        assert after.get(key) == before.get(key), what
+
+
 def test_a_tenant_cannot_create_a_pod_with_copied_annotations(world: World) -> None:
     team = world.team
     copied = world.get("pod", "on-a", team)["metadata"]["annotations"]
