@@ -32,7 +32,14 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
         if self.profile_of is None:  # the operator's (the pass's inputs)
             profiles, distrusted = self._profiles, self._distrusted
             want = build_live_state(
-                objs.nodes, objs.pods, objs.dljobs, self.predictor, profiles, keys, distrusted
+                objs.nodes,
+                objs.pods,
+                objs.dljobs,
+                self.predictor,
+                profiles,
+                keys,
+                distrusted,
+                identities=objs.identities,
             )
             assert snapshot(live) == snapshot(want), "kept live state differs from a full build"
         return live
@@ -53,6 +60,7 @@ def _operator_live_state_equals_a_full_build(monkeypatch: pytest.MonkeyPatch) ->
                 distrusted,
                 claims,
                 slices,
+                objs.identities,
             )
             assert snapshot(live) == snapshot(want), "kept DRA live state differs from a build"
             assert live.overtaken == want.overtaken

@@ -192,6 +192,8 @@ class Controller:
             lifecycle_events=s.lifecycle_events,
             max_jobs_per_pass=s.max_jobs_per_pass,
         )
+        # the live state leaves out a GPU a node publishes that is registered to another
+        self.reconciler.live_source.identities = lambda: self.identities.registry
         self.metrics.set_predictor(predictor.version)
         self.metrics.watch_view(self.view.counts)
         self.metrics.serve(s.metrics_port, s.metrics_host)

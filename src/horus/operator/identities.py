@@ -105,8 +105,7 @@ class IdentityRecorder:
         if raw is None and self.may_write():
             log.info("GPU identity registry %s missing: created", c.GPU_IDENTITIES_CONFIGMAP)
             raw = self.api.create()
-        registry = parse_registry(raw)
-        self.registry = registry
+        registry = self._keep(parse_registry(raw))
         nodes, slices = self.objects()
         published = published_gpus(nodes, slices)
         self._tell(registry, published)
@@ -118,7 +117,7 @@ class IdentityRecorder:
         if not todo.entries:
             return 0
         out = self.api.patch(merge_patch(raw, todo.entries))
-        self.registry = parse_registry(out)
+        self._keep(parse_registry(out))
         self.added += len(todo.entries)
         log.info(
             "GPU identity registry: recorded %d GPUs (%s)",
@@ -126,6 +125,13 @@ class IdentityRecorder:
             ", ".join(f"{u} → {n}" for u, n in sorted(todo.entries.items())[:5]),
         )
         return len(todo.entries)
+
+    def _keep(self, registry: Registry) -> Registry:
+        """Hold ``registry``, or the equal one already held: the live state builds in full
+        when the registry it is handed is a different one (``LiveDelta``)."""
+        if self.registry is None or self.registry != registry:
+            self.registry = registry
+        return self.registry
 
     def _tell(self, registry: Registry, published: Mapping[str, list[GpuDevice]]) -> None:
         """One Warning Event on a node for each GPU it publishes that is another node's."""

@@ -43,6 +43,7 @@ from horus.api.assignment import GpuAssignment
 from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
+from horus.node.identities import Registry
 from horus.operator.listing_changes import Change, HeldListing, Lookup, same_nodes
 from horus.operator.livestate import (
     MOVING_SUFFIX,
@@ -120,6 +121,7 @@ class LiveDelta:
         self.full_reason = ""
         self._keys: KeyRing | None = None
         self._nodes: list[Mapping[str, Any]] | None = None
+        self._identities: Registry | None = None
         self._base_excluded: dict[str, str] = {}
         self._base_problems: list[str] = []
         self._dl: dict[str, _DLJobPart] = {}
@@ -169,7 +171,7 @@ class LiveDelta:
             else FULL_KEYS
             if keys != self._keys
             else FULL_NODES
-            if not same_nodes(self._nodes, objs.nodes)
+            if not same_nodes(self._nodes, objs.nodes) or objs.identities != self._identities
             else ""
         )
         if why:
@@ -238,7 +240,8 @@ class LiveDelta:
         self.full_builds += 1
         self.full_reason = why
         self._keys, self._nodes = keys, list(objs.nodes)
-        base = _gpu_nodes(objs.nodes)
+        self._identities = objs.identities
+        base = _gpu_nodes(objs.nodes, None, objs.identities)
         self._base_excluded, self._base_problems = dict(base.excluded_nodes), list(base.problems)
         self._dl, self._pods, self._group_problems = {}, {}, {}
         self._dl_ids, self._pod_ids = {}, {}

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from horus.api.signing import KeyRing
+from horus.node.identities import Registry
 from horus.operator.claimcommit import ClaimPath
 from horus.operator.jobapi import JobApi
 from horus.operator.listing import Listing
@@ -51,6 +52,10 @@ class LiveReading:
 class LiveSource(Protocol):
     """What the pass asks of its placement path's live state."""
 
+    #: The GPU identity registry as last read (``horus.operator.identities``; the operator
+    #: process sets it): a GPU a node publishes that is registered to another is left out.
+    identities: Callable[[], Registry | None]
+
     def list_more(self, api: JobApi, snap: Listing) -> None:
         """List what this path's state is built from beside pods, DLJobs and nodes."""
 
@@ -77,6 +82,8 @@ class DeltaSource:
 
     def __init__(self, predictor: Predictor) -> None:
         self.delta = LiveDelta(predictor)
+        #: The GPU identity registry as last read (set by the operator process).
+        self.identities: Callable[[], Registry | None] = lambda: None
 
     def list_more(self, api: JobApi, snap: Listing) -> None:
         return None  # pods, DLJobs and nodes are all it is built from
@@ -92,7 +99,7 @@ class DeltaSource:
         if self.delta.predictor is not predictor:  # residents sized by the new one
             self.delta = LiveDelta(predictor)
         builds = self.delta.full_builds
-        objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs)
+        objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs, self.identities())
         kept = self.delta.update(objs, keys, profiles, distrusted)
         live = dataclasses.replace(kept, state=kept.state.fork())
         same = self.delta.full_builds == builds
@@ -113,6 +120,8 @@ class DraSource:
     def __init__(self, claim_path: ClaimPath) -> None:
         self.claim_path = claim_path
         self.build = FullBuildCache()
+        #: The GPU identity registry as last read (set by the operator process).
+        self.identities: Callable[[], Registry | None] = lambda: None
 
     def list_more(self, api: JobApi, snap: Listing) -> None:
         snap.claims = api.list_resource_claims()
@@ -126,7 +135,7 @@ class DraSource:
         profiles: Mapping[str, GraphProfile],
         distrusted: Collection[str],
     ) -> LiveReading:
-        objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs)
+        objs = LiveObjects(snap.nodes, snap.pods, snap.dljobs, self.identities())
         held, same = self.build.update(
             objs, snap.claims, snap.slices or [], predictor, keys, profiles, distrusted
         )
@@ -184,7 +193,7 @@ class FullBuildCache:
             list(claims),
             list(slices),
         )
-        inputs = (keys, dict(profiles), frozenset(distrusted))
+        inputs = (keys, dict(profiles), frozenset(distrusted), objs.identities)
         if (
             self._live is not None
             and self._inputs[0] is predictor
@@ -196,7 +205,16 @@ class FullBuildCache:
             return self._live, True
         pods, dljobs, claims, slices = listed
         self._live = build_live_state(
-            objs.nodes, pods, dljobs, predictor, profiles, keys, distrusted, claims, slices
+            objs.nodes,
+            pods,
+            dljobs,
+            predictor,
+            profiles,
+            keys,
+            distrusted,
+            claims,
+            slices,
+            objs.identities,
         )
         self.full_builds += 1
         self._nodes, self._listed = list(objs.nodes), listed

@@ -874,3 +874,6 @@ class LiveObjects:
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     dljobs: list[dict[str, Any]]
+    #: The GPU identity registry as the operator last read it (:func:`_gpu_nodes`); None: no
+    #: registry (tests, tools, the extender), every GPU a node publishes counts as its own.
+    identities: Registry | None = None

@@ -130,3 +130,24 @@ def test_registry_problems_reach_the_view() -> None:
     reg = parse_registry({"data": {"bad key/": "node-a"}})
     live = build_live_state([_node("node-a", _gpus(A0))], [], [], identities=reg)
     assert any("bad key/" in p for p in live.problems)
+
+
+def test_the_operators_kept_state_takes_the_registry_and_rebuilds_when_it_changes() -> None:
+    """The device-plugin path keeps its live state between passes (LiveDelta): a registry
+    handed with the listing leaves the liar's GPU out, and a new registry is a full build."""
+    from horus.operator.livedelta import LiveDelta
+    from horus.operator.livestate import LiveObjects
+
+    nodes = [_node("node-a", _gpus(A0, B0)), _node("node-b", _gpus(B0, B1))]
+    delta = LiveDelta(None)  # type: ignore[arg-type]
+    none = delta.update(LiveObjects(nodes, [], []), None)
+    assert sorted(str(u) for u in none.state.gpu_uuid) == sorted([A0, B1])  # B0 contested
+    reg = Registry({A0: "node-a", B0: "node-b", B1: "node-b"})
+    builds = delta.full_builds
+    live = delta.update(LiveObjects(nodes, [], [], reg), None)
+    assert delta.full_builds == builds + 1
+    st = live.state
+    assert str(st.gpu_uuid[st.gpu_id("node-b", 0)]) == B0
+    assert sorted(str(u) for u in st.gpu_uuid) == sorted([A0, B0, B1])
+    same = delta.update(LiveObjects(nodes, [], [], Registry(dict(reg.owners))), None)
+    assert delta.full_builds == builds + 1 and same.state.gpu_count == 3  # equal: kept
