@@ -23,7 +23,7 @@ from horus.devcluster.apiaddress import chain_for, interface_for
 from horus.devcluster.binaries import repo_root
 from horus.devcluster.cluster import DevClusterState
 from horus.devcluster.processes import port_open
-from horus.devcluster.realnodes import RealNodesState
+from horus.devcluster.realnode_state import RealNodesState
 from realnode_host import real_node_host
 
 BUILD = repo_root() / "tools" / "controlplane" / "build.sh"

@@ -33,7 +33,8 @@ from horus.common.errors import ClusterError
 from horus.devcluster import images
 from horus.devcluster.binaries import repo_root
 from horus.devcluster.cluster import DevClusterState, LocalCluster
-from horus.devcluster.realnodes import RealNodes, RealNodeSpec
+from horus.devcluster.realnode_state import RealNodeSpec
+from horus.devcluster.realnodes import RealNodes
 
 RELEASE = "horus"
 NAMESPACE = c.HORUS_NAMESPACE

@@ -323,7 +323,8 @@ def _add_nodes(args: argparse.Namespace) -> int:
 
 
 def _add_real_nodes(args: argparse.Namespace, cluster: Any) -> int:
-    from horus.devcluster.realnodes import RealNodes, RealNodeSpec
+    from horus.devcluster.realnode_state import RealNodeSpec
+    from horus.devcluster.realnodes import RealNodes
 
     spec = RealNodeSpec(
         count=args.count,

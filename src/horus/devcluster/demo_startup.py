@@ -92,7 +92,7 @@ def preflight(opts: DemoOptions) -> None:
         _check_port_free(opts.prometheus_port, "Prometheus")
     prometheus.binary()  # the built one (tools/controlplane/build.sh), or a ClusterError
     if not opts.kwok:
-        from horus.devcluster.realnodes import check_host
+        from horus.devcluster.realnode_host import check_host
 
         try:
             check_host()

@@ -39,14 +39,16 @@ stops the processes, kills what is left in the node's cgroups, removes the cgrou
 and the folder, runs ``kube-proxy --cleanup`` after the last node, and hands the host's shared state back to
 :mod:`horus.devcluster.hostenv`.
 
-Why one module, not several: it is one
-lifecycle — a node's folder, cgroup root, bridge, containerd, kubelet, kube-proxy and
-identity are made in :meth:`RealNodes.add` and undone, in the reverse order, in
-:meth:`RealNodes.remove`, and the guarantee that ``down`` leaves nothing behind is only
-checkable when every "make" sits next to its "undo". The parts that stand alone already live
-elsewhere: host-wide state in :mod:`horus.devcluster.hostenv`, certificates in
-:mod:`horus.devcluster.certs`, process handling in :mod:`horus.devcluster.processes`, images in
-:mod:`horus.devcluster.images`.
+One lifecycle, several modules: a node's folder, cgroup root, bridge, containerd, kubelet,
+kube-proxy and identity are made in :meth:`RealNodes.add` and undone, in the reverse order, in
+:meth:`RealNodes.remove`, both here, so every "make" sits next to its "undo" and the guarantee
+that ``down`` leaves nothing behind stays checkable in one place. What they use lives apart:
+what a node is and the cluster's record of its nodes in :mod:`horus.devcluster.realnode_state`,
+its configuration files in :mod:`horus.devcluster.realnode_config`, host checks, commands,
+cgroups and process waits in :mod:`horus.devcluster.realnode_host`, the host device plugin in
+:mod:`horus.devcluster.realnode_deviceplugin`, host-wide state in
+:mod:`horus.devcluster.hostenv`, certificates in :mod:`horus.devcluster.certs`, process handling
+in :mod:`horus.devcluster.processes`, images in :mod:`horus.devcluster.images`.
 """
 
 from __future__ import annotations
@@ -56,496 +58,43 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from horus.common import constants as c
-from horus.common.errors import ClusterError, ValidationError
+from horus.common.errors import ClusterError
 from horus.devcluster import apiaddress, certs, dns, hostenv
-from horus.devcluster.processes import ManagedProcess, free_port, spawn
+from horus.devcluster.processes import free_port, spawn
+from horus.devcluster.realnode_config import (
+    cni_config,
+    containerd_config,
+    kube_proxy_config,
+    kubelet_config,
+    write_kubeconfig,
+)
+from horus.devcluster.realnode_deviceplugin import ensure_device_plugin_rbac, spawn_device_plugin
+from horus.devcluster.realnode_host import (
+    check_host,
+    exited,
+    kube_proxy_cleanup,
+    make_cgroup_root,
+    pids_naming,
+    prefer_bin_dir,
+    remove_cgroup_root,
+    run,
+    wait_for,
+)
+from horus.devcluster.realnode_state import STATE_FILE, RealNode, RealNodeSpec, RealNodesState
 
-STATE_FILE = "real-nodes.json"
 #: What each real node runs from the binaries folder besides containerd's.
 NODE_BINARIES = ("kubelet", "kube-proxy", "coredns")
 NODES_DIR = "nodes"
 #: The service IP of ``kubernetes`` (first address of the cluster's service range).
 APISERVER_SERVICE_IP = certs.SERVICE_IP
-CNI_BIN_DIR = "/usr/lib/cni"
-#: Where a node's containerd reads CDI specs (the path a DRA driver writes by default). Inside
-#: the node's mount namespace it is the node's own folder: ``/run/cdi`` (``/var/run`` is a link
-#: to ``/run``) is one of :data:`horus.devcluster.hostenv.PRIVATE_MOUNTS`, bound from
-#: ``<node>/mounts/run-cdi`` (:meth:`RealNodes.cdi_dir`).
-CDI_SPEC_DIR = "/var/run/cdi"
-#: containerd 2.x, its runc shim and ctr, built from containerd's Go module beside the kubelet
-#: (tools/controlplane/build.sh): Debian bookworm's containerd 1.6 has no CDI.
-CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
-#: What a real node needs on the host, and the Debian package that brings it.
-HOST_TOOLS = {
-    "runc": "runc",
-    "iptables": "iptables",
-    "ip": "iproute2",
-    "unshare": "util-linux",
-    "nsenter": "util-linux",
-}
-CNI_PLUGINS = ("bridge", "host-local", "loopback")
-DEVICE_PLUGIN_USER = "horus-dev:device-plugin"
-DEVICE_PLUGIN_GROUP = "horus-dev:device-plugins"
-DEVICE_PLUGIN_ROLE = "horus-dev-device-plugin"
-CGROUP_FS = Path("/sys/fs/cgroup")
-
-
-@dataclass(frozen=True)
-class RealNodeSpec:
-    """What ``add-nodes --real`` was asked for."""
-
-    count: int
-    gpus_per_node: int = 2
-    gpu_model: str = "H100"
-    gpu_memory_mib: int = 81920
-    prefix: str = "real-node"
-    #: "host": run the Horus device plugin (simulated GPUs) as a process of the node;
-    #: "none": leave the GPUs to the chart's node DaemonSet.
-    device_plugin: str = "host"
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.count <= 16:
-            raise ValidationError(
-                f"--count must be between 1 and 16 for real nodes (each runs a kubelet and a "
-                f"containerd, ~150 MB), got {self.count}"
-            )
-        if not 1 <= self.gpus_per_node <= 16:
-            raise ValidationError(
-                f"--gpus-per-node must be between 1 and 16, got {self.gpus_per_node}"
-            )
-        if not 1024 <= self.gpu_memory_mib <= 1_048_576:
-            raise ValidationError(
-                f"--gpu-memory-mib must be between 1024 and 1048576 MiB, got {self.gpu_memory_mib}"
-            )
-        if not self.gpu_model.replace("-", "").replace("_", "").isalnum():
-            raise ValidationError(
-                f"--gpu-model must be letters, digits, '-' or '_' (e.g. H100), got {self.gpu_model!r}"
-            )
-        if self.device_plugin not in ("host", "none"):
-            raise ValidationError(
-                f"--device-plugin must be 'host' or 'none', got {self.device_plugin!r}"
-            )
-        if not self.prefix or len(self.prefix) > 40 or not _dns_label(self.prefix):
-            raise ValidationError(
-                f"--prefix must be a DNS label of at most 40 characters, got {self.prefix!r}"
-            )
-
-
-def _dns_label(text: str) -> bool:
-    return (
-        text[0].isalnum()
-        and text[-1].isalnum()
-        and all(ch.isdigit() or ("a" <= ch <= "z") or ch == "-" for ch in text)
-    )
-
-
-@dataclass
-class RealNode:
-    """One node: where it lives, its network, its ports and its processes."""
-
-    name: str
-    index: int
-    directory: str
-    bridge: str
-    node_ip: str
-    subnet: str
-    cgroup_root: str
-    kubelet_port: int
-    healthz_port: int
-    gpus: int
-    gpu_model: str
-    gpu_memory_mib: int
-    device_plugin: str
-    processes: list[ManagedProcess] = field(default_factory=list)
-    #: containerd's sockets live here, not in ``directory``: a unix socket path has at most
-    #: 104 characters, and cluster folders (pytest's tmp_path) can be longer.
-    socket_dir: str = ""
-    proxy_healthz_port: int = 0
-    proxy_metrics_port: int = 0
-
-    @property
-    def socket(self) -> Path:
-        return Path(self.socket_dir or self.directory) / "containerd.sock"
-
-    def process(self, name: str) -> ManagedProcess | None:
-        return next((p for p in self.processes if p.name == name), None)
-
-
-@dataclass
-class RealNodesState:
-    """Every real node of one cluster (``<cluster>/real-nodes.json``)."""
-
-    cluster_dir: str
-    net_index: int
-    nodes: list[RealNode] = field(default_factory=list)
-    #: Image descriptors (``horus dev images``) to import into every node, new ones too.
-    images: list[str] = field(default_factory=list)
-
-    @property
-    def pod_range(self) -> str:
-        return f"10.{self.net_index}.0.0/16"
-
-    def save(self) -> None:
-        path = Path(self.cluster_dir) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, cluster_dir: Path) -> RealNodesState | None:
-        path = cluster_dir / STATE_FILE
-        if not path.is_file():
-            return None
-        raw = json.loads(path.read_text())
-        nodes = []
-        for n in raw.pop("nodes", []):
-            n["processes"] = [ManagedProcess(**p) for p in n.get("processes", [])]
-            nodes.append(RealNode(**n))
-        return cls(nodes=nodes, **raw)
-
-
-# --- host commands ---------------------------------------------------------------------------
-
-
-def _run(argv: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        raise ClusterError(f"{what} failed: {' '.join(argv)}: {proc.stderr.strip()}")
-    return proc
-
-
-def _prefer_bin_dir(bin_dir: Path) -> None:
-    """Put ``bin_dir`` first on this process's PATH: the ``ctr`` that imports images
-    (:mod:`horus.devcluster.images`) is then the one built with the nodes' containerd, not a
-    Debian one that may also be installed."""
-    parts = os.environ.get("PATH", "").split(os.pathsep)
-    if parts[:1] != [str(bin_dir)]:
-        os.environ["PATH"] = os.pathsep.join([str(bin_dir), *(p for p in parts if p)])
-
-
-def check_host(bin_dir: Path | None = None) -> None:
-    """Root, the tools and the CNI plugins a real node needs, and containerd's binaries in
-    ``bin_dir``; the error names the fix."""
-    if os.geteuid() != 0:
-        raise ClusterError(
-            "real nodes need root (they start containerd, kubelets and kube-proxies, create bridges "
-            "and cgroups); run as root, or use kwok nodes (add-nodes without --real)"
-        )
-    missing = sorted({pkg for tool, pkg in HOST_TOOLS.items() if shutil.which(tool) is None})
-    missing += [
-        "containernetworking-plugins"
-        for p in CNI_PLUGINS[:1]
-        if not (Path(CNI_BIN_DIR) / p).is_file()
-    ]
-    if missing:
-        raise ClusterError(
-            f"real nodes need Debian packages {', '.join(missing)}: run tools/dev/setup.sh "
-            f"(or apt-get install -y {' '.join(missing)})"
-        )
-    lacking = [b for b in CONTAINERD_BINARIES if bin_dir and not (bin_dir / b).is_file()]
-    if lacking:
-        raise ClusterError(
-            f"{bin_dir} lacks {', '.join(lacking)} (containerd 2.x for real nodes): run "
-            "tools/controlplane/build.sh (tools/dev/setup.sh runs it), or point HORUS_BIN_DIR "
-            "at a folder it built"
-        )
-
-
-def _cgroup_hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy (v1 controllers, named ones, the v2 one)."""
-    out = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fstype = right.split()[0] if right else ""
-        mountpoint = left.split()[4]
-        if fstype in ("cgroup", "cgroup2") and mountpoint.startswith(str(CGROUP_FS)):
-            out.append(Path(mountpoint))
-    return out
-
-
-def _make_cgroup_root(name: str) -> None:
-    """The kubelet refuses a --cgroup-root that does not exist in every hierarchy."""
-    for h in _cgroup_hierarchies():
-        path = h / name.lstrip("/")
-        path.mkdir(exist_ok=True)
-        for f in ("cpuset.cpus", "cpuset.mems"):  # a v1 cpuset child starts empty
-            if (path / f).exists() and not (path / f).read_text().strip():
-                (path / f).write_text((h / f).read_text())
-
-
-def _cgroup_dirs(root: Path) -> list[Path]:
-    """``root`` and every folder below it, deepest first (cgroups come and go meanwhile)."""
-    found: list[Path] = []
-    for dirpath, _dirs, _files in os.walk(root, onerror=lambda err: None):
-        found.append(Path(dirpath))
-    return sorted(found, key=lambda p: -len(p.parts))
-
-
-def _cgroup_pids(name: str) -> set[int]:
-    pids: set[int] = set()
-    for h in _cgroup_hierarchies():
-        for d in _cgroup_dirs(h / name.lstrip("/")):
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
-    return pids
-
-
-def _remove_cgroup_root(name: str, timeout: float = 15.0) -> list[str]:
-    """Kill whatever still runs in the node's cgroups, then remove them; returns leftovers."""
-    deadline = time.monotonic() + timeout
-    while (pids := _cgroup_pids(name)) and time.monotonic() < deadline:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
-    left = []
-    for h in _cgroup_hierarchies():
-        for d in _cgroup_dirs(h / name.lstrip("/")):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            if d.exists():
-                left.append(str(d))
-    return left
-
-
-def _pids_naming(marker: str) -> list[int]:
-    """Processes whose command line names ``marker`` (a node's folder)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and int(entry.name) != os.getpid():
-            out.append(int(entry.name))
-    return out
-
-
-# --- configuration files ---------------------------------------------------------------------
-
-
-def containerd_config(node: RealNode, sandbox_image: str) -> str:
-    """containerd 2.x's config (version 4, containerd v2.4's own) for one node; every path
-    under its folder.
-
-    CDI is on (containerd 2's default) and reads specs only from :data:`CDI_SPEC_DIR`, which
-    inside the node's mount namespace is the node's own folder (``mounts/run-cdi``, a
-    :data:`~horus.devcluster.hostenv.PRIVATE_MOUNTS` entry): a DRA driver of this node, as a
-    host process in the namespace or as a DaemonSet pod with that hostPath, writes its specs
-    where this node's containerd — and no other node's — reads them. The host's /etc/cdi is
-    not read: a spec there would apply to every node. NRI is off: its socket
-    (/var/run/nri/nri.sock) is one per host, and several containerds share this one.
-    """
-    d = Path(node.directory)
-    return f"""\
-# Written by horus dev cluster add-nodes --real for node {node.name} (containerd 2.x).
-version = 4
-root = "{d / "containerd" / "root"}"
-state = "{d / "containerd" / "state"}"
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
-  "io.containerd.snapshotter.v1.erofs",
-  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing",
-  "io.containerd.nri.v1.nri",
-]
-
-[debug]
-  level = "warn"
-
-[plugins."io.containerd.server.v1.grpc"]
-  address = "{node.socket}"
-
-[plugins."io.containerd.server.v1.ttrpc"]
-  address = "{node.socket}.ttrpc"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d / "containerd" / "opt"}"
-
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "{sandbox_image}"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  # This VM lacks CAP_SYS_RESOURCE: without it every sandbox fails with
-  # "can't get final child's PID from pipe" (runc may not lower oom_score_adj).
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  cdi_spec_dirs = ["{CDI_SPEC_DIR}"]
-
-[plugins."io.containerd.cri.v1.runtime".containerd]
-  default_runtime_name = "runc"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-  Root = "{d / "runc"}"
-  SystemdCgroup = false
-
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["{CNI_BIN_DIR}"]
-  conf_dir = "{d / "cni" / "net.d"}"
-  max_conf_num = 1
-
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-"""
-
-
-def cni_config(node: RealNode) -> dict[str, Any]:
-    """The node's pod network: a bridge we created (its IP is the node's), host-local IPAM."""
-    return {
-        "cniVersion": "0.4.0",
-        "name": f"horus-{node.bridge}",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": node.bridge,
-                # The bridge already carries the node IP; isGateway would also switch on the
-                # host's ip_forward, which nothing here needs (pods only talk to this host).
-                "isGateway": False,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": node.subnet, "gateway": node.node_ip}]],
-                    "routes": [{"dst": "0.0.0.0/0", "gw": node.node_ip}],
-                    "dataDir": str(Path(node.directory) / "cni" / "ipam"),
-                },
-            }
-        ],
-    }
-
-
-def kubelet_config(node: RealNode, ca_file: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "address": node.node_ip,
-        "port": node.kubelet_port,
-        "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
-        "healthzPort": node.healthz_port,
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": True},
-            "x509": {"clientCAFile": str(ca_file)},
-        },
-        "authorization": {"mode": "Webhook"},
-        "cgroupDriver": "cgroupfs",
-        "cgroupRoot": node.cgroup_root,
-        "containerRuntimeEndpoint": f"unix://{node.socket}",
-        "failSwapOn": False,
-        "failCgroupV1": False,
-        "rotateCertificates": False,
-        "serializeImagePulls": False,
-        # Every node shares this host's disk and memory: evict only when truly short, and
-        # never garbage-collect the imported images (nothing could pull them back).
-        "evictionHard": {
-            "memory.available": "50Mi",
-            "nodefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-            "imagefs.available": "1%",
-        },
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "maxPods": 110,
-        "resolvConf": "/etc/resolv.conf",
-        # CoreDNS behind the kube-dns Service (horus.devcluster.dns): pods resolve Service
-        # names as on any cluster, and the kubelet has a cluster DNS to write.
-        "clusterDNS": [dns.DNS_SERVICE_IP],
-        "clusterDomain": dns.CLUSTER_DOMAIN,
-        "containerLogMaxSize": "10Mi",
-        "shutdownGracePeriod": "0s",
-        # How often the kubelet re-syncs every pod, and with it how late a changed Secret or
-        # ConfigMap reaches a mounted volume (up to this plus the kubelet's cache TTL; the
-        # default 1m). 10 s lets the e2e's assignment-key rotation reach the device plugin's
-        # mounted key in seconds instead of a minute; it changes nothing else Horus relies on.
-        "syncFrequency": "10s",
-    }
-
-
-def kube_proxy_config(node: RealNode, kubeconfig: Path, pod_range: str) -> dict[str, Any]:
-    """kube-proxy's configuration for one node (iptables mode). Every node's kube-proxy
-    programs the same Service rules into this host's one network namespace, so each leaves
-    the host's own settings alone: no conntrack table sizing or timeouts, no
-    ``route_localnet`` for localhost NodePorts. Traffic to a Service is masqueraded to the
-    bridge it leaves by (``masqueradeAll``): a reply from a pod on the client's own bridge
-    then returns through this host, where conntrack undoes the DNAT."""
-    return {
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-        "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "hostnameOverride": node.name,
-        "bindAddress": node.node_ip,
-        "mode": "iptables",
-        "clusterCIDR": pod_range,
-        "iptables": {"masqueradeAll": True, "localhostNodePorts": False},
-        "conntrack": {
-            "maxPerCore": 0,
-            "min": 0,
-            "tcpEstablishedTimeout": "0s",
-            "tcpCloseWaitTimeout": "0s",
-        },
-        "nodePortAddresses": [f"{node.node_ip}/32"],
-        "healthzBindAddress": f"127.0.0.1:{node.proxy_healthz_port}",
-        "metricsBindAddress": f"127.0.0.1:{node.proxy_metrics_port}",
-    }
-
-
-def kube_proxy_cleanup(bin_dir: Path) -> str:
-    """``kube-proxy --cleanup``: removes every chain and rule kube-proxy made (iptables, IPv4
-    and IPv6, and nftables); returns what it printed when it failed, else ""."""
-    binary = bin_dir / "kube-proxy"
-    if not binary.is_file():
-        return ""
-    proc = subprocess.run(
-        [str(binary), "--cleanup", "--v=0"], capture_output=True, text=True, timeout=120
-    )
-    return "" if proc.returncode == 0 else (proc.stdout + proc.stderr).strip()[-500:]
-
-
-def _kubeconfig(path: Path, server: str, ca: Path, user: str, cert: Path, key: Path) -> None:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "horus-local", "cluster": {"server": server, "certificate-authority": str(ca)}}
-        ],
-        "users": [
-            {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
-        ],
-        "contexts": [{"name": "horus-local", "context": {"cluster": "horus-local", "user": user}}],
-        "current-context": "horus-local",
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
-
-
-# --- the nodes -------------------------------------------------------------------------------
 
 
 class RealNodes:
@@ -576,7 +125,7 @@ class RealNodes:
         bin_dir = Path(cstate.bin_dir)
         check_host(bin_dir)
         apiaddress.require_routable(cstate.apiserver_address)
-        _prefer_bin_dir(bin_dir)
+        prefer_bin_dir(bin_dir)
         if not (bin_dir / "kubelet").is_file():
             raise ClusterError(
                 f"{bin_dir} has no kubelet: run tools/controlplane/build.sh (it builds the "
@@ -623,7 +172,7 @@ class RealNodes:
         if max(indices) > 250:
             raise ClusterError("at most 250 real nodes per cluster (one /24 each in 10.N.0.0/16)")
         if spec.device_plugin == "host":
-            _ensure_device_plugin_rbac(cstate.kubeconfig)
+            ensure_device_plugin_rbac(cstate.kubeconfig)
         started: list[RealNode] = []
         try:
             for name, index in zip(names, indices, strict=True):
@@ -689,7 +238,7 @@ class RealNodes:
             d / "pki" / "kubelet-client.crt",
             d / "pki" / "kubelet-client.key",
         )
-        _kubeconfig(
+        write_kubeconfig(
             d / "kubelet.kubeconfig",
             cstate.server,
             pki / "ca.crt",
@@ -702,14 +251,14 @@ class RealNodes:
         (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node, pki / "ca.crt")))
 
         # The bridge first: its address is the node IP the kubelet binds and reports.
-        _run(["ip", "link", "add", node.bridge, "type", "bridge"], "create bridge")
-        _run(["ip", "addr", "add", f"{node.node_ip}/24", "dev", node.bridge], "address bridge")
-        _run(["ip", "link", "set", node.bridge, "up"], "bring bridge up")
+        run(["ip", "link", "add", node.bridge, "type", "bridge"], "create bridge")
+        run(["ip", "addr", "add", f"{node.node_ip}/24", "dev", node.bridge], "address bridge")
+        run(["ip", "link", "set", node.bridge, "up"], "bring bridge up")
         # Pods reach Services on other nodes' bridges: IPv4 forwarding is decided by the
         # interface a packet comes in by, so this bridge's own switch is enough (the host's
         # net.ipv4.ip_forward stays as it is; the setting goes with the bridge).
         Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/forwarding").write_text("1")
-        _make_cgroup_root(node.cgroup_root)
+        make_cgroup_root(node.cgroup_root)
 
         binds = "".join(
             f'mount --bind "{d / "mounts" / m.strip("/").replace("/", "-")}" "{m}"\n'
@@ -740,7 +289,7 @@ class RealNodes:
         )
         node.processes.append(containerd)
         state.save()
-        _wait_for("containerd", lambda: node.socket.exists(), 30, containerd)
+        wait_for("containerd", lambda: node.socket.exists(), 30, containerd)
         # Images loaded into the cluster before this node joined (a pruned one is rebuilt and
         # loaded by the next load-images).
         for ref_path in [
@@ -796,56 +345,14 @@ class RealNodes:
         cert, key = d / "pki" / "kube-proxy.crt", d / "pki" / "kube-proxy.key"
         certs.issue_client_cert(pki, "system:kube-proxy", [], cert, key)
         kubeconfig = d / "kube-proxy.kubeconfig"
-        _kubeconfig(kubeconfig, cstate.server, pki / "ca.crt", "system:kube-proxy", cert, key)
+        write_kubeconfig(kubeconfig, cstate.server, pki / "ca.crt", "system:kube-proxy", cert, key)
         config = d / "kube-proxy.yaml"
         config.write_text(yaml.safe_dump(kube_proxy_config(node, kubeconfig, state.pod_range)))
         argv = [str(Path(cstate.bin_dir) / "kube-proxy"), f"--config={config}", "--v=1"]
         node.processes.append(spawn("kube-proxy", argv, d))
 
     def _start_device_plugin(self, node: RealNode, cstate: Any) -> None:
-        d = Path(node.directory)
-        pki = Path(cstate.directory) / "pki"
-        certs.issue_client_cert(
-            pki,
-            f"{DEVICE_PLUGIN_USER}:{node.name}",
-            [DEVICE_PLUGIN_GROUP],
-            d / "pki" / "device-plugin.crt",
-            d / "pki" / "device-plugin.key",
-        )
-        _kubeconfig(
-            d / "device-plugin.kubeconfig",
-            cstate.server,
-            pki / "ca.crt",
-            f"{DEVICE_PLUGIN_USER}:{node.name}",
-            d / "pki" / "device-plugin.crt",
-            d / "pki" / "device-plugin.key",
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HORUS_")}
-        env.pop("KUBECONFIG", None)
-        env["PYTHONUNBUFFERED"] = "1"
-        argv = [
-            *self._nsenter(node),
-            sys.executable,
-            "-m",
-            "horus",
-            "deviceplugin",
-            "run",
-            "--node-name",
-            node.name,
-            "--backend",
-            "simulated",
-            "--sim-gpu-count",
-            str(node.gpus),
-            "--sim-gpu-model",
-            node.gpu_model,
-            "--sim-gpu-memory-mib",
-            str(node.gpu_memory_mib),
-            "--enforcement",
-            "mps",
-            "--kubeconfig",
-            str(d / "device-plugin.kubeconfig"),
-        ]
-        node.processes.append(spawn("device-plugin", argv, d, env))
+        node.processes.append(spawn_device_plugin(node, cstate, self._nsenter(node)))
 
     def _wait_ready(self, api: Any, nodes: list[RealNode], wait: float) -> None:
         deadline = time.monotonic() + wait
@@ -853,7 +360,7 @@ class RealNodes:
         while pending and time.monotonic() < deadline:
             for node in list(pending.values()):
                 for proc in node.processes:
-                    if _exited(proc):
+                    if exited(proc):
                         raise ClusterError(
                             f"{proc.name} of {node.name} exited; last lines of {proc.log}:\n"
                             + proc.log_tail()
@@ -920,7 +427,7 @@ class RealNodes:
         """Import built images into every node, and remember them for nodes added later."""
         from horus.devcluster import images
 
-        _prefer_bin_dir(Path(self._cluster().bin_dir))
+        prefer_bin_dir(Path(self._cluster().bin_dir))
         state = self.state()
         if state is None:
             raise ClusterError(
@@ -1013,12 +520,12 @@ class RealNodes:
             proc = node.process(name)
             if proc is not None:
                 proc.stop(grace=10)
-        left = _remove_cgroup_root(node.cgroup_root)  # the containers, then their cgroups
+        left = remove_cgroup_root(node.cgroup_root)  # the containers, then their cgroups
         containerd = node.process("containerd")
         markers = [node.directory, *([node.socket_dir] if node.socket_dir else [])]
 
         def ours() -> set[int]:  # the shims name the socket, the rest the folder
-            return {pid for m in markers for pid in _pids_naming(m)}
+            return {pid for m in markers for pid in pids_naming(m)}
 
         for pid in ours():
             if containerd is None or pid != containerd.pid:
@@ -1034,9 +541,9 @@ class RealNodes:
             time.sleep(0.2)
         if ours():
             left.append(f"processes of {node.name} still run")
-        left += _remove_cgroup_root(node.cgroup_root)
+        left += remove_cgroup_root(node.cgroup_root)
         if Path(f"/sys/class/net/{node.bridge}").exists():
-            deleted = _run(["ip", "link", "del", node.bridge], "delete bridge", check=False)
+            deleted = run(["ip", "link", "del", node.bridge], "delete bridge", check=False)
             if deleted.returncode != 0:
                 left.append(f"bridge {node.bridge}: {deleted.stderr.strip()}")
         shutil.rmtree(node.directory, ignore_errors=True)
@@ -1048,81 +555,11 @@ class RealNodes:
         return left
 
 
-def _exited(proc: ManagedProcess) -> bool:
-    """Whether a process this one started has exited. A child of ours is asked with waitpid:
-    its /proc/<pid>/cmdline reads empty while it is inside execve, which on a loaded machine
-    lasted longer than :meth:`ManagedProcess.running` waits."""
-    try:
-        pid, _status = os.waitpid(proc.pid, os.WNOHANG)
-    except ChildProcessError:
-        return not proc.running()
-    return pid != 0
-
-
-def _wait_for(what: str, check: Any, timeout: float, proc: ManagedProcess) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if _exited(proc):
-            raise ClusterError(f"{what} exited; last lines of {proc.log}:\n{proc.log_tail()}")
-        time.sleep(0.1)
-    raise ClusterError(f"{what} not ready after {timeout:.0f}s; see {proc.log}")
-
-
 def _core_api(kubeconfig: str) -> Any:
     from kubernetes import client, config
 
     api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     return client.CoreV1Api(api)
-
-
-def _ensure_device_plugin_rbac(kubeconfig: str) -> None:
-    """The host device plugin's rights: the chart's node role (manifests/rbac/node.yaml, the
-    one source; its configmaps get covers the published verify keys it reads)."""
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-
-    from horus.devcluster.binaries import repo_root
-
-    docs = yaml.safe_load_all((repo_root() / "manifests" / "rbac" / "node.yaml").read_text())
-    role = next(d for d in docs if d and d.get("kind") == "ClusterRole")
-    rules = list(role["rules"])
-    api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    rbac: Any = client.RbacAuthorizationV1Api(api)
-    objects: list[tuple[Any, Any, dict[str, Any]]] = [
-        (
-            rbac.create_cluster_role,
-            rbac.replace_cluster_role,
-            {"metadata": {"name": DEVICE_PLUGIN_ROLE}, "rules": rules},
-        ),
-        (
-            rbac.create_cluster_role_binding,
-            rbac.replace_cluster_role_binding,
-            {
-                "metadata": {"name": DEVICE_PLUGIN_ROLE},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": DEVICE_PLUGIN_ROLE,
-                },
-                "subjects": [
-                    {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "Group",
-                        "name": DEVICE_PLUGIN_GROUP,
-                    }
-                ],
-            },
-        ),
-    ]
-    for create, replace, body in objects:
-        try:
-            create(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            replace(body["metadata"]["name"], body)
 
 
 def _descriptor_ref(path: Path) -> str:

@@ -14,15 +14,14 @@ from horus.common.errors import ValidationError
 from horus.devcluster import dns
 from horus.devcluster.cluster import SERVICE_CIDR
 from horus.devcluster.hostenv import PRIVATE_MOUNTS
-from horus.devcluster.realnodes import (
+from horus.devcluster.realnode_config import (
     CDI_SPEC_DIR,
-    RealNode,
-    RealNodeSpec,
     cni_config,
     containerd_config,
     kube_proxy_config,
     kubelet_config,
 )
+from horus.devcluster.realnode_state import RealNode, RealNodeSpec
 
 
 def node(tmp_path: Path) -> RealNode:
