@@ -221,7 +221,8 @@ class RealNodes:
     def _start(
         self, node: RealNode, cstate: Any, base_images: list[Any], state: RealNodesState
     ) -> None:
-        from horus.devcluster import images
+        from horus.devcluster import image_load
+        from horus.devcluster.image_cache import load_descriptor
 
         d = Path(node.directory)
         for sub in ("pki", "cni/net.d", "cni/ipam", "containerd", "runc", "logs"):
@@ -296,7 +297,7 @@ class RealNodes:
             *(b.descriptor for b in base_images),
             *(p for p in state.images if _descriptor_ref(Path(p))),
         ]:
-            images.import_into(images.load_descriptor(Path(ref_path)), node.socket)
+            image_load.import_into(load_descriptor(Path(ref_path)), node.socket)
         self._start_kubelet(node, cstate)
         self._start_kube_proxy(node, cstate, state)
         if node.device_plugin == "host":
@@ -425,7 +426,8 @@ class RealNodes:
 
     def import_images(self, descriptors: list[Path]) -> None:
         """Import built images into every node, and remember them for nodes added later."""
-        from horus.devcluster import images
+        from horus.devcluster import image_load
+        from horus.devcluster.image_cache import load_descriptor
 
         prefer_bin_dir(Path(self._cluster().bin_dir))
         state = self.state()
@@ -434,11 +436,11 @@ class RealNodes:
                 "this cluster has no real nodes; add some with 'horus dev cluster add-nodes "
                 "--real --count 2' first"
             )
-        loaded = [images.load_descriptor(path) for path in descriptors]
+        loaded = [load_descriptor(path) for path in descriptors]
 
         def load(node: RealNode) -> None:
             for image in loaded:
-                images.import_into(image, node.socket)
+                image_load.import_into(image, node.socket)
 
         # One thread per node: each import is mostly the node's containerd writing and
         # unpacking layers, so nodes overlap well.

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from horus.common.errors import ValidationError
-from horus.devcluster import images
-from horus.devcluster.images import IMAGES, base_suite, bases, fingerprint
+from horus.devcluster import image_cache, image_prune, images
+from horus.devcluster.image_base import base_suite, bases
+from horus.devcluster.images import IMAGES, fingerprint
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -92,7 +93,7 @@ def test_fingerprint_follows_what_could_be_copied(tmp_path: Path) -> None:
     assert fingerprint(df, ctx, []) != before != third
 
 
-def _layer_files(image: images.BuiltImage) -> dict[str, tarfile.TarInfo]:
+def _layer_files(image: image_cache.BuiltImage) -> dict[str, tarfile.TarInfo]:
     layout = Path(image.layout)
     blob = layout / "blobs" / "sha256"
     manifest = json.loads((blob / image.manifest_digest[7:]).read_text())
@@ -122,7 +123,7 @@ def test_buildah_builds_caches_and_rebuilds_a_changed_source(
         "config"
     ]
     assert config["User"] == "65532:65532" and config["Entrypoint"] == ["/x"]
-    assert images.load_descriptor(Path(image.descriptor)) == image
+    assert image_cache.load_descriptor(Path(image.descriptor)) == image
 
     # unchanged: the descriptor answers (same manifest, same image)
     assert images._build_one(df, ctx, ref, lambda _: None) == image
@@ -137,7 +138,7 @@ def test_buildah_builds_caches_and_rebuilds_a_changed_source(
     member = _layer_files(changed)["ctx/pkg/a.txt"]
     assert member.size == len("new bytes")
     # the layout keeps only blobs a named manifest uses
-    images._prune()
+    image_prune.prune_layout()
     assert not (Path(image.layout) / "blobs" / "sha256" / image.manifest_digest[7:]).exists()
     assert (Path(changed.layout) / "blobs" / "sha256" / changed.manifest_digest[7:]).exists()
 
@@ -161,30 +162,30 @@ def test_storage_keeps_each_images_step_cache_and_drops_earlier_builds(
     ref = images.reference("unit-test-prune", "1")
     quiet = lambda _: None  # noqa: E731
     first = images._build_one(df, ctx, ref, quiet)
-    assert images._prune_storage(quiet) == []
+    assert image_prune.prune_storage(quiet) == []
     # two steps a stage (COPY, COPY), both stages: all this build's, nothing else there
-    assert len(first.steps) == 4 and set(first.steps) == set(images.storage_images())
+    assert len(first.steps) == 4 and set(first.steps) == set(image_cache.storage_images())
 
     (ctx / "src").write_text("v2\n")
     second = images._build_one(df, ctx, ref, quiet)
     # a killed build's working container, holding an old step image: removed, and the image
     leftover = subprocess.run(
-        images._buildah("from", "--quiet", first.image_id), capture_output=True, text=True
+        image_cache.buildah("from", "--quiet", first.image_id), capture_output=True, text=True
     )
     assert leftover.returncode == 0, leftover.stderr
     stale = set(first.steps) - set(second.steps)
     assert stale and first.image_id in stale  # the old source's steps, the old image
     assert set(first.steps) & set(second.steps)  # the unchanged dependency steps were reused
-    removed = images._prune_storage(quiet)
+    removed = image_prune.prune_storage(quiet)
     assert set(removed) == stale
-    left = images.storage_images()
+    left = image_cache.storage_images()
     assert set(left) == set(second.steps)
-    containers = subprocess.run(images._buildah("containers", "--quiet"), capture_output=True)
+    containers = subprocess.run(image_cache.buildah("containers", "--quiet"), capture_output=True)
     assert containers.stdout.strip() == b""
     # the kept cache still serves: the same sources again make no new image at all
     os.utime(ctx / "src")
     third = images._build_one(df, ctx, ref, quiet)
-    assert third.image_id == second.image_id and set(images.storage_images()) == set(left)
+    assert third.image_id == second.image_id and set(image_cache.storage_images()) == set(left)
 
     # a descriptor that records no steps (written before they were): nothing is removed
     descriptor = Path(third.descriptor)
@@ -193,4 +194,4 @@ def test_storage_keeps_each_images_step_cache_and_drops_earlier_builds(
     (ctx / "src").write_text("v3\n")
     other = images.reference("unit-test-prune-other", "1")
     images._build_one(df, ctx, other, quiet)
-    assert images._prune_storage(quiet) == []
+    assert image_prune.prune_storage(quiet) == []
