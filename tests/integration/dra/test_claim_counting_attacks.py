@@ -131,6 +131,9 @@ def test_a_tenant_claim_naming_its_own_dljob_as_owner_is_counted(
     dra_env.apply(dljob(dra_env.namespace, "small", replicas=1, core=10, mib=1000))
     small = running(dra_env, rec, "small")
     small_pod = pod_uid(dra_env, "small-0")
+    dra_env.apply(dljob(dra_env.namespace, "o", replicas=1, core=95, mib=1000))
+    o = running(dra_env, rec, "o")
+    assert o["gpuIndex"] != small["gpuIndex"]  # 10 % + 95 % do not fit one GPU
     owner = {
         "apiVersion": c.API_GROUP_VERSION,
         "kind": c.DLJOB_KIND,
@@ -138,16 +141,21 @@ def test_a_tenant_claim_naming_its_own_dljob_as_owner_is_counted(
         "uid": dra_env.get("dljob", "small")["metadata"]["uid"],
         "controller": True,
     }
-    # a whole GPU (no capacity asked: the whole of it), "controlled" by the tenant's own job
-    assert not tenant_claim(dra_env, "forged", [request("gpu")], owner).returncode
+    # 80 % of the small job's own GPU, "controlled" by the small job: not Horus' claim
+    uuid = simulated_gpu_uuid(dra_env.node, small["gpuIndex"])
+    assert not tenant_claim(dra_env, "forged", [request("gpu", uuid, 80)], owner).returncode
     (got,) = allocation(dra_env, "forged")
-    whole = int(got["device"].removeprefix("gpu-"))
-    assert whole != small["gpuIndex"]  # the only GPU with all of it free
-    assert horus_core(api, dra_env, whole) == 100  # counted, whoever it names as owner
-    # a 60 % job fits only beside the small one: placed there, allocated, running
-    dra_env.apply(dljob(dra_env.namespace, "big", replicas=1, core=60, mib=8000))
-    big = running(dra_env, rec, "big")
-    assert big["gpuIndex"] == small["gpuIndex"]
+    assert got["device"] == f"gpu-{small['gpuIndex']}"
+    assert horus_core(api, dra_env, small["gpuIndex"]) == 90  # counted, whoever it names
+    # a 50 % job has room nowhere: queued, never decided onto the GPU the tenant holds
+    dra_env.apply(dljob(dra_env.namespace, "mid", replicas=1, core=50, mib=8000))
+    for _ in range(4):
+        rec.run_pass()
+        assert not status(dra_env, "mid").get("placements")
+    # once the 95 % job is gone, it fits elsewhere: placed there and runs
+    dra_env.kubectl("delete", "dljob", "o", "-n", dra_env.namespace)
+    mid = running(dra_env, rec, "mid")
+    assert mid["gpuIndex"] == o["gpuIndex"]
     assert pod_uid(dra_env, "small-0") == small_pod  # no other job's pod deleted
     assert dra_env.get("resourceclaim", "forged")["status"]["allocation"]
     assert_never_over(dra_env)
