@@ -1,4 +1,5 @@
-"""The extender's decisions: per-node verdicts for filter/prioritize, and bind.
+"""The extender's decisions: per-node verdicts for filter/prioritize, and the bind verb
+(its steps: :mod:`horus.operator.extender.binding`).
 
 Every decision starts from the live cluster (:mod:`horus.operator.livestate`: node
 inventories, DLJob placements and pods' signed assignments) and goes through the same
@@ -20,18 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from horus.api.assignment import GpuAssignment, encode_assignment, encode_predicted
-from horus.api.nodematch import constraints_of
-from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common import heap
 from horus.common.errors import HorusError, ValidationError
-from horus.kube.errors import Conflict
-from horus.operator.allocate_order import BindGate
-from horus.operator.extender.demand import PodDemand, cached_profile, pod_demand
-from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, REASON_PREFIX
+from horus.operator.extender import binding
+from horus.operator.extender.demand import cached_profile, pod_demand
+from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, NO_INVENTORY, REASON_PREFIX
 from horus.operator.extender.source import ClusterSource
 from horus.operator.extender.wire import BindingArgs, ExtenderArgs
 from horus.operator.livedelta import Change, LiveDelta
@@ -107,12 +104,6 @@ def _node_units(nodes: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], dic
         except ValidationError as exc:
             unreadable.setdefault(name, str(exc))
     return units, unreadable
-
-
-_NO_INVENTORY = (
-    f"{REASON_PREFIX}node has no Horus GPUs (no {c.ANNOTATION_GPU_INVENTORY} annotation; "
-    "is the Horus device plugin running there?)"
-)
 
 
 class Extender:
@@ -363,7 +354,7 @@ class Extender:
                 out[name] = (
                     NodeVerdict(name, reason=f"{REASON_PREFIX}{why}")
                     if why
-                    else NodeVerdict(name, reason=_NO_INVENTORY, unresolvable=True)
+                    else NodeVerdict(name, reason=NO_INVENTORY, unresolvable=True)
                 )
             else:
                 by_unit.setdefault(units.get(name, 1), []).append(name)
@@ -476,155 +467,8 @@ class Extender:
         where = f"pod {args.pod_namespace}/{args.pod_name}"
         try:
             with self._bind_lock:
-                self._bind(args, where)
+                binding.bind_pod(self, args, where)
         except Exception as exc:
             log.warning("bind %s to %s failed: %s", where, args.node, exc)
             return {"Error": f"horus extender: bind {where} to {args.node}: {exc}"}
         return {"Error": ""}
-
-    def _bind(self, args: BindingArgs, where: str) -> None:
-        ns, name, node = args.pod_namespace, args.pod_name, args.node
-        found = self._bindable_pod(args, where)
-        if found is None:
-            return  # already bound there: a retried call after a lost response
-        pod, demand = found
-        assert demand.request is not None  # _bindable_pod refuses a pod without one
-        meta = pod.get("metadata") or {}
-        objs = self.source.list_objects()
-        self._check_target(pod, node, where, objs)
-        live, units = self._live(demand.request.name, objs)
-        job = self._in_mib(demand.request, units.get(node, 1))
-        st = live.state
-        if node not in st.node_names or node in live.excluded_nodes:
-            why = live.excluded_nodes.get(node) or _NO_INVENTORY
-            raise ValidationError(f"node {node} cannot take it: {why}")
-        result = self._decide(live, job, [node])[node]
-        if isinstance(result, Refusal):
-            raise ValidationError(f"node {node} cannot take it any more: {result.reason}")
-        share = result.replicas[0].gpus[0]
-        assignment = GpuAssignment(
-            node=node,
-            gpu_uuid=share.gpu_uuid,
-            gpu_index=share.gpu_index,
-            core_percent=share.core_percent,
-            memory_mib=share.memory_mib,
-        )
-        text = encode_assignment(assignment)
-        gpu_model = st.gpu_model[st.gpu_id(share.node, share.gpu_index)]
-        predicted = self.session.predicted_usage(result.prediction, gpu_model)
-        annotations = {
-            c.ANNOTATION_GPU_ASSIGNMENT: text,
-            # Bound to this pod's UID (a pod re-created with copied annotations does not
-            # verify); a plain pod has no DLJob (its UID is "") and no record epoch (0).
-            c.ANNOTATION_ASSIGNMENT_SIGNATURE: self.keys().sign_assignment(
-                ns,
-                name,
-                str(meta.get("uid") or args.pod_uid or ""),
-                controller_dljob_uid(meta),
-                0,
-                text,
-            ),
-            c.ANNOTATION_PREDICTED: encode_predicted(predicted),
-        }
-        try:
-            self.source.patch_pod_annotations(ns, name, annotations, meta.get("resourceVersion"))
-        except Conflict:
-            raise ValidationError(f"{where} changed while binding; the scheduler retries") from None
-        # Written. Another placer (the operator, a second extender) may have chosen the same
-        # GPU at the same moment: re-read and make sure our share is the one counted.
-        if self.verify_binds:
-            check = self._build(self.source.fresh_objects())
-            if job.name not in check.residents:
-                self._rollback(ns, name)
-                raise ValidationError(
-                    f"GPU {node}/gpu-{share.gpu_index} was taken by another placement at the "
-                    "same time; the scheduler retries"
-                )
-        try:
-            self.source.bind_pod(ns, name, args.pod_uid, node)
-        except Exception:
-            self._rollback(ns, name)
-            raise
-        log.info(
-            "bound %s to %s GPU %d (%d%% core, %d MiB, predicted gain %.2f)",
-            where,
-            node,
-            share.gpu_index,
-            share.core_percent,
-            share.memory_mib,
-            result.predicted_gain,
-        )
-
-    def _bindable_pod(
-        self, args: BindingArgs, where: str
-    ) -> tuple[dict[str, Any], PodDemand] | None:
-        """The pod to bind and what it asks, after every check that needs only the pod (None:
-        it is already bound to the named node); refusals raise with the reason."""
-        ns, name, node = args.pod_namespace, args.pod_name, args.node
-        pod = self.source.get_pod(ns, name)
-        if pod is None:
-            raise ValidationError(f"{where} no longer exists")
-        meta = pod.get("metadata") or {}
-        if args.pod_uid and meta.get("uid") and meta["uid"] != args.pod_uid:
-            raise ValidationError(f"{where} was replaced (uid {meta['uid']}, not {args.pod_uid})")
-        spec = pod.get("spec") or {}
-        demand = pod_demand(pod)
-        if not demand.interested:
-            # The extender binds with the operator's cluster-wide pods/binding, and a Binding
-            # skips NoSchedule taints: binding a pod Horus does not place would put any
-            # pending pod on whatever node the caller names. Such pods are kube-scheduler's.
-            raise ValidationError(
-                f"{where} requests no Horus resource ({c.RESOURCE_GPU_CORE}, "
-                f"{c.RESOURCE_GPU_MEMORY}); the extender binds only pods that do"
-            )
-        if spec.get("schedulerName") == c.SCHEDULER_NAME:
-            raise ValidationError(
-                f"{where} has schedulerName {c.SCHEDULER_NAME}: a DLJob replica, which the "
-                "operator places and binds itself"
-            )
-        bound = spec.get("nodeName")
-        if bound:
-            if bound == node:
-                return None
-            raise ValidationError(f"{where} is already bound to node {bound}")
-        if demand.request is None:
-            raise ValidationError(demand.problem or "the pod cannot be placed")
-        return pod, demand
-
-    def _check_target(self, pod: dict[str, Any], node: str, where: str, objs: LiveObjects) -> None:
-        """Refuse a node the pod's own constraints rule out, or one where a twin awaits
-        Allocate."""
-        # The caller names the node; the pod's own constraints decide whether it may go there
-        # (kube-scheduler filtered by them, but a Binding is not checked against them, and a
-        # node outside them — a control-plane node, another tenant's pool — must stay so).
-        target = next(
-            (n for n in objs.nodes if (n.get("metadata") or {}).get("name") == node), None
-        )
-        if target is None:
-            raise ValidationError(f"node {node} does not exist")
-        why_not = constraints_of(pod).why_not(target)
-        if why_not is not None:
-            raise ValidationError(f"node {node} is not one {where} allows: {why_not}")
-        if not BindGate(objs.pods, objs.nodes).claim(node, pod):
-            # A real kubelet's Allocate names no pod and comes per resource: a pod still
-            # waiting on this node that asks the same amount of either resource could be
-            # handed this pod's share (allocate_order).
-            raise ValidationError(
-                f"a pod asking the same gpu-core or gpu-memory amount still awaits its GPU on "
-                f"node {node}; the scheduler retries once it has it"
-            )
-
-    def _rollback(self, namespace: str, name: str) -> None:
-        """Remove an assignment that did not lead to a binding (best effort)."""
-        try:
-            self.source.patch_pod_annotations(
-                namespace,
-                name,
-                {
-                    c.ANNOTATION_GPU_ASSIGNMENT: None,
-                    c.ANNOTATION_ASSIGNMENT_SIGNATURE: None,
-                    c.ANNOTATION_PREDICTED: None,
-                },
-            )
-        except Exception as exc:  # the record stays; the next bind of this pod replaces it
-            log.warning("could not roll back the assignment of %s/%s: %s", namespace, name, exc)

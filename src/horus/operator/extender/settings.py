@@ -15,6 +15,11 @@ from horus.scheduler import POLICY_NAMES
 MAX_EXTENDER_PRIORITY = 10
 #: Reasons start with this, so a person reading a Pending pod knows who refused it.
 REASON_PREFIX = "horus: "
+#: Why a node without a Horus GPU inventory cannot take a pod.
+NO_INVENTORY = (
+    f"{REASON_PREFIX}node has no Horus GPUs (no {c.ANNOTATION_GPU_INVENTORY} annotation; "
+    "is the Horus device plugin running there?)"
+)
 VERBS = ("filter", "prioritize", "bind")
 #: The most ``max_body_bytes`` may allow: a Pod is rarely over 100 KiB, and the apiserver
 #: itself refuses requests over 3 MiB; a NodeList of 5,000 nodes stays under this.
