@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from horus.agent.attribution import progress_contexts
 from horus.agent.backend import BackendUnavailable, NodeSample, NodeView, UsageSampler
 from horus.agent.claims import ClaimedPod, ClaimShares
 from horus.agent.exporter import Snapshot, make_registry
@@ -34,6 +35,7 @@ from horus.agent.feedback import (
     pair_rows,
     training_row,
 )
+from horus.agent.jobinfo import JobLookups
 from horus.agent.kube import AgentApi, KubeActions
 from horus.agent.mps import MpsSupervisor
 from horus.agent.nvml import NvmlBackend
@@ -43,7 +45,6 @@ from horus.agent.settings import AgentSettings
 from horus.agent.simulated import SimulatedBackend
 from horus.agent.watchdog import MemoryWatchdog
 from horus.api.assignment import GpuAssignment
-from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
 from horus.api.inventory import decode_inventory
 from horus.api.signing import KeyFileRing, KeyRing, VerifyKeys
 from horus.common import constants as c
@@ -61,7 +62,6 @@ from horus.scheduler import job_kind
 
 log = logging.getLogger("horus.agent")
 
-PROFILE_TTL = 300.0
 #: Progress directories of pods gone from the node are removed once untouched this long (a pod
 #: whose directory the device plugin just made may not be Running yet).
 PROGRESS_DIR_TTL = 600.0
@@ -87,6 +87,8 @@ class Agent:
         self.kube = kube
         self.registry, self.collector = make_registry()
         self.skips = SkipLog()
+        #: the pods' graph profiles and their DLJobs' replica counts, cached
+        self.jobs = JobLookups(kube, self.skips)
         self._keys = (
             KeyFileRing(settings.assignment_key_file) if settings.assignment_key_file else None
         )
@@ -112,7 +114,6 @@ class Agent:
         self.watchdog = MemoryWatchdog(settings.watchdog, settings.grace_seconds, KubeActions(kube))
         self.feedback = Feedback()
         self._last_feedback = time.monotonic()
-        self._profiles: dict[tuple[str, str], tuple[float, GraphProfile | None]] = {}
         self.mps = (
             MpsSupervisor(
                 settings.mps_control, settings.mps_pipe_directory, settings.mps_log_directory
@@ -124,7 +125,6 @@ class Agent:
         self.rows_written = 0
         self.pair_rows_written = 0
         self._nodes_cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
-        self._replicas: dict[tuple[str, str], tuple[float, int | None]] = {}
         self._sim_speed_written: dict[str, float] = {}
         #: the dra path: shares from the claims reserved for the node's pods (agent/claims.py)
         self.dra = settings.placement_path == c.PLACEMENT_PATH_DRA
@@ -181,49 +181,7 @@ class Agent:
 
     def _profile(self, pod: PodInfo) -> GraphProfile | None:
         """The pod's graph profile: its DLJob's (inline or ConfigMap), or its own annotation."""
-        from horus.predictor.schema import profile_from_dict
-
-        key = (pod.namespace, pod.job or f"pod:{pod.name}")
-        now = time.monotonic()
-        hit = self._profiles.get(key)
-        if hit is not None and now - hit[0] < PROFILE_TTL:
-            return hit[1]
-        profile: GraphProfile | None = None
-        where = f"pod {pod.key}"
-        try:
-            if pod.job:
-                obj = self.kube.dljob(pod.namespace, pod.job)
-                if obj is not None:
-                    src = parse_dljob(obj).spec.profile
-                    inline: InlineProfile | None = None
-                    if isinstance(src, ConfigMapProfileRef):
-                        cm = self.kube.configmap(pod.namespace, src.name)
-                        text = ((cm or {}).get("data") or {}).get(src.key)
-                        if text:
-                            inline = parse_profile_document(
-                                text, f"configmap {pod.namespace}/{src.name}"
-                            )
-                    else:
-                        inline = src
-                    if inline is not None:
-                        profile = profile_from_dict(inline.to_document(), f"dljob {pod.job}")
-            elif pod.graph_profile:
-                inline = parse_profile_document(pod.graph_profile, where)
-                profile = profile_from_dict(inline.to_document(), where)
-        except (HorusError, ApiError) as exc:
-            self.skips.warn(pod.uid, f"{where}: no graph profile for interference/feedback: {exc}")
-        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
-            # A DLJob or ConfigMap of a shape no decoder expected: that pod's profile is
-            # unknown (said once), the cycle and every other pod go on.
-            self.skips.warn(
-                pod.uid,
-                f"{where}: no graph profile for interference/feedback: malformed DLJob or "
-                f"ConfigMap ({type(exc).__name__}: {exc})",
-            )
-        self._profiles[key] = (now, profile)
-        if len(self._profiles) > 10_000:
-            self._profiles.clear()
-        return profile
+        return self.jobs.profile(pod)
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -319,64 +277,12 @@ class Agent:
 
     def _replica_count(self, pod: PodInfo) -> int | None:
         """How many replicas the pod's DLJob has (1 for a plain pod; None: unknown)."""
-        if not pod.job:
-            return 1
-        key = (pod.namespace, pod.job)
-        now = time.monotonic()
-        hit = self._replicas.get(key)
-        if hit is None or now - hit[0] > PROFILE_TTL:
-            count: int | None = None
-            try:
-                obj = self.kube.dljob(pod.namespace, pod.job)
-                count = parse_dljob(obj).spec.replicas if obj is not None else None
-            except (HorusError, ApiError, TypeError, ValueError, AttributeError, KeyError):
-                count = None
-            hit = self._replicas[key] = (now, count)
-            if len(self._replicas) > 10_000:
-                self._replicas.clear()
-        return hit[1]
+        return self.jobs.replica_count(pod)
 
     def _contexts(self, sample: NodeSample, snap: Snapshot) -> dict[str, Context | None]:
-        """Per pod on this node, the context its progress window is attributed to
-        (:class:`horus.agent.progress.Context`), or None where it cannot be.
-
-        A pod's *unit* is itself, or for a gang replica every replica of its job: a gang runs
-        at its slowest replica's pace, so its replicas are solo only when no replica shares a
-        GPU, and a pair is attributed only where exactly one replica shares with exactly one
-        other pod — to that replica. A gang with replicas this agent cannot see (other
-        nodes) is not attributed at all (utilisation still is)."""
-        pods = [snap.pods[uid] for uid in sample.pods]
-        models = {g.index: g.model for g in sample.gpus}
-        on_gpu: dict[tuple[str, int], list[PodInfo]] = {}
-        for p in pods:
-            for g in p.assignment.all_gpus:
-                on_gpu.setdefault((p.node, g.gpu_index), []).append(p)
-        out: dict[str, Context | None] = {}
-        for p in pods:
-            out[p.uid] = None
-            replicas = self._replica_count(p)
-            unit = [q for q in pods if q.job == p.job and q.namespace == p.namespace]
-            if not p.job:
-                unit = [p]
-            if replicas is None or len(unit) != replicas:
-                continue
-            members = {q.uid for q in unit}
-            sharing: list[tuple[PodInfo, PodInfo]] = []  # (replica, its neighbour)
-            for q in unit:
-                for g in q.assignment.all_gpus:
-                    for other in on_gpu.get((q.node, g.gpu_index), []):
-                        if other.uid not in members and (q, other) not in sharing:
-                            sharing.append((q, other))
-            model = models.get(p.assignment.gpu_index, "")
-            if not sharing:
-                out[p.uid] = Context(model, p.assignment.core_percent)
-            elif len(sharing) == 1 and sharing[0][0].uid == p.uid:
-                profile = self._profile(sharing[0][1])
-                if profile is not None:
-                    out[p.uid] = Context(
-                        model, p.assignment.core_percent, sharing[0][1].uid, job_kind(profile)
-                    )
-        return out
+        """Per pod on this node, the context its progress window is attributed to, or None
+        (:func:`horus.agent.attribution.progress_contexts`)."""
+        return progress_contexts(sample, snap, self._replica_count, self._profile)
 
     def _progress_samples(self, sample: NodeSample, snap: Snapshot) -> None:
         """Read each pod's progress and feed the windows (:mod:`horus.agent.progress`); on

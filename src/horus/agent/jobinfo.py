@@ -1,0 +1,91 @@
+"""What the agent looks up about a pod's job through the API: its graph profile (its DLJob's,
+inline or from a ConfigMap, or the pod's own annotation) and its DLJob's replica count, each
+cached for :data:`PROFILE_TTL` seconds so a cycle asks the apiserver at most once per job."""
+
+from __future__ import annotations
+
+import time
+
+from horus.agent.kube import AgentApi
+from horus.agent.pods import PodInfo, SkipLog
+from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
+from horus.common.errors import HorusError
+from horus.kube.errors import ApiError
+from horus.predictor.interface import GraphProfile
+
+PROFILE_TTL = 300.0
+
+
+class JobLookups:
+    """The profile and replica-count lookups of one agent, with their caches."""
+
+    def __init__(self, kube: AgentApi, skips: SkipLog) -> None:
+        self.kube = kube
+        self.skips = skips
+        self._profiles: dict[tuple[str, str], tuple[float, GraphProfile | None]] = {}
+        self._replicas: dict[tuple[str, str], tuple[float, int | None]] = {}
+
+    def profile(self, pod: PodInfo) -> GraphProfile | None:
+        """The pod's graph profile: its DLJob's (inline or ConfigMap), or its own annotation."""
+        from horus.predictor.schema import profile_from_dict
+
+        key = (pod.namespace, pod.job or f"pod:{pod.name}")
+        now = time.monotonic()
+        hit = self._profiles.get(key)
+        if hit is not None and now - hit[0] < PROFILE_TTL:
+            return hit[1]
+        profile: GraphProfile | None = None
+        where = f"pod {pod.key}"
+        try:
+            if pod.job:
+                obj = self.kube.dljob(pod.namespace, pod.job)
+                if obj is not None:
+                    src = parse_dljob(obj).spec.profile
+                    inline: InlineProfile | None = None
+                    if isinstance(src, ConfigMapProfileRef):
+                        cm = self.kube.configmap(pod.namespace, src.name)
+                        text = ((cm or {}).get("data") or {}).get(src.key)
+                        if text:
+                            inline = parse_profile_document(
+                                text, f"configmap {pod.namespace}/{src.name}"
+                            )
+                    else:
+                        inline = src
+                    if inline is not None:
+                        profile = profile_from_dict(inline.to_document(), f"dljob {pod.job}")
+            elif pod.graph_profile:
+                inline = parse_profile_document(pod.graph_profile, where)
+                profile = profile_from_dict(inline.to_document(), where)
+        except (HorusError, ApiError) as exc:
+            self.skips.warn(pod.uid, f"{where}: no graph profile for interference/feedback: {exc}")
+        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
+            # A DLJob or ConfigMap of a shape no decoder expected: that pod's profile is
+            # unknown (said once), the cycle and every other pod go on.
+            self.skips.warn(
+                pod.uid,
+                f"{where}: no graph profile for interference/feedback: malformed DLJob or "
+                f"ConfigMap ({type(exc).__name__}: {exc})",
+            )
+        self._profiles[key] = (now, profile)
+        if len(self._profiles) > 10_000:
+            self._profiles.clear()
+        return profile
+
+    def replica_count(self, pod: PodInfo) -> int | None:
+        """How many replicas the pod's DLJob has (1 for a plain pod; None: unknown)."""
+        if not pod.job:
+            return 1
+        key = (pod.namespace, pod.job)
+        now = time.monotonic()
+        hit = self._replicas.get(key)
+        if hit is None or now - hit[0] > PROFILE_TTL:
+            count: int | None = None
+            try:
+                obj = self.kube.dljob(pod.namespace, pod.job)
+                count = parse_dljob(obj).spec.replicas if obj is not None else None
+            except (HorusError, ApiError, TypeError, ValueError, AttributeError, KeyError):
+                count = None
+            hit = self._replicas[key] = (now, count)
+            if len(self._replicas) > 10_000:
+                self._replicas.clear()
+        return hit[1]
