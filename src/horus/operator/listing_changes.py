@@ -18,7 +18,16 @@ from horus.common import constants as c
 from horus.operator.livestate import LiveObjects
 from horus.operator.records import key_of, node_exclusion
 
-__all__ = ["Change", "Found", "Held", "HeldListing", "Lookup", "node_facts", "same_nodes"]
+__all__ = [
+    "Change",
+    "Found",
+    "Held",
+    "HeldListing",
+    "Lookup",
+    "node_facts",
+    "reindex",
+    "same_nodes",
+]
 
 
 class Change(NamedTuple):
@@ -195,6 +204,21 @@ def _diff(
     changed = [str(found[i]) for i in fresh]
     changed += [k for k in held.keys() - out.keys()]
     return out, changed
+
+
+def reindex(
+    ids: dict[int, str],
+    held: Mapping[str, Held],
+    new: Mapping[str, Mapping[str, Any]],
+    changed: Sequence[str],
+) -> None:
+    """``ids`` after ``changed``: the replaced and gone objects out, the new ones in."""
+    for key in changed:
+        old = held.get(key)
+        if old is not None:
+            ids.pop(id(old.obj), None)
+        if key in new:
+            ids[id(new[key])] = key
 
 
 def _kept_order(old: Sequence[str], new: Mapping[str, Any], changed: Sequence[str]) -> bool:

@@ -44,7 +44,7 @@ from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.node.identities import Registry
-from horus.operator.listing_changes import Change, HeldListing, Lookup, same_nodes
+from horus.operator.listing_changes import Change, HeldListing, Lookup, reindex, same_nodes
 from horus.operator.livestate import (
     MOVING_SUFFIX,
     TERMINAL_POD_PHASES,
@@ -307,8 +307,8 @@ class LiveDelta:
         self._held.dl_objs, self._held.pod_objs = dl_new, pod_new
         self._held.dl_seq, self._held.pod_seq = dl_seq, pod_seq
         order = pod_seq
-        _reindex(self._dl_ids, self._dl, dl_new, dl_changed)
-        _reindex(self._pod_ids, self._pods, pod_new, pod_changed)
+        reindex(self._dl_ids, self._dl, dl_new, dl_changed)
+        reindex(self._pod_ids, self._pods, pod_new, pod_changed)
         for key in pod_changed:
             gone = self._pods.pop(key, None)
             if gone is not None:
@@ -583,18 +583,3 @@ def _candidate(pod: Mapping[str, Any], keys: KeyRing | None) -> str | None:
     if read.assignment is not None and read.assignment.job is not None:
         return dljob_job_name(read.namespace, read.assignment.job)
     return pod_job_name(read.namespace, read.name)
-
-
-def _reindex(
-    ids: dict[int, str],
-    held: Mapping[str, _DLJobPart] | Mapping[str, _PodPart],
-    new: Mapping[str, Mapping[str, Any]],
-    changed: Sequence[str],
-) -> None:
-    """``ids`` after ``changed``: the replaced and gone objects out, the new ones in."""
-    for key in changed:
-        old = held.get(key)
-        if old is not None:
-            ids.pop(id(old.obj), None)
-        if key in new:
-            ids[id(new[key])] = key
