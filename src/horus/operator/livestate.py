@@ -22,13 +22,18 @@ scheduling pass starts from it:
 
   (c) on the DRA path, every allocated ResourceClaim of the ``gpu.horus.io``
       driver — the kube-scheduler's allocation (``status.allocation``, which tenants cannot
-      write: device, ``consumedCapacity``) — unless it is the claim of a DLJob whose record
-      was counted in (a). So claims Horus did not make (a tenant's, a plain pod's template
-      claim) count. A claim that does not fit beside the records overtook a decision whose
-      own claim was not allocated yet: that DLJob's record is taken out of the state (its
-      allocated claims count instead) and named in :attr:`LiveState.overtaken`, so the
-      operator re-places the job — the kube-scheduler never over-commits, Horus must not
-      either;
+      write: device, ``consumedCapacity``) — unless Horus made it for a DLJob whose record
+      was counted in (a), on that record's GPUs (its signed text,
+      :func:`horus.operator.claimcount.claim_owner`; never an ``ownerReferences`` entry, which
+      a tenant writes). So claims Horus did not make (a tenant's, a plain pod's template
+      claim) count. A claim Horus cannot read as a share counts as the whole of each GPU it
+      names and overtakes nobody (:func:`horus.operator.claimcount.claim_holding`). A
+      readable claim that does not fit beside the records overtook a decision whose own claim
+      was not allocated yet and none of whose pods runs: that DLJob's record is taken out of
+      the state (its allocated claims count instead) and named in
+      :attr:`LiveState.overtaken`, so the operator re-places the job — the kube-scheduler
+      never over-commits, Horus must not either. A decision with a running pod is kept
+      (:attr:`LiveState.held_over`) and the claim counted up to each GPU's capacity;
   (d) on the DRA path, every claim Horus made for a plain pod's converted ``horus.io/gpu-*``
       request (:mod:`horus.operator.plain_pod_claims`; :func:`made_for_pod`, while that pod waits)
       that is not allocated yet: Horus' decision, pinned to one GPU with the share, counted
