@@ -75,7 +75,7 @@ done
 # containerd for the real nodes, from its own module as the kubelet comes from Kubernetes': CDI
 # on by default (the DRA driver's device specs), config version 3. Tags and version stamp as
 # containerd's Makefile sets them; CGO off leaves out only the cgo snapshotters (btrfs,
-# devmapper, zfs), which realnodes.py disables anyway; the shim gets Makefile's no_grpc tag.
+# devmapper, zfs), which realnode_config.py disables anyway; the shim gets Makefile's no_grpc tag.
 ctrd_pkg=github.com/containerd/containerd/v2
 ctrd_flags="-s -w -X $ctrd_pkg/version.Version=$CONTAINERD_VERSION -X $ctrd_pkg/version.Package=$ctrd_pkg"
 for spec in "containerd urfave_cli_no_docs" "containerd-shim-runc-v2 urfave_cli_no_docs,no_grpc" "ctr urfave_cli_no_docs"; do
