@@ -16,9 +16,17 @@ No Binding: the kube-scheduler allocates the claim — it is the only allocator,
 holds against every claim whoever made it — and binds the pod where the claim's device is.
 A decision the kube-scheduler can no longer honour (another claim took the capacity first:
 :attr:`horus.operator.livestate.LiveState.overtaken`, or nothing was scheduled within the
-progress deadline) is re-placed (:meth:`ClaimPath.replace`): back to the queue with its
-share given back, its pods and claims deleted (UID preconditions), never Failed — the
-kube-scheduler refused to over-commit, so the job itself is fine.
+progress deadline) is re-placed (:meth:`ClaimPath.replace`) while none of its pods runs: back
+to the queue with its share given back, its pods (none bound) and the claims Horus signed for
+it deleted (UID preconditions), never Failed — the kube-scheduler refused to over-commit, so
+the job itself is fine. A job some of whose pods run is never re-placed for another's claim
+(:func:`running_pods`).
+
+Repeated overtakes: a job re-placed because another claim overtook it keeps off the GPUs it
+was overtaken on for :attr:`ClaimPath.avoid_s` (:meth:`ClaimPath.avoided`, the queue's
+``JobRequest.avoid_gpus``); when that leaves it no GPU that could ever take it, it waits
+(:data:`REASON_AVOIDING`) instead of going back. Within one such period a job is overtaken at
+most once per GPU it fits on (docs/dra.md, "What Horus counts").
 """
 
 from __future__ import annotations
@@ -29,7 +37,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from horus.api.assignment import encode_assignment
-from horus.api.podassignment import controller_dljob_uid
 from horus.api.resources import parse_quantity
 from horus.common import constants as c
 from horus.common.clock import now_rfc3339
@@ -245,7 +252,7 @@ class ClaimPath:
             return None  # an older decision's claim still going (its pod is stopping)
         if claim_matches(claim, want):
             return name  # whoever made it, it asks for exactly the recorded share
-        if controller_dljob_uid(meta) and _controller_name(meta) == ctx.name:
+        if claim_owner_uid(claim) and _controller_name(meta) == ctx.name:
             # this job's claim of an earlier decision (a move), or an older DLJob's of the same
             # name: it goes once its pod has (the pod step deletes that pod first)
             log.info(
@@ -330,7 +337,7 @@ class ClaimPath:
             claim = self.claims.get((ctx.namespace, name))
             meta = (claim or {}).get("metadata") or {}
             if claim is not None and not (
-                controller_dljob_uid(meta) and _controller_name(meta) == ctx.name
+                claim_owner_uid(claim) and _controller_name(meta) == ctx.name
             ):
                 out.append(name)
         return out

@@ -309,11 +309,14 @@ def test_claim_shares_reads_canonical_quantities_and_whole_devices() -> None:
 def test_a_claim_name_held_by_someone_else_is_neither_used_nor_deleted(
     api: FakeJobApi, rec: Reconciler
 ) -> None:
-    # a tenant made the claim name in advance, asking for any GPU whole
+    # a tenant made the claim name in advance, asking for any GPU whole, and names the job
+    # as its controller (which proves nothing: Horus did not sign it)
+    forged = {"apiVersion": c.API_GROUP_VERSION, "kind": c.DLJOB_KIND, "name": "w",
+              "uid": "uid-w", "controller": True}  # fmt: skip
     api.create_resource_claim(
         "default",
         {
-            "metadata": {"name": claim_name("w", 0)},
+            "metadata": {"name": claim_name("w", 0), "ownerReferences": [forged]},
             "spec": {"devices": {"requests": [{"name": "gpu"}]}},
         },
     )
