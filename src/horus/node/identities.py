@@ -9,8 +9,9 @@ view could not tell the honest node from the liar. The registry is that record:
 * a ConfigMap (:data:`~horus.common.constants.GPU_IDENTITIES_CONFIGMAP`) in the release
   namespace; key = GPU UUID (a valid ConfigMap key), value = the node's name;
 * written only by the operator (admission policy ``horus-gpu-identities-operator-only``): each
-  UUID is recorded with the node that published it the first time the operator sees it, and
-  never re-assigned or removed (a GPU moved to another node is a cluster admin's edit);
+  UUID is recorded with the node that published it the first time the operator sees it and
+  never re-assigned; the entries of a node whose Node object is gone are removed
+  (:func:`released`), so a GPU moved to a new node registers there;
 * read by admission (the policies on ResourceSlices and on the inventory annotation take it
   as their param: a node may not publish a UUID registered to another node) and by Horus' view
   (:func:`split_gpus`: such a device is ignored on the node that publishes it, and the node
@@ -27,7 +28,7 @@ Everything here is pure (plain dicts in, plain values out); the operator's write
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,13 +164,29 @@ def additions(registry: Registry, observed: Mapping[str, Iterable[str]]) -> Addi
     return Additions(entries, tuple(problems))
 
 
-def merge_patch(configmap: Mapping[str, Any] | None, entries: Mapping[str, str]) -> dict[str, Any]:
-    """A JSON merge patch adding ``entries`` to the registry read as ``configmap``, made
-    conditional on its ``resourceVersion`` (a concurrent writer's entries are never
-    overwritten: the apiserver refuses the patch with a conflict, and the next round reads
-    again)."""
+def released(registry: Registry, nodes: Collection[str]) -> list[str]:
+    """The UUIDs registered to a node that no longer exists (its Node object is gone: only a
+    cluster admin or the cloud's node controller deletes one, never a node of another node),
+    so a GPU that moves to a new node registers there. None while ``nodes`` is empty (a view
+    that holds no node says nothing about which are gone)."""
+    if not nodes:
+        return []
+    return sorted(u for u, n in registry.owners.items() if n not in nodes)
+
+
+def merge_patch(
+    configmap: Mapping[str, Any] | None,
+    entries: Mapping[str, str],
+    removed: Iterable[str] = (),
+) -> dict[str, Any]:
+    """A JSON merge patch adding ``entries`` to (and taking ``removed`` out of) the registry
+    read as ``configmap``, made conditional on its ``resourceVersion`` (a concurrent writer's
+    entries are never overwritten: the apiserver refuses the patch with a conflict, and the
+    next round reads again)."""
     meta = (configmap or {}).get("metadata") or {}
-    patch: dict[str, Any] = {"data": dict(sorted(entries.items()))}
+    data: dict[str, str | None] = dict.fromkeys(removed)
+    data.update(entries)
+    patch: dict[str, Any] = {"data": dict(sorted(data.items()))}
     version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
     if version:
         patch["metadata"] = {"resourceVersion": str(version)}

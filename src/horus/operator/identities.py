@@ -4,8 +4,8 @@ Every :data:`~horus.common.constants.GPU_IDENTITIES_SYNC_SECONDS` the operator r
 registry ConfigMap (making it, empty, when it is missing), reads the GPUs each node publishes
 from the watch-fed view (the Horus driver's ResourceSlices on the DRA path, the
 ``horus.io/gpu-inventory`` annotations on the device-plugin path), and adds every UUID seen for
-the first time with the node that publishes it, in one merge patch conditional on the version
-it read. Only the leader writes; every replica keeps the registry it read
+the first time with the node that publishes it, and removes the entries of nodes that no
+longer exist, in one merge patch conditional on the version it read. Only the leader writes; every replica keeps the registry it read
 (:attr:`IdentityRecorder.registry`) for its live state. A node that publishes a GPU registered
 to another node gets one Warning Event per GPU (``HorusGpuIdentityConflict``).
 """
@@ -23,7 +23,14 @@ from horus.kube.errors import ApiError
 from horus.kube.events import event_body
 from horus.kube.rest import RestClient
 from horus.node.claims import slice_gpus
-from horus.node.identities import Registry, additions, merge_patch, parse_registry, split_gpus
+from horus.node.identities import (
+    Registry,
+    additions,
+    merge_patch,
+    parse_registry,
+    released,
+    split_gpus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +121,13 @@ class IdentityRecorder:
         todo = additions(registry, {n: [g.uuid for g in gs] for n, gs in published.items()})
         for problem in todo.problems:
             log.warning("%s", problem)
-        if not todo.entries:
+        names = {str((n.get("metadata") or {}).get("name") or "") for n in nodes}
+        gone = released(registry, names - {""})
+        if not todo.entries and not gone:
             return 0
-        out = self.api.patch(merge_patch(raw, todo.entries))
+        if gone:
+            log.info("GPU identity registry: released %d GPUs of deleted nodes", len(gone))
+        out = self.api.patch(merge_patch(raw, todo.entries, gone))
         self._keep(parse_registry(out))
         self.added += len(todo.entries)
         log.info(

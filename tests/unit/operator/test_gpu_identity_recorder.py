@@ -41,7 +41,12 @@ class FakeApi:
         want = (body.get("metadata") or {}).get("resourceVersion")
         if want is not None and want != self.cm["metadata"]["resourceVersion"]:
             raise Conflict(want)
-        self.cm.setdefault("data", {}).update(body.get("data") or {})
+        data = self.cm.setdefault("data", {})
+        for key, value in (body.get("data") or {}).items():  # a merge patch: null removes
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
         self.cm["metadata"]["resourceVersion"] = str(
             int(self.cm["metadata"]["resourceVersion"]) + 1
         )
@@ -105,7 +110,7 @@ def test_a_follower_reads_but_never_writes() -> None:
 
 def test_a_concurrent_write_fails_the_round_and_the_next_one_reads_again() -> None:
     api = FakeApi({})
-    nodes = [_node("node-a", _gpus("GPU-a0"))]
+    nodes = [_node("node-a", _gpus("GPU-a0")), _node("node-z")]
     rec = IdentityRecorder(api, lambda: (nodes, None), lambda: True)
     real_read = api.read
 
@@ -122,3 +127,21 @@ def test_a_concurrent_write_fails_the_round_and_the_next_one_reads_again() -> No
     api.read = real_read  # type: ignore[method-assign]
     assert rec.tick() == 0  # registered to node-z meanwhile: never re-assigned
     assert api.cm is not None and api.cm["data"] == {"GPU-a0": "node-z"}
+
+
+def test_a_deleted_nodes_gpus_are_released_and_register_on_their_new_node() -> None:
+    """A GPU moved to a new node (the old Node object deleted): its entry is removed in one
+    round, and it registers to the node that publishes it now in the next — never re-assigned
+    in place (the policy refuses that, the operator included)."""
+    api = FakeApi({"GPU-m": "old-node", "GPU-b0": "node-b"})
+    nodes = [_node("node-b", _gpus("GPU-b0")), _node("new-node", _gpus("GPU-m"))]
+    rec = IdentityRecorder(api, lambda: (nodes, None), lambda: True)
+    rec.tick()
+    assert api.patches[-1]["data"] == {"GPU-m": None}
+    assert api.cm is not None and "GPU-m" not in api.cm["data"]
+    rec.tick()
+    assert api.cm["data"] == {"GPU-b0": "node-b", "GPU-m": "new-node"}
+    # a view holding no node releases nothing
+    api2 = FakeApi({"GPU-x": "node-x"})
+    IdentityRecorder(api2, lambda: ([], None), lambda: True).tick()
+    assert api2.cm is not None and api2.cm["data"] == {"GPU-x": "node-x"} and not api2.patches
