@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from horus.operator.livestate import LiveState
+from horus.operator.residents import LiveState
 
 
 def snapshot(live: LiveState) -> dict[str, Any]:

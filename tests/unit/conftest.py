@@ -19,7 +19,8 @@ import pytest
 
 from horus.operator.livedelta import LiveDelta
 from horus.operator.livesource import FullBuildCache
-from horus.operator.livestate import LiveState, build_live_state
+from horus.operator.livestate import build_live_state
+from horus.operator.residents import LiveState
 from live_snapshot import snapshot
 
 

@@ -28,7 +28,6 @@ from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.operator import transitions as tr
 from horus.operator.jobapi import JobApi, PodRejected, ProfileUnavailable
-from horus.operator.livestate import graph_profile
 from horus.operator.pass_state import JobCtx
 from horus.operator.placement_rules import PlacementSession
 from horus.operator.podspec import pod_manifest
@@ -38,6 +37,7 @@ from horus.operator.priority import (
     PriorityClasses,
 )
 from horus.predictor.interface import PAIR_TEACH_HINT, GraphProfile
+from horus.predictor.schema import graph_profile
 
 __all__ = ["DRY_RUN_CACHE_SECONDS", "Admission", "Verdict"]
 

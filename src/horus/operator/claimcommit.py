@@ -15,7 +15,7 @@ else exists — and then, per replica:
 No Binding: the kube-scheduler allocates the claim — it is the only allocator, so capacity
 holds against every claim whoever made it — and binds the pod where the claim's device is.
 A decision the kube-scheduler can no longer honour (another claim took the capacity first:
-:attr:`horus.operator.livestate.LiveState.overtaken`, or nothing was scheduled within the
+:attr:`horus.operator.residents.LiveState.overtaken`, or nothing was scheduled within the
 progress deadline) is re-placed (:meth:`ClaimPath.replace`) while none of its pods runs: back
 to the queue with its share given back, its pods (none bound) and the claims Horus signed for
 it deleted (UID preconditions), never Failed — the kube-scheduler refused to over-commit, so

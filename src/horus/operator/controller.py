@@ -453,7 +453,7 @@ def _pod_fingerprint(body: Any) -> tuple[Any, ...]:
 
 
 def _node_fingerprint(body: Any) -> tuple[Any, ...]:
-    from horus.operator.livestate import node_exclusion
+    from horus.operator.records import node_exclusion
 
     meta = body.get("metadata") or {}
     return (
@@ -516,7 +516,7 @@ def change_fingerprint(kind: str, body: Any) -> tuple[Any, ...] | None:
             meta.get("annotations") or {}
         ):
             return _pod_fingerprint(body)
-        from horus.operator.livestate import converted_claim_name
+        from horus.operator.claimcount import converted_claim_name
 
         if converted_claim_name(body) is not None:  # DRA: a plain pod waiting for its claim
             return _pod_fingerprint(body)

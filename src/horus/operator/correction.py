@@ -27,12 +27,12 @@ from collections.abc import Mapping, Sequence
 from horus.common import constants as c
 from horus.common.clock import timestamp
 from horus.operator.jobapi import JobApi
-from horus.operator.livestate import LiveState
 from horus.operator.moves import preempt, start_move
 from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.placement_rules import PlacementSession
 from horus.operator.priority import PriorityClasses
 from horus.operator.queueing import NodeEligibility
+from horus.operator.residents import LiveState
 from horus.operator.writer import StatusWriter
 from horus.scheduler import JobRequest
 from horus.scheduler.migration import plan_migrations

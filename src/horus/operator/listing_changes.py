@@ -243,7 +243,7 @@ def same_nodes(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[st
 
 
 def node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What of a node the full build (``livestate._gpu_nodes``) and the extender's per-node
+    """What of a node the full build (``node_gpus.gpu_nodes``) and the extender's per-node
     memory units read."""
     meta = node.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}

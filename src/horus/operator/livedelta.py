@@ -44,20 +44,18 @@ from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.node.identities import Registry
+from horus.operator.committed_shares import add_dljob_records, add_pod_group, pod_groups
 from horus.operator.listing_changes import Change, HeldListing, Lookup, reindex, same_nodes
-from horus.operator.livestate import (
+from horus.operator.livestate import LiveObjects
+from horus.operator.node_gpus import gpu_nodes
+from horus.operator.records import annotations_of
+from horus.operator.residents import (
     MOVING_SUFFIX,
     TERMINAL_POD_PHASES,
-    LiveObjects,
     LiveState,
-    _add_dljob_records,
-    _add_pod_group,
-    _gpu_nodes,
-    _pod_groups,
     dljob_job_name,
     pod_job_name,
 )
-from horus.operator.records import annotations_of
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import ClusterState
 
@@ -241,7 +239,7 @@ class LiveDelta:
         self.full_reason = why
         self._keys, self._nodes = keys, list(objs.nodes)
         self._identities = objs.identities
-        base = _gpu_nodes(objs.nodes, None, objs.identities)
+        base = gpu_nodes(objs.nodes, None, objs.identities)
         self._base_excluded, self._base_problems = dict(base.excluded_nodes), list(base.problems)
         self._dl, self._pods, self._group_problems = {}, {}, {}
         self._dl_ids, self._pod_ids = {}, {}
@@ -349,7 +347,7 @@ class LiveDelta:
                 continue
             scratch.problems, scratch.observed_pairs = [], []
             obj = dl_new[key]
-            recorded = _add_dljob_records(
+            recorded = add_dljob_records(
                 scratch, [obj], self.predictor, self._profiles, keys, self._distrusted
             )
             jname = _dljob_name(obj)
@@ -367,7 +365,7 @@ class LiveDelta:
                 part = self._pods[key]
                 self._unindex(key, part)
                 scratch.problems = []
-                groups = _pod_groups(scratch, [part.obj], recorded_now, keys)
+                groups = pod_groups(scratch, [part.obj], recorded_now, keys)
                 part.problems = scratch.problems
                 if part.problems:
                     self._with_problems.add(key)
@@ -382,7 +380,7 @@ class LiveDelta:
         for jname, ranked in sorted(members_of.items(), key=lambda kv: kv[1][0][0]):
             scratch.problems = []
             profile = self._known(jname, [m for _, m in ranked])
-            _add_pod_group(scratch, jname, [m for _, m in ranked], self.predictor, profile)
+            add_pod_group(scratch, jname, [m for _, m in ranked], self.predictor, profile)
             if scratch.problems:
                 self._group_problems[jname] = scratch.problems
         added: list[str] = []
@@ -564,8 +562,8 @@ class LiveDelta:
 
 
 def _refused(problems: Sequence[str]) -> bool:
-    """A record was refused for lack of room (:func:`livestate._add`): which one wins
-    depends on the listing's order, so the next change rebuilds in full."""
+    """A record was refused for lack of room (:func:`~horus.operator.residents.add_resident`):
+    which one wins depends on the listing's order, so the next change rebuilds in full."""
     return any(": share not counted: " in p for p in problems)
 
 
@@ -575,7 +573,7 @@ def _dljob_name(obj: Mapping[str, Any]) -> str:
 
 
 def _candidate(pod: Mapping[str, Any], keys: KeyRing | None) -> str | None:
-    """The job ``pod``'s share would count under (what ``_pod_groups`` groups it by)."""
+    """The job ``pod``'s share would count under (what ``pod_groups`` groups it by)."""
     text = annotations_of(pod).get(c.ANNOTATION_GPU_ASSIGNMENT)
     if text is None or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
         return None

@@ -29,8 +29,9 @@ from horus.operator.jobapi import JobApi
 from horus.operator.listing import Listing
 from horus.operator.listing_changes import same_nodes
 from horus.operator.livedelta import LiveDelta
-from horus.operator.livestate import LiveObjects, LiveState, build_live_state
+from horus.operator.livestate import LiveObjects, build_live_state
 from horus.operator.pass_state import JobCtx
+from horus.operator.residents import LiveState
 from horus.predictor.interface import GraphProfile, Predictor
 
 __all__ = ["DeltaSource", "DraSource", "FullBuildCache", "LiveReading", "LiveSource"]

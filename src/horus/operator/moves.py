@@ -7,7 +7,7 @@ never leave two live copies of a replica or lose the job, exactly like a placeme
 
 1. the signed record first — the new placements, phase ``Scheduled`` (reason ``Migrating``),
    and ``status.migration`` holding the placements the job leaves, so *both* shares count until
-   the old pods are gone (``livestate``), plus ``status.migrations`` (count, from → to, reason,
+   the old pods are gone (``committed_shares``), plus ``status.migrations`` (count, from → to, reason,
    time);
 2. then the old pods are deleted, each with its own grace period: the job gets SIGTERM and
    writes its checkpoint (``spec.migration``);

@@ -27,8 +27,8 @@ from horus.node.claims import slice_gpus
 from horus.operator.admission import Admission, Verdict
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi
-from horus.operator.livestate import slices_by_node
 from horus.operator.metrics import OperatorMetrics
+from horus.operator.node_gpus import slices_by_node
 from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.priority import PriorityClasses
 from horus.operator.writer import StatusWriter

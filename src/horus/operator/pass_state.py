@@ -13,7 +13,7 @@ from typing import Any
 
 from horus.api.dljob import DLJob
 from horus.operator import status as st
-from horus.operator.livestate import dljob_job_name
+from horus.operator.residents import dljob_job_name
 
 __all__ = ["JobCtx", "PassReport"]
 

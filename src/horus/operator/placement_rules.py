@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from horus.api.assignment import PredictedUsage
-from horus.operator.livestate import UNKNOWN_KIND, LiveState
+from horus.operator.residents import UNKNOWN_KIND, LiveState
 from horus.predictor.interface import (
     GraphProfile,
     Predictor,

@@ -56,17 +56,13 @@ from typing import Any
 from horus.common import constants as c
 from horus.operator import status as st
 from horus.operator.claimcommit import ClaimPath
+from horus.operator.claimcount import converted_claim_name, made_for_pod
 from horus.operator.claims import pod_share_claim
 from horus.operator.extender.demand import pod_demand
 from horus.operator.jobapi import JobApi
-from horus.operator.livestate import (
-    TERMINAL_POD_PHASES,
-    LiveState,
-    converted_claim_name,
-    made_for_pod,
-)
 from horus.operator.pass_state import PassReport
 from horus.operator.queueing import stable_refusal
+from horus.operator.residents import TERMINAL_POD_PHASES, LiveState
 from horus.operator.writer import StatusWriter
 from horus.scheduler import JobRequest, Scheduler
 
@@ -126,7 +122,7 @@ def pending_conversions(
     """Pods whose converted claim does not exist yet (not bound, not finished, not going).
     Two pods naming one claim (a copy of another pod's spec) get none: a share is one pod's.
     A pod whose claim name a claim holds that Horus did not make for it (a tenant's, made
-    before Horus' — :func:`horus.operator.livestate.made_for_pod`) gets none either: Horus
+    before Horus' — :func:`horus.operator.claimcount.made_for_pod`) gets none either: Horus
     neither uses, changes nor deletes a claim it did not make; the pod is told why
     (:data:`REASON_CLAIM_NAME_TAKEN`), so it does not wait in silence."""
     found: dict[tuple[str, str], list[Mapping[str, Any]]] = {}

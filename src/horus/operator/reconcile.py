@@ -52,7 +52,6 @@ from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi, KubeJobApi
 from horus.operator.listing import Listing, job_contexts, node_units
 from horus.operator.livesource import DeltaSource, DraSource, LiveSource
-from horus.operator.livestate import LiveState, dljob_job_name
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.newjobs import NewJobs
 from horus.operator.pass_state import JobCtx, PassReport
@@ -60,6 +59,7 @@ from horus.operator.placement_rules import PlacementSession
 from horus.operator.plain_pod_claims import convert_pods
 from horus.operator.pod_reads import PodFacts, PodFactsCache, by_pod
 from horus.operator.queue_decision import QueueOutcome, QueuePhase
+from horus.operator.residents import LiveState, dljob_job_name
 from horus.operator.trust import COND_SIGNING_KEY, TERMINAL_PHASES, TrustGate
 from horus.operator.writer import COMPONENT, StatusWriter
 from horus.predictor.interface import Predictor

@@ -34,7 +34,7 @@ from typing import Any
 from horus.common import constants as c
 from horus.kube.informer import Informer, wait_all_synced
 from horus.operator.livedelta import Change
-from horus.operator.livestate import TERMINAL_POD_PHASES
+from horus.operator.residents import TERMINAL_POD_PHASES
 
 __all__ = ["ClusterView", "lean", "node_projection", "pod_matters", "pod_projection"]
 

@@ -180,6 +180,30 @@ def _token(rc: RealCluster, account: str, namespace: str, *extra: str) -> str:
     return out.strip()
 
 
+def _node_token(rc: RealCluster, node: str) -> str:
+    """``--token=`` the node identity as the DaemonSet's pod on ``node`` has it: a token of
+    the horus-node ServiceAccount bound to that pod (so it names the node)."""
+    pod = _node_pod(rc, node)["metadata"]
+    return "--token=" + _token(
+        rc, c.NODE_SERVICE_ACCOUNT, NAMESPACE,
+        "--bound-object-kind=Pod", f"--bound-object-name={pod['name']}",
+        f"--bound-object-uid={pod['uid']}",
+    )  # fmt: skip
+
+
+def _direct_claim_namespaces(rc: RealCluster, *namespaces: str) -> None:
+    """``helm upgrade --reuse-values`` setting gpuSharing.directClaimNamespaces (only the
+    admission policy horus-claim-device-class reads it)."""
+    from horus.devcluster.binaries import repo_root
+
+    listed = "{" + ",".join(namespaces) + "}"
+    rc.kube.helm(
+        "upgrade", RELEASE, str(repo_root() / "charts" / "horus"), "-n", NAMESPACE,
+        "--reuse-values", "--set", f"gpuSharing.directClaimNamespaces={listed}",
+        "--wait", "--timeout", "120s", timeout=150,
+    )  # fmt: skip
+
+
 def test_the_dra_path_runs_the_driver_and_the_node_identity_writes_no_pod(
     rc: RealCluster, on_dra: dict[str, Any]
 ) -> None:
@@ -194,11 +218,7 @@ def test_the_dra_path_runs_the_driver_and_the_node_identity_writes_no_pod(
     assert {settings[r]["placement_path"] for r in ("operator", "extender", "agent")} == {"dra"}
     # the node identity as the DaemonSet's pod on node 0 has it: a token bound to that pod
     pod = _node_pod(rc, node)["metadata"]
-    token = "--token=" + _token(
-        rc, c.NODE_SERVICE_ACCOUNT, NAMESPACE,
-        "--bound-object-kind=Pod", f"--bound-object-name={pod['name']}",
-        f"--bound-object-uid={pod['uid']}",
-    )  # fmt: skip
+    token = _node_token(rc, node)
     theirs = next(
         s
         for s in rc.kube.json("get", "resourceslices")["items"]
@@ -210,17 +230,18 @@ def test_the_dra_path_runs_the_driver_and_the_node_identity_writes_no_pod(
     assert refused.returncode != 0 and "horus-node-own-resourceslices" in refused.stderr, (
         refused.stderr
     )
+    # a new slice for the other node, as that node's driver would publish it: only the node
+    # rule refuses it (pool, device names and GPU identities are the other node's own)
     new = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": "forged-" + other},
-        "spec": {
-            **theirs["spec"],
-            "pool": {"name": "forged", "generation": 1, "resourceSliceCount": 1},
-        },
+        "spec": theirs["spec"],
     }
     refused = rc.kube.kubectl(token, "create", "-f", "-", input=json.dumps(new), check=False)
-    assert refused.returncode != 0 and "horus-node-own-resourceslices" in refused.stderr
+    assert refused.returncode != 0 and "horus-node-own-resourceslices" in refused.stderr, (
+        refused.stderr
+    )
     refused = rc.kube.kubectl(
         token, "delete", "resourceslice", theirs["metadata"]["name"], check=False
     )
@@ -483,8 +504,28 @@ def test_a_tenants_claim_that_would_over_commit_stays_unallocated_with_the_reaso
         f"--serviceaccount={TENANT_NS}:tenant", "-n", TENANT_NS, check=False,
     )  # fmt: skip
     token = "--token=" + _token(rc, "tenant", TENANT_NS)
-    for doc in claim_and_pod("over-commit", rc.nodes[0], "10", "1024Mi", namespace=TENANT_NS):
-        rc.kube.kubectl(token, "apply", "-f", "-", input=json.dumps(doc))
+    claim_doc, pod_doc = claim_and_pod("over-commit", rc.nodes[0], "10", "1024Mi", TENANT_NS)
+    # a direct claim of the Horus DeviceClass is the cluster admin's choice: refused until the
+    # namespace is listed in gpuSharing.directClaimNamespaces
+    refused = rc.kube.kubectl(token, "create", "-f", "-", input=json.dumps(claim_doc), check=False)
+    assert refused.returncode != 0 and "horus-claim-device-class" in refused.stderr, (
+        refused.stderr
+    )
+    _direct_claim_namespaces(rc, TENANT_NS)
+    try:
+
+        def admitted() -> bool:
+            dry = rc.kube.kubectl(
+                token, "create", "--dry-run=server", "-f", "-", input=json.dumps(claim_doc),
+                check=False,
+            )  # fmt: skip
+            return dry.returncode == 0
+
+        wait_for("the tenant's claim admitted", admitted, 30, _diagnose(rc))
+        for doc in (claim_doc, pod_doc):
+            rc.kube.kubectl(token, "apply", "-f", "-", input=json.dumps(doc))
+    finally:
+        _direct_claim_namespaces(rc)
 
     def refused() -> str:
         pod = rc.kube.json("get", "pod", "over-commit", "-n", TENANT_NS)

@@ -16,10 +16,9 @@ from operator_support import ROOT, Kube, dljob_body
 
 from horus.api.dljob import parse_profile_document
 from horus.common import constants as c
-from horus.operator.livestate import graph_profile
 from horus.predictor import load_default_predictor, load_predictor
 from horus.predictor.interface import GraphProfile
-from horus.predictor.schema import FEATURE_NAMES
+from horus.predictor.schema import FEATURE_NAMES, graph_profile
 from predictor_tables import small_tables
 
 

@@ -24,8 +24,9 @@ from horus.common import constants as c
 from horus.operator.extender import Extender, parse_extender_args
 from horus.operator.extender.demand import cached_profile
 from horus.operator.livedelta import FULL_REFUSED, Change, LiveDelta
-from horus.operator.livestate import LiveObjects, build_live_state, graph_profile
+from horus.operator.livestate import LiveObjects, build_live_state
 from horus.predictor import load_default_predictor
+from horus.predictor.schema import graph_profile
 from live_snapshot import snapshot as _snapshot
 from signing_keys import KEY, sign_pod
 

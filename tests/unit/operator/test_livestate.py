@@ -6,12 +6,8 @@ from opfixtures import assignment, dljob, node, pod, share
 
 from horus.api.assignment import GpuAssignment, GpuRef
 from horus.api.inventory import simulated_gpu_uuid
-from horus.operator.livestate import (
-    build_cluster_state,
-    build_live_state,
-    dljob_job_name,
-    pod_job_name,
-)
+from horus.operator.livestate import build_cluster_state, build_live_state
+from horus.operator.residents import dljob_job_name, pod_job_name
 
 
 def _core(state, node_name: str, index: int) -> int:  # type: ignore[no-untyped-def]

@@ -32,15 +32,11 @@ from horus.operator.extender.settings import MAX_EXTENDER_PRIORITY, NO_INVENTORY
 from horus.operator.extender.source import ClusterSource
 from horus.operator.extender.wire import BindingArgs, ExtenderArgs
 from horus.operator.livedelta import Change, LiveDelta
-from horus.operator.livestate import (
-    LiveObjects,
-    LiveState,
-    build_live_state,
-    graph_profile,
-    pod_job_name,
-)
+from horus.operator.livestate import LiveObjects, build_live_state
 from horus.operator.placement_rules import PlacementSession
+from horus.operator.residents import LiveState, pod_job_name
 from horus.predictor.interface import GraphProfile, Predictor
+from horus.predictor.schema import graph_profile
 from horus.scheduler import JobRequest, Placement, Refusal, SchedulerSettings
 
 log = logging.getLogger(__name__)

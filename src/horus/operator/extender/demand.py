@@ -16,7 +16,8 @@ from horus.api.resources import containers_asking, pod_effective_request
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.operator.extender.settings import REASON_PREFIX
-from horus.operator.livestate import graph_profile, pod_job_name
+from horus.operator.residents import pod_job_name
+from horus.predictor.schema import graph_profile
 from horus.scheduler import JobRequest
 
 # Parsing a profile document (YAML) is slow next to a look-up, and every filter sees every
