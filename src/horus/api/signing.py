@@ -22,7 +22,7 @@ What a signature binds, so that nothing replays or rolls back:
 * a placement record (``status.placementSignature``): the job's namespace, name and UID, its
   phase, placements, a move in progress and ``status.placementEpoch``, which the operator raises
   on every signed write. A record older than what its pods carry, or than what this process
-  signed last, is a rollback (:mod:`horus.operator.records`).
+  signed last, is a rollback (:mod:`horus.operator.object_reads`).
 
 The value is ``v2:<epoch>:<base64url signature>`` for an assignment (the epoch travels with the
 pod) and ``v2:<base64url signature>`` for a record (its epoch is in its status).

@@ -21,13 +21,13 @@ from horus.operator.claimcount import (
     converted_decision,
     made_for_pod,
 )
-from horus.operator.podspec import owner_uid
-from horus.operator.records import (
+from horus.operator.object_reads import (
     assumed_prediction,
     key_of,
     meta_of,
     unknown_profile,
 )
+from horus.operator.podspec import owner_uid
 from horus.operator.residents import (
     MOVING_SUFFIX,
     TERMINAL_POD_PHASES,

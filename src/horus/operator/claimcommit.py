@@ -44,15 +44,15 @@ from horus.common.errors import ValidationError
 from horus.operator import transitions as tr
 from horus.operator.claims import CLAIM_REQUEST, claim_name, replica_claim
 from horus.operator.jobapi import JobApi, PodRejected
-from horus.operator.pass_state import JobCtx, PassReport
-from horus.operator.podspec import assignment_of, owner_uid
-from horus.operator.records import (
+from horus.operator.object_reads import (
     CLAIM_SIGNED_PREFIX,
     CLAIM_SIGNED_UID,
     claim_epoch,
     horus_claim_job_uid,
     record_epoch,
 )
+from horus.operator.pass_state import JobCtx, PassReport
+from horus.operator.podspec import assignment_of, owner_uid
 from horus.operator.writer import StatusWriter
 
 __all__ = [

@@ -13,7 +13,7 @@ Pure functions of the apiserver's JSON, used by :mod:`horus.operator.livestate` 
   decision (:func:`horus.operator.livestate.build_live_state`);
 * **whom a claim belongs to** (:func:`claim_owner`): a claim is a DLJob's — deduplicated
   against that job's record — only if Horus made it, proven by its signed text
-  (:func:`horus.operator.records.horus_claim_job_uid`), never by ``ownerReferences``, which
+  (:func:`horus.operator.object_reads.horus_claim_job_uid`), never by ``ownerReferences``, which
   anyone who may edit claims in the namespace writes.
 """
 
@@ -27,7 +27,7 @@ from horus.api.resources import parse_quantity
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.common.errors import ValidationError
-from horus.operator.records import annotations_of, horus_claim_job_uid, key_of, meta_of
+from horus.operator.object_reads import annotations_of, horus_claim_job_uid, key_of, meta_of
 from horus.scheduler import ClusterState, GpuShare
 
 __all__ = [
@@ -166,7 +166,7 @@ def claim_owner(
 ) -> str:
     """``ns/name`` of the recorded DLJob Horus made ``claim`` for (``recorded_by_uid``: job UID
     → name, the jobs whose record the state counts), or "" — a tenant's claim, whatever owner
-    it names (:func:`horus.operator.records.horus_claim_job_uid`)."""
+    it names (:func:`horus.operator.object_reads.horus_claim_job_uid`)."""
     uid = horus_claim_job_uid(claim, keys)
     return recorded_by_uid.get(uid, "") if uid else ""
 

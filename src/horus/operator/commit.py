@@ -29,6 +29,7 @@ from horus.operator.allocate_order import BindGate
 from horus.operator.claimcommit import REASON_KEPT, ClaimPath, running_pods
 from horus.operator.claims import use_claim
 from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected, bound_pod
+from horus.operator.object_reads import record_epoch
 from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.podspec import (
     binding_annotations,
@@ -37,7 +38,6 @@ from horus.operator.podspec import (
     pod_manifest,
     pod_name,
 )
-from horus.operator.records import record_epoch
 from horus.operator.residents import TERMINAL_POD_PHASES
 from horus.operator.writer import StatusWriter
 from horus.scheduler import Placement

@@ -26,7 +26,7 @@ from horus.common import constants as c
 from horus.common.clock import timestamp
 from horus.common.errors import HorusError, ValidationError
 from horus.common.memo import Memo
-from horus.operator.records import (
+from horus.operator.object_reads import (
     annotations_of,
     assumed_prediction,
     dljob_record_trusted,

@@ -453,7 +453,7 @@ def _pod_fingerprint(body: Any) -> tuple[Any, ...]:
 
 
 def _node_fingerprint(body: Any) -> tuple[Any, ...]:
-    from horus.operator.records import node_exclusion
+    from horus.operator.object_reads import node_exclusion
 
     meta = body.get("metadata") or {}
     return (

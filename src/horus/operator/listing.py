@@ -19,10 +19,10 @@ from horus.api.resources import node_memory_unit_mib
 from horus.api.signing import KeyRing
 from horus.common.errors import ValidationError
 from horus.common.memo import PerObject
+from horus.operator.object_reads import dljob_record_trusted
 from horus.operator.pass_state import JobCtx
 from horus.operator.pod_reads import PodFacts
 from horus.operator.podspec import pod_name
-from horus.operator.records import dljob_record_trusted
 
 __all__ = ["Listing", "job_contexts", "node_units"]
 

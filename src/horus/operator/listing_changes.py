@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 
 from horus.common import constants as c
 from horus.operator.livestate import LiveObjects
-from horus.operator.records import key_of, node_exclusion
+from horus.operator.object_reads import key_of, node_exclusion
 
 __all__ = [
     "Change",

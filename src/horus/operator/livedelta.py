@@ -48,7 +48,7 @@ from horus.operator.committed_shares import add_dljob_records, add_pod_group, po
 from horus.operator.listing_changes import Change, HeldListing, Lookup, reindex, same_nodes
 from horus.operator.livestate import LiveObjects
 from horus.operator.node_gpus import gpu_nodes
-from horus.operator.records import annotations_of
+from horus.operator.object_reads import annotations_of
 from horus.operator.residents import (
     MOVING_SUFFIX,
     TERMINAL_POD_PHASES,

@@ -65,7 +65,7 @@ from horus.operator.allocated_claims import add_claims, running_jobs
 from horus.operator.claimcount import waiting_pods
 from horus.operator.committed_shares import add_dljob_records, add_pod_group, pod_groups
 from horus.operator.node_gpus import gpu_nodes
-from horus.operator.records import meta_of
+from horus.operator.object_reads import meta_of
 from horus.operator.residents import LiveState, dljob_job_name
 from horus.predictor.interface import GraphProfile, Predictor
 from horus.scheduler import ClusterState

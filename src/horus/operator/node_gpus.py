@@ -1,7 +1,7 @@
 """The GPUs a live state offers: each node's inventory, or on the DRA path its ResourceSlices.
 
 A node that is NotReady, unschedulable or being deleted contributes none
-(:func:`horus.operator.records.node_exclusion`). With the GPU identity registry, a GPU
+(:func:`horus.operator.object_reads.node_exclusion`). With the GPU identity registry, a GPU
 registered to another node is left out on the node that publishes it; a UUID that several
 nodes publish and none is registered to counts on none of them.
 """
@@ -16,7 +16,7 @@ from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.node.claims import slice_gpus
 from horus.node.identities import Registry, contested, split_gpus
-from horus.operator.records import (
+from horus.operator.object_reads import (
     annotations_of,
     meta_of,
     node_exclusion,

@@ -21,8 +21,8 @@ from typing import Any
 from horus.api.signing import KeyRing
 from horus.common.memo import PerObject
 from horus.operator import status as st
+from horus.operator.object_reads import pods_epoch
 from horus.operator.podspec import owner_uid
-from horus.operator.records import pods_epoch
 from horus.operator.residents import TERMINAL_POD_PHASES
 
 __all__ = ["PodFacts", "PodFactsCache", "by_pod"]

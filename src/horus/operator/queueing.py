@@ -18,8 +18,8 @@ from horus.api.nodematch import NodeConstraints, constraints_of
 from horus.common.clock import now_rfc3339, timestamp
 from horus.operator import status as st
 from horus.operator import transitions as tr
+from horus.operator.object_reads import resource_prediction
 from horus.operator.pass_state import JobCtx, PassReport
-from horus.operator.records import resource_prediction
 from horus.operator.writer import StatusWriter
 from horus.predictor.interface import GraphProfile
 from horus.scheduler import JobRequest, RefusalCode

@@ -31,9 +31,9 @@ from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.claimcommit import CLAIM_SIGNED_PREFIX, claim_epoch, claim_owner_uid
 from horus.operator.claims import claim_name
+from horus.operator.object_reads import dljob_record_trusted, record_epoch
 from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.podspec import placement_record
-from horus.operator.records import dljob_record_trusted, record_epoch
 from horus.operator.residents import TERMINAL_POD_PHASES
 from horus.operator.writer import StatusWriter
 

@@ -21,9 +21,9 @@ from horus.common.clock import now_rfc3339
 from horus.operator import status as st
 from horus.operator.claimcommit import claim_epoch, claim_owner_uid
 from horus.operator.guards import JobGuard
+from horus.operator.object_reads import pods_epoch, record_epoch
 from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.pod_reads import PodFacts
-from horus.operator.records import pods_epoch, record_epoch
 from horus.operator.restore import restore
 from horus.operator.writer import StatusWriter
 

@@ -32,8 +32,8 @@ from horus.kube.events import event_body
 from horus.operator import transitions as tr
 from horus.operator.jobapi import JobApi
 from horus.operator.metrics import OperatorMetrics
+from horus.operator.object_reads import pods_epoch, record_epoch
 from horus.operator.pass_state import JobCtx, PassReport
-from horus.operator.records import pods_epoch, record_epoch
 
 __all__ = ["COMPONENT", "PROBLEM_REPEAT_SECONDS", "StatusWriter"]
 
@@ -69,7 +69,7 @@ class StatusWriter:
         self._lock = threading.Lock()
         self._posting: list[Future[None]] = []
         #: job UID → the highest record epoch this process signed (a rollback below it is
-        #: not trusted: :func:`horus.operator.records.dljob_record_trusted`).
+        #: not trusted: :func:`horus.operator.object_reads.dljob_record_trusted`).
         self._signed: dict[str, int] = {}
 
     def highest_signed(self, uid: str) -> int:

@@ -23,7 +23,7 @@ from operator_support import ROOT, Kube, dljob_body
 from horus.api.assignment import GpuAssignment, encode_assignment
 from horus.api.signing import KeyRing
 from horus.common import constants as c
-from horus.operator.records import pod_assignment_trusted
+from horus.operator.object_reads import pod_assignment_trusted
 
 RBAC = [ROOT / "manifests" / "rbac" / f for f in ("operator.yaml", "node.yaml", "users.yaml")]
 

@@ -14,9 +14,9 @@ from horus.api.inventory import simulated_gpu_uuid
 from horus.common import constants as c
 from horus.operator.livestate import build_live_state
 from horus.operator.moves import preempt, start_move
+from horus.operator.object_reads import dljob_record_trusted
 from horus.operator.pass_state import PassReport
 from horus.operator.reconcile import Reconciler
-from horus.operator.records import dljob_record_trusted
 from horus.predictor.interface import ResourcePrediction
 from horus.scheduler import GpuShare, Placement, ReplicaPlacement
 

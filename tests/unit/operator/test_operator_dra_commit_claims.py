@@ -22,9 +22,9 @@ from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, claim_matches
 from horus.operator.claimcount import claim_job_name, claim_shares
 from horus.operator.claims import claim_name, replica_claim
 from horus.operator.livestate import build_live_state
+from horus.operator.object_reads import CLAIM_SIGNED_PREFIX, CLAIM_SIGNED_UID
 from horus.operator.podspec import assignment_of, placement_record
 from horus.operator.reconcile import Reconciler
-from horus.operator.records import CLAIM_SIGNED_PREFIX, CLAIM_SIGNED_UID
 from horus.predictor import load_default_predictor
 
 PREDICTOR = load_default_predictor()

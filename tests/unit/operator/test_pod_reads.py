@@ -14,11 +14,11 @@ from opfixtures import assignment, dljob, node, pod
 from horus.api.signing import KeyRing
 from horus.common import constants as c
 from horus.operator import status as st
+from horus.operator.object_reads import pods_epoch
 from horus.operator.pass_state import JobCtx
 from horus.operator.pod_reads import PodFactsCache, by_pod
 from horus.operator.podspec import owner_uid
 from horus.operator.reconcile import Reconciler
-from horus.operator.records import pods_epoch
 from horus.predictor import load_default_predictor
 from signing_keys import KEY, sign_pod
 

@@ -13,8 +13,8 @@ from fakeapi import FakeJobApi
 from opfixtures import KEY, dljob, node
 
 from horus.common import constants as c
+from horus.operator.object_reads import dljob_record_trusted, pod_assignment_trusted
 from horus.operator.reconcile import Reconciler
-from horus.operator.records import dljob_record_trusted, pod_assignment_trusted
 from horus.predictor import load_default_predictor
 
 PREDICTOR = load_default_predictor()
