@@ -4,13 +4,13 @@ The order of one placement stays the one :mod:`horus.operator.reconcile` explain
 record in the DLJob status first, so the share is committed and counted before anything
 else exists — and then, per replica:
 
-1. its ResourceClaim (:func:`horus.operator.claims.replica_claim`: the chosen GPUs by UUID, the
+1. its ResourceClaim (:func:`horus.operator.claim_manifests.replica_claim`: the chosen GPUs by UUID, the
    share as capacity requests; deterministic name ``<pod>-gpu``, ``AlreadyExists`` means a
    previous attempt made it). A claim under that name that asks for something else is an older
    decision's (a move, an older DLJob of the same name) and is deleted with a UID
    precondition; one Horus did not make for this job is neither used nor deleted — the job
    waits for the name, as for a pod name (:class:`ClaimNameTaken`);
-2. its pod using the claim (:func:`horus.operator.claims.use_claim`), for the kube-scheduler.
+2. its pod using the claim (:func:`horus.operator.claim_manifests.use_claim`), for the kube-scheduler.
 
 No Binding: the kube-scheduler allocates the claim — it is the only allocator, so capacity
 holds against every claim whoever made it — and binds the pod where the claim's device is.
@@ -42,7 +42,7 @@ from horus.common import constants as c
 from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.operator import transitions as tr
-from horus.operator.claims import CLAIM_REQUEST, claim_name, replica_claim
+from horus.operator.claim_manifests import CLAIM_REQUEST, claim_name, replica_claim
 from horus.operator.jobapi import JobApi, PodRejected
 from horus.operator.object_reads import (
     CLAIM_SIGNED_PREFIX,

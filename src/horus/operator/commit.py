@@ -26,8 +26,8 @@ from horus.kube.errors import Conflict
 from horus.operator import status as st
 from horus.operator import transitions as tr
 from horus.operator.allocate_order import BindGate
+from horus.operator.claim_manifests import use_claim
 from horus.operator.claimcommit import REASON_KEPT, ClaimPath, running_pods
-from horus.operator.claims import use_claim
 from horus.operator.jobapi import JobApi, PodNameTaken, PodRejected, bound_pod
 from horus.operator.object_reads import record_epoch
 from horus.operator.pass_state import JobCtx, PassReport

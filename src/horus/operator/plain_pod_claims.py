@@ -26,7 +26,7 @@ once it exists. So the conversion is in two halves:
    plugin's default unit of 256 MiB, so pods written for that path ask for the same memory),
    lets the core choose node and GPU by predicted interference, and creates the claim, pinned
    to that GPU by UUID with the share and controlled by the pod
-   (:func:`horus.operator.claims.pod_share_claim`) — for a template entry under the name
+   (:func:`horus.operator.claim_manifests.pod_share_claim`) — for a template entry under the name
    ``horus-gpu-<pod UID>``, marked as the kube-controller-manager's resourceclaim controller
    marks the claims it makes from a template: that controller, finding no template, adopts
    it as the pod's claim and records it in the pod's status (its ``findPodResourceClaim``:
@@ -55,9 +55,9 @@ from typing import Any
 
 from horus.common import constants as c
 from horus.operator import status as st
+from horus.operator.claim_manifests import pod_share_claim
 from horus.operator.claimcommit import ClaimPath
 from horus.operator.claimcount import converted_claim_name, made_for_pod
-from horus.operator.claims import pod_share_claim
 from horus.operator.extender.demand import pod_demand
 from horus.operator.jobapi import JobApi
 from horus.operator.pass_state import PassReport

@@ -29,8 +29,8 @@ from horus.common.clock import now_rfc3339
 from horus.common.errors import ValidationError
 from horus.operator import status as st
 from horus.operator import transitions as tr
+from horus.operator.claim_manifests import claim_name
 from horus.operator.claimcommit import CLAIM_SIGNED_PREFIX, claim_epoch, claim_owner_uid
-from horus.operator.claims import claim_name
 from horus.operator.object_reads import dljob_record_trusted, record_epoch
 from horus.operator.pass_state import JobCtx, PassReport
 from horus.operator.podspec import placement_record

@@ -348,9 +348,9 @@ def test_the_documented_template_gives_a_plain_pod_its_share(
 def test_a_claim_built_from_a_placement_is_allocated_on_exactly_that_gpu(
     dra_env: DraEnv, driver: RunningDriver
 ) -> None:
-    """issue 25 item 3's building block: the operator's claim (horus.operator.claims) for a
+    """issue 25 item 3's building block: the operator's claim (horus.operator.claim_manifests) for a
     replica placed on gpu-1 is allocated by the kube-scheduler on gpu-1 with the share."""
-    from horus.operator.claims import replica_claim, use_claim
+    from horus.operator.claim_manifests import replica_claim, use_claim
     from horus.operator.podspec import placement_record
 
     class Gpu:

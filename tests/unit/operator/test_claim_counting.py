@@ -18,8 +18,8 @@ from test_operator_dra_commit_claims import (
 )
 
 from horus.common import constants as c
+from horus.operator.claim_manifests import replica_claim
 from horus.operator.claimcount import claim_holding, claim_job_name
-from horus.operator.claims import replica_claim
 from horus.operator.podspec import placement_record
 
 

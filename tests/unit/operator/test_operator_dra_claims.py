@@ -1,4 +1,4 @@
-"""A placement as ResourceClaims (horus.operator.claims): what the kube-scheduler is asked."""
+"""A placement as ResourceClaims (horus.operator.claim_manifests): what the kube-scheduler is asked."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from horus.common import constants as c
 from horus.common.errors import ValidationError
-from horus.operator.claims import claim_name, replica_claim, use_claim
+from horus.operator.claim_manifests import claim_name, replica_claim, use_claim
 from horus.operator.podspec import placement_record
 
 JOB: dict[str, Any] = {"metadata": {"name": "train", "namespace": "ml", "uid": "job-uid"}}

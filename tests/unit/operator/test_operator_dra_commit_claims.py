@@ -18,9 +18,9 @@ from horus.api.inventory import GpuDevice, simulated_gpu_uuid
 from horus.common import constants as c
 from horus.common.errors import ValidationError
 from horus.dra.slices import build_slice_spec
+from horus.operator.claim_manifests import claim_name, replica_claim
 from horus.operator.claimcommit import REASON_CLAIM_NAME_TAKEN, claim_matches
 from horus.operator.claimcount import claim_job_name, claim_shares
-from horus.operator.claims import claim_name, replica_claim
 from horus.operator.livestate import build_live_state
 from horus.operator.object_reads import CLAIM_SIGNED_PREFIX, CLAIM_SIGNED_UID
 from horus.operator.podspec import assignment_of, placement_record
@@ -632,7 +632,7 @@ def test_a_claim_under_the_pods_name_that_horus_did_not_make_is_neither_used_nor
     """A tenant made horus-gpu-<pod> (or horus-gpu-<uid>) first — even controlled by the pod,
     with the converted-pod label: Horus does not adopt, change or delete it, the pod is told
     why, and it holds nothing in Horus' state."""
-    from horus.operator.claims import pod_share_claim
+    from horus.operator.claim_manifests import pod_share_claim
 
     uuid = simulated_gpu_uuid("n1", 0)
     for pod in (converted_pod("named", 30, 4), generated_pod("gen-h8s2k", 30, 4)):
@@ -710,7 +710,7 @@ def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> 
     pod Horus made it for waiting for it, an unallocated claim holds nothing and Horus does
     not count it; nor does one without Horus' own annotation (only the operator may write a
     horus.io/ annotation on a claim), though its pod waits."""
-    from horus.operator.claims import pod_share_claim
+    from horus.operator.claim_manifests import pod_share_claim
 
     api = dra_api("n1", gpus=1)
     uuid = simulated_gpu_uuid("n1", 0)

@@ -1,4 +1,4 @@
-"""A placement decision as ResourceClaims (DRA path): the pure half.
+"""A placement decision as ResourceClaim manifests (DRA path): the pure half.
 
 On the DRA path the operator keeps deciding (prediction, interference, queue, gangs) and
 recording the decision in the DLJob status first, as on the device-plugin path; it then
@@ -15,9 +15,8 @@ whoever made it. This module builds those objects from the signed placement reco
   first container's ``resources.claims``, the device-plugin resources and Horus' own
   ``schedulerName`` removed (the kube-scheduler allocates the claim and binds the pod).
 
-Not wired into the commit path yet (``docs/dra.md``, "Not yet"): creating claims, watching
-for one the kube-scheduler cannot allocate (another claim took the capacity first) and
-re-placing that job are the next step.
+Creating them, and re-placing a job whose claim another claim overtook, is the commit path's
+work (:mod:`horus.operator.claimcommit`).
 """
 
 from __future__ import annotations
