@@ -150,7 +150,7 @@ def _crowded_gpus_with_a_better_place(
     inventory, or on the dra path the DRA driver's ResourceSlices."""
     from horus.api.inventory import decode_inventory
     from horus.common import constants as c
-    from horus.node.claims import slice_gpus
+    from horus.node.claim_checks import slice_gpus
 
     memory = {
         (n["metadata"]["name"], d.index): d.memory_mib

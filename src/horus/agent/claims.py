@@ -9,7 +9,7 @@ only ``get`` claims). The agent reads nothing else for a share: not the pod's an
 The GPUs it checks a claim against are its own node's ResourceSlice of driver
 ``gpu.horus.io`` — the slice the claim was allocated from, which only this node's identity may
 write (``horus-node-own-resourceslices``). The reading and its checks are the DRA driver's
-(:mod:`horus.node.claims`), so the agent enforces exactly what Prepare handed out.
+(:mod:`horus.node.claim_checks`), so the agent enforces exactly what Prepare handed out.
 
 Once a pod's share has been read and checked, it stays the pod's until the pod ends: a re-read
 that no longer checks (the GPU tainted Unhealthy, the slice briefly without the device, the
@@ -38,7 +38,7 @@ from horus.agent.pods import PodInfo, SkipLog, pod_info, running_pod
 from horus.api.inventory import GpuDevice
 from horus.common.errors import HorusError
 from horus.kube.errors import ApiError
-from horus.node.claims import PodShare, pod_claim_names, pod_share, slice_gpus
+from horus.node.claim_checks import PodShare, pod_claim_names, pod_share, slice_gpus
 
 log = logging.getLogger("horus.agent.claims")
 

@@ -2,7 +2,7 @@
 
 ``prepare`` of one claim: answered from the checkpoint when the claim was prepared already
 and its CDI spec is still there (idempotent: same claim, same answer, no apiserver call);
-otherwise the claim is read from the apiserver and checked (:mod:`horus.node.claims`), the
+otherwise the claim is read from the apiserver and checked (:mod:`horus.node.claim_checks`), the
 grant built exactly as the device plugin builds it (:func:`horus.node.grant.build_grant`),
 the CDI spec written (:mod:`horus.dra.cdi`), the claim checkpointed, and the CDI device IDs
 returned. ``unprepare`` removes the spec and the checkpoint entry (a claim it does not know is
@@ -22,7 +22,7 @@ from horus.common import constants as c
 from horus.dra import cdi
 from horus.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from horus.dra.kube import DraApi
-from horus.node.claims import ClaimRef, ClaimRefused, ClaimShare, read_share
+from horus.node.claim_checks import ClaimRef, ClaimRefused, ClaimShare, read_share
 from horus.node.grant import Consumer, ContainerGrant, GrantPolicy, build_grant
 
 log = logging.getLogger(__name__)

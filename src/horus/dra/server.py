@@ -34,7 +34,7 @@ from horus.dra.api import pluginregistration_v1_pb2_grpc as _reg_grpc
 from horus.dra.checkpoint import PreparedDevice
 from horus.dra.driver import Driver
 from horus.kube.errors import ApiError
-from horus.node.claims import ClaimRefused, check_claim_ref
+from horus.node.claim_checks import ClaimRefused, check_claim_ref
 
 log = logging.getLogger(__name__)
 dra_grpc: Any = _dra_grpc  # generated without annotations

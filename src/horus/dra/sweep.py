@@ -28,7 +28,7 @@ from typing import Any
 from horus.dra.checkpoint import PreparedClaim
 from horus.dra.driver import Driver
 from horus.dra.kube import DraApi
-from horus.node.claims import ClaimRef, check_claim_ref
+from horus.node.claim_checks import ClaimRef, check_claim_ref
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from horus.common.errors import ValidationError
 from horus.kube.errors import ApiError
 from horus.kube.events import event_body
 from horus.kube.rest import RestClient
-from horus.node.claims import slice_gpus
+from horus.node.claim_checks import slice_gpus
 from horus.node.identities import (
     Registry,
     additions,

@@ -89,7 +89,7 @@ def build_live_state(
 
     ``claims``: the cluster's ResourceClaims on the DRA path (rule (c)); none elsewhere.
     ``slices``: on the DRA path, the ResourceSlices the GPUs are read from (the Horus
-    driver's, one per node: :func:`horus.node.claims.slice_gpus`) instead of the node
+    driver's, one per node: :func:`horus.node.claim_checks.slice_gpus`) instead of the node
     inventory annotation, which only the device plugin writes; None elsewhere.
     ``identities``: the GPU identity registry (:func:`~horus.operator.node_gpus.gpu_nodes`);
     None counts every GPU a node publishes as its own (tests, tools).

@@ -23,7 +23,7 @@ from horus.api.dljob import parse_dljob
 from horus.api.inventory import decode_inventory
 from horus.common import constants as c
 from horus.common.errors import ValidationError
-from horus.node.claims import slice_gpus
+from horus.node.claim_checks import slice_gpus
 from horus.operator.admission import Admission, Verdict
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi

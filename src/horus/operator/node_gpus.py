@@ -14,7 +14,7 @@ from typing import Any
 from horus.api.inventory import GpuDevice, decode_inventory
 from horus.common import constants as c
 from horus.common.errors import ValidationError
-from horus.node.claims import slice_gpus
+from horus.node.claim_checks import slice_gpus
 from horus.node.identities import Registry, contested, split_gpus
 from horus.operator.object_reads import (
     annotations_of,

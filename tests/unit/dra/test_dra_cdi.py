@@ -15,7 +15,7 @@ from horus.common import constants as c
 from horus.deviceplugin.allocator import Allocator, AssignmentKey
 from horus.dra import cdi
 from horus.dra.driver import prepared_devices, share_grant
-from horus.node.claims import ClaimRef, read_share
+from horus.node.claim_checks import ClaimRef, read_share
 from horus.node.grant import GrantPolicy
 
 NODE = "gpu-node-0001"

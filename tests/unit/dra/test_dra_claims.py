@@ -1,4 +1,4 @@
-"""Reading a claim's allocation (horus.node.claims): what is ours, and every refusal."""
+"""Reading a claim's allocation (horus.node.claim_checks): what is ours, and every refusal."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from dra_peer import POD_UID, allocated_claim, result
 from horus.api.inventory import GpuDevice
-from horus.node.claims import ClaimRef, ClaimRefused, check_claim_ref, read_share
+from horus.node.claim_checks import ClaimRef, ClaimRefused, check_claim_ref, read_share
 
 NODE = "gpu-node-0001"
 GPUS = [

@@ -23,7 +23,7 @@ from horus.dra.driver import Driver
 from horus.dra.settings import DraSettings
 from horus.dra.sweep import ClaimSweeper
 from horus.kube.errors import ApiError
-from horus.node.claims import ClaimRef
+from horus.node.claim_checks import ClaimRef
 from horus.node.gpus import discover_until_found
 from horus.node.grant import GrantPolicy
 
