@@ -226,7 +226,8 @@ def test_the_node_identity_writes_only_its_own_nodes_slices(
             "driver": c.DRA_DRIVER_NAME,
             "nodeName": other,
             "pool": {"name": other, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0"}],
+            # a well-formed device, so only the node rule can refuse it
+            "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": f"GPU-{other}"}}}],
         },
     }
     token = f"--token={dra_env.node_token}"
