@@ -196,10 +196,10 @@ def _direct_claim_namespaces(rc: RealCluster, *namespaces: str) -> None:
     admission policy horus-claim-device-class reads it)."""
     from horus.devcluster.binaries import repo_root
 
-    listed = "{" + ",".join(namespaces) + "}"
     rc.kube.helm(
         "upgrade", RELEASE, str(repo_root() / "charts" / "horus"), "-n", NAMESPACE,
-        "--reuse-values", "--set", f"gpuSharing.directClaimNamespaces={listed}",
+        "--reuse-values",
+        "--set-json", f"gpuSharing.directClaimNamespaces={json.dumps(list(namespaces))}",
         "--wait", "--timeout", "120s", timeout=150,
     )  # fmt: skip
 
@@ -507,10 +507,8 @@ def test_a_tenants_claim_that_would_over_commit_stays_unallocated_with_the_reaso
     claim_doc, pod_doc = claim_and_pod("over-commit", rc.nodes[0], "10", "1024Mi", TENANT_NS)
     # a direct claim of the Horus DeviceClass is the cluster admin's choice: refused until the
     # namespace is listed in gpuSharing.directClaimNamespaces
-    refused = rc.kube.kubectl(token, "create", "-f", "-", input=json.dumps(claim_doc), check=False)
-    assert refused.returncode != 0 and "horus-claim-device-class" in refused.stderr, (
-        refused.stderr
-    )
+    denied = rc.kube.kubectl(token, "create", "-f", "-", input=json.dumps(claim_doc), check=False)
+    assert denied.returncode != 0 and "horus-claim-device-class" in denied.stderr, denied.stderr
     _direct_claim_namespaces(rc, TENANT_NS)
     try:
 
@@ -592,3 +590,188 @@ def test_a_tenant_with_edit_cannot_change_an_allocation_or_what_prepare_hands_ou
     assert limits[name] == before[3] * c.MIB  # the claim's, not the annotation's
     pod = rc.kube.json("get", "pod", name)
     assert running(pod) and pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def _horus_slices(rc: RealCluster) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in rc.kube.json("get", "resourceslices")["items"]
+        if s["spec"].get("driver") == c.DRA_DRIVER_NAME
+    ]
+
+
+def _uuids(slice_: dict[str, Any]) -> list[str]:
+    return [str(d["attributes"]["uuid"]["string"]) for d in slice_["spec"].get("devices") or []]
+
+
+def test_a_node_cannot_publish_another_pool_or_another_nodes_gpu(
+    rc: RealCluster, halves: dict[str, dict[str, Any]]
+) -> None:
+    """Node A's own pod-bound token, writing a slice for its own node (which the node rule
+    lets it): one whose pool is named after node B, and one whose device carries the UUID
+    the operator registered to B in the GPU identity registry, are both refused by
+    horus-gpu-slices-own-gpus, in a new slice and in A's own; every Horus slice stays its
+    node's own."""
+    a, b = rc.nodes[0], rc.nodes[1]
+    ours = next(s for s in _horus_slices(rc) if s["spec"]["nodeName"] == a)
+    theirs = next(s for s in _horus_slices(rc) if s["spec"]["nodeName"] == b)
+    (uuid_b,) = _uuids(theirs)
+
+    def registry() -> dict[str, str]:
+        cm = rc.kube.json("get", "configmap", "horus-gpu-identities", "-n", NAMESPACE)
+        data: dict[str, str] = cm.get("data") or {}
+        return data
+
+    wait_for(
+        f"{uuid_b} registered to {b}",
+        lambda: registry().get(uuid_b) == b,
+        60,
+        lambda: json.dumps(registry()),
+    )
+    token = _node_token(rc, a)
+    other_pool = copy.deepcopy(ours["spec"])
+    other_pool["pool"] = {"name": b, "generation": 1, "resourceSliceCount": 1}
+    b_gpu = copy.deepcopy(ours["spec"])
+    b_gpu["pool"] = {"name": a, "generation": 1, "resourceSliceCount": 1}
+    b_gpu["devices"] = copy.deepcopy(theirs["spec"]["devices"])
+    created = []
+    try:
+        for name, spec, says in (
+            ("forged-pool-" + a, other_pool, f"with pool {b}"),
+            ("forged-uuid-" + a, b_gpu, f"{uuid_b} is registered to node {b}"),
+        ):
+            assert spec["nodeName"] == a and spec["driver"] == c.DRA_DRIVER_NAME
+            doc = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+            refused = rc.kube.kubectl(
+                token, "create", "-f", "-", input=json.dumps(doc), check=False
+            )
+            if refused.returncode == 0:
+                created.append(name)
+            assert refused.returncode != 0, name
+            assert "horus-gpu-slices-own-gpus" in refused.stderr and says in refused.stderr, (
+                refused.stderr
+            )
+        # A's own slice rewritten to carry B's GPU: refused the same way
+        current = next(
+            s for s in _horus_slices(rc) if s["metadata"]["name"] == ours["metadata"]["name"]
+        )
+        rewritten = copy.deepcopy(current)
+        rewritten["spec"]["devices"][0]["attributes"]["uuid"]["string"] = uuid_b
+        refused = rc.kube.kubectl(
+            token, "replace", "-f", "-", input=json.dumps(rewritten), check=False
+        )
+        assert refused.returncode != 0 and f"{uuid_b} is registered to node {b}" in (
+            refused.stderr
+        ), refused.stderr
+        for s in _horus_slices(rc):
+            assert s["spec"]["pool"]["name"] == s["spec"]["nodeName"], s["metadata"]["name"]
+            if s["spec"]["nodeName"] != b:
+                assert uuid_b not in _uuids(s), s["metadata"]["name"]
+    finally:
+        for name in created:
+            rc.kube.kubectl("delete", "resourceslice", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def on_b(rc: RealCluster, halves: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """A one-replica DLJob whose share fits only node B's GPU (the halves fill node A's),
+    running; yields its pod."""
+    job = "dra-on-b"
+    apply(rc, workload_job(job, 1, 20, 40000, ["--steps", "0", "--report-seconds", "1"]))
+    try:
+        (pod,) = wait_for(
+            f"{job}'s container running",
+            lambda: (p := pods_of(rc, job)) and len(p) == 1 and all(map(running, p)) and p,
+            240,
+            _diagnose(rc, f"{job}-0"),
+        )
+        yield pod
+    finally:
+        rc.kube.kubectl("delete", "dljob", job, "--wait=false", check=False)
+        wait_for(
+            f"{job}'s pods and claims gone",
+            lambda: (
+                not pods_of(rc, job)
+                and not rc.kube.json("get", "resourceclaims", "-l", f"{c.LABEL_DLJOB_NAME}={job}")[
+                    "items"
+                ]
+            ),
+            120,
+            _diagnose(rc),
+        )
+
+
+def test_node_b_stays_in_horus_view_and_its_replica_is_pinned_there(
+    rc: RealCluster, on_b: dict[str, Any]
+) -> None:
+    """After node A's forged slices, Horus still places on B: the DLJob's record names B's
+    GPU, its pod runs on B, and the pod Horus made requires B by name (a device with B's
+    UUID published elsewhere cannot attract it)."""
+    b = rc.nodes[1]
+    (uuid_b,) = _uuids(next(s for s in _horus_slices(rc) if s["spec"]["nodeName"] == b))
+    (record,) = rc.kube.json("get", "dljob", "dra-on-b")["status"]["placements"]
+    assert (record["node"], record["gpuUUID"]) == (b, uuid_b)
+    assert on_b["spec"]["nodeName"] == b
+    required = on_b["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    terms = required["nodeSelectorTerms"]
+    pin = {"key": "metadata.name", "operator": "In", "values": [b]}
+    assert terms and all(pin in (t.get("matchFields") or []) for t in terms), terms
+    line = wait_for(
+        "dra-on-b-0's share line",
+        lambda: share_line(rc, on_b["metadata"]["name"]),
+        60,
+        _diagnose(rc, on_b["metadata"]["name"]),
+    )
+    assert line["env"][c.ENV_GPU_UUID] == uuid_b
+
+
+def test_a_tenant_with_edit_cannot_remove_or_add_horus_annotations_of_its_running_pod(
+    rc: RealCluster, on_b: dict[str, Any]
+) -> None:
+    """As an editor of the job's namespace: removing the assignment from the running replica
+    pod, removing or adding its signature, and removing the signed share from the replica's
+    claim are each refused, and the pod and its claim keep what Horus wrote."""
+    rc.kube.kubectl("create", "serviceaccount", "editor", "-n", "default", check=False)
+    rc.kube.kubectl(
+        "create", "rolebinding", "editor-edit", "--clusterrole=edit",
+        "--serviceaccount=default:editor", "-n", "default", check=False,
+    )  # fmt: skip
+    token = "--token=" + _token(rc, "editor", "default")
+    name = on_b["metadata"]["name"]
+    before = rc.kube.json("get", "pod", name)["metadata"]["annotations"]
+    assert c.ANNOTATION_GPU_ASSIGNMENT in before
+    writes = [(f"{c.ANNOTATION_GPU_ASSIGNMENT}-", "horus-pod-annotations")]
+    if c.ANNOTATION_ASSIGNMENT_SIGNATURE in before:
+        writes.append((f"{c.ANNOTATION_ASSIGNMENT_SIGNATURE}-", "horus-pod-annotations"))
+    else:
+        writes.append((f"{c.ANNOTATION_ASSIGNMENT_SIGNATURE}=forged", "horus-pod-annotations"))
+    for write, policy in writes:
+        refused = rc.kube.kubectl(token, "annotate", "pod", name, "--overwrite", write, check=False)
+        assert refused.returncode != 0 and policy in refused.stderr, (write, refused.stderr)
+    (claim,) = rc.kube.json("get", "resourceclaims", "-l", f"{c.LABEL_DLJOB_NAME}=dra-on-b")[
+        "items"
+    ]
+    signed = claim["metadata"]["annotations"]
+    assert {c.ANNOTATION_GPU_ASSIGNMENT, c.ANNOTATION_ASSIGNMENT_SIGNATURE} <= set(signed)
+    for key in (c.ANNOTATION_ASSIGNMENT_SIGNATURE, c.ANNOTATION_GPU_ASSIGNMENT):
+        refused = rc.kube.kubectl(
+            token, "annotate", "resourceclaim", claim["metadata"]["name"], f"{key}-", check=False
+        )
+        assert refused.returncode != 0 and "horus-claim-annotations" in refused.stderr, (
+            key,
+            refused.stderr,
+        )
+    pod = rc.kube.json("get", "pod", name)
+    assert running(pod) and pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert {
+        k: v for k, v in pod["metadata"]["annotations"].items() if k.startswith("horus.io/")
+    } == {k: v for k, v in before.items() if k.startswith("horus.io/")}
+    after = rc.kube.json("get", "resourceclaim", claim["metadata"]["name"])
+    assert after["metadata"]["annotations"] == signed
