@@ -32,6 +32,10 @@ coredns_version=$(awk '$1=="require" && $2=="github.com/coredns/coredns" {print 
 cache=${HORUS_CACHE_DIR:-$HOME/.cache/horus}
 out="$cache/bin/k8s-$k8s_version-kwok-$KWOK_VERSION-helm-$HELM_VERSION-containerd-$CONTAINERD_VERSION-coredns-$coredns_version"
 mkdir -p "$out"
+# One build at a time per cache: a second build.sh (a test tier run beside setup.sh) waits here,
+# then finds the binaries built and only prints the folder.
+exec 9>"$cache/bin/.build.lock"
+flock -n 9 || { echo "build.sh: another build.sh is filling $cache/bin; waiting for it ..." >&2; flock 9; }
 
 ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -49,9 +53,9 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet k
   [[ -x $out/$b ]] && continue
   need_go "$b"
   echo "build.sh: building $b $k8s_version (first time on this machine; minutes) ..." >&2
-  (cd "$here" && go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "./cmd/$b") \
+  (cd "$here" && go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp.$$" "./cmd/$b") \
     || fail "go build $b" "see the compiler output above; 'go env' and network access to the Go module proxy are needed"
-  mv "$out/$b.tmp" "$out/$b"
+  mv "$out/$b.tmp.$$" "$out/$b"
 done
 # helm: the offline Kubernetes version as Helm's own Makefile sets it (pkg/chartutil and
 # pkg/lint/rules), so `helm template` needs no --kube-version, as with a released helm.
@@ -95,9 +99,9 @@ if [[ ! -x $out/coredns ]]; then
   echo "build.sh: building coredns $coredns_version (coredns/main.go) ..." >&2
   (cd "$here/coredns" && go build -trimpath \
       -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$coredns_version" \
-      -o "$out/coredns.tmp" .) \
+      -o "$out/coredns.tmp.$$" .) \
     || fail "go build coredns" "see the compiler output above; network access to the Go module proxy is needed"
-  mv "$out/coredns.tmp" "$out/coredns"
+  mv "$out/coredns.tmp.$$" "$out/coredns"
 fi
 # Prometheus and promtool (demo, e2e tests), in a cache folder of their own keyed by their
 # version and build tags, so pinning another Prometheus rebuilds only Prometheus, then linked
