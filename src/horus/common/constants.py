@@ -380,3 +380,27 @@ MPS_PIPE_DIRECTORY_DEFAULT: Final = "/tmp/nvidia-mps"
 NVIDIA_DEVICE_MOUNT_ROOT: Final = "/var/run/nvidia-container-devices"
 GPU_ACCESS_MODES: Final = ("envvar", "volume-mounts", "cdi")
 MPS_LOG_DIRECTORY_DEFAULT: Final = "/var/log/nvidia-mps"
+
+# --- Kueue: Horus as an AdmissionCheck controller (horus.operator.kueue) -------------------------
+# Kueue's API the check reads and answers (kueue.x-k8s.io v1beta2, the storage version of the
+# Kueue release the dev cluster builds: tools/controlplane/workloads).
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+KUEUE_WORKLOADS: Final = "workloads"
+KUEUE_ADMISSION_CHECKS: Final = "admissionchecks"
+# The AdmissionCheck spec.controllerName Horus answers for; a ClusterQueue naming a check of this
+# controller gets its workloads' GPUs chosen by Horus, as a gang.
+KUEUE_ADMISSION_CHECK_CONTROLLER: Final = f"{API_GROUP}/gpu-placement"
+# Kueue's label on a started job's pods naming their pod set (pkg/constants PodSetLabel).
+KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
+# The Workload a pod's GPU slots belong to: "<workload name>/<workload UID>", put on each pod set
+# by the check's podSetUpdates. Only a pointer: the slots themselves are read from the
+# Workload's status, which tenants cannot write.
+ANNOTATION_KUEUE_WORKLOAD: Final = f"{API_GROUP}/kueue-workload"
+# On a Horus-made claim of such a pod: the slot it fills, "<workload UID>/<pod set>/<index>".
+ANNOTATION_GANG_SLOT: Final = f"{API_GROUP}/gang-slot"
+# A pod set with Horus resources and no profile is placed with this estimate of its GPU use
+# (whole-GPU utilisation: it is assumed to slow its neighbours as much as any job can).
+CONSERVATIVE_UTILIZATION: Final = 1.0
+# How long Kueue waits before asking again after a Retry for lack of room (seconds).
+KUEUE_RETRY_SECONDS: Final = 15
