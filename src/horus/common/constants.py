@@ -397,10 +397,18 @@ KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 # by the check's podSetUpdates. Only a pointer: the slots themselves are read from the
 # Workload's status, which tenants cannot write.
 ANNOTATION_KUEUE_WORKLOAD: Final = f"{API_GROUP}/kueue-workload"
+# The GPU slots Horus chose for one pod set (JSON list: index, node, GPU index and UUID, core
+# percent, memory MiB), in the check's podSetUpdates; pods carry a copy, Horus reads the status.
+ANNOTATION_GANG_SLOTS: Final = f"{API_GROUP}/gpu-slots"
 # On a Horus-made claim of such a pod: the slot it fills, "<workload UID>/<pod set>/<index>".
 ANNOTATION_GANG_SLOT: Final = f"{API_GROUP}/gang-slot"
-# A pod set with Horus resources and no profile is placed with this estimate of its GPU use
-# (whole-GPU utilisation: it is assumed to slow its neighbours as much as any job can).
-CONSERVATIVE_UTILIZATION: Final = 1.0
+# A pod template's profile kept in a ConfigMap of its namespace: "<name>" (key
+# PROFILE_CONFIGMAP_DEFAULT_KEY) or "<name>/<key>"; an inline horus.io/graph-profile wins.
+ANNOTATION_GRAPH_PROFILE_CONFIGMAP: Final = f"{API_GROUP}/graph-profile-configmap"
+# A pod set with Horus resources and no profile: Horus cannot predict how it shares, so each of
+# its pods gets a whole GPU, under this model name (its kind is "unprofiled@1").
+UNPROFILED_MODEL: Final = "unprofiled"
 # How long Kueue waits before asking again after a Retry for lack of room (seconds).
 KUEUE_RETRY_SECONDS: Final = 15
+# The longest check message Kueue's CRD accepts (status.admissionChecks[].message maxLength).
+KUEUE_MESSAGE_MAX: Final = 32768

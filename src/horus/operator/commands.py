@@ -94,6 +94,12 @@ def _register_run(rsub: Any) -> None:
         help="also post the Scheduled/Running/Succeeded Events; the conditions say it (false)",
     )
     run.add_argument(
+        "--kueue-check",
+        choices=("true", "false"),
+        default=None,
+        help="answer Kueue AdmissionChecks of controller horus.io/gpu-placement (dra path; true)",
+    )
+    run.add_argument(
         "--max-jobs-per-pass",
         type=int,
         default=None,
@@ -138,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         "restart_seconds",
         "placement_path",
         "lifecycle_events",
+        "kueue_check",
         "max_jobs_per_pass",
         "gpu_metrics",
     )

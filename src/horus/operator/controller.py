@@ -38,6 +38,7 @@ from typing import Any
 from horus.common import constants as c
 from horus.common import heap
 from horus.kube.client import api_client, load_default_config
+from horus.operator.kueue.api import KubeKueueApi
 from horus.operator.lease import LeaseElector
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.model_reload import PredictorReloader, ReloadThread
@@ -191,6 +192,7 @@ class Controller:
             placement_path=s.placement_path,
             lifecycle_events=s.lifecycle_events,
             max_jobs_per_pass=s.max_jobs_per_pass,
+            kueue=KubeKueueApi(api) if s.kueue_check else None,
         )
         # the live state leaves out a GPU a node publishes that is registered to another
         self.reconciler.live_source.identities = lambda: self.identities.registry

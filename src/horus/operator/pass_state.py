@@ -129,6 +129,10 @@ class PassReport:
     claims_created: int = 0
     claims_deleted: int = 0
     replaced: int = 0
+    #: Kueue Workloads whose Horus check this pass answered, by answer (horus.operator.kueue)
+    kueue_ready: int = 0
+    kueue_retry: int = 0
+    kueue_rejected: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     #: How the pass had its live state: "kept", or "full: <why>" (metric

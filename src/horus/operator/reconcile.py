@@ -50,6 +50,9 @@ from horus.operator.commit import Committer
 from horus.operator.correction import Corrector
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi, KubeJobApi
+from horus.operator.kueue.api import KueueApi
+from horus.operator.kueue.check import KueueCheck, KueueView
+from horus.operator.kueue.gang_pods import fill_slots, is_gang_pod
 from horus.operator.listing import Listing, job_contexts, node_units
 from horus.operator.livesource import DeltaSource, DraSource, LiveSource
 from horus.operator.metrics import OperatorMetrics
@@ -100,6 +103,7 @@ class Reconciler:
         placement_path: str = c.PLACEMENT_PATH_DEVICE_PLUGIN,
         lifecycle_events: bool = False,
         max_jobs_per_pass: int = 1000,
+        kueue: KueueApi | None = None,
     ) -> None:
         #: a :class:`JobApi`, or a ``kubernetes.client.ApiClient`` to make a KubeJobApi of
         self.api: JobApi = api if hasattr(api, "list_dljobs") else KubeJobApi(api)
@@ -179,6 +183,12 @@ class Reconciler:
             self.live_source.claims_taken,
             lambda: self.max_jobs_per_pass,
         )
+        #: Horus as Kueue's AdmissionCheck controller (DRA path only: a slot is a pinned claim).
+        self.kueue = (
+            KueueCheck(kueue, self.api.configmap_data)
+            if kueue is not None and self.claim_path is not None
+            else None
+        )
         if self.claim_path is not None:  # a job overtaken keeps off those GPUs for a while
             path = self.claim_path
             self.queue.avoided = lambda ctx: path.avoided(ctx.uid)
@@ -237,14 +247,17 @@ class Reconciler:
         # 4. The live state, from this placement path's source, fed to the session.
         live = self._live_state(snap, ctxs, report)
         report.timings["state"] = time.monotonic() - t0 - report.timings["list"]
+        # 4b. Kueue Workloads Horus admitted: their unfilled GPU slots held in the state.
+        kueue = self._kueue_count(snap, live)
         # 5. Admission of new jobs (under the per-pass cap), and the restores started above.
         t_admit = time.monotonic()
         self.new_jobs.admit(ctxs, live.state, snap.nodes, snap.slices, report, restores)
         report.timings["admit"] = time.monotonic() - t_admit
         # 6. The queue: refusals, and one decision of the core for the rest.
         queue = self.queue.place(ctxs, live.state, snap.nodes, report)
-        # 7. Plain pods' converted requests (DRA path): their claims.
-        self._convert_pods(snap, live, report)
+        # 7. Kueue Workloads waiting for Horus' check decided as gangs; then plain pods'
+        #    converted requests (DRA path): a Workload's pods fill its slots, others decided.
+        self._convert_pods(snap, live, report, kueue)
         # 8. Commit: placed jobs followed, every write of the pass waited for.
         t_commit = time.monotonic()
         self._follow_placed(placed_before, ctxs, queue, report)
@@ -336,14 +349,33 @@ class Reconciler:
         self._observer = self.session.scheduler
         return live
 
-    def _convert_pods(self, snap: Listing, live: LiveState, report: PassReport) -> None:
-        """Plain pods whose ``horus.io/gpu-*`` requests the admission policy turned into a
-        claim reference (:mod:`horus.operator.plain_pod_claims`), on the DRA path only."""
+    def _kueue_count(self, snap: Listing, live: LiveState) -> KueueView | None:
+        """This pass's Kueue Workloads, the Ready ones' unfilled slots put into ``live``."""
+        if self.kueue is None or self.claim_path is None:
+            return None
+        try:
+            view = self.kueue.read()
+            self.kueue.count(view, live, self.scheduler, self.claim_path.claims.values(), snap.pods)
+        except Exception:  # Kueue's API failing must not stop DLJobs' placement
+            log.exception("cannot read Kueue's Workloads; the Kueue check waits this pass")
+            return None
+        return view
+
+    def _convert_pods(
+        self, snap: Listing, live: LiveState, report: PassReport, kueue: KueueView | None
+    ) -> None:
+        """Kueue Workloads waiting for Horus' check (:mod:`horus.operator.kueue`), then plain
+        pods whose ``horus.io/gpu-*`` requests the admission policy turned into a claim
+        reference (:mod:`horus.operator.plain_pod_claims`), on the DRA path only. A pod that
+        names a Workload fills a slot of it and is never decided alone."""
         if self.claim_path is None or not self.is_leader():
             return
-        convert_pods(
-            self.api, self.writer, self.claim_path, self.scheduler, snap.pods, live, report
-        )
+        plain = snap.pods
+        if self.kueue is not None and kueue is not None:
+            self.kueue.decide(kueue, live, self.scheduler, report)
+            plain = [p for p in snap.pods if not is_gang_pod(p)]
+            fill_slots(self.api, self.writer, kueue, snap.pods, self.claim_path.claims, report)
+        convert_pods(self.api, self.writer, self.claim_path, self.scheduler, plain, live, report)
 
     def _correct(
         self, ctxs: Mapping[str, JobCtx], live: LiveState, queue: QueueOutcome, report: PassReport

@@ -92,6 +92,10 @@ class OperatorSettings:
     #: operator's apiserver writes. Warnings — refusals when their reason changes, failures,
     #: errors — are posted either way.
     lifecycle_events: bool = False
+    #: Answer Kueue's AdmissionChecks of controller ``horus.io/gpu-placement``
+    #: (:mod:`horus.operator.kueue`; DRA path only). Without Kueue installed it only looks,
+    #: each pass, whether Kueue's Workloads are served.
+    kueue_check: bool = True
     #: At most this many new DLJobs admitted, and this many jobs placed, in one pass; the
     #: rest wait, untouched, for the next pass, which starts at once. A pass keeps what it
     #: commits in memory until it ends, and a process keeps the memory its largest pass

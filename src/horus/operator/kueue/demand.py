@@ -1,0 +1,139 @@
+"""A pod set's GPU request, read from its pod template as a plain pod's is read.
+
+The template asks as a pod does (``horus.io/gpu-core`` / ``horus.io/gpu-memory`` in its first
+container's resources, memory in units of 256 MiB) and names its profile inline
+(``horus.io/graph-profile``) or in a ConfigMap of the Workload's namespace
+(``horus.io/graph-profile-configmap: <name>[/<key>]``). Every pod of the set gets the same
+share; the pod set is one gang (``replicas`` = its count, one GPU per pod).
+
+A pod set that asks for Horus resources but names no profile is not refused: Horus cannot
+predict how it shares, so each pod gets a whole GPU, and the check's message says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from horus.common import constants as c
+from horus.common.errors import HorusError
+from horus.operator.extender.demand import pod_demand
+from horus.operator.kueue.workload import PodSet, Workload
+from horus.predictor.interface import GraphProfile, ResourcePrediction
+from horus.scheduler import JobRequest
+
+__all__ = ["PodSetDemand", "pod_set_demand", "request_name"]
+
+#: How :func:`pod_demand` says a pod's amounts are fine but it names no profile.
+_NO_PROFILE = f"has no {c.ANNOTATION_GRAPH_PROFILE} annotation"
+#: MiB per unit of ``horus.io/gpu-memory`` (the device plugin's default unit).
+MEMORY_UNIT_MIB = c.DEFAULT_GPU_MEMORY_UNIT_MIB
+
+
+@dataclass(frozen=True)
+class PodSetDemand:
+    """What one pod set asks: a request, or nothing (no Horus resources), or a problem.
+    ``lasting``: the problem is the template's own (refuse), not one that may pass (a
+    ConfigMap not created yet). ``note``: said in the check's message when it is placed."""
+
+    request: JobRequest | None = None
+    problem: str | None = None
+    lasting: bool = False
+    note: str | None = None
+
+
+def request_name(workload: Workload, pod_set: str) -> str:
+    """The name a pod set's gang has in the scheduling core's state."""
+    return f"kueue:{workload.namespace}/{workload.name}/{pod_set}"
+
+
+def _profile_text(
+    workload: Workload, ann: Mapping[str, Any], read_configmap: Callable[[str, str], dict[str, str]]
+) -> str | None:
+    """The template's profile: inline, or from the ConfigMap it names (``HorusError`` when it
+    cannot be read)."""
+    inline = ann.get(c.ANNOTATION_GRAPH_PROFILE)
+    if inline:
+        return str(inline)
+    ref = ann.get(c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP)
+    if not ref:
+        return None
+    name, _, key = str(ref).partition("/")
+    key = key or c.PROFILE_CONFIGMAP_DEFAULT_KEY
+    data = read_configmap(workload.namespace, name)
+    if key not in data:
+        raise HorusError(
+            f"ConfigMap {workload.namespace}/{name} has no key {key!r} "
+            f"({c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP}: {ref})"
+        )
+    return data[key]
+
+
+def _unprofiled(name: str, memory_mib: int | None, whole_gpu_mib: int) -> JobRequest:
+    memory = memory_mib or whole_gpu_mib
+    return JobRequest(
+        name=name,
+        profile=GraphProfile(c.UNPROFILED_MODEL, 1),
+        core_percent=100,
+        memory_mib=memory,
+        prediction=ResourcePrediction(100.0, 100.0, float(memory), float(memory)),
+    )
+
+
+def pod_set_demand(
+    workload: Workload,
+    pod_set: PodSet,
+    read_configmap: Callable[[str, str], dict[str, str]],
+    whole_gpu_mib: int,
+) -> PodSetDemand:
+    """``pod_set``'s gang request. ``whole_gpu_mib``: the memory an unprofiled pod set's
+    pods get when they name none (the largest GPU's)."""
+    template = pod_set.template
+    meta = dict(template.get("metadata") or {})
+    ann = dict(meta.get("annotations") or {})
+    where = f"pod set {pod_set.name} of Workload {workload.key}"
+    try:
+        text = _profile_text(workload, ann, read_configmap)
+    except HorusError as exc:
+        return PodSetDemand(problem=f"{where}: profile unavailable: {exc}")
+    if text is not None:
+        ann[c.ANNOTATION_GRAPH_PROFILE] = text
+    pod = {
+        "metadata": {"namespace": workload.namespace, "name": pod_set.name, "annotations": ann},
+        "spec": template.get("spec") or {},
+    }
+    demand = pod_demand(pod)
+    if not demand.interested:
+        return PodSetDemand()
+    name = request_name(workload, pod_set.name)
+    request = demand.request
+    if request is None and text is None and _NO_PROFILE in (demand.problem or ""):
+        # amounts fine, no profile at all: a whole GPU each, said in the message
+        memory = None
+        spec_containers = (template.get("spec") or {}).get("containers") or []
+        if spec_containers:
+            limits = (spec_containers[0].get("resources") or {}).get("limits") or {}
+            raw = limits.get(c.RESOURCE_GPU_MEMORY)
+            memory = int(str(raw)) * MEMORY_UNIT_MIB if str(raw or "").isdigit() else None
+        note = (
+            f"{where} names no profile ({c.ANNOTATION_GRAPH_PROFILE} or "
+            f"{c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP}): Horus cannot predict how it shares, so "
+            "each of its pods gets a whole GPU"
+        )
+        return PodSetDemand(
+            request=replace(_unprofiled(name, memory, whole_gpu_mib), replicas=pod_set.count),
+            note=note,
+        )
+    if request is None:
+        return PodSetDemand(problem=f"{where}: {demand.problem}", lasting=True)
+    memory = request.memory_mib * MEMORY_UNIT_MIB if request.memory_mib is not None else None
+    return PodSetDemand(
+        request=replace(
+            request,
+            name=name,
+            replicas=max(pod_set.count, 1),
+            memory_mib=memory,
+            priority=workload.priority,
+        )
+    )
