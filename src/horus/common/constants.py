@@ -412,3 +412,11 @@ UNPROFILED_MODEL: Final = "unprofiled"
 KUEUE_RETRY_SECONDS: Final = 15
 # The longest check message Kueue's CRD accepts (status.admissionChecks[].message maxLength).
 KUEUE_MESSAGE_MAX: Final = 32768
+
+# --- Gangs of plain pods without Kueue (horus.operator.plain_pod_gangs) ---------------------------
+# Pods of one gang carry the same LABEL_GANG_NAME (on their template: a JobSet's or an indexed
+# Job's) and ANNOTATION_GANG_SIZE, the number of pods that must all get a GPU before any does,
+# as Kueue's plain pod groups (kueue.x-k8s.io/pod-group-name, pod-group-total-count).
+LABEL_GANG_NAME: Final = f"{API_GROUP}/gang-name"
+ANNOTATION_GANG_SIZE: Final = f"{API_GROUP}/gang-size"
+GANG_SIZE_MAX: Final = 1024

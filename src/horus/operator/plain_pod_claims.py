@@ -39,6 +39,10 @@ for pods that carry the policy's entry; a claim already under that name that Hor
 make for the pod (``horus.io/converted-for-pod``, which only the operator may write on a
 claim) is never adopted, changed or deleted, and the pod gets an Event, ``ClaimNameTaken``.
 
+Pods that name a gang (``horus.io/gang-name``, ``horus.io/gang-size``) are decided together,
+all or none (:mod:`horus.operator.plain_pod_gangs`); pods of a Kueue Workload Horus' check
+admitted fill that Workload's slots instead (:mod:`horus.operator.kueue.gang_pods`).
+
 Until it is allocated, such a claim is Horus' decision and counts in the live state
 (:mod:`horus.operator.livestate`, rule (d)); a claim that overtakes it gets it deleted (the
 pod still names it, so the next pass decides again and creates it anew).
@@ -61,10 +65,12 @@ from horus.operator.claimcount import converted_claim_name, made_for_pod
 from horus.operator.extender.demand import pod_demand
 from horus.operator.jobapi import JobApi
 from horus.operator.pass_state import PassReport
+from horus.operator.plain_pod_gangs import REASON_GANG_INVALID, split_gangs
 from horus.operator.queueing import stable_refusal
 from horus.operator.residents import TERMINAL_POD_PHASES, LiveState
 from horus.operator.writer import StatusWriter
 from horus.scheduler import JobRequest, Scheduler
+from horus.scheduler.types import GpuShare, Placement
 
 __all__ = [
     "REASON_CLAIM_NAME_TAKEN",
@@ -184,6 +190,7 @@ def convert_pods(
             log.info("claim %s/%s: %s; deleting it to decide again", ns, name, live.overtaken[key])
             api.delete_resource_claim(ns, name, uid)
             report.count("claims_deleted")
+    pods = list(pods)
     pending = pending_conversions(pods, claim_path.claims)
     for conv in pending:
         if conv.problem:  # told on the pod, as the extender's filter would tell it
@@ -196,34 +203,79 @@ def convert_pods(
         for conv in waiting.values():
             writer.pod_event_once(conv.pod, "NoGPUNodes", why, True)
         return
+    split = split_gangs(list(waiting.values()), gangs_with_claims(pods, claim_path.claims))
+    for conv, reason, why in split.waiting:
+        writer.pod_event_once(conv.pod, reason, why, reason == REASON_GANG_INVALID)
+    gangs = {g.request.name: g for g in split.gangs}
+    requests = [conv.request for conv in split.singles if conv.request is not None]
     result = scheduler.schedule(
-        live.state, [conv.request for conv in waiting.values() if conv.request], now=time.time()
+        live.state, requests + [g.request for g in split.gangs], now=time.time()
     )
     for refusal in result.refused:  # the pod waits; the core's sentence says for what
         message = stable_refusal(refusal.reason, refusal.code)
         reason = st.refusal_reason(refusal.code)
-        writer.pod_event_once(waiting[refusal.job].pod, reason, message, True)
+        if refusal.job in gangs:
+            gang = gangs[refusal.job]
+            message = f"gang {gang.key} ({len(gang.members)} pods) does not fit as a whole, so no pod of it gets a GPU: {message}"
+            for member in gang.members:
+                writer.pod_event_once(member.pod, reason, message, True)
+        else:
+            writer.pod_event_once(waiting[refusal.job].pod, reason, message, True)
     for placement in result.placed:
-        conv = waiting[placement.job]
-        share = placement.replicas[0].gpus[0]
-        manifest = pod_share_claim(
-            conv.pod, conv.claim, share.gpu_uuid, share.core_percent, share.memory_mib
-        )
-        ns = str((conv.pod.get("metadata") or {}).get("namespace", "default"))
-        try:
-            if api.create_resource_claim(ns, manifest) is not None:
-                report.count("claims_created")
-                writer.pod_event_once(
-                    conv.pod,
-                    "GPUChosen",
-                    f"claim {conv.claim}: {share.node}/gpu-{share.gpu_index} "
-                    f"({share.core_percent}% core, {share.memory_mib} MiB), predicted "
-                    f"speed {placement.predicted_speed:.2f}; the kube-scheduler allocates it",
-                )
-                log.info(
-                    "pod %s/%s: claim %s on %s/gpu-%d (%d%% core, %d MiB)",
-                    ns, (conv.pod.get("metadata") or {}).get("name"), conv.claim,
-                    share.node, share.gpu_index, share.core_percent, share.memory_mib,
-                )  # fmt: skip
-        except Exception as exc:
-            log.warning("cannot create claim %s/%s: %s", ns, conv.claim, exc)
+        if placement.job in gangs:
+            members = gangs[placement.job].members
+            for member, replica in zip(members, placement.replicas, strict=True):
+                _make_claim(api, writer, member, replica.gpus[0], placement, report)
+        else:
+            conv = waiting[placement.job]
+            _make_claim(api, writer, conv, placement.replicas[0].gpus[0], placement, report)
+
+
+def gangs_with_claims(
+    pods: Iterable[Mapping[str, Any]], claims: Mapping[tuple[str, str], Any]
+) -> set[tuple[str, str]]:
+    """(namespace, gang) of every gang one of whose pods has the claim Horus made for it."""
+    out = set()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        gang = (meta.get("labels") or {}).get(c.LABEL_GANG_NAME)
+        name = converted_claim_name(pod) if gang else None
+        if name is None:
+            continue
+        ns = str(meta.get("namespace") or "default")
+        held = claims.get((ns, name))
+        if held is not None and made_for_pod(held, str(meta.get("uid") or "")):
+            out.add((ns, str(gang)))
+    return out
+
+
+def _make_claim(
+    api: JobApi,
+    writer: StatusWriter,
+    conv: Conversion,
+    share: GpuShare,
+    placement: Placement,
+    report: PassReport,
+) -> None:
+    """Create ``conv``'s claim, pinned to ``share``'s GPU with its share."""
+    manifest = pod_share_claim(
+        conv.pod, conv.claim, share.gpu_uuid, share.core_percent, share.memory_mib
+    )
+    ns = str((conv.pod.get("metadata") or {}).get("namespace", "default"))
+    try:
+        if api.create_resource_claim(ns, manifest) is not None:
+            report.count("claims_created")
+            writer.pod_event_once(
+                conv.pod,
+                "GPUChosen",
+                f"claim {conv.claim}: {share.node}/gpu-{share.gpu_index} "
+                f"({share.core_percent}% core, {share.memory_mib} MiB), predicted "
+                f"speed {placement.predicted_speed:.2f}; the kube-scheduler allocates it",
+            )
+            log.info(
+                "pod %s/%s: claim %s on %s/gpu-%d (%d%% core, %d MiB)",
+                ns, (conv.pod.get("metadata") or {}).get("name"), conv.claim,
+                share.node, share.gpu_index, share.core_percent, share.memory_mib,
+            )  # fmt: skip
+    except Exception as exc:
+        log.warning("cannot create claim %s/%s: %s", ns, conv.claim, exc)
