@@ -10,6 +10,8 @@
 #   coredns                        the cluster's DNS (a Deployment)    coredns/ (github.com/coredns/coredns)
 #   prometheus, promtool           demo and e2e tests (links; own cache folder, see below)
 #                                                                     github.com/prometheus/prometheus
+#   kueue, jobset-manager, trainer-controller-manager   the workload controllers Horus runs
+#                                  beside (links; own cache folder: workloads/build.sh)
 # etcd comes from Debian's etcd-server package (see docs/decisions.md).
 # Cache: ${HORUS_CACHE_DIR:-~/.cache/horus}/bin/k8s-<version>-…-coredns-<version>/ (every pinned
 # version is in the name, so a new pin builds a new folder beside the old one); a binary already
@@ -135,5 +137,12 @@ if [[ ! -x $prom_out/prometheus || ! -x $prom_out/promtool ]]; then
 fi
 for b in prometheus promtool; do
   [[ $(readlink "$out/$b" 2>/dev/null) == "$prom_out/$b" ]] || ln -sfn "$prom_out/$b" "$out/$b"
+done
+# Kueue, JobSet and Kubeflow Trainer with their own manifests, from one Go module of their own
+# (workloads/go.mod), in a cache folder keyed by their three versions; linked into $out like
+# Prometheus. Their manifests stay in that folder (the links' target folder, manifests/).
+wl_out=$(bash "$here/workloads/build.sh") || exit 1
+for b in kueue jobset-manager trainer-controller-manager; do
+  [[ $(readlink "$out/$b" 2>/dev/null) == "$wl_out/$b" ]] || ln -sfn "$wl_out/$b" "$out/$b"
 done
 echo "$out"

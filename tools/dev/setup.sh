@@ -7,8 +7,9 @@
 #   - a virtualenv in .venv with horus[dev,profile] (editable)
 #   - the control-plane binaries, the kubelet and the real nodes' containerd 2.x, and
 #     Prometheus with its Kubernetes service discovery (demo and tests; Debian's prometheus has
-#     it patched out), built from their Go modules (tools/controlplane/build.sh; cached in
-#     ~/.cache/horus)
+#     it patched out), and the workload controllers Kueue, JobSet and Kubeflow Trainer with their
+#     manifests (tools/controlplane/workloads), built from their Go modules
+#     (tools/controlplane/build.sh; cached in ~/.cache/horus)
 # Re-running costs seconds once everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,7 +52,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   touch "$stamp"
 fi
 
-step "control-plane binaries, kubelet, containerd, Prometheus (first build: timings in docs/results/build-and-ci.md; cached afterwards)"
+step "control-plane binaries, kubelet, containerd, Prometheus, Kueue/JobSet/Trainer (first build: timings in docs/results/build-and-ci.md; cached afterwards)"
 bin_dir=$(bash tools/controlplane/build.sh) || exit 1
 echo "$bin_dir" > .venv/.horus-bin-dir
 step "ready: binaries in $bin_dir"
