@@ -420,3 +420,14 @@ KUEUE_MESSAGE_MAX: Final = 32768
 LABEL_GANG_NAME: Final = f"{API_GROUP}/gang-name"
 ANNOTATION_GANG_SIZE: Final = f"{API_GROUP}/gang-size"
 GANG_SIZE_MAX: Final = 1024
+
+# --- Agent: per-workload measurements ---
+# A Horus-placed pod's measured speed beside one neighbour job kind (1 = as fast as alone) and
+# that reading's typical absolute error, for pods of any owner (horus.agent.exporter).
+METRIC_POD_PAIR_SPEED: Final = "horus_pod_pair_speed_ratio"
+METRIC_POD_PAIR_SPEED_ERROR: Final = "horus_pod_pair_speed_error_ratio"
+# The workload a pod belongs to (horus.agent.workload): a display label only, since tenants
+# write the fields it comes from; nothing decides on it.
+METRIC_LABEL_WORKLOAD: Final = "workload"
+METRIC_LABEL_NEIGHBOUR: Final = "neighbour"  # the neighbour's job kind, "<model>@<batch>"
+METRIC_LABEL_PAIR_SOURCE: Final = "source"  # PAIR_SOURCE_PROGRESS or PAIR_SOURCE_UTILISATION
