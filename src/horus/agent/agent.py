@@ -215,6 +215,7 @@ class Agent:
                 self.feedback.add(pod, gpu, sample.backend, ps.utilization, ps.memory_used_bytes)
             self._pair_samples(sample, snap)
             self._progress_samples(sample, snap)
+        snap.pairs = {uid: r for uid in present if (r := self.feedback.readings(uid))}
         self.watchdog.forget(present)
         self._forget_progress(present)
         self.verified = {uid: a for uid, a in self.verified.items() if uid in snap.pods}

@@ -5,7 +5,15 @@ prediction error should be one PromQL expression away
 (``horus_pod_observed_gpu_utilization_ratio - horus_pod_predicted_gpu_utilization_ratio``).
 The collector renders the agent's latest :class:`Snapshot` atomically at scrape time (no
 half-updated cycle is ever exposed, and series of pods that left vanish with the next
-snapshot). Every series carries ``backend`` (``nvml`` or ``simulated``).
+snapshot). Every series carries ``backend`` (``nvml`` or ``simulated``), every per-pod
+series ``workload`` (:func:`horus.agent.workload.workload_identity`, a display label).
+
+Measured pair speeds are exported for pods of any owner, not only DLJob replicas (whose
+speeds also go to ``status.observed.pairs``): ``horus_pod_pair_speed_ratio`` is a pod's
+speed beside one neighbour job kind (1 = as fast as alone) with ``neighbour`` (that kind),
+``model`` (the GPU model) and ``source`` (``progress`` or ``utilisation``), and
+``horus_pod_pair_speed_error_ratio`` the reading's typical absolute error. A pod has a series
+per neighbour kind it has a reading beside, so their number stays bounded by the kinds it met.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from horus.agent.backend import NodeSample
 from horus.agent.pods import PodInfo
+from horus.agent.progress import PairReading
 from horus.common import constants as c
 from horus.common.constants import MIB
 
@@ -36,6 +45,13 @@ POD_LABELS = [
     c.METRIC_LABEL_NODE,
     c.METRIC_LABEL_GPU,
     c.METRIC_LABEL_BACKEND,
+    c.METRIC_LABEL_WORKLOAD,
+]
+PAIR_LABELS = [
+    *POD_LABELS,
+    c.METRIC_LABEL_NEIGHBOUR,
+    c.METRIC_LABEL_GPU_MODEL,
+    c.METRIC_LABEL_PAIR_SOURCE,
 ]
 EVICTION_LABELS = [
     c.METRIC_LABEL_NODE,
@@ -55,6 +71,8 @@ class Snapshot:
     backend_up: dict[tuple[str, str], bool] = field(default_factory=dict)  # (node, backend)
     mps_restarts: int | None = None
     cycle_seconds: float = 0.0
+    #: by UID: the pod's measured speed beside each (neighbour kind, GPU model)
+    pairs: dict[str, dict[tuple[str, str], PairReading]] = field(default_factory=dict)
 
 
 class AgentCollector(Collector):
@@ -70,6 +88,7 @@ class AgentCollector(Collector):
         with self._lock:
             snap = self._snap
         yield from _gpu_and_pod_metrics(snap)
+        yield from _pair_metrics(snap)
         yield from _agent_metrics(snap)
 
 
@@ -112,7 +131,14 @@ def _gpu_and_pod_metrics(snap: Snapshot) -> list[Metric]:
             pod = snap.pods.get(uid)
             if pod is None:
                 continue
-            labels = [pod.namespace, pod.name, s.node, str(pod.assignment.gpu_index), s.backend]
+            labels = [
+                pod.namespace,
+                pod.name,
+                s.node,
+                str(pod.assignment.gpu_index),
+                s.backend,
+                pod.workload,
+            ]
             p_used.add_metric(labels, ps.memory_used_bytes)
             p_share.add_metric(labels, pod.core_share)
             p_limit.add_metric(labels, float(pod.assignment.memory_mib * MIB))
@@ -121,6 +147,40 @@ def _gpu_and_pod_metrics(snap: Snapshot) -> list[Metric]:
             if ps.utilization is not None:
                 p_obs.add_metric(labels, ps.utilization)
     return [util, used, total, p_used, p_share, p_limit, p_pred, p_obs]
+
+
+def _pair_metrics(snap: Snapshot) -> list[Metric]:
+    """Per pod of any owner, its measured speed beside each neighbour kind, and its error."""
+    speed = GaugeMetricFamily(
+        c.METRIC_POD_PAIR_SPEED,
+        "measured speed of the pod beside a neighbour job kind, 1 = as fast as alone "
+        "(from its progress, else its utilisation)",
+        labels=PAIR_LABELS,
+    )
+    error = GaugeMetricFamily(
+        c.METRIC_POD_PAIR_SPEED_ERROR,
+        "typical absolute error of the pod's measured pair speed",
+        labels=PAIR_LABELS,
+    )
+    for s in snap.samples:
+        for uid in s.pods:
+            pod = snap.pods.get(uid)
+            readings = snap.pairs.get(uid)
+            if pod is None or not readings:
+                continue
+            base = [
+                pod.namespace,
+                pod.name,
+                s.node,
+                str(pod.assignment.gpu_index),
+                s.backend,
+                pod.workload,
+            ]
+            for (neighbour, model), r in sorted(readings.items()):
+                labels = [*base, neighbour, model, r.source]
+                speed.add_metric(labels, r.speed)
+                error.add_metric(labels, r.error)
+    return [speed, error]
 
 
 def _agent_metrics(snap: Snapshot) -> Iterator[Metric]:

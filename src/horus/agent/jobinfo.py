@@ -1,19 +1,41 @@
 """What the agent looks up about a pod's job through the API: its graph profile (its DLJob's,
-inline or from a ConfigMap, or the pod's own annotation) and its DLJob's replica count, each
-cached for :data:`PROFILE_TTL` seconds so a cycle asks the apiserver at most once per job."""
+inline or from a ConfigMap; for a pod of any other owner its own annotation, inline or naming
+a ConfigMap of its namespace) and its DLJob's replica count, each cached for
+:data:`PROFILE_TTL` seconds so a cycle asks the apiserver at most once per job (per ConfigMap
+for pods that name one: a Deployment's replicas share one read)."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Mapping
 
 from horus.agent.kube import AgentApi
 from horus.agent.pods import PodInfo, SkipLog
 from horus.api.dljob import ConfigMapProfileRef, InlineProfile, parse_dljob, parse_profile_document
-from horus.common.errors import HorusError
+from horus.common import constants as c
+from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import ApiError
 from horus.predictor.interface import GraphProfile
 
 PROFILE_TTL = 300.0
+
+_CONFIGMAP_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # DNS-1123 subdomain
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def configmap_ref(text: str) -> tuple[str, str]:
+    """``(name, key)`` of a ``horus.io/graph-profile-configmap`` value, ``<name>`` (key
+    :data:`~horus.common.constants.PROFILE_CONFIGMAP_DEFAULT_KEY`) or ``<name>/<key>``;
+    ``ValidationError`` naming the annotation otherwise."""
+    name, _, key = text.partition("/")
+    key = key or c.PROFILE_CONFIGMAP_DEFAULT_KEY
+    if not _CONFIGMAP_NAME.match(name) or not _CONFIGMAP_KEY.match(key):
+        raise ValidationError(
+            f"annotation {c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP}: must be '<ConfigMap name>' or "
+            f"'<ConfigMap name>/<key>', got {text[:80]!r}"
+        )
+    return name, key
 
 
 class JobLookups:
@@ -26,10 +48,17 @@ class JobLookups:
         self._replicas: dict[tuple[str, str], tuple[float, int | None]] = {}
 
     def profile(self, pod: PodInfo) -> GraphProfile | None:
-        """The pod's graph profile: its DLJob's (inline or ConfigMap), or its own annotation."""
+        """The pod's graph profile: its DLJob's (inline or ConfigMap), or its own annotation
+        (inline, which wins, or the ConfigMap it names). A profile that cannot be read is
+        said once (:class:`SkipLog`) and taken as unknown, never raised."""
         from horus.predictor.schema import profile_from_dict
 
-        key = (pod.namespace, pod.job or f"pod:{pod.name}")
+        if pod.job:
+            key = (pod.namespace, pod.job)
+        elif pod.graph_profile or not pod.profile_configmap:
+            key = (pod.namespace, f"pod:{pod.name}")
+        else:
+            key = (pod.namespace, f"configmap:{pod.profile_configmap}")
         now = time.monotonic()
         hit = self._profiles.get(key)
         if hit is not None and now - hit[0] < PROFILE_TTL:
@@ -56,6 +85,8 @@ class JobLookups:
             elif pod.graph_profile:
                 inline = parse_profile_document(pod.graph_profile, where)
                 profile = profile_from_dict(inline.to_document(), where)
+            elif pod.profile_configmap:
+                profile = self._configmap_profile(pod.namespace, pod.profile_configmap)
         except (HorusError, ApiError) as exc:
             self.skips.warn(pod.uid, f"{where}: no graph profile for interference/feedback: {exc}")
         except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
@@ -70,6 +101,28 @@ class JobLookups:
         if len(self._profiles) > 10_000:
             self._profiles.clear()
         return profile
+
+    def _configmap_profile(self, namespace: str, ref: str) -> GraphProfile:
+        """The profile document under the ConfigMap key ``ref`` names (:func:`configmap_ref`),
+        in ``namespace``; ``HorusError`` when the ConfigMap or the key is missing."""
+        from horus.predictor.schema import profile_from_dict
+
+        name, key = configmap_ref(ref)
+        where = f"configmap {namespace}/{name}[{key}]"
+        cm = self.kube.configmap(namespace, name)
+        if cm is None:
+            raise HorusError(
+                f"ConfigMap {namespace}/{name} ({c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP}) not found"
+            )
+        data = cm.get("data")
+        text = data.get(key) if isinstance(data, Mapping) else None
+        if not isinstance(text, str) or not text:
+            raise HorusError(
+                f"ConfigMap {namespace}/{name} has no key {key!r} "
+                f"({c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP}: {ref[:80]})"
+            )
+        inline = parse_profile_document(text, where)
+        return profile_from_dict(inline.to_document(), where)
 
     def replica_count(self, pod: PodInfo) -> int | None:
         """How many replicas the pod's DLJob has (1 for a plain pod; None: unknown)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from horus.agent.workload import workload_identity
 from horus.api.assignment import GpuAssignment, PredictedUsage, decode_predicted
 from horus.api.podassignment import read_pod_assignment
 from horus.api.signing import KeyRing
@@ -38,6 +39,10 @@ class PodInfo:
     job: str | None = None
     simulated_memory_mib: float | None = None  # test/demo-only override (simulated backend)
     graph_profile: str | None = None  # plain pods: horus.io/graph-profile document
+    #: plain pods: horus.io/graph-profile-configmap, "<name>[/<key>]" in the pod's namespace
+    profile_configmap: str | None = None
+    #: what the pod is part of, for display only (:func:`horus.agent.workload.workload_identity`)
+    workload: str = ""
 
     @property
     def key(self) -> str:
@@ -193,7 +198,8 @@ def running_pod(obj: Mapping[str, Any]) -> bool:
 def pod_info(obj: Mapping[str, Any], assignment: GpuAssignment, skips: SkipLog) -> PodInfo:
     """The :class:`PodInfo` of a running pod whose share is ``assignment`` (read from its
     signed annotation on the device-plugin path, from its ResourceClaim on the dra path);
-    the optional annotations (prediction, simulated memory, profile) are read here."""
+    the optional annotations (prediction, simulated memory, profile or the ConfigMap holding
+    it) and the pod's workload, a display label, are read here."""
     meta = obj["metadata"]
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
@@ -204,6 +210,7 @@ def pod_info(obj: Mapping[str, Any], assignment: GpuAssignment, skips: SkipLog) 
     labels = meta.get("labels") or {}
     job = assignment.job or labels.get(c.LABEL_DLJOB_NAME)
     profile = annotations.get(c.ANNOTATION_GRAPH_PROFILE)
+    configmap = annotations.get(c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP)
     return PodInfo(
         namespace=namespace,
         name=name,
@@ -229,4 +236,6 @@ def pod_info(obj: Mapping[str, Any], assignment: GpuAssignment, skips: SkipLog) 
             skips,
         ),
         graph_profile=str(profile) if profile else None,
+        profile_configmap=str(configmap) if configmap else None,
+        workload=workload_identity(meta, str(job) if job else None),
     )

@@ -74,6 +74,7 @@ def pod(
         predicted=PredictedUsage(util, util, mem_pred, mem_pred, "test"),
         job=job,
         simulated_memory_mib=sim_mem,
+        workload=job or f"Pod/{name}",
     )
 
 

@@ -40,11 +40,11 @@ def test_every_metric_with_labels() -> None:
         lines = [ln for ln in text.splitlines() if ln.startswith(name + "{")]
         assert lines, name
     assert (
-        'horus_pod_gpu_core_share_ratio{backend="simulated",gpu="0",namespace="ns",node="n1",pod="a"} 0.25'
+        'horus_pod_gpu_core_share_ratio{backend="simulated",gpu="0",namespace="ns",node="n1",pod="a",workload="Pod/a"} 0.25'
         in text
     )
     assert (
-        'horus_pod_gpu_memory_limit_bytes{backend="simulated",gpu="0",namespace="ns",node="n1",pod="a"} 2.147483648e+09'
+        'horus_pod_gpu_memory_limit_bytes{backend="simulated",gpu="0",namespace="ns",node="n1",pod="a",workload="Pod/a"} 2.147483648e+09'
         in text
     )
     # a new snapshot without the pod drops its series
