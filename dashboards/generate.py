@@ -58,6 +58,7 @@ PHASES = c.METRIC_DLJOB_PHASE
 LEADER = c.METRIC_OPERATOR_LEADER
 BACKEND_UP = c.METRIC_AGENT_BACKEND_UP
 CYCLE = c.METRIC_AGENT_CYCLE_DURATION
+PAIR_SPEED = c.METRIC_POD_PAIR_SPEED
 
 # Label filters of the template variables.
 JOB = 'job=~"$job"'
@@ -95,6 +96,9 @@ def _thresholds(steps: Sequence[tuple[float | None, str]]) -> gd.ThresholdsConfi
 
 #: Busy is good for utilisation: red when a GPU idles, green when it is used.
 UTIL_STEPS = ((None, RED), (0.3, ORANGE), (0.6, GREEN))
+#: A measured pair speed: 1 is as fast as alone, below about half the pair costs more than it
+#: saves.
+SPEED_STEPS = ((None, RED), (0.5, ORANGE), (0.8, GREEN))
 #: Filling up is bad for memory and limits.
 FILL_STEPS = ((None, GREEN), (0.8, ORANGE), (0.95, RED))
 #: Summed predicted utilisation of a GPU's jobs: above 1 they are predicted to slow each other
@@ -499,6 +503,25 @@ def jobs() -> Board:
         w=24,
         unit="percentunit",
         ratio=((None, GREEN), (0.1, ORANGE), (0.2, RED)),
+    )
+    b.add(
+        table.Panel(),
+        "Measured pair speed by workload",
+        "The lowest speed the node agents measured over the time range for each workload "
+        "(DLJob, Kueue Workload, gang, or a pod's controller such as ReplicaSet/web or "
+        "Job/train) beside each neighbour job kind: 1 = as fast as alone. From the job's "
+        "progress where it reports it, else its GPU utilisation. Pods of any owner.",
+        [
+            (
+                f"sort(min by (namespace, workload, neighbour) "
+                f"(min_over_time({PAIR_SPEED}{{{PER_POD}}}[$__range])))",
+                "",
+            )
+        ],
+        w=24,
+        h=10,
+        ratio=SPEED_STEPS,
+        instant=True,
     )
     return b
 
