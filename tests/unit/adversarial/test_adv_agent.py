@@ -77,6 +77,14 @@ def with_annotations(name: str, ann: dict[str, str], gpu: int = 1) -> dict[str, 
     return pod
 
 
+def plain_pod_naming(ref: str) -> dict[str, Any]:
+    """A plain pod sharing the good pod's GPU whose profile is in the ConfigMap ``ref`` names
+    (so the agent looks it up to name the pair)."""
+    return pod_obj(
+        "bad", NODE, assignment(NODE, 0), extra={c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP: ref}
+    )
+
+
 def deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 
@@ -342,6 +350,30 @@ CASES: list[tuple[str, list[str], dict[str, bytes], str]] = [
         {},
         "anchors",
     ),
+    *[
+        (
+            f"pod-configmap-{case}",
+            [json.dumps(plain_pod_naming(ref))],
+            {"/api/v1/namespaces/ns/configmaps/prof": body} if body is not None else {},
+            words,
+        )
+        for case, ref, body, words in [
+            ("missing", "prof", None, "not found"),
+            ("no-key", "prof/other", b'{"data": {"p": "x"}}', "no key 'other'"),
+            ("data-list", "prof/p", b'{"data": ["p"]}', "no key 'p'"),
+            ("not-json", "prof/p", b"<html>proxy</html>", "no graph profile"),
+            (
+                "deep",
+                "prof/p",
+                json.dumps(
+                    {"data": {"p": "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 300))}}
+                ).encode(),
+                "nested deeper",
+            ),
+            ("path-ref", "../../secrets/x", None, "must be '<ConfigMap name>'"),
+            ("huge-ref", "x" * 100_000, None, "must be '<ConfigMap name>'"),
+        ]
+    ],
 ]
 
 
