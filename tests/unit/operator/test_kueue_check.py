@@ -56,6 +56,11 @@ class FakeKueue:
             raise KueueMissing("admissionchecks.kueue.x-k8s.io is not served")
         return copy.deepcopy(self.checks)
 
+    def activate_check(self, name: str, condition: Mapping[str, Any]) -> None:
+        for ch in self.checks:
+            if ch["metadata"]["name"] == name:
+                ch["status"] = {"conditions": [dict(condition)]}
+
     def answer_check(
         self,
         namespace: str,
@@ -477,3 +482,11 @@ def test_without_kueue_the_pass_places_dljobs_as_before(
     api.add_dljob(job("plain"))
     report = rec.run_pass()
     assert report.placed == 1
+
+
+def test_horus_marks_its_own_checks_active_and_no_other(kueue: FakeKueue, rec: Reconciler) -> None:
+    rec.run_pass()
+    ours, other = kueue.checks
+    assert ours["status"]["conditions"][0]["type"] == "Active"
+    assert ours["status"]["conditions"][0]["status"] == "True"
+    assert "status" not in other

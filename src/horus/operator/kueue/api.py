@@ -31,6 +31,12 @@ class KueueApi(Protocol):
 
     def list_admission_checks(self) -> list[dict[str, Any]]: ...
 
+    def activate_check(self, name: str, condition: Mapping[str, Any]) -> None:
+        """Set the AdmissionCheck's status conditions to ``[condition]`` (type ``Active``):
+        Kueue keeps a ClusterQueue that names a check inactive until its controller says the
+        check is active."""
+        ...
+
     def answer_check(
         self,
         namespace: str,
@@ -71,6 +77,16 @@ class KubeKueueApi:
 
     def list_admission_checks(self) -> list[dict[str, Any]]:
         return self._list(c.KUEUE_ADMISSION_CHECKS)
+
+    def activate_check(self, name: str, condition: Mapping[str, Any]) -> None:
+        self.custom.patch_cluster_custom_object_status(
+            c.KUEUE_GROUP,
+            c.KUEUE_VERSION,
+            c.KUEUE_ADMISSION_CHECKS,
+            name,
+            {"status": {"conditions": [dict(condition)]}},
+            _preload_content=False,
+        )
 
     def answer_check(
         self,

@@ -38,6 +38,7 @@ from horus.operator.kueue.workload import (
     CHECK_RETRY,
     Workload,
     horus_check_names,
+    inactive_checks,
     parse_workload,
 )
 from horus.operator.pass_state import PassReport
@@ -120,13 +121,16 @@ class KueueCheck:
         view = KueueView()
         try:
             raw = self.api.list_workloads()
-            view.checks = horus_check_names(self.api.list_admission_checks())
+            checks = self.api.list_admission_checks()
+            view.checks = horus_check_names(checks)
         except KueueMissing as exc:
             if self.kueue_seen is not False:
                 log.info("Kueue is not installed (%s); the Kueue check waits for it", exc)
             self.kueue_seen = False
             return view
         self.kueue_seen = True
+        for name in inactive_checks(checks):
+            self._activate(name)
         if not view.checks:
             return view
         for obj in raw:
@@ -145,6 +149,22 @@ class KueueCheck:
                 except ValidationError as exc:
                     view.problems.append(f"Workload {w.key}: {exc}")
         return view
+
+    def _activate(self, name: str) -> None:
+        """Tell Kueue the check is served (a ClusterQueue naming it is inactive until then)."""
+        now = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": "Active",
+            "status": "True",
+            "reason": "Active",
+            "message": "the Horus operator chooses the GPUs of this check's Workloads",
+            "lastTransitionTime": now,
+        }
+        try:
+            self.api.activate_check(name, condition)
+            log.info("AdmissionCheck %s: Active", name)
+        except Exception as exc:  # told again next pass
+            log.warning("cannot mark AdmissionCheck %s Active: %s", name, exc)
 
     # --- step 1: count what is promised ---------------------------------------------------
     def count(

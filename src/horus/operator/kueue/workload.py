@@ -25,6 +25,7 @@ __all__ = [
     "PodSet",
     "Workload",
     "horus_check_names",
+    "inactive_checks",
     "parse_workload",
 ]
 
@@ -141,6 +142,17 @@ def parse_workload(obj: Mapping[str, Any]) -> Workload:
         evicted=_condition(status, "Evicted"),
         checks=tuple(checks),
     )
+
+
+def inactive_checks(admission_checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Horus' AdmissionChecks whose ``Active`` condition is not ``True`` yet."""
+    ours = horus_check_names(admission_checks)
+    out = []
+    for obj in admission_checks:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if name in ours and not _condition(obj.get("status") or {}, "Active"):
+            out.append(name)
+    return out
 
 
 def horus_check_names(admission_checks: Iterable[Mapping[str, Any]]) -> frozenset[str]:
