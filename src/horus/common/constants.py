@@ -391,6 +391,9 @@ KUEUE_ADMISSION_CHECKS: Final = "admissionchecks"
 # The AdmissionCheck spec.controllerName Horus answers for; a ClusterQueue naming a check of this
 # controller gets its workloads' GPUs chosen by Horus, as a gang.
 KUEUE_ADMISSION_CHECK_CONTROLLER: Final = f"{API_GROUP}/gpu-placement"
+# Kueue's scheduling gate on a pod of its pod integrations (Deployments, StatefulSets, plain
+# pods) until its Workload is admitted: such a pod waits for Kueue, not for Horus.
+KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 # Kueue's label on a started job's pods naming their pod set (pkg/constants PodSetLabel).
 KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 # The Workload a pod's GPU slots belong to: "<workload name>/<workload UID>", put on each pod set

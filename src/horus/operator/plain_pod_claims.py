@@ -105,6 +105,13 @@ class Conversion:
     reason: str = REASON_REQUEST_REFUSED
 
 
+def _kueue_gated(pod: Mapping[str, Any]) -> bool:
+    """A pod Kueue holds until its Workload is admitted: Kueue decides first (and, where its
+    ClusterQueue names Horus' check, Horus decides the Workload's GPUs, not the pod's)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == c.KUEUE_ADMISSION_GATE for g in gates)
+
+
 def _as_requested(pod: Mapping[str, Any]) -> dict[str, Any]:
     """``pod`` with the moved amounts back on its first container, for ``pod_demand``."""
     out = copy.deepcopy(dict(pod))
@@ -140,6 +147,7 @@ def pending_conversions(
             name is None
             or meta.get("deletionTimestamp")
             or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES
+            or _kueue_gated(pod)
         ):
             continue
         key = (str(meta.get("namespace", "default")), name)

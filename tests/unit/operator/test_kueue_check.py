@@ -490,3 +490,23 @@ def test_horus_marks_its_own_checks_active_and_no_other(kueue: FakeKueue, rec: R
     assert ours["status"]["conditions"][0]["type"] == "Active"
     assert ours["status"]["conditions"][0]["status"] == "True"
     assert "status" not in other
+
+
+def test_a_pod_kueue_still_gates_gets_no_claim_of_its_own(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    """A Deployment's pod under Kueue's pod integration exists before its Workload is
+    admitted; it waits for Kueue (and Horus' check), never decided alone meanwhile."""
+    wl = workload("web", [("main", 1, template(40, 64))], reserved=False)
+    add(kueue, wl)
+    pod = gang_pod("web-7d9f-x2k4q", wl)
+    del pod["metadata"]["annotations"][c.ANNOTATION_KUEUE_WORKLOAD]  # added at admission
+    pod["metadata"]["annotations"][c.ANNOTATION_GRAPH_PROFILE] = PROFILE
+    pod["spec"]["schedulingGates"] = [{"name": c.KUEUE_ADMISSION_GATE}]
+    add_pod(api, pod)
+    assert rec.run_pass().claims_created == 0
+    ungated = copy.deepcopy(pod)  # admitted elsewhere (a ClusterQueue without Horus' check)
+    ungated["spec"]["schedulingGates"] = []
+    ungated["metadata"]["resourceVersion"] = "2"
+    add_pod(api, ungated)
+    assert rec.run_pass().claims_created == 1
