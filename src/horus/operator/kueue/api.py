@@ -111,6 +111,7 @@ class KubeKueueApi:
                 c.KUEUE_WORKLOADS,
                 name,
                 ops,
+                _content_type="application/json-patch+json",
                 _preload_content=False,
             )
         except ApiException as exc:
