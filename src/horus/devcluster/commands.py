@@ -21,6 +21,7 @@ def register(sub: Any) -> None:
     _register_cluster(dev_sub)
     _register_images(dev_sub)
     _register_demo(dev_sub)
+    _register_workloads(dev_sub)
 
 
 def _register_cluster(dev_sub: Any) -> None:
@@ -178,6 +179,97 @@ def _register_demo(dev_sub: Any) -> None:
     status = dsub.add_parser("status", help="what the demo runs")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_demo_status)
+
+
+#: The workload controllers ``horus dev workloads`` knows, in install order.
+WORKLOAD_CONTROLLERS = ("jobset", "trainer", "kueue")
+
+
+def workload_names(raw: str) -> tuple[str, ...]:
+    """``--only``: a comma-separated subset of :data:`WORKLOAD_CONTROLLERS`."""
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    unknown = [n for n in names if n not in WORKLOAD_CONTROLLERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated subset of {','.join(WORKLOAD_CONTROLLERS)}, got {raw!r}"
+        )
+    return names
+
+
+def _register_workloads(dev_sub: Any) -> None:
+    workloads = dev_sub.add_parser(
+        "workloads",
+        help="Kueue, JobSet and Kubeflow Trainer on the local cluster (host processes)",
+        description=(
+            "Installs Kueue, JobSet and Kubeflow Trainer from their own manifests (CRDs, RBAC, "
+            "webhooks; built by tools/controlplane/build.sh) on the cluster in --dir and runs "
+            "each as a host process with its own ServiceAccount's token. State lives in "
+            "<cluster dir>/workloads. Run 'down' before 'horus dev cluster down'."
+        ),
+    )
+    workloads.add_argument("--dir", type=Path, default=None, help="cluster folder")
+    wsub = workloads.add_subparsers(dest="workloads_command", metavar="ACTION", required=True)
+    up = wsub.add_parser("up", help="install and start the controllers; wait until ready")
+    up.add_argument(
+        "--only",
+        type=workload_names,
+        default=WORKLOAD_CONTROLLERS,
+        help="comma-separated subset (default: jobset,trainer,kueue)",
+    )
+    up.add_argument(
+        "--timeout", type=seconds(), default=180.0, help="seconds to wait per controller"
+    )
+    up.set_defaults(handler=_workloads_up)
+    down = wsub.add_parser("down", help="remove the webhooks, stop the controllers, uninstall")
+    down.set_defaults(handler=_workloads_down)
+    status = wsub.add_parser("status", help="which controllers run and are ready")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_workloads_status)
+
+
+def _workload_controllers(args: argparse.Namespace) -> Any:
+    from horus.common.errors import ClusterError
+    from horus.devcluster.cluster import LocalCluster
+    from horus.devcluster.workload_controllers import WorkloadControllers
+
+    cluster = LocalCluster(args.dir)
+    state = cluster.state()
+    if state is None:
+        raise ClusterError(f"no local cluster in {cluster.directory}: run 'horus dev cluster up'")
+    return WorkloadControllers(state)
+
+
+def _workloads_up(args: argparse.Namespace) -> int:
+    ctl = _workload_controllers(args)
+    state = ctl.up(args.only, timeout=args.timeout)
+    for name in state.controllers:
+        ports = state.ports[name]
+        print(f"{name}: webhook 127.0.0.1:{ports['webhook']}, health 127.0.0.1:{ports['health']}")
+    print(f"logs in {state.directory}/logs")
+    return 0
+
+
+def _workloads_down(args: argparse.Namespace) -> int:
+    ctl = _workload_controllers(args)
+    if ctl.down():
+        print("workload controllers stopped and uninstalled")
+    else:
+        print("no workload controllers were up; nothing to do")
+    return 0
+
+
+def _workloads_status(args: argparse.Namespace) -> int:
+    info = _workload_controllers(args).status()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0 if info["up"] else 1
+    if not info["up"]:
+        print("no workload controllers run")
+        return 1
+    for name, proc in info["controllers"].items():
+        state = "running" if proc["running"] else "STOPPED"
+        print(f"  {name:<8} pid {proc['pid']:<8} {state} ready={proc['ready']}")
+    return 0 if all(p["running"] and p["ready"] for p in info["controllers"].values()) else 1
 
 
 def _env_int(name: str, parse: Any) -> int | None:

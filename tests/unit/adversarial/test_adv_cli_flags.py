@@ -108,6 +108,8 @@ FLAG_CASES: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("dev-demo-nodes-zero", ["dev", "demo", "up", "--nodes", "0"], ("--nodes",)),
     ("dev-demo-port", ["dev", "demo", "up", "--prometheus-port", "70000"], ("--prometheus-port",)),
     ("dev-demo-watch-nan", ["dev", "demo", "up", "--watch-seconds", "nan"], ("--watch-seconds",)),
+    ("dev-workloads-only", ["dev", "workloads", "up", "--only", "kueue,volcano"], ("--only",)),
+    ("dev-workloads-timeout", ["dev", "workloads", "up", "--timeout", "inf"], ("--timeout",)),
     # horus agent run
     ("agent-interval-nan", [*AGENT, "--interval-seconds", "nan"], ("interval", "finite")),
     ("agent-interval-zero", [*AGENT, "--interval-seconds", "0"], ("interval_seconds",)),
