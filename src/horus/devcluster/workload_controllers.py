@@ -184,7 +184,7 @@ class WorkloadControllers:
         state.installed[ctl.name] = installed
         installed["crds"] = self._apply_crds(ctl, src, ports["webhook"])
         rbac = wm.place(wm.component_documents(src / ctl.rbac_folder), ctl.prefix, ctl.namespace)
-        installed["cluster_rbac"] = _cluster_rbac(rbac)
+        installed["cluster_rbac"] = wm.cluster_rbac_names(rbac)
         state.save()
         self.apply(rbac)
         work = self.folder / ctl.name
@@ -472,7 +472,7 @@ class WorkloadControllers:
                 if d["kind"] in wm.WEBHOOK_KINDS
             ],
             "crds": [d["metadata"]["name"] for d in wm.component_documents(src / ctl.crd_folder)],
-            "cluster_rbac": _cluster_rbac(rbac),
+            "cluster_rbac": wm.cluster_rbac_names(rbac),
         }
 
     def _strip_finalizers(self, crds: Sequence[str]) -> None:
@@ -493,12 +493,3 @@ class WorkloadControllers:
                 "patch", kind, meta["name"], *ns, "--type=merge",
                 "-p", '{"metadata":{"finalizers":null}}', check=False,
             )  # fmt: skip
-
-
-def _cluster_rbac(docs: Sequence[dict[str, Any]]) -> list[str]:
-    """``<resource>/<name>`` of the cluster-scoped RBAC objects in ``docs``."""
-    return [
-        f"{d['kind'].lower()}s.rbac.authorization.k8s.io/{d['metadata']['name']}"
-        for d in docs
-        if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
-    ]

@@ -208,6 +208,15 @@ def webhooks_to_url(
     return out
 
 
+def cluster_rbac_names(docs: Iterable[dict[str, Any]]) -> list[str]:
+    """``<resource>/<name>`` of the cluster-scoped RBAC objects in ``docs`` (for deleting)."""
+    return [
+        f"{d['kind'].lower()}s.rbac.authorization.k8s.io/{d['metadata']['name']}"
+        for d in docs
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
+    ]
+
+
 def crd_conversion_to_url(
     crd: dict[str, Any], patch: Mapping[str, Any], url: str, ca_bundle_b64: str
 ) -> dict[str, Any]:

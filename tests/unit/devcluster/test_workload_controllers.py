@@ -146,6 +146,18 @@ def test_place_prefixes_names_and_follows_references() -> None:
     )
 
 
+def test_cluster_rbac_names_are_what_down_deletes() -> None:
+    docs = [
+        {"kind": "ClusterRole", "metadata": {"name": "kueue-manager-role"}},
+        {"kind": "ClusterRoleBinding", "metadata": {"name": "kueue-manager-rolebinding"}},
+        {"kind": "Role", "metadata": {"name": "kueue-leader-election-role"}},
+    ]
+    assert wm.cluster_rbac_names(docs) == [
+        "clusterroles.rbac.authorization.k8s.io/kueue-manager-role",
+        "clusterrolebindings.rbac.authorization.k8s.io/kueue-manager-rolebinding",
+    ]
+
+
 def test_component_documents_applies_targeted_json_patches(tmp_path: Path) -> None:
     (tmp_path / "manifests.yaml").write_text(yaml.safe_dump(_mutating()))
     (tmp_path / "patch.yaml").write_text(
