@@ -1,20 +1,17 @@
 """Kueue, JobSet and Kubeflow Trainer on a local cluster, each a host process with its own
 identity, installed from its own manifests (``horus dev workloads up``; the ``kueue`` test
-fixture).
+fixture). Binaries and manifests: ``tools/controlplane/workloads/build.sh``; what each
+controller is: :mod:`~horus.devcluster.workload_specs`; the manifest rewriting:
+:mod:`~horus.devcluster.workload_manifests`.
 
-**Binaries and manifests** come from ``tools/controlplane/workloads/build.sh`` (one Go module
-pinning the three; cached folder, linked into the control-plane bin folder): the links'
-target folder also holds ``manifests/<controller>``, each project's kustomize folders.
-
-**Install**, per controller (:class:`Controller`), in the order JobSet, Trainer, Kueue (Trainer
-creates JobSets, Kueue manages both): its namespace; its CRDs (server-side apply: they exceed
-the last-applied annotation's size), Kueue's with their conversion webhooks; its
-ServiceAccount, ClusterRoles and bindings from its own RBAC folder, named as its kustomization
-names them (:func:`horus.devcluster.workload_manifests.place`); a kubeconfig with a token of
-that ServiceAccount, so the controller runs with exactly upstream's least privilege; a serving
-certificate from the cluster's CA for 127.0.0.1 and the webhook Service's DNS names; its
-configuration file; the process; once ``/readyz`` answers, its webhook configurations with
-``url`` client configs (:func:`~horus.devcluster.workload_manifests.webhooks_to_url`).
+**Install**, per controller, in the order JobSet, Trainer, Kueue (Trainer creates JobSets,
+Kueue manages both): its namespace; its CRDs (server-side apply: they exceed the last-applied
+annotation's size), Kueue's with their conversion webhooks; its ServiceAccount, ClusterRoles
+and bindings from its own RBAC folder, named as its kustomization names them; a kubeconfig
+with a token of that ServiceAccount, so the controller runs with exactly upstream's least
+privilege; a serving certificate from the cluster's CA for 127.0.0.1 and the webhook
+Service's DNS names; its configuration file; the process; once ``/readyz`` answers, its
+webhook configurations with ``url`` client configs.
 
 **Kueue's metrics certificate**: with internal certificate management off, Kueue v0.19 reads
 its metrics server's certificate from the fixed path ``/etc/kueue/metrics/certs`` (its main.go)
@@ -24,15 +21,11 @@ its own (``unshare``) in which an overlay over ``/etc`` adds that folder from th
 the caller to root.
 
 **Down** removes the webhook configurations first (they fail closed: with the process gone
-they would refuse every Job and pod), stops the processes, strips Kueue's finalizers from what
-is left of its objects, and deletes the CRDs, RBAC and namespaces it created.
-
-What each controller is (names, folders, certificate, command line):
-:mod:`horus.devcluster.workload_specs`; the manifest rewriting:
-:mod:`horus.devcluster.workload_manifests`. State: ``<cluster dir>/workloads/state.json``
-(:class:`WorkloadsState`).
+they would refuse every Job and pod), stops the processes, strips the finalizers from what is
+left of the controllers' objects, and deletes the CRDs, RBAC and namespaces it created. It
+must run before the cluster's own ``down``, which stops only the processes it started.
+State: ``<cluster dir>/workloads/state.json`` (:class:`WorkloadsState`).
 """
-
 from __future__ import annotations
 
 import base64
@@ -45,7 +38,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,8 +97,13 @@ class WorkloadsState:
 class WorkloadControllers:
     """Install, start, inspect and remove the workload controllers on one local cluster."""
 
-    def __init__(self, cluster: DevClusterState) -> None:
+    def __init__(
+        self, cluster: DevClusterState, kueue_overrides: Mapping[str, Any] | None = None
+    ) -> None:
+        """``kueue_overrides`` is merged into Kueue's rendered configuration (e.g.
+        ``{"resources": {"deviceClassMappings": [...]}}``, ``{"featureGates": {...}}``)."""
         self.cluster = cluster
+        self.kueue_overrides = dict(kueue_overrides or {})
         self.bin_dir = Path(cluster.bin_dir)
         self.folder = Path(cluster.directory) / FOLDER
         self.pki = Path(cluster.directory) / "pki"
@@ -216,6 +214,7 @@ class WorkloadControllers:
                 health_port=ports["health"],
                 visibility_port=ports["extra"],
             )
+            rendered = wm.merged(rendered, self.kueue_overrides)
             overlay = work / "etc-overlay"
             metrics_certs = overlay / "upper" / "kueue" / "metrics" / "certs"
             issue_serving_cert(

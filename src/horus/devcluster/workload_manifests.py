@@ -271,6 +271,18 @@ def kueue_config(
     }
 
 
+def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``base`` with ``overrides`` merged in: mappings key by key, anything else
+    (lists too) replaced."""
+    out = copy.deepcopy(dict(base))
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 def jobset_config(
     *, cert_dir: Path, webhook_port: int, metrics_port: int, health_port: int
 ) -> dict[str, Any]:

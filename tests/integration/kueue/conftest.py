@@ -17,7 +17,10 @@ from horus.devcluster.workload_specs import KUEUE, ORDER
 
 
 @pytest.fixture(scope="module")
-def kueue(cluster: Any) -> Iterator[KueueEnv]:
+def kueue(cluster: Any, request: pytest.FixtureRequest) -> Iterator[KueueEnv]:
+    """Kueue, JobSet and Trainer for this test module. A module may set
+    ``KUEUE_CONFIG_OVERRIDES`` (merged into Kueue's configuration, e.g. DRA device class
+    mappings)."""
     if not (cluster.bin_dir / KUEUE.binary).exists():
         pytest.skip(
             f"{cluster.bin_dir} has no Kueue: tools/controlplane/build.sh builds it "
@@ -30,7 +33,8 @@ def kueue(cluster: Any) -> Iterator[KueueEnv]:
         "-",
         input=json.dumps(node_manifest(node, NodeSpec(count=1, gpus_per_node=1))),
     )
-    controllers = WorkloadControllers(cluster.state)
+    overrides = getattr(request.module, "KUEUE_CONFIG_OVERRIDES", None)
+    controllers = WorkloadControllers(cluster.state, kueue_overrides=overrides)
     env = KueueEnv(cluster, controllers, node)
     try:
         controllers.up(ORDER, timeout=180)

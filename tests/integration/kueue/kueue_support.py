@@ -94,27 +94,26 @@ class KueueEnv:
         cpu: str = "64",
         admission_checks: list[str] | None = None,
         suffix: str | None = None,
+        extra_quota: dict[str, str] | None = None,
     ) -> str:
-        """A ResourceFlavor, a ClusterQueue with ``cpu`` CPU and memory quota (and
-        ``admission_checks``), and a LocalQueue in ``namespace`` pointing at it; returns the
-        LocalQueue's name."""
+        """A ResourceFlavor, a ClusterQueue with ``cpu`` CPU and memory quota (plus
+        ``extra_quota``: resource name -> quota, and ``admission_checks``), and a LocalQueue in
+        ``namespace`` pointing at it; returns the LocalQueue's name."""
         sfx = suffix or uuid.uuid4().hex[:6]
         flavor, cq, lq = f"flavor-{sfx}", f"cq-{sfx}", f"lq-{sfx}"
         self.apply(
             {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}}
         )
+        quota = {"cpu": cpu, "memory": "256Gi", **(extra_quota or {})}
         spec: dict[str, Any] = {
             "namespaceSelector": {},
             "resourceGroups": [
                 {
-                    "coveredResources": ["cpu", "memory"],
+                    "coveredResources": list(quota),
                     "flavors": [
                         {
                             "name": flavor,
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": cpu},
-                                {"name": "memory", "nominalQuota": "256Gi"},
-                            ],
+                            "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()],
                         }
                     ],
                 }

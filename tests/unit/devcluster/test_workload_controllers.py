@@ -267,6 +267,31 @@ def test_kueue_config_is_upstream_but_local() -> None:
     assert cfg["featureGates"] == {"VisibilityOnDemand": False}  # the rest: upstream's defaults
 
 
+def test_kueue_overrides_merge_into_the_config() -> None:
+    cfg = wm.kueue_config(
+        namespace="kueue-system",
+        cert_dir=Path("/c"),
+        webhook_port=1,
+        metrics_port=2,
+        health_port=3,
+        visibility_port=4,
+    )
+    mapping = [{"name": "horus.io/gpu", "deviceClassNames": ["gpu.horus.io"]}]
+    out = wm.merged(
+        cfg,
+        {
+            "resources": {"deviceClassMappings": mapping},
+            "featureGates": {"KueueDRAIntegration": False},
+            "integrations": {"frameworks": ["batch/job"]},
+        },
+    )
+    assert out["resources"]["deviceClassMappings"] == mapping
+    assert out["featureGates"] == {"VisibilityOnDemand": False, "KueueDRAIntegration": False}
+    assert out["integrations"]["frameworks"] == ["batch/job"]  # lists are replaced
+    assert out["webhook"] == cfg["webhook"]
+    assert "resources" not in cfg  # a copy
+
+
 def test_jobset_and_trainer_configs_are_local() -> None:
     js = wm.jobset_config(cert_dir=Path("/c/j"), webhook_port=1, metrics_port=2, health_port=3)
     assert js["apiVersion"] == "config.jobset.x-k8s.io/v1alpha1"
