@@ -199,6 +199,17 @@ def _deployment(name: str, ns: str, replicas: int = 1) -> dict[str, Any]:
     }
 
 
+def _cronjob(name: str, ns: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """A suspended CronJob whose Jobs' pods would carry ``annotations``."""
+    template = _with_template_annotations(_plain_job(name, ns), annotations)["spec"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": template}},
+    }
+
+
 def _plain_job(name: str, ns: str) -> dict[str, Any]:
     """A Job Kueue leaves alone (no queue name)."""
     j = job(name, ns, "unused")
@@ -336,6 +347,7 @@ def test_a_tenant_cannot_put_the_decision_into_a_pod_template(team: Team) -> Non
     statefulset["kind"] = "StatefulSet"
     statefulset["spec"]["serviceName"] = "tss"
     tries.append(("statefulset", "StatefulSet", _with_template_annotations(statefulset, slots)))
+    tries.append(("cronjob", "CronJob", _cronjob("tcj", ns, slots)))
     for kind, kind_name, obj in tries:
         out = team.create("tenant", obj)
         _refused(out, f"create a {kind}", c.ANNOTATION_GANG_SLOTS, f"a {kind_name} carrying")
@@ -349,6 +361,14 @@ def test_a_tenant_cannot_put_the_decision_into_a_pod_template(team: Team) -> Non
     patch = {"spec": {"replicatedJobs": add["spec"]["replicatedJobs"]}}
     out = team.as_("tenant", "patch", "jobset", "later", "--type=merge", "-p", json.dumps(patch))
     _refused(out, "patch a jobset's template", c.ANNOTATION_KUEUE_WORKLOAD, "changed a JobSet")
+    # ... or of a Deployment of its own
+    made = team.create("tenant", _deployment("later", ns, replicas=0))
+    assert made.returncode == 0, made.stderr
+    patch = {"spec": {"template": {"metadata": {"annotations": slots}}}}
+    out = team.as_(
+        "tenant", "patch", "deployment", "later", "--type=merge", "-p", json.dumps(patch)
+    )
+    _refused(out, "patch a deployment's template", c.ANNOTATION_GANG_SLOTS, "changed a Deployment")
 
 
 def test_a_tenant_cannot_add_change_or_strip_the_decision_on_a_pod(team: Team) -> None:
@@ -417,6 +437,7 @@ def test_ordinary_pods_and_workloads_are_unchanged(team: Team) -> None:
         _with_template_annotations(_plain_jobset("plain-jobset", ns), profile),
         _trainjob("plain-train", ns, team.runtime, profile),
         _trainjob("bare-train", ns, team.runtime),
+        _cronjob("plain-cron", ns, profile),
     ]
     for obj in objs:
         out = team.create("tenant", obj)
