@@ -168,3 +168,39 @@ def test_admission_check_holds_then_podset_updates_reach_pods(kueue: KueueEnv) -
         assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": kueue.node}
     template = kueue.get("job", name, ns)["spec"]["template"]
     assert template["spec"]["nodeSelector"] == {"kubernetes.io/hostname": kueue.node}
+
+
+def test_an_inactive_admission_check_stops_its_cluster_queue(kueue: KueueEnv) -> None:
+    """Until the check's controller marks the AdmissionCheck Active, its ClusterQueue is
+    inactive and reserves no quota."""
+    ns = kueue.namespace()
+    check = f"horus-idle-{uuid.uuid4().hex[:6]}"
+    kueue.admission_check(check)
+    sfx = uuid.uuid4().hex[:6]
+    lq = kueue.queues(ns, admission_checks=[check], suffix=sfx)
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    cond = wait_for(
+        lambda: (
+            (got := condition(kueue.get("clusterqueue", f"cq-{sfx}"), "Active"))
+            and got["status"] == "False"
+            and got
+        ),
+        30,
+        "the ClusterQueue to report itself inactive",
+        diag,
+    )
+    assert cond["reason"] == "AdmissionCheckInactive", cond
+    kueue.create(job("idle", ns, lq))
+    reserved = wait_for(
+        lambda: (
+            (w := _workload_of(kueue, ns, "idle"))
+            and (got := condition(w, "QuotaReserved"))
+            and got["status"] == "False"
+            and got
+        ),
+        30,
+        "Kueue to say why the Workload gets no quota",
+        diag,
+    )
+    assert "inactive" in reserved["message"], reserved
+    assert kueue.get("job", "idle", ns)["spec"]["suspend"] is True
