@@ -41,7 +41,7 @@ from kueue_support import (
 
 from horus.common import constants as c
 from horus.devcluster import workload_manifests as wm
-from horus.devcluster.workload_controllers import manifests_dir
+from horus.devcluster.workload_specs import manifests_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 POLICY = "horus-kueue-decision-annotations"

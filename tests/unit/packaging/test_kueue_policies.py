@@ -89,7 +89,7 @@ def test_the_defaults_are_kueue_its_job_controllers_and_the_pod_making_controlle
         ),
     }
     assert OPERATOR not in defaults and not any("horus" in d for d in defaults)
-    controllers = pytest.importorskip("horus.devcluster.workload_controllers").CONTROLLERS
+    controllers = pytest.importorskip("horus.devcluster.workload_specs").CONTROLLERS
     for ctl in controllers.values():  # the identities the dev cluster runs them with
         account = f"{ctl.prefix}{ctl.service_account}"
         assert f"system:serviceaccount:{ctl.namespace}:{account}" in defaults, ctl.name
