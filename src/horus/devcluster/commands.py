@@ -204,7 +204,7 @@ def _register_workloads(dev_sub: Any) -> None:
             "Installs Kueue, JobSet and Kubeflow Trainer from their own manifests (CRDs, RBAC, "
             "webhooks; built by tools/controlplane/build.sh) on the cluster in --dir and runs "
             "each as a host process with its own ServiceAccount's token. State lives in "
-            "<cluster dir>/workloads. Run 'down' before 'horus dev cluster down'."
+            "<cluster dir>/workloads; 'horus dev cluster down' removes them too."
         ),
     )
     workloads.add_argument("--dir", type=Path, default=None, help="cluster folder")
@@ -359,6 +359,15 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
+    state = cluster.state()
+    if state is not None:
+        # Kueue, JobSet and Trainer run beside the cluster's own processes, which are all
+        # that cluster.down() stops: they go first (`horus dev workloads down`).
+        from horus.devcluster.workload_controllers import WorkloadControllers
+
+        workloads = WorkloadControllers(state)
+        if workloads.state() is not None:
+            workloads.down()
     if cluster.down():
         print(f"local cluster in {cluster.directory} stopped and removed")
     else:

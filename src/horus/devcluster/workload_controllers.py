@@ -22,10 +22,12 @@ the caller to root.
 
 **Down** removes the webhook configurations first (they fail closed: with the process gone
 they would refuse every Job and pod), stops the processes, strips the finalizers from what is
-left of the controllers' objects, and deletes the CRDs, RBAC and namespaces it created. It
-must run before the cluster's own ``down``, which stops only the processes it started.
+left of the controllers' objects, and deletes the CRDs, RBAC and namespaces it created. ``horus
+dev cluster down`` runs it first; :meth:`LocalCluster.down` alone stops only the control
+plane's own processes.
 State: ``<cluster dir>/workloads/state.json`` (:class:`WorkloadsState`).
 """
+
 from __future__ import annotations
 
 import base64
