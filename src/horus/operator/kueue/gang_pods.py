@@ -85,7 +85,7 @@ def fill_slots(
             continue
         pointer = str(meta["annotations"][c.ANNOTATION_KUEUE_WORKLOAD])
         w = workloads[f"{ns}/{pointer.rpartition('/')[0]}"]
-        pod_set = str((meta.get("labels") or {}).get(c.KUEUE_PODSET_LABEL))
+        pod_set = _pod_set(pod, view.slots[w.key])
         slots = view.slots[w.key][pod_set]
         free = next((s for s in slots if slot_key(w.uid, pod_set, s.index) not in filled), None)
         if free is None:
@@ -118,6 +118,14 @@ def fill_slots(
         )
 
 
+def _pod_set(pod: Mapping[str, Any], slots: Mapping[str, Any]) -> str:
+    """The pod's pod set: Kueue's label, or the Workload's only pod set with slots."""
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(c.KUEUE_PODSET_LABEL)
+    if label:
+        return str(label)
+    return next(iter(slots)) if len(slots) == 1 else ""
+
+
 def _why_no_slot(
     pod: Mapping[str, Any], view: KueueView, workloads: Mapping[str, Any]
 ) -> str | None:
@@ -138,8 +146,8 @@ def _why_no_slot(
             f"Workload {w.key} is not admitted by Horus' check (quota released, evicted, "
             "finished or not decided yet); the pod waits without a GPU"
         )
-    pod_set = (meta.get("labels") or {}).get(c.KUEUE_PODSET_LABEL)
-    if not pod_set or pod_set not in view.slots[w.key]:
+    pod_set = _pod_set(pod, view.slots[w.key])
+    if pod_set not in view.slots[w.key]:
         return (
             f"pod set {pod_set!r} ({c.KUEUE_PODSET_LABEL}) has no GPU slots in Workload "
             f"{w.key}; the pod gets no Horus share"

@@ -1,0 +1,514 @@
+"""Horus as Kueue's AdmissionCheck on the real control plane: the real Kueue, the real
+kube-scheduler allocating the claims, the Horus DRA driver publishing two kwok nodes' GPUs,
+and Horus' reconcile pass (in-process, scoped to the test's namespace and nodes) answering the
+check.
+
+A 4-pod Job asking 40 % of a GPU each is admitted through Horus' check: with room for three
+only, none starts and the Workload says why; when the room comes, all four run, each on the GPU
+of its slot (kwok completes a Job's pods as soon as they run, so what is checked is where each
+ran and which claim it had). Kueue preempting a lower-priority Workload frees its GPUs for the
+higher one (long Jobs whose pods kwok completes one after another: each replacement pod takes
+the slot its predecessor left)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kueue_support import KUEUE_API, QUEUE_NAME_LABEL, KueueEnv, condition, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dra"))
+from dra_cluster_support import GPU_MIB, ROOT, node_token, token_api
+
+from dra_peer import FakeKubelet
+from horus.common import constants as c
+from horus.devcluster.nodes import NodeSpec, node_manifest
+from horus.dra.app import run_driver
+from horus.dra.settings import DraSettings
+from horus.operator.jobapi import KubeJobApi
+from horus.operator.kueue.api import KubeKueueApi
+from horus.operator.kueue.slots import decode_slots
+from horus.operator.reconcile import Reconciler
+from horus.predictor import load_default_predictor
+from signing_keys import KEY
+
+PREDICTOR = load_default_predictor()
+CHECK = "horus-gpu"
+PROFILE = (ROOT / "examples" / "profiles" / "mobilenetv2-cifar-bs128.yaml").read_text()
+
+
+class ScopedJobs(KubeJobApi):
+    """The real API, seeing only the test's namespace and nodes (other tests' objects in the
+    session cluster are never touched)."""
+
+    def __init__(self, api_client: Any, namespace: str, nodes: set[str]) -> None:
+        super().__init__(api_client)
+        self.namespace, self.nodes = namespace, nodes
+
+    def _mine(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [o for o in items if (o.get("metadata") or {}).get("namespace") == self.namespace]
+
+    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
+        return self._mine(super().list_pods(active_only))
+
+    def list_dljobs(self) -> list[dict[str, Any]]:
+        return self._mine(super().list_dljobs())
+
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        return self._mine(super().list_resource_claims())
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [n for n in super().list_nodes() if n["metadata"]["name"] in self.nodes]
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        return [
+            s for s in super().list_resource_slices() if s["spec"].get("nodeName") in self.nodes
+        ]
+
+
+class ScopedKueue(KubeKueueApi):
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        super().__init__(api_client)
+        self.namespace = namespace
+
+    def list_workloads(self) -> list[dict[str, Any]]:
+        return [w for w in super().list_workloads() if w["metadata"]["namespace"] == self.namespace]
+
+
+class Operator:
+    """Reconcile passes every 0.3 s in a thread, as the operator process runs them."""
+
+    def __init__(self, rec: Reconciler) -> None:
+        self.rec = rec
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.rec.run_pass()
+            except Exception as exc:  # the test fails on it below
+                self.errors.append(exc)
+            self.stop.wait(0.3)
+
+
+@pytest.fixture(scope="module")
+def horus(kueue: KueueEnv) -> Iterator[dict[str, Any]]:
+    cluster = kueue.cluster
+    if cluster.kubectl("get", "namespace", c.HORUS_NAMESPACE, check=False).returncode:
+        cluster.kubectl("create", "namespace", c.HORUS_NAMESPACE)
+    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "rbac" / "node.yaml"))
+    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "dra" / "deviceclass.yaml"))
+    cluster.apply_crds(ROOT / "manifests" / "crds" / "horus.io_dljobs.yaml", c.DLJOB_CRD_NAME)
+    ns = kueue.namespace("hq")
+    sfx = uuid.uuid4().hex[:6]
+    nodes = [f"hq-{sfx}-a", f"hq-{sfx}-b"]
+    stops, threads, kubelets, folders = [], [], [], []
+    for node in nodes:
+        manifest = node_manifest(node, NodeSpec(count=1, gpus_per_node=2, gpu_memory_mib=GPU_MIB))
+        cluster.kubectl("create", "-f", "-", input=json.dumps(manifest))
+        folder = Path(tempfile.mkdtemp(prefix="hq-dra-"))
+        settings = DraSettings(
+            node_name=node,
+            registry_dir=folder / "reg",
+            plugin_dir=folder / "plug",
+            cdi_dir=folder / "cdi",
+            backend="simulated",
+            sim_gpu_count=2,
+            sim_gpu_memory_mib=GPU_MIB,
+            sim_health_file=folder / "health.json",
+            health_interval_s=0.3,
+            socket_poll_s=0.1,
+            slice_resync_s=5.0,
+            progress_root=folder / "progress",
+        )
+        stop = threading.Event()
+        api = token_api(cluster, node_token(cluster, node))
+        thread = threading.Thread(target=run_driver, args=(settings, stop, api), daemon=True)
+        thread.start()
+        kubelet = FakeKubelet(settings.registry_dir)
+        kubelet.register(timeout=30)
+        stops.append(stop), threads.append(thread), kubelets.append(kubelet), folders.append(folder)
+    # the admission policy that turns horus.io/gpu-* requests into a claim reference, bound to
+    # this namespace only
+    policy, binding = list(
+        yaml.safe_load_all(
+            (ROOT / "examples" / "dra" / "extended-resources-policy.yaml").read_text()
+        )
+    )
+    binding["metadata"]["name"] = f"{binding['metadata']['name']}-{sfx}"
+    binding["spec"]["matchResources"] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    }
+    kueue.apply(policy, binding)
+    kueue.admission_check(CHECK)
+    client = cluster.api_client()
+    rec = Reconciler(
+        ScopedJobs(client, ns, set(nodes)),
+        PREDICTOR,
+        KEY,
+        workers=4,
+        correction_period=0,
+        placement_path=c.PLACEMENT_PATH_DRA,
+        kueue=ScopedKueue(client, ns),
+    )
+    op = Operator(rec)
+    wait_for(lambda: len(rec.api.list_resource_slices()) == 2, 60, "both drivers' ResourceSlices")
+    op.thread.start()
+    try:
+        yield {"ns": ns, "nodes": nodes, "op": op, "sfx": sfx}
+    finally:
+        op.stop.set()
+        op.thread.join(10)
+        rec.close()
+        kueue.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false", check=False)
+        kueue.kubectl(
+            "delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False
+        )
+        kueue.kubectl(
+            "delete", "validatingadmissionpolicybinding", binding["metadata"]["name"], check=False
+        )
+        for stop, thread, kubelet, folder in zip(stops, threads, kubelets, folders, strict=True):
+            stop.set()
+            thread.join(10)
+            kubelet.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        for node in nodes:
+            cluster.kubectl("delete", "node", node, check=False)
+        assert not op.errors, op.errors
+
+
+def gpu_queue(
+    kueue: KueueEnv, ns: str, name: str, gpu_core: str = "800", preempt: bool = False
+) -> str:
+    """A ClusterQueue naming Horus' check, with quota for Horus' resources, and a LocalQueue."""
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY],
+                "flavors": [
+                    {
+                        "name": f"gpus-{name}",
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": "64"},
+                            {"name": "memory", "nominalQuota": "256Gi"},
+                            {"name": c.RESOURCE_GPU_CORE, "nominalQuota": gpu_core},
+                            {"name": c.RESOURCE_GPU_MEMORY, "nominalQuota": "100000"},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    if preempt:
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    kueue.apply(
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"gpus-{name}"}},
+        {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec},
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterQueue": name},
+        },
+    )
+    return name
+
+
+def container(core: int) -> dict[str, Any]:
+    return {
+        "name": "main",
+        "image": "registry.invalid/horus-test:1",
+        "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"},
+            "limits": {c.RESOURCE_GPU_CORE: str(core), c.RESOURCE_GPU_MEMORY: "64"},
+        },
+    }
+
+
+def pod_spec(core: int) -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container(core)],
+    }
+
+
+def group_pods(
+    group: str, ns: str, queue: str | None, pods: int, core: int, priority_class: str | None = None
+) -> list[dict[str, Any]]:
+    """``pods`` plain pods of one Kueue pod group (or, with ``queue`` None, one pod Kueue
+    does not manage)."""
+    labels: dict[str, str] = {}
+    annotations = {c.ANNOTATION_GRAPH_PROFILE: PROFILE}
+    if queue is not None:
+        labels = {QUEUE_NAME_LABEL: queue, "kueue.x-k8s.io/pod-group-name": group}
+        annotations["kueue.x-k8s.io/pod-group-total-count"] = str(pods)
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{group}-{i}",
+                "namespace": ns,
+                "labels": dict(labels),
+                "annotations": dict(annotations),
+            },
+            "spec": pod_spec(core),
+        }
+        for i in range(pods)
+    ]
+
+
+def gpu_job(
+    name: str,
+    ns: str,
+    queue: str,
+    pods: int,
+    core: int,
+    completions: int | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    labels = {QUEUE_NAME_LABEL: queue}
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "parallelism": pods,
+            "completions": completions or pods,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {c.ANNOTATION_GRAPH_PROFILE: PROFILE}},
+                "spec": pod_spec(core),
+            },
+        },
+    }
+
+
+def horus_workload(kueue: KueueEnv, ns: str, state: str) -> list[dict[str, Any]]:
+    return [w for w in kueue.workloads(ns) if check_of(w).get("state") == state]
+
+
+def workload_named(kueue: KueueEnv, ns: str, owner: str) -> dict[str, Any] | None:
+    """The Workload of a Job ``owner``, or of the pod group ``owner`` (owned by its pods)."""
+    for wl in kueue.workloads(ns):
+        owners = wl["metadata"].get("ownerReferences") or []
+        if any(o.get("name") == owner or o.get("name", "").startswith(f"{owner}-") for o in owners):
+            return wl
+    return None
+
+
+def check_of(wl: dict[str, Any] | None) -> dict[str, Any]:
+    for ch in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        if ch["name"] == CHECK:
+            return dict(ch)
+    return {}
+
+
+def pods_of(kueue: KueueEnv, ns: str, prefix: str, phase: str = "Running") -> list[dict[str, Any]]:
+    return [
+        p
+        for p in kueue.list("pods", ns)
+        if p["metadata"]["name"].startswith(f"{prefix}-")
+        and p["status"].get("phase") == phase
+        and p["spec"].get("nodeName")
+    ]
+
+
+def slots_of(wl: dict[str, Any]) -> list[Any]:
+    (update,) = check_of(wl)["podSetUpdates"]
+    return decode_slots(update["annotations"][c.ANNOTATION_GANG_SLOTS], update["name"])
+
+
+def events(kueue: KueueEnv, ns: str, reason: str, prefix: str) -> list[dict[str, Any]]:
+    items = json.loads(kueue.kubectl("get", "events", "-n", ns, "-o", "json").stdout)["items"]
+    return [
+        e
+        for e in items
+        if e.get("reason") == reason and e["involvedObject"]["name"].startswith(prefix)
+    ]
+
+
+def test_a_four_pod_job_is_admitted_through_horus_as_a_gang_on_its_slots(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    ns = horus["ns"]
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    queue = gpu_queue(kueue, ns, f"gang-{horus['sfx']}")
+    # one GPU taken whole by a pod Kueue does not manage: room for three 40 % workers only
+    (whole,) = group_pods("whole", ns, None, 1, 100)
+    kueue.create(whole)
+    wait_for(lambda: len(pods_of(kueue, ns, "whole")) == 1, 120, "the whole-GPU pod", diag)
+    kueue.create(gpu_job("train", ns, queue, 4, 40))
+    wl = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "train")) and check_of(w).get("state") == "Retry" and w
+        ),
+        90,
+        "Horus' check to answer Retry for the 4-pod gang",
+        diag,
+    )
+    message = check_of(wl)["message"]
+    assert "does not fit as a gang" in message, message
+    time.sleep(3)
+    assert kueue.get("job", "train", ns)["spec"]["suspend"] is True
+    assert not kueue.list("pods", ns, "job-name=train")  # none starts
+    # the room comes: all four run, each on its slot's GPU
+    kueue.kubectl("delete", "pod", "whole-0", "-n", ns, "--wait=true")
+    wl = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "train")) and check_of(w).get("state") == "Ready" and w
+        ),
+        120,
+        "Horus' check Ready once the whole-GPU pod is gone",
+        diag,
+    )
+    slots = {s.index: s for s in slots_of(wl)}
+    assert len({s.gpu_uuid for s in slots.values()}) == 4  # one GPU each
+    done = wait_for(
+        lambda: (p := pods_of(kueue, ns, "train", "Succeeded")) and len(p) == 4 and p,
+        150,
+        "all four workers to run (kwok then completes them)",
+        diag,
+    )
+    chosen = {
+        e["involvedObject"]["name"]: e["message"] for e in events(kueue, ns, "GPUChosen", "train-")
+    }
+    used = set()
+    for pod in done:
+        assert pod["metadata"]["annotations"][c.ANNOTATION_KUEUE_WORKLOAD].endswith(
+            wl["metadata"]["uid"]
+        )
+        message = chosen[pod["metadata"]["name"]]
+        index = int(message.split("slot ", 1)[1].split(" ", 1)[0])
+        slot = slots[index]
+        assert pod["spec"]["nodeName"] == slot.node, (pod["metadata"]["name"], message)
+        assert f"{slot.node}/gpu-{slot.gpu_index} (40% core" in message
+        used.add(index)
+    assert used == {0, 1, 2, 3}
+
+
+def test_kueue_preemption_frees_the_lower_workloads_gpus_for_the_higher(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    ns = horus["ns"]
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    sfx = horus["sfx"]
+    for name, value in ((f"low-{sfx}", 10), (f"high-{sfx}", 1000)):
+        kueue.apply({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass",
+                     "metadata": {"name": name}, "value": value})  # fmt: skip
+    queue = gpu_queue(kueue, ns, f"pre-{sfx}", gpu_core="400", preempt=True)
+    kueue.create(gpu_job("low", ns, queue, 4, 60, 100000, f"low-{sfx}"))
+    low = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "low")) and check_of(w).get("state") == "Ready" and w
+        ),
+        120,
+        "the low Job admitted through Horus",
+        diag,
+    )
+    wait_for(lambda: len(pods_of(kueue, ns, "low", "Succeeded")) >= 8, 120,
+             "the low Job's pods running one after another on its slots", diag)  # fmt: skip
+    kueue.create(gpu_job("high", ns, queue, 4, 60, 100000, f"high-{sfx}"))
+    high = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "high")) and check_of(w).get("state") == "Ready" and w
+        ),
+        240,
+        "the high Job admitted through Horus once Kueue preempted the low one",
+        diag,
+    )
+    low = kueue.get("workload", low["metadata"]["name"], ns)
+    evicted = condition(low, "Evicted")
+    assert evicted is not None and evicted["status"] == "True", low["status"]
+    assert kueue.get("job", "low", ns)["spec"]["suspend"] is True
+    # all four GPUs are the high Job's: 60 % + 60 % does not fit one GPU, so none of the low
+    # Job's slots can still be held
+    assert len({s.gpu_uuid for s in slots_of(high)}) == 4
+    assert check_of(low).get("state") != "Ready"
+    wait_for(
+        lambda: len(pods_of(kueue, ns, "high", "Succeeded")) >= 4, 120, "the high Job's pods", diag
+    )
+    kueue.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false")
+    assert horus["op"].errors == []
+
+
+def deployment(name: str, ns: str, replicas: int, core: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {c.ANNOTATION_GRAPH_PROFILE: PROFILE},
+                },
+                "spec": {**pod_spec(core), "restartPolicy": "Always"},
+            },
+        },
+    }
+
+
+def consumed_cores(kueue: KueueEnv, ns: str, prefix: str) -> dict[str, int]:
+    """Claim name → cores the kube-scheduler allocated, for allocated claims of ``prefix``
+    pods (a claim named by the pod's UID: found through the pods)."""
+    out = {}
+    for claim in kueue.list("resourceclaims", ns):
+        owners = claim["metadata"].get("ownerReferences") or []
+        if not any(o.get("name", "").startswith(prefix) for o in owners):
+            continue
+        alloc = (claim.get("status") or {}).get("allocation")
+        if alloc and not claim["metadata"].get("deletionTimestamp"):
+            (result,) = alloc["devices"]["results"]
+            out[claim["metadata"]["name"]] = int(result["consumedCapacity"]["cores"])
+    return out
+
+
+def test_a_deployment_scaled_1_4_1_keeps_each_replica_on_a_share_and_frees_them(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    """Without Kueue: each replica's claim, pinned by Horus, allocated; scaling down frees
+    each share (the claim goes with its pod)."""
+    ns = horus["ns"]
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    kueue.create(deployment("web", ns, 1, 30))
+    wait_for(lambda: len(consumed_cores(kueue, ns, "web-")) == 1, 120, "one replica's share", diag)
+    kueue.kubectl("scale", "deployment", "web", "-n", ns, "--replicas=4")
+    shares = wait_for(
+        lambda: (s := consumed_cores(kueue, ns, "web-")) and len(s) == 4 and s,
+        180,
+        "four replicas, each with an allocated 30 % share",
+        diag,
+    )
+    assert set(shares.values()) == {30}
+    wait_for(lambda: len(pods_of(kueue, ns, "web")) == 4, 120, "four replicas Running", diag)
+    kueue.kubectl("scale", "deployment", "web", "-n", ns, "--replicas=1")
+    wait_for(
+        lambda: len(consumed_cores(kueue, ns, "web-")) == 1,
+        180,
+        "the three removed replicas' shares freed",
+        diag,
+    )
+    kueue.kubectl("delete", "deployment", "web", "-n", ns, "--wait=false")
