@@ -45,6 +45,10 @@ class FakeKueue:
         ]
         self.installed = True
         self.answers: list[tuple[str, str]] = []
+        self.templates: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def read_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.templates.get((namespace, name))
 
     def list_workloads(self) -> list[dict[str, Any]]:
         if not self.installed:
@@ -510,3 +514,35 @@ def test_a_pod_kueue_still_gates_gets_no_claim_of_its_own(
     ungated["metadata"]["resourceVersion"] = "2"
     add_pod(api, ungated)
     assert rec.run_pass().claims_created == 1
+
+
+def test_claim_templates_another_namespaces_or_horus_class_are_told(
+    kueue: FakeKueue, rec: Reconciler
+) -> None:
+    def with_claim(template_name: str) -> dict[str, Any]:
+        t = template(40, 64)
+        t["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template_name}]
+        return t
+
+    kueue.templates[("default", "own-gpu")] = {
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "g", "exactly": {"deviceClassName": c.DRA_DEVICE_CLASS}}
+        ]}}}
+    }  # fmt: skip
+    kueue.templates[("default", "nic")] = {
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "n", "exactly": {"deviceClassName": "nic.example.com"}}
+        ]}}}
+    }  # fmt: skip
+    add(kueue, workload("elsewhere", [("workers", 1, with_claim("in-team-b"))]))
+    add(kueue, workload("own", [("workers", 1, with_claim("own-gpu"))]))
+    add(kueue, workload("nic", [("workers", 1, with_claim("nic"))]))
+    rec.run_pass()
+    elsewhere = kueue.check_of("elsewhere")
+    assert (
+        elsewhere["state"] == "Retry"
+        and "does not exist in namespace default" in elsewhere["message"]
+    )
+    own = kueue.check_of("own")
+    assert own["state"] == "Rejected" and "horus.io/gpu-core" in own["message"]
+    assert kueue.check_of("nic")["state"] == "Ready"  # another driver's device: not Horus' business

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from horus.api.raw import read_items
+from horus.api.raw import read_items, read_object
 from horus.common import constants as c
 from horus.kube.errors import Conflict
 
@@ -30,6 +30,10 @@ class KueueApi(Protocol):
         ...
 
     def list_admission_checks(self) -> list[dict[str, Any]]: ...
+
+    def read_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ResourceClaimTemplate, or None when there is none of that name."""
+        ...
 
     def activate_check(self, name: str, condition: Mapping[str, Any]) -> None:
         """Set the AdmissionCheck's status conditions to ``[condition]`` (type ``Active``):
@@ -77,6 +81,24 @@ class KubeKueueApi:
 
     def list_admission_checks(self) -> list[dict[str, Any]]:
         return self._list(c.KUEUE_ADMISSION_CHECKS)
+
+    def read_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.custom.get_namespaced_custom_object(
+                c.RESOURCE_API_GROUP,
+                c.RESOURCE_API_VERSION,
+                namespace,
+                "resourceclaimtemplates",
+                name,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return read_object(resp)
 
     def activate_check(self, name: str, condition: Mapping[str, Any]) -> None:
         self.custom.patch_cluster_custom_object_status(

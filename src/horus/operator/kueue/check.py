@@ -256,7 +256,16 @@ class KueueCheck:
         check = w.check(view.checks)
         assert check is not None
         demands = [
-            (ps.name, pod_set_demand(w, ps, self.read_configmap, live.state.largest_gpu_mib))
+            (
+                ps.name,
+                pod_set_demand(
+                    w,
+                    ps,
+                    self.read_configmap,
+                    live.state.largest_gpu_mib,
+                    self.api.read_claim_template,
+                ),
+            )
             for ps in w.pod_sets
         ]
         lasting = [d.problem for _, d in demands if d.problem and d.lasting]

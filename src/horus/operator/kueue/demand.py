@@ -81,14 +81,60 @@ def _unprofiled(name: str, memory_mib: int | None, whole_gpu_mib: int) -> JobReq
     )
 
 
+def _claim_problem(
+    workload: Workload,
+    pod_set: PodSet,
+    read_template: Callable[[str, str], Mapping[str, Any] | None],
+) -> PodSetDemand | None:
+    """A pod set whose own claims Horus cannot honour: a ResourceClaimTemplate that is not in
+    the Workload's namespace (a pod can use only its own namespace's), or one of Horus' GPU
+    class, which the kube-scheduler would allocate without Horus' choice."""
+    where = f"pod set {pod_set.name} of Workload {workload.key}"
+    for entry in (pod_set.template.get("spec") or {}).get("resourceClaims") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        name = entry.get("resourceClaimTemplateName")
+        if not name or name == c.CONVERTED_CLAIM_TEMPLATE:
+            continue
+        template = read_template(workload.namespace, str(name))
+        if template is None:
+            return PodSetDemand(
+                problem=(
+                    f"{where}: ResourceClaimTemplate {name} does not exist in namespace "
+                    f"{workload.namespace} (a pod can use only its own namespace's templates)"
+                )
+            )
+        requests = (((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get(
+            "requests"
+        ) or []
+        for req in requests:
+            exactly = (req or {}).get("exactly") or req or {}
+            if exactly.get("deviceClassName") == c.DRA_DEVICE_CLASS:
+                return PodSetDemand(
+                    problem=(
+                        f"{where}: ResourceClaimTemplate {name} asks for class "
+                        f"{c.DRA_DEVICE_CLASS} itself, which the kube-scheduler would allocate "
+                        "without Horus' choice; ask with horus.io/gpu-core and "
+                        "horus.io/gpu-memory instead"
+                    ),
+                    lasting=True,
+                )
+    return None
+
+
 def pod_set_demand(
     workload: Workload,
     pod_set: PodSet,
     read_configmap: Callable[[str, str], dict[str, str]],
     whole_gpu_mib: int,
+    read_template: Callable[[str, str], Mapping[str, Any] | None] = lambda ns, name: None,
 ) -> PodSetDemand:
     """``pod_set``'s gang request. ``whole_gpu_mib``: the memory an unprofiled pod set's
-    pods get when they name none (the largest GPU's)."""
+    pods get when they name none (the largest GPU's); ``read_template`` reads a
+    ResourceClaimTemplate the pod set names (None: there is none)."""
+    claim_problem = _claim_problem(workload, pod_set, read_template)
+    if claim_problem is not None:
+        return claim_problem
     template = pod_set.template
     meta = dict(template.get("metadata") or {})
     ann = dict(meta.get("annotations") or {})
