@@ -512,3 +512,37 @@ def test_a_deployment_scaled_1_4_1_keeps_each_replica_on_a_share_and_frees_them(
         diag,
     )
     kueue.kubectl("delete", "deployment", "web", "-n", ns, "--wait=false")
+
+
+def test_bad_neighbours_land_on_different_gpus_when_a_better_one_exists(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    """The DLJob tests' case for two Kueue Jobs: 30 % each, every GPU empty. A first fit in
+    device order would stack the second on the first's GPU; Horus keeps them apart. The first
+    Job runs on (kwok completes each pod and the Job makes the next, so its slot stays held)."""
+    ns = horus["ns"]
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    queue = gpu_queue(kueue, ns, f"nb-{horus['sfx']}")
+    kueue.create(gpu_job("first", ns, queue, 1, 30, 100000))
+    first = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "first")) and check_of(w).get("state") == "Ready" and w
+        ),
+        120,
+        "the first Job admitted through Horus",
+        diag,
+    )
+    wait_for(lambda: pods_of(kueue, ns, "first", "Succeeded"), 120, "the first Job running", diag)
+    kueue.create(gpu_job("second", ns, queue, 1, 30))
+    second = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "second")) and check_of(w).get("state") == "Ready" and w
+        ),
+        120,
+        "the second Job admitted through Horus",
+        diag,
+    )
+    (a,), (b,) = slots_of(first), slots_of(second)
+    assert a.gpu_uuid != b.gpu_uuid, (a, b)
+    assert "predicted speed" in check_of(second)["message"]
+    kueue.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false")
