@@ -42,6 +42,13 @@ if command -v flock >/dev/null 2>&1; then
   flock -n 9 || { echo "build.sh: another build.sh is filling $cache/bin; waiting for it ..." >&2; flock 9; }
 fi
 
+# The workload controllers (see the end of this script) build beside the rest; a step that
+# fails here stops that build too.
+wl_file=$(mktemp)
+"$BASH" "$here/workloads/build.sh" > "$wl_file" &
+wl_pid=$!
+trap 'pkill -P "$wl_pid" 2>/dev/null || true; kill "$wl_pid" 2>/dev/null || true; rm -f "$wl_file"' EXIT
+
 ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
@@ -140,8 +147,11 @@ for b in prometheus promtool; do
 done
 # Kueue, JobSet and Kubeflow Trainer with their own manifests, from one Go module of their own
 # (workloads/go.mod), in a cache folder keyed by their three versions; linked into $out like
-# Prometheus. Their manifests stay in that folder (the links' target folder, manifests/).
-wl_out=$(bash "$here/workloads/build.sh") || exit 1
+# Prometheus. Their manifests stay in that folder (the links' target folder, manifests/). Built
+# beside the binaries above (started before them): on a first build the two go commands share
+# the CPUs where one alone leaves a core idle (links, downloads, a package waiting on another).
+wait "$wl_pid" || exit 1
+wl_out=$(cat "$wl_file"); rm -f "$wl_file"
 for b in kueue jobset-manager trainer-controller-manager; do
   [[ $(readlink "$out/$b" 2>/dev/null) == "$wl_out/$b" ]] || ln -sfn "$wl_out/$b" "$out/$b"
 done
