@@ -546,3 +546,19 @@ def test_claim_templates_another_namespaces_or_horus_class_are_told(
     own = kueue.check_of("own")
     assert own["state"] == "Rejected" and "horus.io/gpu-core" in own["message"]
     assert kueue.check_of("nic")["state"] == "Ready"  # another driver's device: not Horus' business
+
+
+def test_a_replica_that_does_not_lead_writes_nothing_to_kueue(
+    api: FakeJobApi, kueue: FakeKueue
+) -> None:
+    add(kueue, workload("train", [("workers", 1, template())]))
+    r = Reconciler(
+        api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA, kueue=kueue,
+        is_leader=lambda: False,
+    )  # fmt: skip
+    try:
+        r.run_pass()
+    finally:
+        r.close()
+    assert kueue.answers == []
+    assert "status" not in kueue.checks[0]  # not even the Active condition

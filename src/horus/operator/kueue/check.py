@@ -63,6 +63,8 @@ class KueueView:
     checks: frozenset[str] = frozenset()
     slots: dict[str, dict[str, list[Slot]]] = field(default_factory=dict)  # workload key → …
     problems: list[str] = field(default_factory=list)
+    #: Horus' AdmissionChecks Kueue does not see as active yet (marked by the leader's pass).
+    inactive: list[str] = field(default_factory=list)
 
     def by_key(self) -> dict[str, Workload]:
         return {w.key: w for w in self.workloads}
@@ -129,8 +131,7 @@ class KueueCheck:
             self.kueue_seen = False
             return view
         self.kueue_seen = True
-        for name in inactive_checks(checks):
-            self._activate(name)
+        view.inactive = inactive_checks(checks)
         if not view.checks:
             return view
         for obj in raw:
@@ -233,6 +234,10 @@ class KueueCheck:
     def decide(
         self, view: KueueView, live: LiveState, scheduler: Scheduler, report: PassReport
     ) -> None:
+        """Mark Horus' checks active, then decide every Workload waiting for one (the
+        leader's pass only: these are writes)."""
+        for name in view.inactive:
+            self._activate(name)
         waiting = [
             w
             for w in view.workloads
