@@ -9,10 +9,9 @@ Set up once: a local control plane (``LocalCluster``), JobSet and Kueue as host 
 Horus DRA drivers (``run_driver`` with a node-bound token, a kubelet-side peer registered with
 each), the DeviceClass, the node RBAC, the DLJob CRD, and Horus' reconcile pass in a thread
 (``Reconciler(placement_path="dra", kueue=...)``, every 0.3 s as the operator runs it), as the
-``horus`` fixture of tests/integration/kueue/test_horus_check.py does. The helpers it reuses
-are imported from tests/ (``dra_peer``, ``signing_keys``), tests/integration/dra
-(``dra_cluster_support``) and tests/integration/kueue (``kueue_support``), whose folders are
-put on ``sys.path``.
+``horus`` fixture of tests/integration/kueue/test_horus_check.py does — with the same helpers
+(``HorusOnKwok`` of tests/integration/kueue/horus_support.py, ``kueue_support``), whose folders
+are put on ``sys.path``.
 
 Two namespaces, each with its own ClusterQueue on the same nodes:
 
@@ -66,24 +65,15 @@ for extra in ("src", "benchmarks", "tests", "tests/integration/dra", "tests/inte
     sys.path.insert(0, str(ROOT / extra))
 
 import yaml  # noqa: E402
-from dra_cluster_support import GPU_MIB, node_token, token_api  # noqa: E402
+from horus_support import HorusOnKwok  # noqa: E402
 from kueue_support import JOBSET_API, KUEUE_API, QUEUE_NAME_LABEL, wait_for  # noqa: E402
 from latency_stats import percentile, write_results  # noqa: E402
 
-from dra_peer import FakeKubelet  # noqa: E402
 from horus.common import constants as c  # noqa: E402
 from horus.devcluster.cluster import LocalCluster  # noqa: E402
-from horus.devcluster.nodes import NodeSpec, node_manifest  # noqa: E402
 from horus.devcluster.workload_controllers import WorkloadControllers  # noqa: E402
-from horus.dra.app import run_driver  # noqa: E402
-from horus.dra.settings import DraSettings  # noqa: E402
 from horus.kube.rest import RestClient  # noqa: E402
-from horus.operator.jobapi import KubeJobApi  # noqa: E402
-from horus.operator.kueue.api import KubeKueueApi  # noqa: E402
 from horus.operator.kueue.slots import decode_slots  # noqa: E402
-from horus.operator.reconcile import Reconciler  # noqa: E402
-from horus.predictor import load_default_predictor  # noqa: E402
-from signing_keys import KEY  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "kueue-gang-start.json"
 VERSIONS = {"kueue": "v0.19.2", "jobset": "v0.12.0"}
@@ -134,61 +124,6 @@ class Cluster:
             self._rest = RestClient(self.api_client())
         out: dict[str, Any] = self._rest.request("GET", path, query=query) or {}
         return out
-
-
-class ScopedJobs(KubeJobApi):
-    """The real API, seeing only the horus namespace and the benchmark's nodes."""
-
-    def __init__(self, api_client: Any, namespace: str, nodes: set[str]) -> None:
-        super().__init__(api_client)
-        self.namespace, self.nodes = namespace, nodes
-
-    def _mine(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [o for o in items if (o.get("metadata") or {}).get("namespace") == self.namespace]
-
-    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
-        return self._mine(super().list_pods(active_only))
-
-    def list_dljobs(self) -> list[dict[str, Any]]:
-        return self._mine(super().list_dljobs())
-
-    def list_resource_claims(self) -> list[dict[str, Any]]:
-        return self._mine(super().list_resource_claims())
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return [n for n in super().list_nodes() if n["metadata"]["name"] in self.nodes]
-
-    def list_resource_slices(self) -> list[dict[str, Any]]:
-        return [
-            s for s in super().list_resource_slices() if s["spec"].get("nodeName") in self.nodes
-        ]
-
-
-class ScopedKueue(KubeKueueApi):
-    def __init__(self, api_client: Any, namespace: str) -> None:
-        super().__init__(api_client)
-        self.namespace = namespace
-
-    def list_workloads(self) -> list[dict[str, Any]]:
-        return [w for w in super().list_workloads() if w["metadata"]["namespace"] == self.namespace]
-
-
-class Operator:
-    """Reconcile passes every 0.3 s in a thread, as the operator process runs them."""
-
-    def __init__(self, rec: Reconciler) -> None:
-        self.rec = rec
-        self.stop = threading.Event()
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.rec.run_pass()
-            except Exception as exc:  # reported in the results
-                self.errors.append(repr(exc)[:300])
-            self.stop.wait(0.3)
 
 
 def say(msg: str) -> None:
@@ -412,72 +347,7 @@ def gone(cl: Cluster, ns: str) -> bool:
     )
 
 
-class Horus:
-    """The DRA drivers of the two nodes and the reconcile pass (``stop`` ends them)."""
-
-    def __init__(self, cl: Cluster, nodes: list[str]) -> None:
-        self.stops: list[threading.Event] = []
-        self.threads: list[threading.Thread] = []
-        self.kubelets: list[FakeKubelet] = []
-        self.folders: list[Path] = []
-        for node in nodes:
-            manifest = node_manifest(
-                node, NodeSpec(count=1, gpus_per_node=2, gpu_memory_mib=GPU_MIB)
-            )
-            cl.kubectl("create", "-f", "-", input=json.dumps(manifest))
-            folder = Path(tempfile.mkdtemp(prefix="kq-bench-dra-"))
-            self.folders.append(folder)
-            settings = DraSettings(
-                node_name=node,
-                registry_dir=folder / "reg",
-                plugin_dir=folder / "plug",
-                cdi_dir=folder / "cdi",
-                backend="simulated",
-                sim_gpu_count=2,
-                sim_gpu_memory_mib=GPU_MIB,
-                sim_health_file=folder / "health.json",
-                health_interval_s=0.3,
-                socket_poll_s=0.1,
-                slice_resync_s=5.0,
-                progress_root=folder / "progress",
-            )
-            stop = threading.Event()
-            api = token_api(cl, node_token(cl, node))
-            thread = threading.Thread(target=run_driver, args=(settings, stop, api), daemon=True)
-            thread.start()
-            self.stops.append(stop), self.threads.append(thread)
-            kubelet = FakeKubelet(settings.registry_dir)
-            self.kubelets.append(kubelet)
-            kubelet.register(timeout=30)
-        client = cl.api_client()
-        self.rec = Reconciler(
-            ScopedJobs(client, "horus", set(nodes)),
-            load_default_predictor(),
-            KEY,
-            workers=4,
-            correction_period=0,
-            placement_path=c.PLACEMENT_PATH_DRA,
-            kueue=ScopedKueue(client, "horus"),
-        )
-        self.op = Operator(self.rec)
-        wait_for(lambda: len(self.rec.api.list_resource_slices()) == 2, 60, "both ResourceSlices")
-        self.op.thread.start()
-
-    def stop(self) -> None:
-        self.op.stop.set()
-        self.op.thread.join(10)
-        self.rec.close()
-        for stop in self.stops:
-            stop.set()
-        for thread in self.threads:
-            thread.join(10)
-        for kubelet in self.kubelets:
-            kubelet.close()
-        for folder in self.folders:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def set_up(cl: Cluster) -> Horus:
+def set_up(cl: Cluster) -> HorusOnKwok:
     cl.kubectl("create", "namespace", c.HORUS_NAMESPACE)
     cl.kubectl("apply", "-f", str(ROOT / "manifests" / "rbac" / "node.yaml"))
     cl.kubectl("apply", "-f", str(ROOT / "manifests" / "dra" / "deviceclass.yaml"))
@@ -496,7 +366,7 @@ def set_up(cl: Cluster) -> Horus:
     cl.apply(*cluster_queue("horus", True, {c.RESOURCE_GPU_CORE: "800",
                                             c.RESOURCE_GPU_MEMORY: "100000"}))  # fmt: skip
     cl.apply(*cluster_queue("plain", False, {LOGICAL: "8"}), claim_template("plain"))
-    horus = Horus(cl, ["kq-bench-a", "kq-bench-b"])
+    horus = HorusOnKwok(cl, ["kq-bench-a", "kq-bench-b"], "horus")
 
     def active(name: str) -> bool:
         cq = cl.get_json(f"/apis/{KUEUE_API}/clusterqueues/{name}")
