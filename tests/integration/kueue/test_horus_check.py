@@ -444,3 +444,77 @@ def test_bad_neighbours_land_on_different_gpus_when_a_better_one_exists(
     assert a.gpu_uuid != b.gpu_uuid, (a, b)
     assert "predicted speed" in check_of(second)["message"]
     kueue.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false")
+
+
+def test_a_trainjob_is_admitted_through_horus_and_its_nodes_run_on_their_slots(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    """A Kubeflow TrainJob (torch-distributed runtime, 2 nodes asking 40 % each, its profile
+    in a runtime patch of the node pods' template): Kueue admits it through Horus' check, and
+    Trainer's JobSet runs each node pod on the GPU of its slot."""
+    from kueue_support import TRAINER_API
+
+    from horus.devcluster import workload_manifests as wm
+    from horus.devcluster.workload_specs import manifests_dir
+
+    ns = horus["ns"]
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    queue = gpu_queue(kueue, ns, f"tj-{horus['sfx']}")
+    runtimes = manifests_dir(kueue.cluster.bin_dir) / "trainer" / "runtimes"
+    [runtime] = wm.load_documents(runtimes / "torch_distributed.yaml")
+    kueue.apply(runtime)
+    profile = {"metadata": {"annotations": {c.ANNOTATION_GRAPH_PROFILE: PROFILE}}}
+    train = {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": {"name": "torch", "namespace": ns, "labels": {QUEUE_NAME_LABEL: queue}},
+        "spec": {
+            "runtimeRef": {"name": runtime["metadata"]["name"]},
+            "trainer": {
+                "numNodes": 2,
+                "resourcesPerNode": {
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "limits": {c.RESOURCE_GPU_CORE: "40", c.RESOURCE_GPU_MEMORY: "64"},
+                },
+            },
+            "runtimePatches": [
+                {
+                    "manager": "horus.io/test",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {"name": "node", "template": {"spec": {"template": profile}}}
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    kueue.create(train)
+    wl = wait_for(
+        lambda: (
+            (w := workload_named(kueue, ns, "torch")) and check_of(w).get("state") == "Ready" and w
+        ),
+        120,
+        "the TrainJob's Workload Ready through Horus' check",
+        diag,
+    )
+    assert "names no profile" not in check_of(wl)["message"], check_of(wl)["message"]
+    (update,) = [
+        u for u in check_of(wl)["podSetUpdates"] if c.ANNOTATION_GANG_SLOTS in u["annotations"]
+    ]
+    slots = decode_slots(update["annotations"][c.ANNOTATION_GANG_SLOTS], update["name"])
+    assert len(slots) == 2 and len({s.gpu_uuid for s in slots}) == 2
+    assert {s.core_percent for s in slots} == {40}
+    done = wait_for(
+        lambda: (p := pods_of(kueue, ns, "torch", "Succeeded")) and len(p) == 2 and p,
+        120,
+        "the TrainJob's two node pods to run",
+        diag,
+    )
+    assert sorted(p["spec"]["nodeName"] for p in done) == sorted(s.node for s in slots)
+    kueue.kubectl("delete", "trainjob", "torch", "-n", ns, "--wait=false", check=False)
+    kueue.kubectl("delete", "clustertrainingruntime", runtime["metadata"]["name"], check=False)
