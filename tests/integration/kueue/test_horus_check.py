@@ -518,3 +518,55 @@ def test_a_trainjob_is_admitted_through_horus_and_its_nodes_run_on_their_slots(
     assert sorted(p["spec"]["nodeName"] for p in done) == sorted(s.node for s in slots)
     kueue.kubectl("delete", "trainjob", "torch", "-n", ns, "--wait=false", check=False)
     kueue.kubectl("delete", "clustertrainingruntime", runtime["metadata"]["name"], check=False)
+
+
+def test_a_gang_without_kueue_gets_all_its_gpus_at_once_or_none(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    """No Kueue: four pods labelled as one gang (``horus.io/gang-name``, ``gang-size: 4``,
+    a Deployment here, whose pods kwok keeps Running). With one GPU taken whole, none of the
+    four gets a claim; once it frees, all four do, one GPU each."""
+    ns = horus["ns"]
+    diag = lambda: kueue.diagnose(ns)  # noqa: E731
+    (whole,) = group_pods("block", ns, None, 1, 100)
+    kueue.create(whole)
+    wait_for(lambda: len(pods_of(kueue, ns, "block")) == 1, 120, "the whole-GPU pod", diag)
+    gang = deployment("gang", ns, 4, 40)
+    template = gang["spec"]["template"]["metadata"]
+    template["labels"][c.LABEL_GANG_NAME] = "gang"
+    template["annotations"][c.ANNOTATION_GANG_SIZE] = "4"
+    kueue.create(gang)
+
+    def told() -> set[str]:
+        items = json.loads(kueue.kubectl("get", "events", "-n", ns, "-o", "json").stdout)["items"]
+        return {
+            e["involvedObject"]["name"]
+            for e in items
+            if "does not fit as a whole" in (e.get("message") or "")
+        }
+
+    wait_for(lambda: len(told()) == 4, 120, "each pod of the gang told it does not fit", diag)
+    assert consumed_cores(kueue, ns, "gang-") == {}
+    assert not [
+        cl
+        for cl in kueue.list("resourceclaims", ns)
+        if any(
+            o.get("name", "").startswith("gang-")
+            for o in cl["metadata"].get("ownerReferences") or []
+        )
+    ]
+    kueue.kubectl("delete", "pod", "block-0", "-n", ns, "--wait=true")
+    shares = wait_for(
+        lambda: (s := consumed_cores(kueue, ns, "gang-")) and len(s) == 4 and s,
+        180,
+        "all four pods of the gang with an allocated share",
+        diag,
+    )
+    assert set(shares.values()) == {40}
+    devices = set()
+    for claim in kueue.list("resourceclaims", ns):
+        if claim["metadata"]["name"] in shares:
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            devices.add((result["pool"], result["device"]))
+    assert len(devices) == 4  # one GPU each
+    kueue.kubectl("delete", "deployment", "gang", "-n", ns, "--wait=false")
