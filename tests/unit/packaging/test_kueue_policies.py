@@ -156,3 +156,20 @@ def test_the_schema_refuses_what_is_not_a_list_of_usernames(value: str) -> None:
     )  # fmt: skip
     assert out.returncode != 0, out.stdout[:200]
     assert "kueue" in out.stderr and "trustedControllers" in out.stderr, out.stderr
+
+
+def test_the_admission_check_is_created_only_when_asked_and_only_on_the_dra_path() -> None:
+    asked = render("--set", "gpuSharing.path=dra", "--set", "kueue.admissionCheck.create=true")
+    check = asked[("AdmissionCheck", "horus-gpu")]
+    assert check["apiVersion"] == f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}"
+    assert check["spec"] == {"controllerName": c.KUEUE_ADMISSION_CHECK_CONTROLLER}
+    renamed = render(
+        "--set", "gpuSharing.path=dra", "--set", "kueue.admissionCheck.create=true",
+        "--set", "kueue.admissionCheck.name=team-gpus",
+    )  # fmt: skip
+    assert ("AdmissionCheck", "team-gpus") in renamed
+    assert not [k for k in render("--set", "gpuSharing.path=dra") if k[0] == "AdmissionCheck"]
+    plugin = render(
+        "--set", "gpuSharing.path=devicePlugin", "--set", "kueue.admissionCheck.create=true"
+    )  # fmt: skip
+    assert not [k for k in plugin if k[0] == "AdmissionCheck"]
