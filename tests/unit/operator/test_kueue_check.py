@@ -562,3 +562,39 @@ def test_a_replica_that_does_not_lead_writes_nothing_to_kueue(
         r.close()
     assert kueue.answers == []
     assert "status" not in kueue.checks[0]  # not even the Active condition
+
+
+def test_an_admitted_slot_holds_its_gpu_when_its_profile_configmap_goes(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    ref = {c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP: "p"}
+    api.configmaps[("default", "p")] = {c.PROFILE_CONFIGMAP_DEFAULT_KEY: PROFILE}
+    add(kueue, workload("a", [("workers", 4, template(70, 64, None, ref))]))
+    rec.run_pass()
+    assert kueue.check_of("a")["state"] == "Ready"
+    del api.configmaps[("default", "p")]
+    rec.kueue._configmaps.clear()  # type: ignore[union-attr]  # as after the cache's TTL
+    add(kueue, workload("b", [("workers", 1, template(40, 64))]))
+    rec.run_pass()
+    assert kueue.check_of("b")["state"] == "Retry"  # a's four 70 % slots still hold every GPU
+
+
+def test_profile_configmaps_are_read_once_per_ttl_not_every_pass(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    reads: list[tuple[str, str]] = []
+    real = api.configmap_data
+
+    def counted(namespace: str, name: str) -> dict[str, str]:
+        reads.append((namespace, name))
+        return real(namespace, name)
+
+    assert rec.kueue is not None
+    rec.kueue._read_configmap = counted
+    api.configmaps[("default", "p")] = {c.PROFILE_CONFIGMAP_DEFAULT_KEY: PROFILE}
+    ref = {c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP: "p"}
+    add(kueue, workload("a", [("workers", 2, template(40, 64, None, ref))]))
+    for _ in range(5):
+        rec.run_pass()
+    assert kueue.check_of("a")["state"] == "Ready"
+    assert reads == [("default", "p")]

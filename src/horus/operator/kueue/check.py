@@ -43,6 +43,7 @@ from horus.operator.kueue.workload import (
 )
 from horus.operator.pass_state import PassReport
 from horus.operator.residents import TERMINAL_POD_PHASES, LiveState
+from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.scheduler import JobRequest, Scheduler
 from horus.scheduler.types import Placement, Refusal
 
@@ -50,6 +51,10 @@ __all__ = ["KueueCheck", "KueueView"]
 
 log = logging.getLogger(__name__)
 
+#: How long a profile ConfigMap read is used before it is read again (seconds).
+CONFIGMAP_TTL_SECONDS = 30.0
+#: At most this many ConfigMaps kept (the oldest read goes first).
+CONFIGMAP_CACHE_MAX = 1024
 #: Node label the kube-scheduler matches a pod set's nodeSelector on.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -112,10 +117,27 @@ class KueueCheck:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
-        self.read_configmap = read_configmap
+        self._read_configmap = read_configmap
         self.clock = clock
+        #: profile ConfigMaps read, for CONFIGMAP_TTL_SECONDS: every pass re-reads admitted
+        #: Workloads' pod sets, and one GET per Workload per pass would load the apiserver
+        self._configmaps: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
         #: False once Kueue's CRDs were found missing (logged once, looked for every pass).
         self.kueue_seen: bool | None = None
+
+    def read_configmap(self, namespace: str, name: str) -> dict[str, str]:
+        """A ConfigMap's data, read at most once per :data:`CONFIGMAP_TTL_SECONDS` (a missing
+        one is asked again every time: it may be created any moment)."""
+        now = self.clock()
+        hit = self._configmaps.get((namespace, name))
+        if hit is not None and now - hit[0] < CONFIGMAP_TTL_SECONDS:
+            return hit[1]
+        data = self._read_configmap(namespace, name)
+        self._configmaps[(namespace, name)] = (now, data)
+        if len(self._configmaps) > CONFIGMAP_CACHE_MAX:
+            oldest = min(self._configmaps, key=lambda k: self._configmaps[k][0])
+            del self._configmaps[oldest]
+        return data
 
     # --- reading -------------------------------------------------------------------------
     def read(self) -> KueueView:
@@ -211,16 +233,27 @@ class KueueCheck:
         if slot.node not in live.state.node_set:
             return False
         try:
-            if base is None:  # the template changed under an admitted Workload: the share only
-                raise HorusError(demand.problem or "no Horus request")
-            request = JobRequest(
-                name=name,
-                profile=base.profile,
-                kind=base.kind,
-                core_percent=slot.core_percent,
-                memory_mib=slot.memory_mib,
-                prediction=base.prediction,
-            )
+            if base is None:
+                # the template or its profile ConfigMap changed under an admitted Workload: the
+                # slot still holds its share, counted as a job that uses its GPU fully
+                request = JobRequest(
+                    name=name,
+                    profile=GraphProfile(c.UNPROFILED_MODEL, 1),
+                    core_percent=slot.core_percent,
+                    memory_mib=slot.memory_mib,
+                    prediction=ResourcePrediction(
+                        100.0, 100.0, float(slot.memory_mib), float(slot.memory_mib)
+                    ),
+                )
+            else:
+                request = JobRequest(
+                    name=name,
+                    profile=base.profile,
+                    kind=base.kind,
+                    core_percent=slot.core_percent,
+                    memory_mib=slot.memory_mib,
+                    prediction=base.prediction,
+                )
             model = live.state.view(live.state.gpu_id(slot.node, slot.gpu_index)).model
             prediction = request.prediction or scheduler.predict(request, model)
             scheduler.remember(request)
