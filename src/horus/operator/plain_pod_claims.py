@@ -76,6 +76,7 @@ __all__ = [
     "REASON_CLAIM_NAME_TAKEN",
     "REASON_REQUEST_REFUSED",
     "Conversion",
+    "claim_name_taken",
     "convert_pods",
     "converted_claim_name",
     "pending_conversions",
@@ -129,6 +130,15 @@ def _as_requested(pod: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def claim_name_taken(namespace: str, name: str) -> str:
+    """Why a pod gets no claim from Horus: its claim's name holds one Horus did not make."""
+    return (
+        f"ResourceClaim {namespace}/{name} exists but Horus did not make it for this pod; "
+        "Horus neither uses, changes nor deletes it: this pod's GPU and share are that "
+        "claim's, not chosen by Horus"
+    )
+
+
 def pending_conversions(
     pods: Iterable[Mapping[str, Any]], claims: Mapping[tuple[str, str], Any]
 ) -> list[Conversion]:
@@ -155,11 +165,7 @@ def pending_conversions(
         if held is not None and not made_for_pod(held, str(meta.get("uid") or "")):
             # told bound or not: the kube-scheduler may well have allocated it and bound the
             # pod — on a GPU and with a share Horus did not choose
-            why = (
-                f"ResourceClaim {key[0]}/{name} exists but Horus did not make it for this pod; "
-                "Horus neither uses, changes nor deletes it: this pod's GPU and share are that "
-                "claim's, not chosen by Horus"
-            )
+            why = claim_name_taken(key[0], name)
             out.append(Conversion(dict(pod), name, None, why, REASON_CLAIM_NAME_TAKEN))
         elif held is None and not (pod.get("spec") or {}).get("nodeName"):
             found.setdefault(key, []).append(pod)

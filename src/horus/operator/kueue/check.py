@@ -28,8 +28,14 @@ from typing import Any
 from horus.common import constants as c
 from horus.common.errors import HorusError, ValidationError
 from horus.kube.errors import Conflict
+from horus.operator.claimcount import made_for_pod
 from horus.operator.kueue.api import KueueApi, KueueMissing
-from horus.operator.kueue.demand import PodSetDemand, pod_set_demand, request_name
+from horus.operator.kueue.demand import (
+    PodSetDemand,
+    pod_set_demand,
+    request_name,
+    unprofiled_request,
+)
 from horus.operator.kueue.slots import Slot, encode_slots, filled_slots, slot_key, slots_of
 from horus.operator.kueue.workload import (
     CHECK_PENDING,
@@ -43,7 +49,6 @@ from horus.operator.kueue.workload import (
 )
 from horus.operator.pass_state import PassReport
 from horus.operator.residents import TERMINAL_POD_PHASES, LiveState
-from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.scheduler import JobRequest, Scheduler
 from horus.scheduler.types import Placement, Refusal
 
@@ -70,6 +75,8 @@ class KueueView:
     problems: list[str] = field(default_factory=list)
     #: Horus' AdmissionChecks Kueue does not see as active yet (marked by the leader's pass).
     inactive: list[str] = field(default_factory=list)
+    #: Slot key → the claim of a live pod that fills it (set by :meth:`KueueCheck.count`).
+    filled: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def by_key(self) -> dict[str, Workload]:
         return {w.key: w for w in self.workloads}
@@ -79,32 +86,25 @@ def _active(w: Workload) -> bool:
     return w.quota_reserved and not w.finished and not w.evicted
 
 
-def _live_pod_uids(pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    out = set()
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
-            continue
-        if meta.get("deletionTimestamp"):
-            continue
-        out.add(str(meta.get("uid") or ""))
-    return out
-
-
 def filled_by_live_pods(
     claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
 ) -> dict[str, Mapping[str, Any]]:
-    """Slot key → the claim filling it, for claims whose pod still runs or waits (a finished
-    pod's slot is free for the pod that replaces it)."""
-    live = _live_pod_uids(pods)
-    return {
-        k: claim
-        for k, claim in filled_slots(claims).items()
-        if str(
-            ((claim.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_CONVERTED_FOR)
-        )
-        in live
+    """Slot key → the claim filling it, for claims Horus made for a pod that still runs or
+    waits (a finished pod's slot is free for the pod that replaces it)."""
+    live = {
+        str((pod.get("metadata") or {}).get("uid") or "")
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") not in TERMINAL_POD_PHASES
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
     }
+    out = {}
+    for key, claim in filled_slots(claims).items():
+        uid = str(
+            ((claim.get("metadata") or {}).get("annotations") or {})[c.ANNOTATION_CONVERTED_FOR]
+        )
+        if uid in live and made_for_pod(claim, uid):
+            out[key] = claim
+    return out
 
 
 class KueueCheck:
@@ -199,7 +199,7 @@ class KueueCheck:
         pods: Iterable[Mapping[str, Any]],
     ) -> int:
         """Put every unfilled slot of a Ready Workload into ``live.state``; how many."""
-        filled = filled_by_live_pods(claims, pods)
+        view.filled = filled = filled_by_live_pods(claims, pods)
         wls = view.by_key()
         added = 0
         for key, by_set in view.slots.items():
@@ -236,15 +236,7 @@ class KueueCheck:
             if base is None:
                 # the template or its profile ConfigMap changed under an admitted Workload: the
                 # slot still holds its share, counted as a job that uses its GPU fully
-                request = JobRequest(
-                    name=name,
-                    profile=GraphProfile(c.UNPROFILED_MODEL, 1),
-                    core_percent=slot.core_percent,
-                    memory_mib=slot.memory_mib,
-                    prediction=ResourcePrediction(
-                        100.0, 100.0, float(slot.memory_mib), float(slot.memory_mib)
-                    ),
-                )
+                request = unprofiled_request(name, slot.core_percent, slot.memory_mib)
             else:
                 request = JobRequest(
                     name=name,

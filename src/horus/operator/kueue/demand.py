@@ -23,7 +23,7 @@ from horus.operator.kueue.workload import PodSet, Workload
 from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.scheduler import JobRequest
 
-__all__ = ["PodSetDemand", "pod_set_demand", "request_name"]
+__all__ = ["PodSetDemand", "pod_set_demand", "request_name", "unprofiled_request"]
 
 #: How :func:`pod_demand` says a pod's amounts are fine but it names no profile.
 _NO_PROFILE = f"has no {c.ANNOTATION_GRAPH_PROFILE} annotation"
@@ -70,14 +70,14 @@ def _profile_text(
     return data[key]
 
 
-def _unprofiled(name: str, memory_mib: int | None, whole_gpu_mib: int) -> JobRequest:
-    memory = memory_mib or whole_gpu_mib
+def unprofiled_request(name: str, core_percent: int, memory_mib: int) -> JobRequest:
+    """A request Horus cannot predict: counted as using its GPU fully (utilisation 100 %)."""
     return JobRequest(
         name=name,
         profile=GraphProfile(c.UNPROFILED_MODEL, 1),
-        core_percent=100,
-        memory_mib=memory,
-        prediction=ResourcePrediction(100.0, 100.0, float(memory), float(memory)),
+        core_percent=core_percent,
+        memory_mib=memory_mib,
+        prediction=ResourcePrediction(100.0, 100.0, float(memory_mib), float(memory_mib)),
     )
 
 
@@ -168,7 +168,9 @@ def pod_set_demand(
             "each of its pods gets a whole GPU"
         )
         return PodSetDemand(
-            request=replace(_unprofiled(name, memory, whole_gpu_mib), replicas=pod_set.count),
+            request=replace(
+                unprofiled_request(name, 100, memory or whole_gpu_mib), replicas=pod_set.count
+            ),
             note=note,
         )
     if request is None:

@@ -20,9 +20,11 @@ from horus.common import constants as c
 from horus.operator.claim_manifests import pod_share_claim
 from horus.operator.claimcount import converted_claim_name, made_for_pod
 from horus.operator.jobapi import JobApi
-from horus.operator.kueue.check import KueueView, filled_by_live_pods
+from horus.operator.kueue.check import KueueView
 from horus.operator.kueue.slots import slot_key
+from horus.operator.kueue.workload import Workload
 from horus.operator.pass_state import PassReport
+from horus.operator.plain_pod_claims import REASON_CLAIM_NAME_TAKEN, claim_name_taken
 from horus.operator.residents import TERMINAL_POD_PHASES
 from horus.operator.writer import StatusWriter
 
@@ -50,8 +52,7 @@ def fill_slots(
     report: PassReport,
 ) -> None:
     """Give each waiting gang pod the claim of a free slot of its pod set."""
-    pods = list(pods)
-    filled = dict(filled_by_live_pods(claims.values(), pods))
+    filled = dict(view.filled)  # this pass's, and each claim made here
     workloads = view.by_key()
     for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
         meta = pod.get("metadata") or {}
@@ -71,21 +72,16 @@ def fill_slots(
         held = claims.get((ns, claim_name))
         if held is not None:
             if not made_for_pod(held, uid):
-                writer.pod_event_once(
-                    pod, "ClaimNameTaken",
-                    f"ResourceClaim {ns}/{claim_name} exists but Horus did not make it for this "
-                    "pod; Horus neither uses, changes nor deletes it", True,
-                )  # fmt: skip
+                why = claim_name_taken(ns, claim_name)
+                writer.pod_event_once(pod, REASON_CLAIM_NAME_TAKEN, why, True)
             continue
         if (pod.get("spec") or {}).get("nodeName"):
             continue
-        why = _why_no_slot(pod, view, workloads)
-        if why is not None:
-            writer.pod_event_once(pod, REASON_NO_SLOT, why, True)
+        found = _slots_for(pod, view, workloads)
+        if isinstance(found, str):
+            writer.pod_event_once(pod, REASON_NO_SLOT, found, True)
             continue
-        pointer = str(meta["annotations"][c.ANNOTATION_KUEUE_WORKLOAD])
-        w = workloads[f"{ns}/{pointer.rpartition('/')[0]}"]
-        pod_set = _pod_set(pod, view.slots[w.key])
+        w, pod_set = found
         slots = view.slots[w.key][pod_set]
         free = next((s for s in slots if slot_key(w.uid, pod_set, s.index) not in filled), None)
         if free is None:
@@ -126,16 +122,18 @@ def _pod_set(pod: Mapping[str, Any], slots: Mapping[str, Any]) -> str:
     return next(iter(slots)) if len(slots) == 1 else ""
 
 
-def _why_no_slot(
-    pod: Mapping[str, Any], view: KueueView, workloads: Mapping[str, Any]
-) -> str | None:
+def _slots_for(
+    pod: Mapping[str, Any], view: KueueView, workloads: Mapping[str, Workload]
+) -> tuple[Workload, str] | str:
+    """The admitted Workload the pod's pointer names and the pod set whose slots it takes, or
+    why it has none."""
     meta = pod.get("metadata") or {}
     ns = str(meta.get("namespace") or "default")
     pointer = str((meta.get("annotations") or {}).get(c.ANNOTATION_KUEUE_WORKLOAD) or "")
     name, _, uid = pointer.rpartition("/")
-    w = workloads.get(f"{ns}/{name}")
     if not name or not uid:
         return f"{c.ANNOTATION_KUEUE_WORKLOAD} must be '<workload name>/<workload UID>'"
+    w = workloads.get(f"{ns}/{name}")
     if w is None or w.uid != uid:
         return (
             f"this pod names Workload {ns}/{name} (UID {uid}), which does not exist or is not "
@@ -152,4 +150,4 @@ def _why_no_slot(
             f"pod set {pod_set!r} ({c.KUEUE_PODSET_LABEL}) has no GPU slots in Workload "
             f"{w.key}; the pod gets no Horus share"
         )
-    return None
+    return w, pod_set
