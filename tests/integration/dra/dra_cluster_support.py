@@ -23,6 +23,7 @@ from horus.common import constants as c
 from horus.dra.kube import KubeDraApi
 from horus.dra.settings import DraSettings
 from horus.kube.rest import RestClient
+from horus.operator.jobapi import KubeJobApi
 
 ROOT = Path(__file__).resolve().parents[3]
 GPU_MIB = 81559
@@ -106,3 +107,31 @@ def token_api(cluster: Any, token: str) -> KubeDraApi:
     conf.api_key = {"authorization": token}
     conf.api_key_prefix = {"authorization": "Bearer"}
     return KubeDraApi(rest=RestClient(client.ApiClient(conf)))
+
+
+class ScopedJobs(KubeJobApi):
+    """The real API, seeing only one namespace and the given nodes."""
+
+    def __init__(self, api_client: Any, namespace: str, nodes: set[str]) -> None:
+        super().__init__(api_client)
+        self.namespace, self.nodes = namespace, nodes
+
+    def _mine(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [o for o in items if (o.get("metadata") or {}).get("namespace") == self.namespace]
+
+    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
+        return self._mine(super().list_pods(active_only))
+
+    def list_dljobs(self) -> list[dict[str, Any]]:
+        return self._mine(super().list_dljobs())
+
+    def list_resource_claims(self) -> list[dict[str, Any]]:
+        return self._mine(super().list_resource_claims())
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [n for n in super().list_nodes() if n["metadata"]["name"] in self.nodes]
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        return [
+            s for s in super().list_resource_slices() if s["spec"].get("nodeName") in self.nodes
+        ]

@@ -27,12 +27,11 @@ from typing import Any
 
 import pytest
 import yaml
-from dra_cluster_support import GPU_MIB, ROOT, DraEnv, RunningDriver
+from dra_cluster_support import GPU_MIB, ROOT, DraEnv, RunningDriver, ScopedJobs
 from test_dra_cluster import consumed, wait_for
 
 from horus.api.inventory import simulated_gpu_uuid
 from horus.common import constants as c
-from horus.operator.jobapi import KubeJobApi
 from horus.operator.reconcile import Reconciler
 from horus.predictor import load_default_predictor
 from signing_keys import KEY
@@ -40,29 +39,14 @@ from signing_keys import KEY
 PREDICTOR = load_default_predictor()
 
 
-class Scoped(KubeJobApi):
+class Scoped(ScopedJobs):
     """The real API, seeing only the test's namespace and node."""
 
     def __init__(self, api_client: Any, namespace: str, node: str) -> None:
-        super().__init__(api_client)
-        self.namespace, self.node = namespace, node
+        super().__init__(api_client, namespace, {node})
+        self.node = node
         #: called with (namespace, claim manifest) before Horus creates a claim, once
         self.before_claim: Callable[[str, dict[str, Any]], None] | None = None
-
-    def _mine(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [o for o in items if (o.get("metadata") or {}).get("namespace") == self.namespace]
-
-    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
-        return self._mine(super().list_pods(active_only))
-
-    def list_dljobs(self) -> list[dict[str, Any]]:
-        return self._mine(super().list_dljobs())
-
-    def list_resource_claims(self) -> list[dict[str, Any]]:
-        return self._mine(super().list_resource_claims())
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return [n for n in super().list_nodes() if n["metadata"]["name"] == self.node]
 
     def create_resource_claim(self, namespace: str, manifest: Any) -> dict[str, Any] | None:
         hook, self.before_claim = self.before_claim, None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dra"))
-from dra_cluster_support import GPU_MIB, node_token, token_api
+from dra_cluster_support import GPU_MIB, ScopedJobs, node_token, token_api
 from kueue_support import wait_for
 
 from dra_peer import FakeKubelet
@@ -26,41 +26,12 @@ from horus.common import constants as c
 from horus.devcluster.nodes import NodeSpec, node_manifest
 from horus.dra.app import run_driver
 from horus.dra.settings import DraSettings
-from horus.operator.jobapi import KubeJobApi
 from horus.operator.kueue.api import KubeKueueApi
 from horus.operator.reconcile import Reconciler
 from horus.predictor import load_default_predictor
 from signing_keys import KEY
 
 __all__ = ["GPU_MIB", "HorusOnKwok", "Operator", "ScopedJobs", "ScopedKueue"]
-
-
-class ScopedJobs(KubeJobApi):
-    """The real API, seeing only one namespace and the given nodes."""
-
-    def __init__(self, api_client: Any, namespace: str, nodes: set[str]) -> None:
-        super().__init__(api_client)
-        self.namespace, self.nodes = namespace, nodes
-
-    def _mine(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [o for o in items if (o.get("metadata") or {}).get("namespace") == self.namespace]
-
-    def list_pods(self, active_only: bool = False) -> list[dict[str, Any]]:
-        return self._mine(super().list_pods(active_only))
-
-    def list_dljobs(self) -> list[dict[str, Any]]:
-        return self._mine(super().list_dljobs())
-
-    def list_resource_claims(self) -> list[dict[str, Any]]:
-        return self._mine(super().list_resource_claims())
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return [n for n in super().list_nodes() if n["metadata"]["name"] in self.nodes]
-
-    def list_resource_slices(self) -> list[dict[str, Any]]:
-        return [
-            s for s in super().list_resource_slices() if s["spec"].get("nodeName") in self.nodes
-        ]
 
 
 class ScopedKueue(KubeKueueApi):

@@ -200,10 +200,6 @@ def gpu_job(
     }
 
 
-def horus_workload(kueue: KueueEnv, ns: str, state: str) -> list[dict[str, Any]]:
-    return [w for w in kueue.workloads(ns) if check_of(w).get("state") == state]
-
-
 def workload_named(kueue: KueueEnv, ns: str, owner: str) -> dict[str, Any] | None:
     """The Workload of a Job ``owner``, or of the pod group ``owner`` (owned by its pods)."""
     for wl in kueue.workloads(ns):
@@ -211,6 +207,19 @@ def workload_named(kueue: KueueEnv, ns: str, owner: str) -> dict[str, Any] | Non
         if any(o.get("name") == owner or o.get("name", "").startswith(f"{owner}-") for o in owners):
             return wl
     return None
+
+
+def answered(
+    kueue: KueueEnv, ns: str, owner: str, state: str, timeout: float, what: str
+) -> dict[str, Any]:
+    """The Workload of ``owner`` (:func:`workload_named`) once Horus' check on it is ``state``."""
+    found: dict[str, Any] = wait_for(
+        lambda: (w := workload_named(kueue, ns, owner)) and check_of(w).get("state") == state and w,
+        timeout,
+        what,
+        lambda: kueue.diagnose(ns),
+    )
+    return found
 
 
 def check_of(wl: dict[str, Any] | None) -> dict[str, Any]:
@@ -257,13 +266,8 @@ def test_a_four_pod_job_is_admitted_through_horus_as_a_gang_on_its_slots(
     whole_claim = kueue.get("resourceclaim", f"{c.CONVERTED_CLAIM_PREFIX}whole-0", ns)
     assert whole_claim["status"]["allocation"]  # Horus' claim: it counts in Horus' state
     kueue.create(gpu_job("train", ns, queue, 4, 40))
-    wl = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "train")) and check_of(w).get("state") == "Retry" and w
-        ),
-        90,
-        "Horus' check to answer Retry for the 4-pod gang",
-        diag,
+    wl = answered(
+        kueue, ns, "train", "Retry", 90, "Horus' check to answer Retry for the 4-pod gang"
     )
     message = check_of(wl)["message"]
     assert "does not fit as a gang" in message, message
@@ -272,13 +276,8 @@ def test_a_four_pod_job_is_admitted_through_horus_as_a_gang_on_its_slots(
     assert not kueue.list("pods", ns, "job-name=train")  # none starts
     # the room comes: all four run, each on its slot's GPU
     kueue.kubectl("delete", "pod", "whole-0", "-n", ns, "--wait=true")
-    wl = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "train")) and check_of(w).get("state") == "Ready" and w
-        ),
-        120,
-        "Horus' check Ready once the whole-GPU pod is gone",
-        diag,
+    wl = answered(
+        kueue, ns, "train", "Ready", 120, "Horus' check Ready once the whole-GPU pod is gone"
     )
     slots = {s.index: s for s in slots_of(wl)}
     assert len({s.gpu_uuid for s in slots.values()}) == 4  # one GPU each
@@ -316,24 +315,17 @@ def test_kueue_preemption_frees_the_lower_workloads_gpus_for_the_higher(
                      "metadata": {"name": name}, "value": value})  # fmt: skip
     queue = gpu_queue(kueue, ns, f"pre-{sfx}", gpu_core="400", preempt=True)
     kueue.create(gpu_job("low", ns, queue, 4, 60, 100000, f"low-{sfx}"))
-    low = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "low")) and check_of(w).get("state") == "Ready" and w
-        ),
-        120,
-        "the low Job admitted through Horus",
-        diag,
-    )
+    low = answered(kueue, ns, "low", "Ready", 120, "the low Job admitted through Horus")
     wait_for(lambda: len(pods_of(kueue, ns, "low", "Succeeded")) >= 8, 120,
              "the low Job's pods running one after another on its slots", diag)  # fmt: skip
     kueue.create(gpu_job("high", ns, queue, 4, 60, 100000, f"high-{sfx}"))
-    high = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "high")) and check_of(w).get("state") == "Ready" and w
-        ),
+    high = answered(
+        kueue,
+        ns,
+        "high",
+        "Ready",
         240,
         "the high Job admitted through Horus once Kueue preempted the low one",
-        diag,
     )
     low = kueue.get("workload", low["metadata"]["name"], ns)
     evicted = condition(low, "Evicted")
@@ -422,24 +414,10 @@ def test_bad_neighbours_land_on_different_gpus_when_a_better_one_exists(
     diag = lambda: kueue.diagnose(ns)  # noqa: E731
     queue = gpu_queue(kueue, ns, f"nb-{horus['sfx']}")
     kueue.create(gpu_job("first", ns, queue, 1, 30, 100000))
-    first = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "first")) and check_of(w).get("state") == "Ready" and w
-        ),
-        120,
-        "the first Job admitted through Horus",
-        diag,
-    )
+    first = answered(kueue, ns, "first", "Ready", 120, "the first Job admitted through Horus")
     wait_for(lambda: pods_of(kueue, ns, "first", "Succeeded"), 120, "the first Job running", diag)
     kueue.create(gpu_job("second", ns, queue, 1, 30))
-    second = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "second")) and check_of(w).get("state") == "Ready" and w
-        ),
-        120,
-        "the second Job admitted through Horus",
-        diag,
-    )
+    second = answered(kueue, ns, "second", "Ready", 120, "the second Job admitted through Horus")
     (a,), (b,) = slots_of(first), slots_of(second)
     assert a.gpu_uuid != b.gpu_uuid, (a, b)
     assert "predicted speed" in check_of(second)["message"]
@@ -494,13 +472,8 @@ def test_a_trainjob_is_admitted_through_horus_and_its_nodes_run_on_their_slots(
         },
     }
     kueue.create(train)
-    wl = wait_for(
-        lambda: (
-            (w := workload_named(kueue, ns, "torch")) and check_of(w).get("state") == "Ready" and w
-        ),
-        120,
-        "the TrainJob's Workload Ready through Horus' check",
-        diag,
+    wl = answered(
+        kueue, ns, "torch", "Ready", 120, "the TrainJob's Workload Ready through Horus' check"
     )
     assert "names no profile" not in check_of(wl)["message"], check_of(wl)["message"]
     (update,) = [
