@@ -93,8 +93,8 @@ class OperatorSettings:
     #: errors — are posted either way.
     lifecycle_events: bool = False
     #: Answer Kueue's AdmissionChecks of controller ``horus.io/gpu-placement``
-    #: (:mod:`horus.operator.kueue`; DRA path only). Without Kueue installed it only looks,
-    #: each pass, whether Kueue's Workloads are served.
+    #: (:mod:`horus.operator.kueue`; DRA path only). Without Kueue installed it looks for
+    #: Kueue again every 30 s; without an AdmissionCheck of that controller it lists no Workloads.
     kueue_check: bool = True
     #: At most this many new DLJobs admitted, and this many jobs placed, in one pass; the
     #: rest wait, untouched, for the next pass, which starts at once. A pass keeps what it

@@ -598,3 +598,36 @@ def test_profile_configmaps_are_read_once_per_ttl_not_every_pass(
         rec.run_pass()
     assert kueue.check_of("a")["state"] == "Ready"
     assert reads == [("default", "p")]
+
+
+def test_without_kueue_or_its_check_nothing_is_listed_every_pass(
+    api: FakeJobApi, kueue: FakeKueue
+) -> None:
+    calls: list[str] = []
+    lists = (kueue.list_workloads, kueue.list_admission_checks)
+
+    def counted(name: str, real: Any) -> Any:
+        def call() -> Any:
+            calls.append(name)
+            return real()
+
+        return call
+
+    kueue.list_workloads = counted("workloads", lists[0])  # type: ignore[method-assign]
+    kueue.list_admission_checks = counted("checks", lists[1])  # type: ignore[method-assign]
+    now = [1000.0]
+    r = Reconciler(api, PREDICTOR, KEY, workers=2, placement_path=c.PLACEMENT_PATH_DRA, kueue=kueue)
+    try:
+        assert r.kueue is not None
+        r.kueue.clock = lambda: now[0]
+        kueue.installed = False
+        for _ in range(3):
+            r.run_pass()
+        assert calls == ["checks"]  # missing: looked for once, not every pass
+        now[0] += 31
+        kueue.installed = True
+        kueue.checks = kueue.checks[1:]  # only another controller's check
+        r.run_pass()
+        assert calls == ["checks", "checks"]  # no Horus check: Workloads not listed
+    finally:
+        r.close()

@@ -56,6 +56,8 @@ __all__ = ["KueueCheck", "KueueView"]
 
 log = logging.getLogger(__name__)
 
+#: Without Kueue's CRDs, how long until the check looks for them again (seconds).
+KUEUE_LOOK_AGAIN_SECONDS = 30.0
 #: How long a profile ConfigMap read is used before it is read again (seconds).
 CONFIGMAP_TTL_SECONDS = 30.0
 #: At most this many ConfigMaps kept (the oldest read goes first).
@@ -122,8 +124,10 @@ class KueueCheck:
         #: profile ConfigMaps read, for CONFIGMAP_TTL_SECONDS: every pass re-reads admitted
         #: Workloads' pod sets, and one GET per Workload per pass would load the apiserver
         self._configmaps: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
-        #: False once Kueue's CRDs were found missing (logged once, looked for every pass).
+        #: False once Kueue's CRDs were found missing (logged once; looked for again every
+        #: KUEUE_LOOK_AGAIN_SECONDS, not every pass).
         self.kueue_seen: bool | None = None
+        self._missing_since = 0.0
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, str]:
         """A ConfigMap's data, read at most once per :data:`CONFIGMAP_TTL_SECONDS` (a missing
@@ -143,19 +147,21 @@ class KueueCheck:
     def read(self) -> KueueView:
         """This pass's Workloads; an empty view without Kueue."""
         view = KueueView()
+        now = self.clock()
+        if self.kueue_seen is False and now - self._missing_since < KUEUE_LOOK_AGAIN_SECONDS:
+            return view
         try:
-            raw = self.api.list_workloads()
             checks = self.api.list_admission_checks()
             view.checks = horus_check_names(checks)
+            # no check of Horus' controller: no Workload is Horus' to read
+            raw = self.api.list_workloads() if view.checks else []
         except KueueMissing as exc:
             if self.kueue_seen is not False:
                 log.info("Kueue is not installed (%s); the Kueue check waits for it", exc)
-            self.kueue_seen = False
+            self.kueue_seen, self._missing_since = False, now
             return view
         self.kueue_seen = True
         view.inactive = inactive_checks(checks)
-        if not view.checks:
-            return view
         for obj in raw:
             try:
                 w = parse_workload(obj)
