@@ -15,18 +15,15 @@ annotations) still works.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from dra_cluster_support import ROOT
 
+from chart_policy import rendered_policy
 from horus.common import constants as c
 
 POLICY = "horus-claim-annotations"
@@ -49,29 +46,6 @@ def _claim(name: str, annotations: dict[str, str]) -> dict[str, Any]:
             }
         },
     }
-
-
-def _rendered_policy(namespace: str) -> list[dict[str, Any]]:
-    """The chart's policy and Binding as ``helm template`` renders them on the dra path, the
-    Binding narrowed to ``namespace`` (the session cluster is shared with other tests)."""
-    helm = Path(os.environ.get("HORUS_BIN_DIR", "")) / "helm"
-    if not helm.is_file():
-        pytest.skip("helm of the pinned version not found (HORUS_BIN_DIR)")
-    out = subprocess.run(
-        [str(helm), "template", "horus", str(ROOT / "charts" / "horus"), "-n",
-         c.HORUS_NAMESPACE, "--set", "images.registry=registry.example.com/horus",
-         "--set", "gpuSharing.path=dra", "--show-only", "templates/dra-claim-annotations.yaml"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == [
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ]
-    docs[1]["spec"]["matchResources"] = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-    }
-    return docs
 
 
 class Team:
@@ -126,7 +100,7 @@ def team(cluster: Any) -> Iterator[Team]:
     )  # fmt: skip
     t.tokens["tenant"] = t.admin("create", "token", "tenant", "-n", ns).stdout.strip()
     t.tokens["operator"] = t.admin("create", "token", op, "-n", c.HORUS_NAMESPACE).stdout.strip()
-    docs = _rendered_policy(ns)
+    docs = rendered_policy("dra-claim-annotations.yaml", [ns])
     t.admin(
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
     )

@@ -13,18 +13,14 @@ for a share — still gets its claim from the kube-controller-manager's claim co
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from dra_cluster_support import ROOT
 
+from chart_policy import rendered_policy
 from horus.common import constants as c
 
 POLICY = "horus-claim-device-class"
@@ -40,32 +36,6 @@ def _claim(name: str, device_class: str = c.DRA_DEVICE_CLASS, **meta: Any) -> di
             "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
         },
     }
-
-
-def _rendered(allowed: str, namespaces: list[str]) -> list[dict[str, Any]]:
-    helm = Path(os.environ.get("HORUS_BIN_DIR", "")) / "helm"
-    if not helm.is_file():
-        pytest.skip("helm of the pinned version not found (HORUS_BIN_DIR)")
-    out = subprocess.run(
-        [str(helm), "template", "horus", str(ROOT / "charts" / "horus"), "-n",
-         c.HORUS_NAMESPACE, "--set", "images.registry=registry.example.com/horus",
-         "--set", "gpuSharing.path=dra", "--set", f"gpuSharing.directClaimNamespaces={{{allowed}}}",
-         "--show-only", "templates/dra-claim-class.yaml"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == [
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ]
-    docs[1]["spec"]["matchResources"] = {
-        "namespaceSelector": {
-            "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}
-            ]
-        }
-    }
-    return docs
 
 
 class Team:
@@ -105,7 +75,11 @@ def team(cluster: Any) -> Iterator[Team]:
     t.tokens["tenant"] = t.admin("create", "token", "tenant", "-n", t.closed).stdout.strip()
     t.tokens["tenant-open"] = t.admin("create", "token", "tenant", "-n", t.open).stdout.strip()
     t.tokens["operator"] = t.admin("create", "token", op, "-n", c.HORUS_NAMESPACE).stdout.strip()
-    docs = _rendered(t.open, [t.closed, t.open])
+    docs = rendered_policy(
+        "dra-claim-class.yaml",
+        [t.closed, t.open],
+        f"gpuSharing.directClaimNamespaces={{{t.open}}}",
+    )
     t.admin(
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
     )

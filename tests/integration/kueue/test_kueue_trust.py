@@ -19,7 +19,6 @@ import copy
 import datetime
 import functools
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kueue_support import (
     TRAINER_API,
     KueueEnv,
@@ -39,6 +37,7 @@ from kueue_support import (
     wait_for,
 )
 
+from chart_policy import rendered_policy
 from horus.common import constants as c
 from horus.devcluster import workload_manifests as wm
 from horus.devcluster.workload_specs import manifests_dir
@@ -56,29 +55,6 @@ DECISION = {c.ANNOTATION_KUEUE_WORKLOAD: POINTER, c.ANNOTATION_GANG_SLOTS: SLOTS
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rendered_policy(namespace: str) -> list[dict[str, Any]]:
-    """The chart's policy and Binding as ``helm template`` renders them on the dra path with
-    the default values, the Binding narrowed to ``namespace`` (the session cluster is shared)."""
-    helm = Path(os.environ.get("HORUS_BIN_DIR", "")) / "helm"
-    if not helm.is_file():
-        pytest.skip("helm of the pinned version not found (HORUS_BIN_DIR)")
-    out = subprocess.run(
-        [str(helm), "template", "horus", str(ROOT / "charts" / "horus"), "-n",
-         c.HORUS_NAMESPACE, "--set", "images.registry=registry.example.com/horus",
-         "--set", "gpuSharing.path=dra", "--show-only", "templates/kueue-policies.yaml"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == [
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ]
-    docs[1]["spec"]["matchResources"] = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-    }
-    return docs
 
 
 class Team:
@@ -145,7 +121,7 @@ def team(kueue: KueueEnv) -> Iterator[Team]:
         )  # fmt: skip
     t.tokens["tenant"] = t.admin("create", "token", "tenant", "-n", ns).stdout.strip()
     t.tokens["operator"] = t.admin("create", "token", op, "-n", c.HORUS_NAMESPACE).stdout.strip()
-    docs = _rendered_policy(ns)
+    docs = rendered_policy("kueue-policies.yaml", [ns])
     t.admin(
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
     )
