@@ -396,6 +396,21 @@ KUEUE_ADMISSION_CHECK_CONTROLLER: Final = f"{API_GROUP}/gpu-placement"
 KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 # Kueue's label on a started job's pods naming their pod set (pkg/constants PodSetLabel).
 KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
+# Kueue's labels that put a pod under its pod integration (a Deployment's, a StatefulSet's, a
+# plain pod's): Kueue builds the Workload from the pod itself.
+KUEUE_QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
+# ... and Kueue's annotation on the pod template of a StatefulSet or Deployment it manages (its
+# pod webhook adds the labels above to such a pod only after Horus' admission policy ran).
+KUEUE_SUSPENDING_PARENT_ANNOTATION: Final = "kueue.x-k8s.io/pod-suspending-parent"
+# Such a pod's claim entry names this ResourceClaimTemplate of its namespace (the admission
+# policy), not a claim: Kueue refuses a pod that names a claim and counts a template. It asks
+# for one device of KUEUE_DEVICE_CLASS, which selects no device and which Kueue maps to the
+# quota resource KUEUE_SHARES_RESOURCE (one per pod); the claim the resourceclaim controller
+# makes from it is a placeholder the operator deletes once it has made the pod's pinned claim.
+KUEUE_CLAIM_TEMPLATE: Final = "horus-gpu-kueue"
+KUEUE_DEVICE_CLASS: Final = "kueue.gpu.horus.io"
+KUEUE_SHARES_RESOURCE: Final = f"{API_GROUP}/gpu-shares"
 # The Workload a pod's GPU slots belong to: "<workload name>/<workload UID>", put on each pod set
 # by the check's podSetUpdates. Only a pointer: the slots themselves are read from the
 # Workload's status, which tenants cannot write.

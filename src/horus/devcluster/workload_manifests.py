@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from horus.common import constants as c
 from horus.common.errors import ClusterError
 
 #: Kinds whose objects live in a namespace (what :func:`place` gives one).
@@ -64,6 +65,13 @@ KUEUE_FRAMEWORKS = (
 #: through an APIService, which needs a Service with in-cluster endpoints that a host process
 #: cannot have (the apiserver refuses loopback endpoints).
 KUEUE_FEATURE_GATES = {"VisibilityOnDemand": False}
+#: What Kueue counts for a pod of its pod integrations that asks for a Horus share: the
+#: template entry the admission policy gives it (one device of Horus' Kueue DeviceClass) as one
+#: ``horus.io/gpu-shares`` (docs/kueue.md).
+KUEUE_HORUS_DEVICE_CLASS_MAPPING = {
+    "name": c.KUEUE_SHARES_RESOURCE,
+    "deviceClassNames": [c.KUEUE_DEVICE_CLASS],
+}
 #: libyaml's safe loader where PyYAML has it (the CRDs are megabytes of YAML)
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: The longest manifest file read (the largest shipped CRD is well under it).
@@ -252,8 +260,9 @@ def kueue_config(
 ) -> dict[str, Any]:
     """Kueue's Configuration (``config.kueue.x-k8s.io/v1beta2``, what v0.19 reads): upstream's
     defaults but for the serving certificate Horus issues, 127.0.0.1 ports, no leader election,
-    the integrations of :data:`KUEUE_FRAMEWORKS`, jobs without a queue name left alone, and
-    :data:`KUEUE_FEATURE_GATES`."""
+    the integrations of :data:`KUEUE_FRAMEWORKS`, jobs without a queue name left alone,
+    :data:`KUEUE_FEATURE_GATES`, and Horus' DeviceClass for Kueue counted
+    (:data:`KUEUE_HORUS_DEVICE_CLASS_MAPPING`)."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -268,6 +277,7 @@ def kueue_config(
         "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
         "integrations": {"frameworks": list(frameworks)},
         "featureGates": dict(KUEUE_FEATURE_GATES),
+        "resources": {"deviceClassMappings": [dict(KUEUE_HORUS_DEVICE_CLASS_MAPPING)]},
     }
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "converted_claim_name",
     "converted_decision",
     "made_for_pod",
+    "status_claim",
     "waiting_pods",
 ]
 
@@ -177,7 +178,10 @@ def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
     named at creation), or, for the placeholder template (a ``generateName`` pod),
     ``horus-gpu-<pod UID>`` — the name Horus gives the claim it makes for it — unless the
     pod's status already records another claim for the entry (one the resourceclaim
-    controller made from a template of that name someone created: not Horus' to decide)."""
+    controller made from a template of that name someone created: not Horus' to decide).
+    For Kueue's template (a pod under Kueue's pod integration) it is ``horus-gpu-<pod UID>``
+    whatever the status records: the claim made from that template is a placeholder Horus
+    replaces (:mod:`horus.operator.placeholder_claims`, which also tells one that is not)."""
     meta = pod.get("metadata") or {}
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         if not isinstance(entry, Mapping) or entry.get("name") != c.CONVERTED_CLAIM_ENTRY:
@@ -186,13 +190,26 @@ def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
         if isinstance(name, str) and name.startswith(c.CONVERTED_CLAIM_PREFIX):
             return name
         uid = str(meta.get("uid") or "")
-        if entry.get("resourceClaimTemplateName") != c.CONVERTED_CLAIM_TEMPLATE or not uid:
+        template = entry.get("resourceClaimTemplateName")
+        if template not in (c.CONVERTED_CLAIM_TEMPLATE, c.KUEUE_CLAIM_TEMPLATE) or not uid:
             return None
         ours = c.CONVERTED_CLAIM_PREFIX + uid
+        if template == c.KUEUE_CLAIM_TEMPLATE:
+            return ours
         for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
             if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
                 return ours if status.get("resourceClaimName") == ours else None
         return ours
+    return None
+
+
+def status_claim(pod: Mapping[str, Any]) -> str | None:
+    """The claim the pod's status records for its ``horus-gpu`` entry (a template entry's
+    claim, recorded by the resourceclaim controller), or None."""
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
+            name = status.get("resourceClaimName")
+            return str(name) if name else None
     return None
 
 

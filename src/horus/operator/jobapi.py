@@ -16,7 +16,7 @@ retry).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from horus.api.raw import discard, read_items, read_object
@@ -162,6 +162,19 @@ class JobApi(Protocol):
         ...
 
     def list_priority_classes(self) -> list[dict[str, Any]]: ...
+
+    def record_pod_claims(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        expected: Sequence[Mapping[str, Any]] | None,
+        statuses: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Set the pod's ``status.resourceClaimStatuses`` to ``statuses`` only while it is
+        the pod ``uid`` and the list is still ``expected`` (None: absent) — a JSON patch that
+        tests both first; ``Conflict`` when either changed or the pod is gone."""
+        ...
 
     # --- the DRA path: one ResourceClaim per replica ---------------------------------------
     def list_resource_claims(self) -> list[dict[str, Any]]:
@@ -358,6 +371,38 @@ class KubeJobApi:
             # 409 with a uid: the name now holds another pod, which is not ours to delete.
             if exc.status != 404 and not (uid and exc.status == 409):
                 raise
+
+    def record_pod_claims(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        expected: Sequence[Mapping[str, Any]] | None,
+        statuses: Sequence[Mapping[str, Any]],
+    ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        path = "/status/resourceClaimStatuses"
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+        if expected is None:
+            ops.append({"op": "add", "path": path, "value": [dict(s) for s in statuses]})
+        else:
+            ops.append({"op": "test", "path": path, "value": [dict(s) for s in expected]})
+            ops.append({"op": "replace", "path": path, "value": [dict(s) for s in statuses]})
+        try:
+            discard(
+                self.core.patch_namespaced_pod_status(
+                    name,
+                    namespace,
+                    ops,
+                    _content_type="application/json-patch+json",
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                raise Conflict(f"pod {namespace}/{name}: its claim statuses changed") from None
+            raise
 
     def list_priority_classes(self) -> list[dict[str, Any]]:
         from kubernetes import client

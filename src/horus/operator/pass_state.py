@@ -129,6 +129,11 @@ class PassReport:
     claims_created: int = 0
     claims_deleted: int = 0
     replaced: int = 0
+    #: placeholder claims of pods under Kueue's pod integration deleted once Horus' own claim
+    #: for the pod exists (horus.operator.placeholder_claims)
+    placeholders_deleted: int = 0
+    #: Horus' claims recorded in such a pod's status (horus.operator.placeholder_claims)
+    claims_recorded: int = 0
     #: Kueue Workloads whose Horus check this pass answered, by answer (horus.operator.kueue)
     kueue_ready: int = 0
     kueue_retry: int = 0

@@ -65,6 +65,7 @@ from horus.operator.claimcount import converted_claim_name, made_for_pod
 from horus.operator.extender.demand import pod_demand
 from horus.operator.jobapi import JobApi
 from horus.operator.pass_state import PassReport
+from horus.operator.placeholder_claims import foreign_claim
 from horus.operator.plain_pod_gangs import REASON_GANG_INVALID, split_gangs
 from horus.operator.queueing import stable_refusal
 from horus.operator.residents import TERMINAL_POD_PHASES, LiveState
@@ -76,6 +77,7 @@ __all__ = [
     "REASON_CLAIM_NAME_TAKEN",
     "REASON_REQUEST_REFUSED",
     "Conversion",
+    "as_requested",
     "claim_name_taken",
     "convert_pods",
     "converted_claim_name",
@@ -113,7 +115,7 @@ def _kueue_gated(pod: Mapping[str, Any]) -> bool:
     return any(isinstance(g, Mapping) and g.get("name") == c.KUEUE_ADMISSION_GATE for g in gates)
 
 
-def _as_requested(pod: Mapping[str, Any]) -> dict[str, Any]:
+def as_requested(pod: Mapping[str, Any]) -> dict[str, Any]:
     """``pod`` with the moved amounts back on its first container, for ``pod_demand``."""
     out = copy.deepcopy(dict(pod))
     ann = (out.get("metadata") or {}).get("annotations") or {}
@@ -162,7 +164,10 @@ def pending_conversions(
             continue
         key = (str(meta.get("namespace", "default")), name)
         held = claims.get(key)
-        if held is not None and not made_for_pod(held, str(meta.get("uid") or "")):
+        foreign = foreign_claim(pod, claims)
+        if foreign is not None:
+            out.append(Conversion(dict(pod), name, None, foreign, REASON_CLAIM_NAME_TAKEN))
+        elif held is not None and not made_for_pod(held, str(meta.get("uid") or "")):
             # told bound or not: the kube-scheduler may well have allocated it and bound the
             # pod — on a GPU and with a share Horus did not choose
             why = claim_name_taken(key[0], name)
@@ -175,7 +180,7 @@ def pending_conversions(
             log.warning("pods %s in %s all name claim %s; none gets it", pods_named, ns, name)
             continue
         pod = dict(members[0])
-        demand = pod_demand(_as_requested(pod))
+        demand = pod_demand(as_requested(pod))
         request = demand.request
         if request is not None and request.memory_mib is not None:
             request = replace(request, memory_mib=request.memory_mib * MEMORY_UNIT_MIB)

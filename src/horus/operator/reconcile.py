@@ -58,6 +58,7 @@ from horus.operator.livesource import DeltaSource, DraSource, LiveSource
 from horus.operator.metrics import OperatorMetrics
 from horus.operator.newjobs import NewJobs
 from horus.operator.pass_state import JobCtx, PassReport
+from horus.operator.placeholder_claims import replace_placeholders
 from horus.operator.placement_rules import PlacementSession
 from horus.operator.plain_pod_claims import convert_pods
 from horus.operator.pod_reads import PodFacts, PodFactsCache, by_pod
@@ -354,7 +355,7 @@ class Reconciler:
         if self.kueue is None or self.claim_path is None:
             return None
         try:
-            view = self.kueue.read()
+            view = self.kueue.read(snap.pods)
             self.kueue.count(view, live, self.scheduler, self.claim_path.claims.values(), snap.pods)
         except Exception:  # Kueue's API failing must not stop DLJobs' placement
             log.exception("cannot read Kueue's Workloads; the Kueue check waits this pass")
@@ -367,7 +368,9 @@ class Reconciler:
         """Kueue Workloads waiting for Horus' check (:mod:`horus.operator.kueue`), then plain
         pods whose ``horus.io/gpu-*`` requests the admission policy turned into a claim
         reference (:mod:`horus.operator.plain_pod_claims`), on the DRA path only. A pod that
-        names a Workload fills a slot of it and is never decided alone."""
+        names a Workload fills a slot of it and is never decided alone; a pod under Kueue's pod
+        integration that has its claim loses its placeholder
+        (:mod:`horus.operator.placeholder_claims`)."""
         if self.claim_path is None or not self.is_leader():
             return
         plain = snap.pods
@@ -376,6 +379,7 @@ class Reconciler:
             plain = [p for p in snap.pods if not is_gang_pod(p)]
             fill_slots(self.api, self.writer, kueue, snap.pods, self.claim_path.claims, report)
         convert_pods(self.api, self.writer, self.claim_path, self.scheduler, plain, live, report)
+        replace_placeholders(self.api, snap.pods, self.claim_path.claims, report)
 
     def _correct(
         self, ctxs: Mapping[str, JobCtx], live: LiveState, queue: QueueOutcome, report: PassReport

@@ -9,7 +9,10 @@ handing each container its share:
   GPU of the slot it fills, with the slot's share, which its container sees in its own
   environment;
 * with room for only 3 (a pod Kueue does not manage takes one GPU whole), a second 4-worker
-  JobSet gets ``Retry`` ("does not fit as a gang") and none of its pods starts.
+  JobSet gets ``Retry`` ("does not fit as a gang") and none of its pods starts;
+* a Deployment under Kueue's pod integration, scaled 1 → 4 → 1: each replica on the slot of
+  its own Workload (its placeholder claim replaced by Horus'), each removed replica's claim
+  gone.
 
 The release is upgraded to the dra path at the start and put back as it was at the end, and
 Kueue and JobSet are removed (``down``): the later tests of the package see the cluster as it
@@ -154,6 +157,16 @@ def _jobset(name: str, workers: int = 4) -> dict[str, Any]:
     }
 
 
+def _kueue_template() -> dict[str, Any]:
+    """The template Kueue counts a Deployment's pods by, as examples/kueue ships it."""
+    from horus.devcluster.binaries import repo_root
+
+    docs = yaml.safe_load_all((repo_root() / "examples" / "kueue" / "queues.yaml").read_text())
+    (template,) = [d for d in docs if d and d["kind"] == "ResourceClaimTemplate"]
+    template["metadata"]["namespace"] = NS
+    return dict(template)
+
+
 def _workload(rc: RealCluster, jobset: str) -> dict[str, Any] | None:
     for wl in _items(rc, "workloads"):
         owners = wl["metadata"].get("ownerReferences") or []
@@ -240,6 +253,7 @@ def kueue_on_dra(rc: RealCluster) -> Iterator[Callable[[], str]]:
             "memory": "256Gi",
             c.RESOURCE_GPU_CORE: "800",
             c.RESOURCE_GPU_MEMORY: "100000",
+            c.KUEUE_SHARES_RESOURCE: "16",
         }
         for doc in (
             {"kind": "AdmissionCheck", "metadata": {"name": CHECK},
@@ -258,6 +272,7 @@ def kueue_on_dra(rc: RealCluster) -> Iterator[Callable[[], str]]:
              "spec": {"clusterQueue": QUEUE}},
         ):  # fmt: skip
             apply(rc, {"apiVersion": KUEUE_API, **doc})
+        apply(rc, _kueue_template())
         yield diagnose
     finally:
         t1 = time.monotonic()
@@ -278,12 +293,44 @@ def kueue_on_dra(rc: RealCluster) -> Iterator[Callable[[], str]]:
             print(f"kueue module cleanup in {time.monotonic() - t1:.0f}s")
 
 
-def _slots(wl: dict[str, Any]) -> dict[int, Slot]:
+def _slots(wl: dict[str, Any], pod_set: str = POD_SET) -> dict[int, Slot]:
     (update,) = _check(wl)["podSetUpdates"]
-    assert update["name"] == POD_SET
+    assert update["name"] == pod_set
     return {
-        s.index: s for s in decode_slots(update["annotations"][c.ANNOTATION_GANG_SLOTS], POD_SET)
+        s.index: s for s in decode_slots(update["annotations"][c.ANNOTATION_GANG_SLOTS], pod_set)
     }
+
+
+def _on_its_slot(
+    rc: RealCluster, pod: dict[str, Any], diagnose: Callable[[], str]
+) -> tuple[str, str, Slot]:
+    """(Workload UID, pod set, slot) of a running pod's claim, after checking that the claim is
+    allocated on the slot's GPU with its share, that the pod runs on the slot's node, and that
+    its container sees that share in its environment."""
+    meta = pod["metadata"]
+    claim = rc.kube.json(
+        "get", "resourceclaim", f"{c.CONVERTED_CLAIM_PREFIX}{meta['uid']}", "-n", NS
+    )
+    key = claim["metadata"]["annotations"][c.ANNOTATION_GANG_SLOT]
+    uid, pod_set, index = key.split("/")
+    assert key == slot_key(uid, pod_set, int(index))
+    (wl,) = [w for w in _items(rc, "workloads") if w["metadata"]["uid"] == uid]
+    slot = _slots(wl, pod_set)[int(index)]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    consumed = result["consumedCapacity"]
+    assert (result["pool"], result["device"]) == (slot.node, f"gpu-{slot.gpu_index}")
+    assert parse_quantity(consumed["cores"], "cores") == CORE
+    assert parse_quantity(consumed["memory"], "memory") // c.MIB == 16384
+    assert pod["spec"]["nodeName"] == slot.node
+    line = wait_for(
+        f"{meta['name']}'s share line", lambda: share_line(rc, meta["name"], NS), 60, diagnose
+    )
+    env = line["env"]
+    assert env[c.ENV_GPU_UUID] == slot.gpu_uuid
+    assert env[c.ENV_GPU_INDEX] == str(slot.gpu_index)
+    assert (env[c.ENV_GPU_CORE_PERCENT], env[c.ENV_GPU_MEMORY_MIB]) == ("40", "16384")
+    assert (env[c.ENV_CLAIM_UID], env[c.ENV_POD_NAME]) == (claim["metadata"]["uid"], meta["name"])
+    return uid, pod_set, slot
 
 
 def test_a_four_worker_jobset_runs_on_the_slots_of_horus_check(
@@ -315,38 +362,10 @@ def test_a_four_worker_jobset_runs_on_the_slots_of_horus_check(
         for pod in pods:
             meta = pod["metadata"]
             assert meta["annotations"][c.ANNOTATION_KUEUE_WORKLOAD].endswith(wl["metadata"]["uid"])
-            claim = rc.kube.json(
-                "get", "resourceclaim", f"{c.CONVERTED_CLAIM_PREFIX}{meta['uid']}", "-n", NS
-            )
-            uid, pod_set, index = claim["metadata"]["annotations"][c.ANNOTATION_GANG_SLOT].split(
-                "/"
-            )
-            assert (uid, pod_set) == (wl["metadata"]["uid"], POD_SET)
-            assert claim["metadata"]["annotations"][c.ANNOTATION_GANG_SLOT] == slot_key(
-                uid, pod_set, int(index)
-            )
-            slot = slots[int(index)]
+            wl_uid, pod_set, slot = _on_its_slot(rc, pod, diagnose)
+            assert (wl_uid, pod_set) == (wl["metadata"]["uid"], POD_SET)
+            assert slots[slot.index] == slot
             filled.add(slot.index)
-            (result,) = claim["status"]["allocation"]["devices"]["results"]
-            consumed = result["consumedCapacity"]
-            assert (result["pool"], result["device"]) == (slot.node, f"gpu-{slot.gpu_index}")
-            assert parse_quantity(consumed["cores"], "cores") == CORE
-            assert parse_quantity(consumed["memory"], "memory") // c.MIB == 16384
-            assert pod["spec"]["nodeName"] == slot.node
-            line = wait_for(
-                f"{meta['name']}'s share line",
-                lambda n=meta["name"]: share_line(rc, n, NS),
-                60,
-                diagnose,
-            )
-            env = line["env"]
-            assert env[c.ENV_GPU_UUID] == slot.gpu_uuid
-            assert env[c.ENV_GPU_INDEX] == str(slot.gpu_index)
-            assert (env[c.ENV_GPU_CORE_PERCENT], env[c.ENV_GPU_MEMORY_MIB]) == ("40", "16384")
-            assert (env[c.ENV_CLAIM_UID], env[c.ENV_POD_NAME]) == (
-                claim["metadata"]["uid"],
-                meta["name"],
-            )
         assert filled == {0, 1, 2, 3}
     finally:
         _delete_jobset(rc, name, diagnose)
@@ -400,3 +419,66 @@ def test_with_room_for_three_a_four_worker_jobset_waits_with_retry(
         rc.kube.kubectl(
             "delete", "pod", "whole", "-n", NS, "--grace-period=0", "--force", check=False
         )
+
+
+def test_a_deployment_through_kueue_scales_1_4_1_each_replica_on_its_slot(
+    rc: RealCluster, kueue_on_dra: Callable[[], str]
+) -> None:
+    """Kueue's Deployment integration (the queue name on the Deployment only): each replica
+    its own Workload, admitted through Horus' check; its placeholder claim replaced by Horus'
+    claim on its slot's GPU, which its container sees; scaled 1 → 4 → 1, the removed
+    replicas' claims go."""
+    diagnose = kueue_on_dra
+    name = "serve"
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {c.ANNOTATION_GRAPH_PROFILE: _profile()},
+                },
+                "spec": {"terminationGracePeriodSeconds": 2, "containers": [_container(CORE)]},
+            },
+        },
+    }
+
+    def replicas() -> list[dict[str, Any]]:
+        return _items(rc, "pods", "-l", f"app={name}")
+
+    def placed(n: int) -> dict[str, Slot] | None:
+        pods = replicas()
+        if len(pods) != n or not all(map(running, pods)):
+            return None
+        return {p["metadata"]["name"]: _on_its_slot(rc, p, diagnose)[2] for p in pods}
+
+    def horus_claims() -> list[str]:
+        return [
+            cl["metadata"]["name"]
+            for cl in _items(rc, "resourceclaims")
+            if any(
+                o.get("name", "").startswith(f"{name}-")
+                for o in cl["metadata"].get("ownerReferences") or []
+            )
+        ]
+
+    apply(rc, deployment)
+    try:
+        wait_for("one replica on its slot", lambda: placed(1), 180, diagnose)
+        rc.kube.kubectl("scale", "deployment", name, "-n", NS, "--replicas=4")
+        wait_for("four replicas, each on its slot", lambda: placed(4), 240, diagnose)
+        assert len(horus_claims()) == 4  # each placeholder gone
+        rc.kube.kubectl("scale", "deployment", name, "-n", NS, "--replicas=1")
+        wait_for(
+            "three replicas and their claims gone",
+            lambda: len(replicas()) == 1 and len(horus_claims()) == 1,
+            120,
+            diagnose,
+        )
+    finally:
+        rc.kube.kubectl("delete", "deployment", name, "-n", NS, "--wait=false", check=False)
+        wait_for("the Deployment's pods gone", lambda: not replicas(), 120, diagnose)

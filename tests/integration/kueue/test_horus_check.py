@@ -94,7 +94,13 @@ def gpu_queue(
         "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
         "resourceGroups": [
             {
-                "coveredResources": ["cpu", "memory", c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY],
+                "coveredResources": [
+                    "cpu",
+                    "memory",
+                    c.RESOURCE_GPU_CORE,
+                    c.RESOURCE_GPU_MEMORY,
+                    c.KUEUE_SHARES_RESOURCE,
+                ],
                 "flavors": [
                     {
                         "name": f"gpus-{name}",
@@ -103,6 +109,7 @@ def gpu_queue(
                             {"name": "memory", "nominalQuota": "256Gi"},
                             {"name": c.RESOURCE_GPU_CORE, "nominalQuota": gpu_core},
                             {"name": c.RESOURCE_GPU_MEMORY, "nominalQuota": "100000"},
+                            {"name": c.KUEUE_SHARES_RESOURCE, "nominalQuota": "16"},
                         ],
                     }
                 ],
@@ -543,3 +550,150 @@ def test_a_gang_without_kueue_gets_all_its_gpus_at_once_or_none(
             devices.add((result["pool"], result["device"]))
     assert len(devices) == 4  # one GPU each
     kueue.kubectl("delete", "deployment", "gang", "-n", ns, "--wait=false")
+
+
+def kueue_template(ns: str) -> dict[str, Any]:
+    """The namespace's template for Kueue's pod integrations, as examples/kueue ships it."""
+    docs = yaml.safe_load_all((ROOT / "examples" / "kueue" / "queues.yaml").read_text())
+    (template,) = [d for d in docs if d and d["kind"] == "ResourceClaimTemplate"]
+    template["metadata"]["namespace"] = ns
+    return dict(template)
+
+
+def claims_by_pod(kueue: KueueEnv, ns: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """Pod name → the claims it controls, for pods named ``prefix``…"""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for claim in kueue.list("resourceclaims", ns):
+        for o in claim["metadata"].get("ownerReferences") or []:
+            if o.get("kind") == "Pod" and o.get("name", "").startswith(prefix):
+                out.setdefault(o["name"], []).append(claim)
+    return out
+
+
+def on_their_slots(kueue: KueueEnv, ns: str, prefix: str) -> dict[str, tuple[str, str]]:
+    """Running pod → (node, GPU UUID) of its allocated claim, each checked against the slot
+    its Workload's check recorded; placeholders of running pods must be gone."""
+    workloads = {w["metadata"]["uid"]: w for w in kueue.workloads(ns)}
+    out = {}
+    for pod in pods_of(kueue, ns, prefix):
+        name = pod["metadata"]["name"]
+        statuses = pod["status"].get("resourceClaimStatuses") or []
+        assert len(statuses) == 1, f"{name} runs with claim statuses {statuses}"
+        claim = kueue.get("resourceclaim", statuses[0]["resourceClaimName"], ns)
+        assert claim["metadata"]["name"] == f"{c.CONVERTED_CLAIM_PREFIX}{pod['metadata']['uid']}"
+        slot_key = claim["metadata"]["annotations"][c.ANNOTATION_GANG_SLOT]
+        wl_uid, _, index = slot_key.split("/")
+        slot = next(s for s in slots_of(workloads[wl_uid]) if s.index == int(index))
+        assert pod["spec"]["nodeName"] == slot.node, (name, slot)
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert int(result["consumedCapacity"]["cores"]) == slot.core_percent
+        out[name] = (slot.node, slot.gpu_uuid)
+        others = [
+            cl["metadata"]["name"]
+            for cl in claims_by_pod(kueue, ns, name).get(name, [])
+            if cl["metadata"]["name"] != claim["metadata"]["name"]
+        ]
+        assert others == [], f"{name} keeps claims {others} beside Horus' own"
+    return out
+
+
+def with_claims(kueue: KueueEnv, ns: str) -> str:
+    """``diagnose`` and, for a pod integration's wait, each claim and each pod's claim status."""
+    claims = [
+        f"{cl['metadata']['name']}: {cl['spec']['devices']['requests']} "
+        f"allocated={bool((cl.get('status') or {}).get('allocation'))}"
+        for cl in kueue.list("resourceclaims", ns)
+    ]
+    pods = [
+        f"{p['metadata']['name']}: {p['status'].get('resourceClaimStatuses')} "
+        f"gates={p['spec'].get('schedulingGates')} nodeSelector={p['spec'].get('nodeSelector')} "
+        f"claims={p['spec'].get('resourceClaims')} labels={p['metadata'].get('labels')} "
+        f"phase={p['status'].get('phase')} node={p['spec'].get('nodeName')}"
+        for p in kueue.list("pods", ns)
+    ]
+    return "\n".join([kueue.diagnose(ns), *claims, *pods])
+
+
+def test_a_deployment_through_kueues_pod_integration_scales_1_4_1_on_horus_shares(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    """Kueue's Deployment integration: each replica is its own Workload, admitted through
+    Horus' check; its placeholder claim (counted by Kueue as one horus.io/gpu-shares) is
+    replaced by Horus' claim on the slot's GPU. Scaled 1 → 4 → 1: every replica on its slot,
+    each removed replica's share freed and its Workload finished."""
+    ns = horus["ns"]
+    diag = lambda: with_claims(kueue, ns)  # noqa: E731
+    queue = gpu_queue(kueue, ns, f"kdep-{horus['sfx']}")
+    kueue.apply(kueue_template(ns))
+    dep = deployment("kdep", ns, 1, 30)
+    dep["spec"]["template"]["metadata"]["labels"][QUEUE_NAME_LABEL] = queue
+    kueue.create(dep)
+    wait_for(lambda: len(on_their_slots(kueue, ns, "kdep")) == 1, 180, "one replica", diag)
+    wl = workload_named(kueue, ns, "kdep")
+    assert wl is not None and check_of(wl)["state"] == "Ready"
+    usage = wl["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    assert usage[c.KUEUE_SHARES_RESOURCE] == "1", usage
+    kueue.kubectl("scale", "deployment", "kdep", "-n", ns, "--replicas=4")
+    wait_for(
+        lambda: (s := on_their_slots(kueue, ns, "kdep")) and len(s) == 4 and s,
+        240,
+        "four replicas, each on its Workload's slot",
+        diag,
+    )
+    assert set(consumed_cores(kueue, ns, "kdep-").values()) == {30}
+    kueue.kubectl("scale", "deployment", "kdep", "-n", ns, "--replicas=1")
+    wait_for(
+        lambda: len(consumed_cores(kueue, ns, "kdep-")) == 1,
+        180,
+        "the three removed replicas' shares freed",
+        diag,
+    )
+    kueue.kubectl("delete", "deployment", "kdep", "-n", ns, "--wait=false")
+    assert horus["op"].errors == []
+
+
+def test_a_statefulset_through_kueue_is_one_gang_all_or_none(
+    kueue: KueueEnv, horus: dict[str, Any]
+) -> None:
+    """Kueue's StatefulSet integration makes its pods one pod group, one Workload: Horus
+    places all three replicas at 60 % or none. With one GPU taken whole only three GPUs are
+    left — room for all three, one each; with two taken, the check says Retry and no replica
+    gets a claim."""
+    ns = horus["ns"]
+    diag = lambda: with_claims(kueue, ns)  # noqa: E731
+    queue = gpu_queue(kueue, ns, f"ksts-{horus['sfx']}")
+    kueue.apply(kueue_template(ns))
+    blockers = group_pods("wall", ns, None, 2, 100)
+    for pod in blockers:
+        kueue.create(pod)
+    wait_for(lambda: len(pods_of(kueue, ns, "wall")) == 2, 120, "two whole-GPU pods", diag)
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "ksts", "namespace": ns, "labels": {QUEUE_NAME_LABEL: queue}},
+        "spec": {
+            "replicas": 3,
+            "podManagementPolicy": "Parallel",
+            "serviceName": "ksts",
+            "selector": {"matchLabels": {"app": "ksts"}},
+            "template": deployment("ksts", ns, 3, 60)["spec"]["template"],
+        },
+    }
+    kueue.create(sts)
+    wl = answered(kueue, ns, "ksts", "Retry", 180, "Horus' check to say Retry")
+    assert "does not fit as a gang" in check_of(wl)["message"], check_of(wl)
+    assert all(
+        all(cl["metadata"]["name"].startswith("ksts-") for cl in claims)
+        for claims in claims_by_pod(kueue, ns, "ksts-").values()
+    )  # placeholders only: no claim of Horus for any replica
+    kueue.kubectl("delete", "pod", "wall-0", "-n", ns, "--wait=true")
+    placed = wait_for(
+        lambda: (s := on_their_slots(kueue, ns, "ksts")) and len(s) == 3 and s,
+        240,
+        "all three replicas on their slots",
+        diag,
+    )
+    assert len(set(placed.values())) == 3, placed
+    kueue.kubectl("delete", "statefulset", "ksts", "-n", ns, "--wait=false")
+    kueue.kubectl("delete", "pod", "wall-1", "-n", ns, "--wait=false")
+    assert horus["op"].errors == []

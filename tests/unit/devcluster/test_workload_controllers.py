@@ -289,7 +289,9 @@ def test_kueue_overrides_merge_into_the_config() -> None:
     assert out["featureGates"] == {"VisibilityOnDemand": False, "KueueDRAIntegration": False}
     assert out["integrations"]["frameworks"] == ["batch/job"]  # lists are replaced
     assert out["webhook"] == cfg["webhook"]
-    assert "resources" not in cfg  # a copy
+    assert cfg["resources"]["deviceClassMappings"] == [
+        wm.KUEUE_HORUS_DEVICE_CLASS_MAPPING
+    ]  # a copy
 
 
 def test_jobset_and_trainer_configs_are_local() -> None:

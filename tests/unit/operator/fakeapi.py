@@ -15,7 +15,7 @@ import itertools
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from horus.kube.errors import Conflict
@@ -208,6 +208,26 @@ class FakeJobApi:
                 pod["metadata"].setdefault("annotations", {}).update(annotations)
             pod["metadata"]["resourceVersion"] = str(next(self._rv))
             return True
+
+    def record_pod_claims(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        expected: Sequence[Mapping[str, Any]] | None,
+        statuses: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """As the apiserver applies the JSON patch: UID and list tested first."""
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None or pod["metadata"].get("uid") != uid:
+                raise Conflict(f"pod {namespace}/{name} is gone")
+            status = pod.setdefault("status", {})
+            if expected is not None and status.get("resourceClaimStatuses") != list(expected):
+                raise Conflict(f"pod {namespace}/{name}: its claim statuses changed")
+            status["resourceClaimStatuses"] = [dict(s) for s in statuses]
+            pod["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.writes["pod_status"] += 1
 
     def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
         with self.lock:

@@ -631,3 +631,201 @@ def test_without_kueue_or_its_check_nothing_is_listed_every_pass(
         assert calls == ["checks", "checks"]  # no Horus check: Workloads not listed
     finally:
         r.close()
+
+
+# --- Kueue's pod integrations: a Deployment's, a StatefulSet's pods ----------------------------
+
+
+def integration_pod(name: str, gated: bool = True) -> dict[str, Any]:
+    """A pod under Kueue's pod integration as the admission policy leaves it: its amounts in
+    annotations, the entry naming Kueue's template, the placeholder the resourceclaim
+    controller made from it recorded in its status; gated by Kueue until admitted."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "labels": {c.KUEUE_QUEUE_NAME_LABEL: "q"},
+            "annotations": {
+                c.ANNOTATION_GPU_CORE_REQUEST: "40",
+                c.ANNOTATION_GPU_MEMORY_REQUEST: "64",
+                c.ANNOTATION_GRAPH_PROFILE: PROFILE,
+            },
+        },
+        "spec": {
+            "schedulingGates": [{"name": c.KUEUE_ADMISSION_GATE}] if gated else [],
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"claims": [{"name": "horus-gpu"}]}}
+            ],
+            "resourceClaims": [
+                {"name": "horus-gpu", "resourceClaimTemplateName": c.KUEUE_CLAIM_TEMPLATE}
+            ],
+        },
+        "status": {
+            "phase": "Pending",
+            "resourceClaimStatuses": [
+                {"name": "horus-gpu", "resourceClaimName": f"{name}-horus-gpu-ab12c"}
+            ],
+        },
+    }
+
+
+def placeholder(pod: dict[str, Any], device_class: str = c.KUEUE_DEVICE_CLASS) -> dict[str, Any]:
+    meta = pod["metadata"]
+    return {
+        "metadata": {
+            "name": f"{meta['name']}-horus-gpu-ab12c",
+            "namespace": "default",
+            "uid": f"claim-uid-{meta['name']}",
+            "annotations": {c.POD_CLAIM_ANNOTATION: "horus-gpu"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "share", "exactly": {"deviceClassName": device_class, "count": 1}}
+                ]
+            }
+        },
+        "status": {},
+    }
+
+
+def pod_workload(name: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Workload Kueue makes of a pod (or a pod group): owned by its pods, its one pod set
+    the pod's spec alone."""
+    wl = workload(name, [("main", len(pods), {"spec": copy.deepcopy(pods[0]["spec"])})])
+    wl["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"],
+         "uid": p["metadata"]["uid"]}
+        for p in pods
+    ]  # fmt: skip
+    return wl
+
+
+def admitted(pod: dict[str, Any], wl: dict[str, Any], kueue: FakeKueue) -> dict[str, Any]:
+    """``pod`` as Kueue leaves it on admission: ungated, the check's podSetUpdates applied."""
+    out = copy.deepcopy(pod)
+    out["spec"]["schedulingGates"] = []
+    (update,) = kueue.check_of(wl["metadata"]["name"])["podSetUpdates"]
+    out["metadata"]["annotations"].update(update["annotations"])
+    out["metadata"]["resourceVersion"] = "2"
+    return out
+
+
+def test_a_deployments_pod_under_kueue_is_placed_from_its_pod_and_its_placeholder_replaced(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    pod = integration_pod("web-7d9f-x2k4q")
+    add_pod(api, pod)
+    api.claims[("default", placeholder(pod)["metadata"]["name"])] = placeholder(pod)
+    wl = pod_workload("pod-web-7d9f-x2k4q", [pod])
+    add(kueue, wl)
+    assert rec.run_pass().claims_created == 0  # gated: the Workload is decided, not the pod
+    assert kueue.check_of(wl["metadata"]["name"])["state"] == "Ready"
+    (slot,) = slots(kueue, wl["metadata"]["name"], "main")
+    assert (slot.core_percent, slot.memory_mib) == (40, 64 * 256)  # the pod's request
+    add_pod(api, admitted(pod, wl, kueue))
+    assert rec.run_pass().claims_created == 1
+    ours = api.claims[("default", f"{c.CONVERTED_CLAIM_PREFIX}uid-web-7d9f-x2k4q")]
+    assert slot.gpu_uuid in pinned(ours)
+    assert ours["metadata"]["annotations"][c.POD_CLAIM_ANNOTATION] == "horus-gpu"
+    assert ("default", placeholder(pod)["metadata"]["name"]) in api.claims  # next pass
+    report = rec.run_pass()
+    assert (report.claims_recorded, report.placeholders_deleted) == (1, 1)
+    assert ("default", placeholder(pod)["metadata"]["name"]) not in api.claims
+    status = api.pods[("default", "web-7d9f-x2k4q")]["status"]["resourceClaimStatuses"]
+    assert status == [{"name": "horus-gpu", "resourceClaimName": ours["metadata"]["name"]}]
+    assert rec.run_pass().claims_created == 0  # the slot is filled, nothing made twice
+
+
+def test_a_pod_workload_whose_pods_are_not_seen_waits_with_the_reason(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    """Admitting it without its pods' request would place nothing: Retry, saying why."""
+    wl = pod_workload("pod-web-gone", [integration_pod("web-gone")])
+    add(kueue, wl)
+    rec.run_pass()
+    check = kueue.check_of("pod-web-gone")
+    assert check["state"] == "Retry"
+    assert "none of its pods" in check["message"]
+
+
+def test_a_pod_group_is_one_gang_read_from_its_pods(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    """A StatefulSet's pods under Kueue: one Workload of count 3, all placed together."""
+    pods = [integration_pod(f"db-{i}") for i in range(3)]
+    for pod in pods:
+        add_pod(api, pod)
+    wl = pod_workload("db-group", pods)
+    add(kueue, wl)
+    rec.run_pass()
+    assert kueue.check_of("db-group")["state"] == "Ready"
+    placed = slots(kueue, "db-group", "main")
+    assert len(placed) == 3 and {s.core_percent for s in placed} == {40}
+    for pod in pods:
+        add_pod(api, admitted(pod, wl, kueue))
+    assert rec.run_pass().claims_created == 3
+
+
+def test_a_claim_from_a_template_of_another_class_is_the_pods_and_horus_makes_none(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    """A tenant's own template named horus-gpu-kueue, of Horus' real class: the claim made
+    from it is no placeholder. Horus neither deletes it nor makes a second claim that would
+    hold a share the pod never uses; the pod is told."""
+    pod = integration_pod("web-own", gated=False)
+    pod["metadata"]["labels"] = {}
+    tenant = placeholder(pod, c.DRA_DEVICE_CLASS)
+    api.claims[("default", tenant["metadata"]["name"])] = tenant
+    add_pod(api, pod)
+    report = rec.run_pass()
+    assert report.claims_created == 0 and report.placeholders_deleted == 0
+    assert ("default", tenant["metadata"]["name"]) in api.claims
+    assert any("does not ask for class" in m for m in events(rec, api, "ClaimNameTaken"))
+
+
+def test_a_kueue_template_pod_outside_kueue_gets_its_claim_and_loses_its_placeholder(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    """The queue-name label without Kueue's pod integration: no gate, no Workload; Horus
+    decides the pod alone as any plain pod, then replaces the placeholder."""
+    pod = integration_pod("solo", gated=False)
+    add_pod(api, pod)
+    api.claims[("default", placeholder(pod)["metadata"]["name"])] = placeholder(pod)
+    assert rec.run_pass().claims_created == 1
+    assert rec.run_pass().placeholders_deleted == 1
+    assert rec.run_pass().claims_recorded == 0  # recorded once
+
+
+def test_a_status_that_changed_since_it_was_read_is_not_overwritten(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler
+) -> None:
+    """The status patch tests the list it read: a pod whose status moved on (the controller
+    recorded another claim meanwhile) keeps it, and its placeholder stays until a pass reads
+    the new list."""
+    pod = integration_pod("raced", gated=False)
+    add_pod(api, pod)
+    api.claims[("default", placeholder(pod)["metadata"]["name"])] = placeholder(pod)
+    rec.run_pass()
+    original = api.record_pod_claims
+
+    def moved_on(*args: Any) -> None:
+        api.pods[("default", "raced")]["status"]["resourceClaimStatuses"] = [
+            {"name": "horus-gpu", "resourceClaimName": "raced-horus-gpu-zz999"}
+        ]
+        original(*args)
+
+    api.record_pod_claims = moved_on  # type: ignore[method-assign]
+    report = rec.run_pass()
+    assert (report.claims_recorded, report.placeholders_deleted) == (0, 0)
+    assert ("default", placeholder(pod)["metadata"]["name"]) in api.claims

@@ -75,3 +75,43 @@ def test_the_gang_without_kueue_names_its_size() -> None:
     meta = job["spec"]["template"]["metadata"]
     assert meta["labels"][c.LABEL_GANG_NAME] == job["metadata"]["name"]
     assert int(meta["annotations"][c.ANNOTATION_GANG_SIZE]) == job["spec"]["parallelism"]
+
+
+def test_pods_under_kueue_are_counted_by_the_namespaces_template() -> None:
+    """The ClusterQueue has a quota of the shares Kueue counts a Deployment's pods by; the
+    namespace's template asks for one device of the class Kueue maps to them, under the name
+    the admission policy gives such a pod; the Deployment is a pod integration asking for a
+    Horus share."""
+    by_kind = {d["kind"]: d for d in docs("queues.yaml")}
+    (group,) = by_kind["ClusterQueue"]["spec"]["resourceGroups"]
+    assert c.KUEUE_SHARES_RESOURCE in group["coveredResources"]
+    quotas = {r["name"] for f in group["flavors"] for r in f["resources"]}
+    assert c.KUEUE_SHARES_RESOURCE in quotas
+    template = by_kind["ResourceClaimTemplate"]
+    assert template["metadata"]["name"] == c.KUEUE_CLAIM_TEMPLATE
+    assert template["metadata"]["namespace"] == by_kind["LocalQueue"]["metadata"]["namespace"]
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": c.KUEUE_DEVICE_CLASS, "count": 1}
+    (dep,) = docs("deployment.yaml")
+    pod = dep["spec"]["template"]
+    assert (
+        pod["metadata"]["labels"][c.KUEUE_QUEUE_NAME_LABEL]
+        == by_kind["LocalQueue"]["metadata"]["name"]
+    )
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert {c.RESOURCE_GPU_CORE, c.RESOURCE_GPU_MEMORY} <= set(limits)
+    assert c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP in pod["metadata"]["annotations"]
+
+
+def test_the_dev_clusters_kueue_counts_the_template_as_shares() -> None:
+    from horus.devcluster.workload_manifests import KUEUE_HORUS_DEVICE_CLASS_MAPPING, kueue_config
+
+    cfg = kueue_config(
+        namespace="kueue-system", cert_dir=ROOT, webhook_port=1, metrics_port=2,
+        health_port=3, visibility_port=4,
+    )  # fmt: skip
+    assert cfg["resources"]["deviceClassMappings"] == [KUEUE_HORUS_DEVICE_CLASS_MAPPING]
+    assert KUEUE_HORUS_DEVICE_CLASS_MAPPING == {
+        "name": c.KUEUE_SHARES_RESOURCE,
+        "deviceClassNames": [c.KUEUE_DEVICE_CLASS],
+    }

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from horus.agent.settings import AgentSettings
+from horus.common import constants as c
 from horus.common.settings import load_settings
 from horus.operator.extender.settings import ExtenderSettings
 from horus.operator.settings import OperatorSettings
@@ -116,14 +117,31 @@ def test_one_value_picks_the_path_for_every_role(
         }
         for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"):
             assert objs[(kind, "horus-gpu-requests-to-claims")]["spec"] == example[kind]["spec"]
+        # a pod under Kueue's pod integration is told by what Kueue puts on it or its template,
+        # and names the template Kueue counts
+        spec = objs[("MutatingAdmissionPolicy", "horus-gpu-requests-to-claims")]["spec"]
+        variables = {v["name"]: v["expression"] for v in spec["variables"]}
+        for key in (
+            c.KUEUE_QUEUE_NAME_LABEL,
+            c.KUEUE_POD_GROUP_LABEL,
+            c.KUEUE_SUSPENDING_PARENT_ANNOTATION,
+        ):
+            assert f"'{key}'" in variables["kueuePod"]
+        assert f'"{c.KUEUE_CLAIM_TEMPLATE}"' in variables["entry"]
+        assert op["pods/status"] == {"patch"}  # the placeholder's replacement, nothing more
     else:
         assert containers(objs) == ["device-plugin", "agent"]
         assert "dra" not in cfg
         assert node_rules(objs)["pods"] == {"get", "list", "patch", "delete"}
         assert "resourceclaims" not in node_rules(objs, "horus-operator")
+        assert "pods/status" not in node_rules(objs, "horus-operator")
         assert ("MutatingAdmissionPolicy", "horus-gpu-requests-to-claims") not in objs
     # the DeviceClass ships either way (a tenant's claim names it; harmless without slices)
     assert ("DeviceClass", "gpu.horus.io") in objs
+    # so does the one Kueue counts pods of its pod integrations by: it selects no device, so a
+    # claim of it is never allocated, whoever makes it and whatever a node publishes
+    counted = objs[("DeviceClass", "kueue.gpu.horus.io")]["spec"]
+    assert counted == {"selectors": [{"cel": {"expression": "false"}}]}
 
 
 def test_auto_needs_the_resource_api_and_its_version() -> None:
@@ -237,3 +255,29 @@ def test_dra_claim_sweep_value_reaches_the_drivers_settings(
         capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode != 0 and "claimSweepSeconds" in bad.stderr
+
+
+def test_kueue_pod_namespaces_get_the_template_kueue_counts() -> None:
+    """One ResourceClaimTemplate per listed namespace, as examples/kueue ships it; none
+    without the list or on the device-plugin path (nothing there counts it)."""
+    out = subprocess.run(
+        [_helm(), "template", "horus", str(CHART), "-n", "horus-system",
+         "--set", "images.registry=registry.example.com/horus", "--set", "gpuSharing.path=dra",
+         "--set", "kueue.podNamespaces={team-a,team-b}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    made = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ResourceClaimTemplate"]
+    assert sorted(d["metadata"]["namespace"] for d in made) == ["team-a", "team-b"]
+    example = [
+        d
+        for d in yaml.safe_load_all((ROOT / "examples/kueue/queues.yaml").read_text())
+        if d and d["kind"] == "ResourceClaimTemplate"
+    ]
+    for doc in made:
+        assert doc["metadata"]["name"] == c.KUEUE_CLAIM_TEMPLATE
+        assert doc["spec"] == example[0]["spec"]
+    plugin = render("--set", "gpuSharing.path=devicePlugin", "--set", "kueue.podNamespaces={a}")
+    assert not [k for k in plugin if k[0] == "ResourceClaimTemplate"]
+    assert not [
+        k for k in render("--set", "gpuSharing.path=dra") if k[0] == "ResourceClaimTemplate"
+    ]

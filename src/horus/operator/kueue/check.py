@@ -32,6 +32,7 @@ from horus.operator.claimcount import made_for_pod
 from horus.operator.kueue.api import KueueApi, KueueMissing
 from horus.operator.kueue.demand import (
     PodSetDemand,
+    from_pods,
     pod_set_demand,
     request_name,
     unprofiled_request,
@@ -144,8 +145,9 @@ class KueueCheck:
         return data
 
     # --- reading -------------------------------------------------------------------------
-    def read(self) -> KueueView:
-        """This pass's Workloads; an empty view without Kueue."""
+    def read(self, pods: Iterable[Mapping[str, Any]] = ()) -> KueueView:
+        """This pass's Workloads, those of Kueue's pod integrations read with their ``pods``
+        (:func:`~horus.operator.kueue.demand.from_pods`); an empty view without Kueue."""
         view = KueueView()
         now = self.clock()
         if self.kueue_seen is False and now - self._missing_since < KUEUE_LOOK_AGAIN_SECONDS:
@@ -162,6 +164,7 @@ class KueueCheck:
             return view
         self.kueue_seen = True
         view.inactive = inactive_checks(checks)
+        by_uid = {str((p.get("metadata") or {}).get("uid") or ""): p for p in pods} if raw else {}
         for obj in raw:
             try:
                 w = parse_workload(obj)
@@ -171,6 +174,7 @@ class KueueCheck:
             check = w.check(view.checks)
             if check is None:
                 continue
+            w = from_pods(w, by_uid)
             view.workloads.append(w)
             if check.state == CHECK_READY and _active(w):
                 try:

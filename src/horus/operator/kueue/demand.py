@@ -8,6 +8,10 @@ share; the pod set is one gang (``replicas`` = its count, one GPU per pod).
 
 A pod set that asks for Horus resources but names no profile is not refused: Horus cannot
 predict how it shares, so each pod gets a whole GPU, and the check's message says so.
+
+A pod set of Kueue's pod integrations (a plain pod's, a pod group's: a Deployment's or a
+StatefulSet's pods) carries only its pod's spec; its request and profile come from its pods
+(:func:`from_pods`).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from horus.common import constants as c
 from horus.common.errors import HorusError
 from horus.operator.extender.demand import pod_demand
 from horus.operator.kueue.workload import PodSet, Workload
+from horus.operator.placeholder_claims import uses_kueue_template
+from horus.operator.plain_pod_claims import as_requested
 from horus.predictor.interface import GraphProfile, ResourcePrediction
 from horus.scheduler import JobRequest
 
-__all__ = ["PodSetDemand", "pod_set_demand", "request_name", "unprofiled_request"]
+__all__ = ["PodSetDemand", "from_pods", "pod_set_demand", "request_name", "unprofiled_request"]
 
 #: How :func:`pod_demand` says a pod's amounts are fine but it names no profile.
 _NO_PROFILE = f"has no {c.ANNOTATION_GRAPH_PROFILE} annotation"
@@ -70,6 +76,50 @@ def _profile_text(
     return data[key]
 
 
+#: What a pod of Kueue's pod integrations lends its pod set: its request and its profile.
+_POD_ANNOTATIONS = (
+    c.ANNOTATION_GPU_CORE_REQUEST,
+    c.ANNOTATION_GPU_MEMORY_REQUEST,
+    c.ANNOTATION_GRAPH_PROFILE,
+    c.ANNOTATION_GRAPH_PROFILE_CONFIGMAP,
+)
+
+
+def _first_container(spec: Mapping[str, Any]) -> tuple[str, str]:
+    containers = spec.get("containers") or [{}]
+    first = containers[0] if isinstance(containers[0], Mapping) else {}
+    return str(first.get("name") or ""), str(first.get("image") or "")
+
+
+def from_pods(workload: Workload, pods_by_uid: Mapping[str, Mapping[str, Any]]) -> Workload:
+    """``workload`` with the pod sets of Kueue's pod integrations read from their pods.
+
+    Kueue makes a plain pod's or a pod group's Workload from the pod's spec alone, after the
+    admission policy moved the pod's ``horus.io/gpu-*`` amounts into its annotations; such a
+    pod set's ``horus-gpu`` entry names Kueue's template. The first of the Workload's owner
+    pods with the same first container (name and image) lends the pod set its request and
+    profile annotations, and the amounts go back on the template's first container, as a
+    job's template carries them."""
+    owners = [pods_by_uid[u] for u in workload.owner_pods if u in pods_by_uid]
+    if not owners:
+        return workload
+    pod_sets = []
+    for ps in workload.pod_sets:
+        spec = ps.template.get("spec") or {}
+        pod = next(
+            (p for p in owners if _first_container(p.get("spec") or {}) == _first_container(spec)),
+            None,
+        )
+        if not uses_kueue_template(spec) or pod is None:
+            pod_sets.append(ps)
+            continue
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        lent = {k: ann[k] for k in _POD_ANNOTATIONS if k in ann}
+        template = as_requested({"metadata": {"annotations": lent}, "spec": spec})
+        pod_sets.append(replace(ps, template=template))
+    return replace(workload, pod_sets=tuple(pod_sets))
+
+
 def unprofiled_request(name: str, core_percent: int, memory_mib: int) -> JobRequest:
     """A request Horus cannot predict: counted as using its GPU fully (utilisation 100 %)."""
     return JobRequest(
@@ -94,7 +144,7 @@ def _claim_problem(
         if not isinstance(entry, Mapping):
             continue
         name = entry.get("resourceClaimTemplateName")
-        if not name or name == c.CONVERTED_CLAIM_TEMPLATE:
+        if not name or name in (c.CONVERTED_CLAIM_TEMPLATE, c.KUEUE_CLAIM_TEMPLATE):
             continue
         template = read_template(workload.namespace, str(name))
         if template is None:
@@ -150,6 +200,13 @@ def pod_set_demand(
         "spec": template.get("spec") or {},
     }
     demand = pod_demand(pod)
+    if not demand.interested and uses_kueue_template(pod["spec"]):
+        return PodSetDemand(
+            problem=(
+                f"{where}: none of its pods, which carry its request "
+                f"({c.ANNOTATION_GPU_CORE_REQUEST}), is seen yet"
+            )
+        )
     if not demand.interested:
         return PodSetDemand()
     name = request_name(workload, pod_set.name)

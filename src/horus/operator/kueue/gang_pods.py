@@ -24,6 +24,7 @@ from horus.operator.kueue.check import KueueView
 from horus.operator.kueue.slots import slot_key
 from horus.operator.kueue.workload import Workload
 from horus.operator.pass_state import PassReport
+from horus.operator.placeholder_claims import foreign_claim
 from horus.operator.plain_pod_claims import REASON_CLAIM_NAME_TAKEN, claim_name_taken
 from horus.operator.residents import TERMINAL_POD_PHASES
 from horus.operator.writer import StatusWriter
@@ -68,6 +69,10 @@ def fill_slots(
                 f"this pod names a Workload ({c.ANNOTATION_KUEUE_WORKLOAD}) but asks for no "
                 "Horus GPU resources: it gets no Horus share", True,
             )  # fmt: skip
+            continue
+        foreign = foreign_claim(pod, claims)
+        if foreign is not None:
+            writer.pod_event_once(pod, REASON_CLAIM_NAME_TAKEN, foreign, True)
             continue
         held = claims.get((ns, claim_name))
         if held is not None:

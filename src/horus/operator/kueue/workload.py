@@ -67,6 +67,9 @@ class Workload:
     finished: bool
     evicted: bool
     checks: tuple[CheckState, ...]
+    #: UIDs of the pods that own it: a Workload of Kueue's pod integrations (a plain pod's,
+    #: a pod group's) is owned by its pods, and its pod sets carry only their spec
+    owner_pods: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -141,6 +144,11 @@ def parse_workload(obj: Mapping[str, Any]) -> Workload:
         finished=_condition(status, "Finished"),
         evicted=_condition(status, "Evicted"),
         checks=tuple(checks),
+        owner_pods=tuple(
+            str(r.get("uid"))
+            for r in meta.get("ownerReferences") or []
+            if isinstance(r, Mapping) and r.get("kind") == "Pod" and r.get("uid")
+        ),
     )
 
 
