@@ -756,7 +756,7 @@ def test_a_pod_workload_whose_pods_are_not_seen_waits_with_the_reason(
     rec.run_pass()
     check = kueue.check_of("pod-web-gone")
     assert check["state"] == "Retry"
-    assert "none of its pods" in check["message"]
+    assert "none of its pods is seen yet" in check["message"]
 
 
 def test_a_pod_group_is_one_gang_read_from_its_pods(

@@ -100,7 +100,12 @@ def from_pods(workload: Workload, pods_by_uid: Mapping[str, Mapping[str, Any]]) 
     pods with the same first container (name and image) lends the pod set its request and
     profile annotations, and the amounts go back on the template's first container, as a
     job's template carries them."""
-    owners = [pods_by_uid[u] for u in workload.owner_pods if u in pods_by_uid]
+    owners = [
+        pod
+        for u in workload.owner_pods
+        if (pod := pods_by_uid.get(u)) is not None
+        and (pod.get("metadata") or {}).get("namespace") == workload.namespace
+    ]
     if not owners:
         return workload
     pod_sets = []
@@ -203,8 +208,8 @@ def pod_set_demand(
     if not demand.interested and uses_kueue_template(pod["spec"]):
         return PodSetDemand(
             problem=(
-                f"{where}: none of its pods, which carry its request "
-                f"({c.ANNOTATION_GPU_CORE_REQUEST}), is seen yet"
+                f"{where}: none of its pods is seen yet with its request "
+                f"({c.ANNOTATION_GPU_CORE_REQUEST}, which the admission policy writes)"
             )
         )
     if not demand.interested:
