@@ -407,7 +407,8 @@ KUEUE_SUSPENDING_PARENT_ANNOTATION: Final = "kueue.x-k8s.io/pod-suspending-paren
 # policy), not a claim: Kueue refuses a pod that names a claim and counts a template. It asks
 # for one device of KUEUE_DEVICE_CLASS, which selects no device and which Kueue maps to the
 # quota resource KUEUE_SHARES_RESOURCE (one per pod); the claim the resourceclaim controller
-# makes from it is a placeholder the operator deletes once it has made the pod's pinned claim.
+# makes from it is a placeholder the operator replaces, in the pod's status, with the pod's
+# pinned claim, and then deletes.
 KUEUE_CLAIM_TEMPLATE: Final = "horus-gpu-kueue"
 KUEUE_DEVICE_CLASS: Final = "kueue.gpu.horus.io"
 KUEUE_SHARES_RESOURCE: Final = f"{API_GROUP}/gpu-shares"
