@@ -12,8 +12,9 @@ marked as the resourceclaim controller marks its claims), this module records th
 pod's ``status.resourceClaimStatuses`` in place of the placeholder — a JSON patch that first
 tests the pod's UID and the list it read — and then deletes the placeholder; the kube-scheduler
 reads the claim from the status and allocates it. The resourceclaim controller is not asked to
-adopt Horus' claim after the placeholder goes: it remembers the claims it made for an hour (its
-mutation cache, which no delete event clears) and would go on seeing the deleted placeholder.
+adopt Horus' claim after the placeholder goes: it remembers the claims it made for up to an
+hour (its mutation cache, which no delete event clears) and would go on seeing the deleted
+placeholder.
 Crash-safe: each pass looks again from what the pod's status records.
 
 Only a placeholder is ever deleted: a claim of that class only, controlled by the pod, made for
