@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +368,19 @@ def deployment(name: str, ns: str, replicas: int, core: int) -> dict[str, Any]:
     }
 
 
+def scale_to_one_and_delete(kueue: KueueEnv, ns: str, name: str, diag: Callable[[], str]) -> None:
+    """Scale Deployment ``name`` down to one replica: the removed replicas' shares are freed
+    (their claims go with their pods); then delete it."""
+    kueue.kubectl("scale", "deployment", name, "-n", ns, "--replicas=1")
+    wait_for(
+        lambda: len(consumed_cores(kueue, ns, f"{name}-")) == 1,
+        180,
+        "the removed replicas' shares freed",
+        diag,
+    )
+    kueue.kubectl("delete", "deployment", name, "-n", ns, "--wait=false")
+
+
 def consumed_cores(kueue: KueueEnv, ns: str, prefix: str) -> dict[str, int]:
     """Claim name → cores the kube-scheduler allocated, for allocated claims of ``prefix``
     pods (a claim named by the pod's UID: found through the pods)."""
@@ -401,14 +414,7 @@ def test_a_deployment_scaled_1_4_1_keeps_each_replica_on_a_share_and_frees_them(
     )
     assert set(shares.values()) == {30}
     wait_for(lambda: len(pods_of(kueue, ns, "web")) == 4, 120, "four replicas Running", diag)
-    kueue.kubectl("scale", "deployment", "web", "-n", ns, "--replicas=1")
-    wait_for(
-        lambda: len(consumed_cores(kueue, ns, "web-")) == 1,
-        180,
-        "the three removed replicas' shares freed",
-        diag,
-    )
-    kueue.kubectl("delete", "deployment", "web", "-n", ns, "--wait=false")
+    scale_to_one_and_delete(kueue, ns, "web", diag)
 
 
 def test_bad_neighbours_land_on_different_gpus_when_a_better_one_exists(
@@ -641,14 +647,7 @@ def test_a_deployment_through_kueues_pod_integration_scales_1_4_1_on_horus_share
         diag,
     )
     assert set(consumed_cores(kueue, ns, "kdep-").values()) == {30}
-    kueue.kubectl("scale", "deployment", "kdep", "-n", ns, "--replicas=1")
-    wait_for(
-        lambda: len(consumed_cores(kueue, ns, "kdep-")) == 1,
-        180,
-        "the three removed replicas' shares freed",
-        diag,
-    )
-    kueue.kubectl("delete", "deployment", "kdep", "-n", ns, "--wait=false")
+    scale_to_one_and_delete(kueue, ns, "kdep", diag)
     assert horus["op"].errors == []
 
 
