@@ -196,21 +196,25 @@ def converted_claim_name(pod: Mapping[str, Any]) -> str | None:
         ours = c.CONVERTED_CLAIM_PREFIX + uid
         if template == c.KUEUE_CLAIM_TEMPLATE:
             return ours
-        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-            if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
-                return ours if status.get("resourceClaimName") == ours else None
-        return ours
+        status = _status_entry(pod)
+        return ours if status is None or status.get("resourceClaimName") == ours else None
+    return None
+
+
+def _status_entry(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's ``status.resourceClaimStatuses`` entry for its ``horus-gpu`` claim entry."""
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
+            return status
     return None
 
 
 def status_claim(pod: Mapping[str, Any]) -> str | None:
     """The claim the pod's status records for its ``horus-gpu`` entry (a template entry's
     claim, recorded by the resourceclaim controller), or None."""
-    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-        if isinstance(status, Mapping) and status.get("name") == c.CONVERTED_CLAIM_ENTRY:
-            name = status.get("resourceClaimName")
-            return str(name) if name else None
-    return None
+    status = _status_entry(pod)
+    name = status.get("resourceClaimName") if status is not None else None
+    return str(name) if name else None
 
 
 def made_for_pod(claim: Mapping[str, Any], pod_uid: str) -> bool:
