@@ -43,6 +43,7 @@ from horus.operator.kueue.workload import (
     CHECK_READY,
     CHECK_REJECTED,
     CHECK_RETRY,
+    CheckState,
     Workload,
     horus_check_names,
     inactive_checks,
@@ -164,7 +165,7 @@ class KueueCheck:
             return view
         self.kueue_seen = True
         view.inactive = inactive_checks(checks)
-        by_uid = {str((p.get("metadata") or {}).get("uid") or ""): p for p in pods} if raw else {}
+        ours: list[tuple[Workload, CheckState]] = []  # the Workloads a check of Horus names
         for obj in raw:
             try:
                 w = parse_workload(obj)
@@ -172,8 +173,16 @@ class KueueCheck:
                 view.problems.append(str(exc))
                 continue
             check = w.check(view.checks)
-            if check is None:
-                continue
+            if check is not None:
+                ours.append((w, check))
+        # the pods of Kueue's pod integrations' Workloads only: not every pod, every pass
+        wanted = {uid for w, _ in ours for uid in w.owner_pods}
+        by_uid = (
+            {u: p for p in pods if (u := str((p.get("metadata") or {}).get("uid") or "")) in wanted}
+            if wanted
+            else {}
+        )
+        for w, check in ours:
             w = from_pods(w, by_uid)
             view.workloads.append(w)
             if check.state == CHECK_READY and _active(w):

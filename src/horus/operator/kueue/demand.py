@@ -111,11 +111,19 @@ def from_pods(workload: Workload, pods_by_uid: Mapping[str, Mapping[str, Any]]) 
     pod_sets = []
     for ps in workload.pod_sets:
         spec = ps.template.get("spec") or {}
-        pod = next(
-            (p for p in owners if _first_container(p.get("spec") or {}) == _first_container(spec)),
-            None,
+        pod = (
+            next(
+                (
+                    p
+                    for p in owners
+                    if _first_container(p.get("spec") or {}) == _first_container(spec)
+                ),
+                None,
+            )
+            if uses_kueue_template(spec)
+            else None
         )
-        if not uses_kueue_template(spec) or pod is None:
+        if pod is None:
             pod_sets.append(ps)
             continue
         ann = (pod.get("metadata") or {}).get("annotations") or {}
