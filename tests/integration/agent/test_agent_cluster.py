@@ -170,6 +170,7 @@ def placed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         # Also on a failed setup: a DLJob and assigned pods left behind would hold shares
         # that later tests (the operator's) would have to work around.
         cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+        cluster.kubectl("delete", "node", node, "--wait=false", check=False)
 
 
 def test_agent_end_to_end(
