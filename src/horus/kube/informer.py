@@ -125,6 +125,9 @@ class Informer:
         self.retry_seconds = retry_seconds
         #: A resource the apiserver does not serve (404: a CRD not installed) is empty.
         self.missing_ok = missing_ok
+        #: Whether the last LIST found the resource served: None before the first, False
+        #: while it answers 404 (``missing_ok``), True once a LIST succeeded.
+        self.served: bool | None = None
         if not 1 <= page_size <= 100_000:
             raise ValueError(f"page_size must be 1..100000, not {page_size}")
         self.page_size = page_size
@@ -208,6 +211,7 @@ class Informer:
                     log.info("%s: watch expired (410); relisting", self.name)
                     continue
                 if status == 404 and self.missing_ok:
+                    self.served = False
                     self._replace([], "")  # not served (yet): empty, look again later
                     need_list = True
                     self._stop.wait(30.0)
@@ -246,6 +250,7 @@ class Informer:
             token = meta.get("continue") or None
             if not isinstance(token, str):
                 break
+        self.served = True
         self._replace(kept, version)
 
     def _replace(self, kept: list[dict[str, Any]], version: str) -> None:

@@ -88,6 +88,8 @@ class Controller:
     _fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: The watch-fed copy of the cluster the passes read (started by :meth:`start`).
     view: Any = None
+    #: Kueue's Workloads and AdmissionChecks, watch-fed (``settings.kueue_check`` only).
+    kueue: KubeKueueApi | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     #: Set by :func:`run` when the process is ours to stop: the flag that stops kopf, set once
     #: the Lease is given up (:meth:`begin_stop`); None leaves stopping to kopf's caller.
@@ -170,6 +172,9 @@ class Controller:
         )
         if not await asyncio.to_thread(self.view.start, 120.0):
             log.warning("the cluster view is not synced yet; passes wait for it")
+        if s.kueue_check:  # Kueue's Workloads and AdmissionChecks, watch-fed like the view
+            self.kueue = KubeKueueApi(api, on_change=self._changed)
+            self.kueue.start()
         from horus.operator.identities import IdentityRecorder, KubeIdentityApi
 
         self.identities = IdentityRecorder(
@@ -192,7 +197,7 @@ class Controller:
             placement_path=s.placement_path,
             lifecycle_events=s.lifecycle_events,
             max_jobs_per_pass=s.max_jobs_per_pass,
-            kueue=KubeKueueApi(api) if s.kueue_check else None,
+            kueue=self.kueue,
         )
         # the live state leaves out a GPU a node publishes that is registered to another
         self.reconciler.live_source.identities = lambda: self.identities.registry
@@ -288,6 +293,8 @@ class Controller:
             self.reconciler.close()
         if self.view is not None:
             self.view.stop()
+        if self.kueue is not None:
+            self.kueue.stop()
 
     def _changed(self, kind: str, key: str, old: Any, new: Any) -> None:
         """An object in the view changed (an informer thread): nudge the loop when it is one
@@ -539,7 +546,20 @@ def change_fingerprint(kind: str, body: Any) -> tuple[Any, ...] | None:
             bool((body.get("status") or {}).get("allocation")),
             bool((body.get("metadata") or {}).get("deletionTimestamp")),
         )
+    if kind in (c.KUEUE_WORKLOADS, c.KUEUE_ADMISSION_CHECKS):
+        # quota reserved or given back, a check's state reset, a check activated: each may
+        # be Horus' turn to decide or release
+        status = body.get("status") or {}
+        return (
+            tuple((x.get("name"), x.get("state")) for x in _dicts(status.get("admissionChecks"))),
+            tuple((x.get("type"), x.get("status")) for x in _dicts(status.get("conditions"))),
+            (body.get("spec") or {}).get("active"),
+        )
     return None
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
 
 
 def build_registry(ctl: Controller) -> Any:

@@ -374,10 +374,12 @@ class Reconciler:
         if self.claim_path is None or not self.is_leader():
             return
         plain = snap.pods
-        if self.kueue is not None and kueue is not None:
-            self.kueue.decide(kueue, live, self.scheduler, report)
+        if self.kueue is not None:
+            # a Workload's pod waits for its slot even in a pass that could not read Kueue
             plain = [p for p in snap.pods if not is_gang_pod(p)]
-            fill_slots(self.api, self.writer, kueue, snap.pods, self.claim_path.claims, report)
+            if kueue is not None:
+                self.kueue.decide(kueue, live, self.scheduler, report)
+                fill_slots(self.api, self.writer, kueue, snap.pods, self.claim_path.claims, report)
         convert_pods(self.api, self.writer, self.claim_path, self.scheduler, plain, live, report)
         replace_placeholders(self.api, snap.pods, self.claim_path.claims, report)
 

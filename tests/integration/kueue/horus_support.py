@@ -77,6 +77,7 @@ class HorusOnKwok:
             for node in nodes:
                 self._start_node(node)
             client = cluster.api_client()
+            self.kueue_api = ScopedKueue(client, namespace)
             self.rec = Reconciler(
                 ScopedJobs(client, namespace, set(nodes)),
                 load_default_predictor(),
@@ -84,7 +85,7 @@ class HorusOnKwok:
                 workers=4,
                 correction_period=0,
                 placement_path=c.PLACEMENT_PATH_DRA,
-                kueue=ScopedKueue(client, namespace),
+                kueue=self.kueue_api,
             )
         except BaseException:
             self._stop_nodes()
@@ -142,4 +143,5 @@ class HorusOnKwok:
         self.op.stop.set()
         self.op.thread.join(10)
         self.rec.close()
+        self.kueue_api.stop()
         self._stop_nodes()

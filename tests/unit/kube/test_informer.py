@@ -221,3 +221,28 @@ def test_an_expired_continue_token_starts_the_list_over() -> None:
     finally:
         inf.stop()
     assert len(inf.items()) == 4 and inf.counts.expired == 1 and inf.counts.lists == 2
+
+
+class _NotServed(Exception):
+    status = 404
+
+
+def test_a_resource_not_served_is_empty_and_says_so_until_a_list_succeeds() -> None:
+    """``served`` tells a CRD that is not installed (404) from one with no objects: Horus'
+    Kueue check logs the first and waits for Kueue, and reads the second as no Workloads."""
+
+    def not_served(**_: Any) -> Any:
+        raise _NotServed("404 Not Found")
+
+    inf = Informer("crd", not_served, missing_ok=True)
+    assert inf.served is None
+    inf.start()
+    try:
+        assert inf.wait_synced(10)
+        assert inf.served is False and inf.items() == []
+    finally:
+        inf.stop()
+    lister = _Lister()
+    later = Informer("crd", lister, missing_ok=True)
+    later.relist()  # installed: an empty list is served, not missing
+    assert later.served is True and later.items() == []

@@ -829,3 +829,46 @@ def test_a_status_that_changed_since_it_was_read_is_not_overwritten(
     report = rec.run_pass()
     assert (report.claims_recorded, report.placeholders_deleted) == (0, 0)
     assert ("default", placeholder(pod)["metadata"]["name"]) in api.claims
+
+
+def test_a_gang_pod_is_never_decided_alone_in_a_pass_that_cannot_read_kueue(
+    api: FakeJobApi, kueue: FakeKueue, rec: Reconciler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass whose read of Kueue fails (the copies not synced, the apiserver failing) still
+    places DLJobs and plain pods, but a pod naming a Workload waits for that Workload's slot:
+    deciding it alone would place it twice once its slot is filled."""
+    wl = workload("train", [("workers", 1, template(40, 64))])
+    add(kueue, wl)
+    rec.run_pass()
+    add_pod(api, gang_pod("train-w-0", wl))
+
+    def broken() -> list[dict[str, Any]]:
+        raise RuntimeError("apiserver down")
+
+    monkeypatch.setattr(kueue, "list_workloads", broken)
+    assert rec.run_pass().claims_created == 0
+    assert not api.claims
+    monkeypatch.undo()
+    assert rec.run_pass().claims_created == 1
+    claim = api.claims[("default", "horus-gpu-uid-train-w-0")]
+    assert claim["metadata"]["annotations"][c.ANNOTATION_GANG_SLOT] == "wl-uid-train/workers/0"
+
+
+def test_kueue_changes_that_may_be_horus_turn_nudge_the_operator() -> None:
+    from horus.operator.controller import change_fingerprint
+
+    wl = workload("train", [("workers", 1, template(40, 64))])
+    before = change_fingerprint(c.KUEUE_WORKLOADS, wl)
+    assert before is not None
+    reset = copy.deepcopy(wl)
+    reset["status"]["admissionChecks"][1]["state"] = "Retry"
+    assert change_fingerprint(c.KUEUE_WORKLOADS, reset) != before
+    evicted = copy.deepcopy(wl)
+    evicted["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False"}]
+    assert change_fingerprint(c.KUEUE_WORKLOADS, evicted) != before
+    relabelled = copy.deepcopy(wl)
+    relabelled["metadata"]["labels"] = {"team": "a"}
+    relabelled["metadata"]["resourceVersion"] = "99"
+    assert change_fingerprint(c.KUEUE_WORKLOADS, relabelled) == before
+    check = {"metadata": {"name": CHECK}, "status": {"conditions": "garbled"}}
+    assert change_fingerprint(c.KUEUE_ADMISSION_CHECKS, check) == ((), (), None)

@@ -1,6 +1,12 @@
 """What the check reads and writes of Kueue's API, behind a small protocol (tests use an
 in-memory one).
 
+On the real apiserver Workloads and AdmissionChecks come from watch-fed copies
+(:class:`~horus.kube.informer.Informer`), listed once and then followed, as every other kind
+the operator reads: a pass reads them from memory, not by a LIST of every Workload. The
+answers of Horus' own writes go into the copies at once, so the next pass sees its own
+decision even before the watch event arrives.
+
 The check answers by a JSON patch of the Workload's ``status`` subresource that first
 *tests* that the entry at the index is Horus' check in the state it was read in, then
 replaces that one entry: the other checks' entries (``listType=map``), written by their own
@@ -10,18 +16,33 @@ reset the check on eviction) refuses the write instead of taking a stale answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from horus.api.raw import read_items, read_object
+from horus.api.raw import read_object
 from horus.common import constants as c
 from horus.kube.errors import Conflict
+from horus.kube.informer import Informer
+from horus.operator.view import lean
 
-__all__ = ["KubeKueueApi", "KueueApi", "KueueMissing"]
+__all__ = ["KubeKueueApi", "KueueApi", "KueueMissing", "KueueNotSynced"]
+
+
+#: Told of every change of the copies: (kind, key, old, new); ``new`` None: deleted.
+KueueChangeHandler = Callable[
+    [str, str, "Mapping[str, Any] | None", "Mapping[str, Any] | None"], None
+]
+
+#: How long the first read waits for the copies' first LIST (later reads never wait).
+KUEUE_SYNC_SECONDS = 30.0
 
 
 class KueueMissing(Exception):
     """Kueue's CRDs are not installed (the check has nothing to do)."""
+
+
+class KueueNotSynced(Exception):
+    """The copies of Kueue's objects have not had their first LIST yet (the check waits)."""
 
 
 class KueueApi(Protocol):
@@ -55,32 +76,71 @@ class KueueApi(Protocol):
 
 
 class KubeKueueApi:
-    """:class:`KueueApi` on the real apiserver (``CustomObjectsApi``)."""
+    """:class:`KueueApi` on the real apiserver (``CustomObjectsApi``); Workloads and
+    AdmissionChecks read from watch-fed copies, started by the first read and ended by
+    :meth:`stop`."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        sync_seconds: float = KUEUE_SYNC_SECONDS,
+        on_change: KueueChangeHandler | None = None,
+    ) -> None:
+        """``on_change`` hears every change of either copy as ``(kind, key, old, new)``, kind
+        :data:`~horus.common.constants.KUEUE_WORKLOADS` or
+        :data:`~horus.common.constants.KUEUE_ADMISSION_CHECKS` (the operator's loop is
+        nudged by it, as by a pod's change)."""
         from kubernetes import client
 
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self.sync_seconds = sync_seconds
+        self.on_change = on_change
+        self.workloads = self._informer(c.KUEUE_WORKLOADS)
+        self.admission_checks = self._informer(c.KUEUE_ADMISSION_CHECKS)
+        self._started = False
 
-    def _list(self, plural: str) -> list[dict[str, Any]]:
-        from kubernetes.client.exceptions import ApiException
+    def _informer(self, plural: str) -> Informer:
+        def tell(key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+            if self.on_change is not None:
+                self.on_change(plural, key, old, new)
 
-        try:
-            return read_items(
-                self.custom.list_cluster_custom_object(
-                    c.KUEUE_GROUP, c.KUEUE_VERSION, plural, _preload_content=False
-                )
+        return Informer(
+            f"kueue-{plural}",
+            lambda **kw: self.custom.list_cluster_custom_object(
+                c.KUEUE_GROUP, c.KUEUE_VERSION, plural, **kw
+            ),
+            project=lean,
+            on_change=tell,
+            missing_ok=True,  # Kueue may be installed after Horus: looked for again
+        )
+
+    def start(self) -> None:
+        """Start both copies (the first read does it when nobody did)."""
+        if not self._started:
+            self._started = True
+            self.workloads.start()
+            self.admission_checks.start()
+
+    def stop(self) -> None:
+        if self._started:
+            self.workloads.stop()
+            self.admission_checks.stop()
+
+    def _read(self, informer: Informer) -> list[dict[str, Any]]:
+        self.start()
+        if not informer.wait_synced(self.sync_seconds):
+            raise KueueNotSynced(f"{informer.name}: no LIST answered yet")
+        if informer.served is False:
+            raise KueueMissing(
+                f"{informer.name.removeprefix('kueue-')}.{c.KUEUE_GROUP} is not served"
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise KueueMissing(f"{plural}.{c.KUEUE_GROUP} is not served") from None
-            raise
+        return informer.items()
 
     def list_workloads(self) -> list[dict[str, Any]]:
-        return self._list(c.KUEUE_WORKLOADS)
+        return self._read(self.workloads)
 
     def list_admission_checks(self) -> list[dict[str, Any]]:
-        return self._list(c.KUEUE_ADMISSION_CHECKS)
+        return self._read(self.admission_checks)
 
     def read_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -101,7 +161,7 @@ class KubeKueueApi:
         return read_object(resp)
 
     def activate_check(self, name: str, condition: Mapping[str, Any]) -> None:
-        self.custom.patch_cluster_custom_object_status(
+        resp = self.custom.patch_cluster_custom_object_status(
             c.KUEUE_GROUP,
             c.KUEUE_VERSION,
             c.KUEUE_ADMISSION_CHECKS,
@@ -109,6 +169,7 @@ class KubeKueueApi:
             {"status": {"conditions": [dict(condition)]}},
             _preload_content=False,
         )
+        self.admission_checks.observe(read_object(resp))
 
     def answer_check(
         self,
@@ -126,7 +187,7 @@ class KubeKueueApi:
         ]
         ops.append({"op": "replace", "path": path, "value": dict(entry)})
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            resp = self.custom.patch_namespaced_custom_object_status(
                 c.KUEUE_GROUP,
                 c.KUEUE_VERSION,
                 namespace,
@@ -143,3 +204,4 @@ class KubeKueueApi:
                     "deciding again next pass"
                 ) from None
             raise
+        self.workloads.observe(read_object(resp))
