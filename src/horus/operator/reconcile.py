@@ -50,7 +50,7 @@ from horus.operator.commit import Committer
 from horus.operator.correction import Corrector
 from horus.operator.guards import JobGuard
 from horus.operator.jobapi import JobApi, KubeJobApi
-from horus.operator.kueue.api import KueueApi
+from horus.operator.kueue.api import KueueApi, KueueNotSynced
 from horus.operator.kueue.check import KueueCheck, KueueView
 from horus.operator.kueue.gang_pods import fill_slots, is_gang_pod
 from horus.operator.listing import Listing, job_contexts, node_units
@@ -357,6 +357,9 @@ class Reconciler:
         try:
             view = self.kueue.read(snap.pods)
             self.kueue.count(view, live, self.scheduler, self.claim_path.claims.values(), snap.pods)
+        except KueueNotSynced as exc:  # the informer logs why its LIST fails
+            log.debug("%s; the Kueue check waits this pass", exc)
+            return None
         except Exception:  # Kueue's API failing must not stop DLJobs' placement
             log.exception("cannot read Kueue's Workloads; the Kueue check waits this pass")
             return None

@@ -7,6 +7,7 @@ integration tests run it); here the copies are filled by their LIST."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -141,11 +142,20 @@ def test_activating_a_check_is_seen_by_the_next_read() -> None:
     assert check["status"]["conditions"] == [{"type": "Active", "status": "True"}]
 
 
-def test_before_the_first_list_the_read_says_so() -> None:
-    api, _ = _api(FakeCustom(), sync_seconds=0.01)
+def test_before_the_first_list_the_read_says_so_and_only_the_first_waits() -> None:
+    """A LIST that keeps failing (the operator without RBAC for Workloads) must not hold up
+    every pass: only the first read waits for the copies."""
+    api, _ = _api(FakeCustom(), sync_seconds=0.3)
     api._started = True  # threads never started: no LIST ever answers
+    t0 = time.monotonic()
     with pytest.raises(KueueNotSynced, match="kueue-workloads"):
         api.list_workloads()
+    assert time.monotonic() - t0 >= 0.3
+    t1 = time.monotonic()
+    for _ in range(3):
+        with pytest.raises(KueueNotSynced, match="kueue-admissionchecks"):
+            api.list_admission_checks()
+    assert time.monotonic() - t1 < 0.3
 
 
 def test_kueue_not_installed_is_told_apart_from_no_workloads() -> None:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from horus.api.raw import read_object
 from horus.common import constants as c
 from horus.kube.errors import Conflict
-from horus.kube.informer import Informer
+from horus.kube.informer import Informer, wait_all_synced
 from horus.operator.view import lean
 
 __all__ = ["KubeKueueApi", "KueueApi", "KueueMissing", "KueueNotSynced"]
@@ -98,6 +98,7 @@ class KubeKueueApi:
         self.workloads = self._informer(c.KUEUE_WORKLOADS)
         self.admission_checks = self._informer(c.KUEUE_ADMISSION_CHECKS)
         self._started = False
+        self._waited = False
 
     def _informer(self, plural: str) -> Informer:
         def tell(key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
@@ -128,7 +129,10 @@ class KubeKueueApi:
 
     def _read(self, informer: Informer) -> list[dict[str, Any]]:
         self.start()
-        if not informer.wait_synced(self.sync_seconds):
+        if not self._waited:  # only the first read waits: a LIST failing for good (no RBAC)
+            self._waited = True  # must not hold up every pass
+            wait_all_synced([self.workloads, self.admission_checks], self.sync_seconds)
+        if not informer.synced:
             raise KueueNotSynced(f"{informer.name}: no LIST answered yet")
         if informer.served is False:
             raise KueueMissing(
