@@ -3,6 +3,9 @@ apiserver at that seam (``horus.kube.rest.RestClient`` reads ``status``, ``data`
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class RawResponse:
     def __init__(self, status: int, data: bytes) -> None:
@@ -10,3 +13,11 @@ class RawResponse:
 
     def read(self) -> bytes:
         return self.data
+
+    def release_conn(self) -> None:
+        """What ``horus.api.raw`` calls once it read the body (nothing to give back here)."""
+
+
+def json_response(body: Any) -> RawResponse:
+    """A raw (``_preload_content=False``) answer of ``body`` as JSON."""
+    return RawResponse(200, json.dumps(body).encode())

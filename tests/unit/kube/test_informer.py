@@ -5,22 +5,14 @@ apiserver, with an expiry and a restart."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from horus.kube.informer import Informer, newer
+from kube_fakes import json_response
 
 pytestmark = pytest.mark.unit
-
-
-class _Resp:
-    def __init__(self, body: dict[str, Any]) -> None:
-        self.data = json.dumps(body).encode()
-
-    def release_conn(self) -> None:
-        pass
 
 
 def _obj(name: str, rv: int, **extra: Any) -> dict[str, Any]:
@@ -36,10 +28,10 @@ class _Lister:
         self.version = 1
         self.kind = kind
 
-    def __call__(self, **_: Any) -> _Resp:
+    def __call__(self, **_: Any) -> Any:
         typed = {"kind": self.kind, "apiVersion": "v1"} if self.kind else {}
         meta = {"resourceVersion": str(self.version)}
-        return _Resp({**typed, "metadata": meta, "items": self.items})
+        return json_response({**typed, "metadata": meta, "items": self.items})
 
 
 def _informer(kind: str | None = None) -> tuple[Informer, _Lister, list[tuple[str, bool]]]:
@@ -175,14 +167,16 @@ class _Pager:
         self.items, self.version = items, version
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, **kw: Any) -> _Resp:
+    def __call__(self, **kw: Any) -> Any:
         self.calls.append(kw)
         start = int(kw.get("_continue") or 0)
         page = self.items[start : start + kw["limit"]]
         meta: dict[str, Any] = {"resourceVersion": str(self.version)}
         if start + kw["limit"] < len(self.items):
             meta["continue"] = str(start + kw["limit"])
-        return _Resp({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page})
+        return json_response(
+            {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": page}
+        )
 
 
 def test_a_list_comes_in_pages_and_is_kept_whole() -> None:
@@ -207,7 +201,7 @@ def test_an_expired_continue_token_starts_the_list_over() -> None:
     pager = _Pager([_obj(f"p{i}", 10 + i) for i in range(4)], version=40)
     fail = {"left": 1}
 
-    def flaky(**kw: Any) -> _Resp:
+    def flaky(**kw: Any) -> Any:
         if kw.get("_continue") and fail["left"]:
             fail["left"] -= 1
             raise Expired("the continue token expired")

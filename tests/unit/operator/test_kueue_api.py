@@ -6,7 +6,6 @@ integration tests run it); here the copies are filled by their LIST."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -17,16 +16,9 @@ from kubernetes.client.exceptions import ApiException
 from horus.common import constants as c
 from horus.kube.errors import Conflict
 from horus.operator.kueue.api import KubeKueueApi, KueueMissing, KueueNotSynced
+from kube_fakes import json_response
 
 pytestmark = pytest.mark.unit
-
-
-class _Resp:
-    def __init__(self, body: dict[str, Any]) -> None:
-        self.data = json.dumps(body).encode()
-
-    def release_conn(self) -> None:
-        pass
 
 
 def _workload(name: str, rv: int, state: str = "Pending") -> dict[str, Any]:
@@ -62,7 +54,7 @@ class FakeCustom:
         if not self.served:
             raise ApiException(status=404, reason="Not Found")
         self.lists += 1
-        return _Resp({"metadata": {"resourceVersion": "10"}, "items": self.objects[plural]})
+        return json_response({"metadata": {"resourceVersion": "10"}, "items": self.objects[plural]})
 
     def patch_namespaced_custom_object_status(
         self, group: str, version: str, ns: str, plural: str, name: str, body: Any, **_: Any
@@ -70,12 +62,12 @@ class FakeCustom:
         if self.refuse is not None:
             raise ApiException(status=self.refuse, reason="test failed")
         done = _workload(name, 11, state=body[-1]["value"]["state"])
-        return _Resp(done)
+        return json_response(done)
 
     def patch_cluster_custom_object_status(
         self, group: str, version: str, plural: str, name: str, body: Any, **_: Any
     ) -> Any:
-        return _Resp({"metadata": {"name": name, "resourceVersion": "12"}, **body})
+        return json_response({"metadata": {"name": name, "resourceVersion": "12"}, **body})
 
 
 def _api(custom: FakeCustom, **kw: Any) -> tuple[KubeKueueApi, list[tuple[str, str, bool]]]:
