@@ -149,8 +149,11 @@ class _Explainer:
 
     def _core(self) -> tuple[str, RefusalCode] | None:
         room = self.v.usable & self.v.mem_ok & self.v.slots_ok
-        if int(np.count_nonzero(room & self.v.core_ok)) >= self.need:
+        fits = room & self.v.core_ok
+        if (n_fits := int(np.count_nonzero(fits))) >= self.need:
             return None
+        if n_fits:  # some GPUs have room, too few for the gang
+            return _too_few_core(self.ctx, n_fits, self.need, int(np.argmax(fits)))
         free = np.where(room, GPU_CORE_UNITS_PER_GPU - self.st.core_used, -1)
         best = int(np.argmax(free))
         return _core(self.ctx, self.plural, best, int(free[best]))
@@ -231,6 +234,15 @@ def _core(ctx: ScoreContext, plural: str, best: int, free: int) -> Reason:
         f"no GPU with {int(ctx.core_need[best])}% core free for {plural} among "
         f"those with enough memory; best candidate {ctx.state.label(best)} has "
         f"{free}% free",
+        RefusalCode.CORE,
+    )
+
+
+def _too_few_core(ctx: ScoreContext, fits: int, need: int, gpu: int) -> Reason:
+    """``gpu``: one of the ``fits`` GPUs with room (its core need is the job's there)."""
+    return (
+        f"only {fits} GPUs have {int(ctx.core_need[gpu])}% core free among those with enough "
+        f"memory, needs {need}",
         RefusalCode.CORE,
     )
 

@@ -148,6 +148,21 @@ def test_gang_all_or_nothing() -> None:
     assert all(len({s.node for s in r.gpus}) == 1 for r in p.replicas)
 
 
+def test_a_gang_short_of_gpus_with_room_says_how_many_have_it() -> None:
+    state = cluster(2, 2)
+    sched = Scheduler("horus", PRED)
+    assert isinstance(sched.place(state, job("a", "light", core_percent=100)), Placement)
+    r = sched.place(state, job("g", "light", replicas=4, core_percent=40))
+    assert isinstance(r, Refusal) and r.code == "core"
+    assert r.reason == "only 3 GPUs have 40% core free among those with enough memory, needs 4"
+    full = cluster(1, 1)  # no GPU with room at all: the best candidate is named
+    assert isinstance(sched.place(full, job("b", "light", core_percent=100)), Placement)
+    r = sched.place(full, job("w", "light", core_percent=40))
+    assert isinstance(r, Refusal) and r.code == "core"
+    assert r.reason.startswith("no GPU with 40% core free for ")
+    assert r.reason.endswith("best candidate node-0/gpu-0 has 0% free")
+
+
 def test_unknown_policy_is_clear() -> None:
     with pytest.raises(ConfigError, match=r"unknown scheduling policy 'best'.*exclusive"):
         Scheduler("best", PRED)
