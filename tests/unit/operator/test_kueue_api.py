@@ -6,6 +6,7 @@ integration tests run it); here the copies are filled by their LIST."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -161,3 +162,33 @@ def test_kueue_not_installed_is_told_apart_from_no_workloads() -> None:
         api.stop()
     installed = _listed(_api(FakeCustom())[0])
     assert installed.list_workloads() == []
+
+
+def test_a_workload_change_that_may_be_horus_turn_starts_a_pass() -> None:
+    """The copies tell the operator's loop (``Controller._changed``), which is nudged when a
+    check's state, a condition or ``spec.active`` changed, and not for a relabelled one."""
+    from horus.operator.controller import Controller
+    from horus.operator.settings import OperatorSettings
+
+    loop = asyncio.new_event_loop()
+    try:
+        ctl = Controller(OperatorSettings())
+        ctl._loop, ctl.nudge = loop, asyncio.Event()
+        custom = FakeCustom()
+        custom.objects[c.KUEUE_WORKLOADS] = [_workload("train", 5)]
+        api = KubeKueueApi(ApiClient(Configuration()), on_change=ctl._changed)
+        api.custom = custom
+
+        def nudged_by(change: Any) -> bool:
+            ctl.nudge.clear()
+            change()
+            loop.run_until_complete(asyncio.sleep(0))  # the poke the informer scheduled
+            return ctl.nudge.is_set()
+
+        assert nudged_by(api.workloads.relist)  # a Workload appears
+        relabelled = _workload("train", 6)
+        relabelled["metadata"]["labels"] = {"team": "a"}
+        assert not nudged_by(lambda: api.workloads.observe(relabelled))
+        assert nudged_by(lambda: api.workloads.observe(_workload("train", 7, state="Retry")))
+    finally:
+        loop.close()
