@@ -239,7 +239,8 @@ def _core(ctx: ScoreContext, plural: str, best: int, free: int) -> Reason:
 
 
 def _too_few_core(ctx: ScoreContext, fits: int, need: int, gpu: int) -> Reason:
-    """``gpu``: one of the ``fits`` GPUs with room (its core need is the job's there)."""
+    """``gpu``: one of the ``fits`` GPUs with room; the share named is what the job needs
+    on it."""
     return (
         f"only {fits} GPUs have {int(ctx.core_need[gpu])}% core free among those with enough "
         f"memory, needs {need}",
