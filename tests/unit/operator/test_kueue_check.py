@@ -840,7 +840,9 @@ def test_a_gang_pod_is_never_decided_alone_in_a_pass_that_cannot_read_kueue(
     wl = workload("train", [("workers", 1, template(40, 64))])
     add(kueue, wl)
     rec.run_pass()
-    add_pod(api, gang_pod("train-w-0", wl))
+    pod = gang_pod("train-w-0", wl)  # its template's profile, as Kueue's pods carry it
+    pod["metadata"]["annotations"][c.ANNOTATION_GRAPH_PROFILE] = PROFILE
+    add_pod(api, pod)
 
     def broken() -> list[dict[str, Any]]:
         raise RuntimeError("apiserver down")
