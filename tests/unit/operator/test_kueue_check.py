@@ -857,7 +857,7 @@ def test_a_gang_pod_is_never_decided_alone_in_a_pass_that_cannot_read_kueue(
 
 
 def test_kueue_changes_that_may_be_horus_turn_nudge_the_operator() -> None:
-    from horus.operator.controller import change_fingerprint
+    from horus.operator.nudges import change_fingerprint
 
     wl = workload("train", [("workers", 1, template(40, 64))])
     before = change_fingerprint(c.KUEUE_WORKLOADS, wl)

@@ -737,7 +737,7 @@ def test_a_forged_converted_claim_without_its_waiting_pod_reserves_nothing() -> 
 
 
 def test_a_converted_pod_nudges_a_pass_a_plain_one_does_not() -> None:
-    from horus.operator.controller import change_fingerprint
+    from horus.operator.nudges import change_fingerprint
 
     pod = converted_pod("p", 30, 4)
     assert change_fingerprint("pods", pod) is not None
